@@ -1,0 +1,22 @@
+// Contract for running W ranks as worker threads of this process (SPMD).
+// Implementation lives in src/world/threads.ts.
+import type { BackendName, Comm } from '../backends/backend.js';
+
+export interface RankContext {
+  /** Sends a small structured-cloneable message to the main thread's `onReport` (progress, rows). */
+  report(message: unknown): void;
+}
+
+/** A rank program: a module export called once on every rank with its communicator. */
+export type RankFn<A = unknown, R = unknown> = (comm: Comm, arg: A, ctx: RankContext) => Promise<R> | R;
+
+export interface RunRanksOptions {
+  backend: BackendName;
+  ranks: number;
+  /** Bound on every wait inside collectives and the store (default 60000). */
+  timeoutMs?: number;
+  /** Lanes per communicator (default 2). */
+  lanes?: number;
+  /** Called on the main thread for every ctx.report(). */
+  onReport?: (rank: number, message: unknown) => void;
+}
