@@ -1,6 +1,8 @@
 // The one interface every backend implements. A Comm is one rank's view of a job (SPMD: every rank
 // runs the same program and makes the same collective calls in the same order).
 
+import type { LaunchPlan } from '../tune/plan.js';
+
 export type BackendName = 'cpu' | 'cuda';
 
 /** Memory owned by one rank: GPU memory on `cuda`, shared memory on `cpu`. */
@@ -47,6 +49,8 @@ export interface AllToAllVArgs {
   lane?: Lane;
   /** The caller's stream: the collective starts after the work queued there. */
   stream?: Stream;
+  /** Overrides the launch plan (GPU backends; validated, ignored on CPU). */
+  plan?: LaunchPlan;
 }
 
 /** A recorded sequence of calls that can be replayed (a CUDA graph; on CPU, the closure itself). */

@@ -1,0 +1,39 @@
+// Limits, status codes and the signal-pad layout. src/backends/cuda/layout.ts mirrors these numbers.
+#pragma once
+
+typedef unsigned char u8;
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+#define A2AV_MAX_THREADS 1024
+
+// Status record codes (int64[8] = code, rank, peer, needed, available, reportedBy, 0, 0).
+#define A2AV_OK 0
+#define A2AV_ERR_NEGATIVE 1
+#define A2AV_ERR_INPUT_OVERFLOW 2
+#define A2AV_ERR_OUTPUT_OVERFLOW 3
+#define A2AV_ERR_MISMATCH 4
+#define A2AV_ERR_TIMEOUT 5
+
+// One lane's region of a rank's signal pad, for a world of W ranks:
+//   [0, 64)                 status record (local)
+//   [64, 72)                sequence number of the last completed call on this lane (local)
+//   [72, 76)                blocks of the running call that have finished (local)
+//   [128, 128+8W)           arrive[src]: seq of the call whose payload src has published here
+//   [128+8W, 128+16W)       done[src]: seq of the call whose data src has finished writing here
+//   [128+16W, ...)          payload[parity][src][A2AV_PAYLOAD_HEADER + W] (int64)
+#define A2AV_PAYLOAD_HEADER 4  // input rows, output rows, row bytes, output buffer id
+#define A2AV_LANE_HEADER_BYTES 128
+
+struct LaneHeader {
+  i64 status[8];
+  i64 seq;
+  u32 blocksDone;
+};
+
+__device__ __forceinline__ i64* lane_arrive(u8* lane) { return (i64*)(lane + A2AV_LANE_HEADER_BYTES); }
+__device__ __forceinline__ i64* lane_done(u8* lane, int W) { return lane_arrive(lane) + W; }
+__device__ __forceinline__ i64* lane_payload(u8* lane, int W, int parity, int src) {
+  return lane_arrive(lane) + 2 * W + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);
+}

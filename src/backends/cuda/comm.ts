@@ -1,0 +1,343 @@
+// The cuda backend: one rank's communicator on one GPU. Ranks may share a GPU (each has its own
+// streams and its share of the SMs) or sit on different GPUs of this process (peer access).
+import type { AllToAllVArgs, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
+import type { CommOptions } from '../create.js';
+import { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
+import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
+import { StatusCode, STATUS_BYTES, statusError } from '../../collectives/status.js';
+import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
+import { KernelModule, StructLauncher } from '../../jit/module.js';
+import { defaultPlan, validatePlan, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
+import { storeBarrier } from '../../world/barrier.js';
+import type { Store } from '../../world/store.js';
+import { A2AV_PARAMS_BYTES, writeA2avParams } from './kernel-params.js';
+import { laneBytes } from './layout.js';
+import { waitForEvent } from './wait.js';
+
+/** Events per lane: a handle stays valid for this many later calls on its lane. */
+const EVENT_RING = 256;
+
+class CudaBuffer implements DeviceBuffer {
+  freed = false;
+  constructor(
+    readonly ptr: bigint,
+    readonly bytes: number,
+    readonly symmetricId: number,
+    /** Device table of every rank's pointer to this buffer (symmetric buffers only). */
+    readonly peerTable: bigint,
+  ) {}
+  get symmetric(): boolean {
+    return this.symmetricId >= 0;
+  }
+}
+
+class CudaLane implements Lane {
+  calls = 0;
+  readonly done: CudaEvent[] = [];
+  readonly forks: CudaEvent[] = [];
+  constructor(readonly index: number, readonly stream: CudaStream, readonly offset: number, device: CudaDevice) {
+    for (let i = 0; i < EVENT_RING; i++) {
+      this.done.push(device.createEvent());
+      this.forks.push(device.createEvent());
+    }
+  }
+  lastEvent(): CudaEvent {
+    return this.done[(this.calls - 1) % EVENT_RING];
+  }
+}
+
+class CudaHandle implements Handle {
+  constructor(readonly comm: CudaComm, readonly lane: CudaLane, readonly call: number, readonly event: CudaEvent) {}
+  #check(): void {
+    if (this.lane.calls - this.call > EVENT_RING)
+      throw new UsageError(`rank ${this.comm.rank}: handle expired (more than ${EVENT_RING} later calls on lane ${this.lane.index})`);
+  }
+  wait(): void {
+    this.#check();
+    this.comm.hostWait(this.event, `lane ${this.lane.index} call ${this.call}`);
+    this.comm.raiseStatus(this.lane);
+  }
+  waitOn(stream: Stream): void {
+    this.#check();
+    (stream as CudaStream).waitEvent(this.event);
+  }
+}
+
+export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
+  const count = CudaDevice.count();
+  if (count === 0) throw new UsageError('cuda backend: the driver reports no GPU');
+  const device = new CudaDevice(opts.rank % count);
+  const where = (await allGather(opts.store, 'a2av/cuda/where', opts.rank, opts.worldSize, encodeJson({ pid: process.pid, ordinal: device.ordinal }), opts.timeoutMs)).map(
+    (b) => decodeJson<{ pid: number; ordinal: number }>(b),
+  );
+  const foreign = where.findIndex((w) => w.pid !== process.pid);
+  if (foreign >= 0)
+    throw new UsageError(`cuda backend: rank ${foreign} runs in another process; cross-process symmetric memory (IPC) is not available yet`);
+  for (const w of where) if (w.ordinal !== device.ordinal) device.enablePeerAccess(new CudaDevice(w.ordinal));
+  const ranksOnDevice = where.filter((w) => w.ordinal === device.ordinal).length;
+  // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
+  const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
+  if (opts.rank !== 0) await barrier('a2av/cuda/module');
+  const module = new KernelModule('a2av.cu', device.arch);
+  if (opts.rank === 0) await barrier('a2av/cuda/module');
+  const comm = new CudaComm(opts, device, module, ranksOnDevice);
+  await comm.init();
+  return comm;
+}
+
+export class CudaComm implements Comm, CheckContext {
+  readonly backend = 'cuda' as const;
+  readonly rank: number;
+  readonly worldSize: number;
+  readonly timeoutMs: number;
+  readonly deviceName: string;
+  readonly laneCount: number;
+  readonly ranksOnDevice: number;
+  readonly #device: CudaDevice;
+  readonly #module: KernelModule;
+  readonly #store: Store;
+  readonly #launcher: StructLauncher;
+  readonly #buffers = new Set<CudaBuffer>();
+  readonly #lanes: CudaLane[] = [];
+  readonly #residentCache = new Map<number, number>();
+  readonly #statusHost = new BigInt64Array(STATUS_BYTES / 8);
+  #pad!: CudaBuffer;
+  #symmetricCount = 0;
+  #barriers = 0;
+  #aborted: Error | undefined;
+  #capture: { stream: CudaStream; lanes: Set<CudaLane> } | undefined;
+  #timing: [CudaEvent, CudaEvent] | undefined;
+
+  constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number) {
+    this.rank = opts.rank;
+    this.worldSize = opts.worldSize;
+    this.timeoutMs = opts.timeoutMs;
+    this.laneCount = opts.lanes;
+    this.ranksOnDevice = ranksOnDevice;
+    this.#device = device;
+    this.#module = module;
+    this.#store = opts.store;
+    this.deviceName = `${device.name} #${device.ordinal}`;
+    this.#launcher = new StructLauncher(module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
+    if (this.worldSize * 24 > 48 * 1024) throw new UsageError(`cuda backend supports at most 2048 ranks, got ${this.worldSize}`);
+  }
+
+  async init(): Promise<void> {
+    const stride = laneBytes(this.worldSize);
+    this.#pad = (await this.#allocSymmetric(stride * this.laneCount, -2)) as CudaBuffer;
+    for (let i = 0; i < this.laneCount; i++) this.#lanes.push(new CudaLane(i, this.#device.createStream(), i * stride, this.#device));
+    // Pads must be zero on every rank before any peer raises a flag in them.
+    this.#device.memsetAsync(this.#pad.ptr, 0, this.#pad.bytes, this.#lanes[0].stream);
+    this.#lanes[0].stream.synchronize();
+    await this.barrier();
+  }
+
+  owns(buf: DeviceBuffer): boolean {
+    return buf instanceof CudaBuffer && this.#buffers.has(buf);
+  }
+  ownsLane(lane: Lane): boolean {
+    return this.#lanes[lane.index] === lane;
+  }
+
+  alloc(bytes: number): DeviceBuffer {
+    this.#checkBytes(bytes);
+    const buf = new CudaBuffer(this.#device.alloc(bytes), bytes, -1, 0n);
+    this.#buffers.add(buf);
+    return buf;
+  }
+
+  allocSymmetric(bytes: number): Promise<DeviceBuffer> {
+    this.#checkBytes(bytes);
+    return this.#allocSymmetric(bytes, this.#symmetricCount++);
+  }
+
+  async #allocSymmetric(bytes: number, id: number): Promise<CudaBuffer> {
+    const ptr = this.#device.alloc(bytes);
+    const peers = (
+      await allGather(this.#store, `a2av/cuda/sym/${id}`, this.rank, this.worldSize, encodeJson({ ptr: ptr.toString(), bytes }), this.timeoutMs)
+    ).map((b) => decodeJson<{ ptr: string; bytes: number }>(b));
+    const odd = peers.findIndex((p) => p.bytes !== bytes);
+    if (odd >= 0) {
+      this.#device.free(ptr);
+      throw new UsageError(`allocSymmetric #${id}: rank ${this.rank} asked for ${bytes} bytes but rank ${odd} for ${peers[odd].bytes}`);
+    }
+    const table = this.#device.alloc(8 * this.worldSize);
+    this.#device.upload(table, BigUint64Array.from(peers, (p) => BigInt(p.ptr)));
+    const buf = new CudaBuffer(ptr, bytes, id, table);
+    this.#buffers.add(buf);
+    return buf;
+  }
+
+  free(buf: DeviceBuffer): void {
+    checkBuffer(this, 'buffer to free', buf);
+    const b = buf as CudaBuffer;
+    b.freed = true;
+    this.#buffers.delete(b);
+    this.#device.free(b.ptr);
+    if (b.peerTable !== 0n) this.#device.free(b.peerTable);
+  }
+
+  write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
+    this.#checkRange(buf, offsetBytes, data.byteLength, 'write');
+    this.#device.upload((buf as CudaBuffer).ptr + BigInt(offsetBytes), new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  }
+
+  read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
+    this.#checkRange(buf, offsetBytes, bytes, 'read');
+    const out = new Uint8Array(bytes);
+    if (bytes > 0) this.#device.download(out, (buf as CudaBuffer).ptr + BigInt(offsetBytes));
+    return out;
+  }
+
+  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
+    this.#checkRange(dst, 0, bytes, 'copy destination');
+    this.#checkRange(src, 0, bytes, 'copy source');
+    const s = (stream as CudaStream | undefined) ?? this.#lanes[0].stream;
+    this.#device.copyAsync((dst as CudaBuffer).ptr, (src as CudaBuffer).ptr, bytes, s);
+  }
+
+  lane(index: number): Lane {
+    const lane = this.#lanes[index];
+    if (!lane) throw new UsageError(`rank ${this.rank}: lane ${index} out of range (this communicator has ${this.laneCount})`);
+    return lane;
+  }
+
+  /** The plan a call with this much input gets by default, and the limit any override must meet. */
+  planContext(inputBytes: number): PlanContext {
+    return { residentBlocks: (t) => this.#residentBlocks(t), ranksOnDevice: this.ranksOnDevice, inputBytes };
+  }
+
+  allToAllV(args: AllToAllVArgs): Handle {
+    if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
+    const lane = this.#lanes[checkAllToAllV(this, args)];
+    const ctx = this.planContext(args.input.bytes);
+    const plan: LaunchPlan = args.plan ? validatePlan(args.plan, ctx) : defaultPlan(ctx);
+    const input = args.input as CudaBuffer;
+    const output = args.output as CudaBuffer;
+    writeA2avParams(this.#launcher.view, {
+      input: input.ptr,
+      inputBytes: input.bytes,
+      outPeers: output.peerTable,
+      outputBytes: output.bytes,
+      inSplits: (args.inSplits as CudaBuffer).ptr,
+      outSplitsOffsets: (args.outSplitsOffsets as CudaBuffer).ptr,
+      padPeers: this.#pad.peerTable,
+      laneOffset: lane.offset,
+      rowBytes: args.rowBytes,
+      outId: output.symmetricId,
+      timeoutNs: BigInt(Math.round(this.timeoutMs * 1e6)),
+      rank: this.rank,
+      world: this.worldSize,
+    });
+    const caller = (args.stream as CudaStream | undefined) ?? this.#capture?.stream;
+    const slot = lane.calls % EVENT_RING;
+    if (caller && caller !== lane.stream) {
+      lane.forks[slot].record(caller);
+      lane.stream.waitEvent(lane.forks[slot]);
+    }
+    this.#launcher.launch(plan.blocks, plan.threads, lane.stream, 24 * this.worldSize);
+    const event = lane.done[slot];
+    event.record(lane.stream);
+    lane.calls++;
+    this.#capture?.lanes.add(lane);
+    return new CudaHandle(this, lane, lane.calls, event);
+  }
+
+  capture(stream: Stream, fn: () => void): Replay {
+    const s = stream as CudaStream;
+    if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
+    this.#capture = { stream: s, lanes: new Set() };
+    let graph: CudaGraph;
+    try {
+      graph = this.#device.capture(s, () => {
+        fn();
+        for (const lane of this.#capture!.lanes) s.waitEvent(lane.lastEvent());
+      });
+    } finally {
+      this.#capture = undefined;
+    }
+    return {
+      launch: (on?: Stream) => {
+        if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
+        graph.launch((on as CudaStream | undefined) ?? s);
+      },
+      close: () => graph.destroy(),
+    };
+  }
+
+  timeLoop(stream: Stream, iters: number, fn: () => void): number {
+    const s = stream as CudaStream;
+    this.#timing ??= [this.#device.createEvent(true), this.#device.createEvent(true)];
+    const [start, end] = this.#timing;
+    start.record(s);
+    for (let i = 0; i < iters; i++) fn();
+    end.record(s);
+    this.hostWait(end, 'timed loop', iters);
+    for (const lane of this.#lanes) this.raiseStatus(lane);
+    return end.elapsedSince(start);
+  }
+
+  /** Waits on the host for `event`, bounded: a GPU that never finishes becomes a TimeoutError. */
+  hostWait(event: CudaEvent, what: string, calls = 1): void {
+    const limitMs = this.timeoutMs * 1.5 * Math.max(1, calls / 16) + 5000;
+    if (!waitForEvent(event, limitMs)) {
+      this.#aborted = new TimeoutError(this.rank, -1, limitMs, `${what} did not finish on the device`);
+      throw this.#aborted;
+    }
+  }
+
+  /** Reads and clears the lane's status record; throws the error it holds. */
+  raiseStatus(lane: CudaLane): void {
+    const st = this.#statusHost;
+    const at = this.#pad.ptr + BigInt(lane.offset);
+    this.#device.download(st, at);
+    if (st[0] === 0n) return;
+    const err = statusError(st, this.timeoutMs, `allToAllV on lane ${lane.index}`)!;
+    if (Number(st[0]) === StatusCode.timeout) this.#aborted = err;
+    st.fill(0n);
+    this.#device.upload(at, st);
+    throw err;
+  }
+
+  barrier(): Promise<void> {
+    return storeBarrier(this.#store, { name: `a2av/cuda/comm/${this.#barriers++}`, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
+  }
+
+  freeMemory(): number {
+    return this.#device.memInfo().free;
+  }
+
+  async close(): Promise<void> {
+    // Peers may still be writing into our output or pad: meet them first unless the job is broken.
+    if (!this.#aborted) await this.barrier();
+    this.#device.synchronize();
+    for (const b of [...this.#buffers]) this.free(b);
+    for (const lane of this.#lanes) {
+      for (const e of [...lane.done, ...lane.forks]) e.destroy();
+      this.#device.destroyStream(lane.stream);
+    }
+    for (const e of this.#timing ?? []) e.destroy();
+    this.#module.unload();
+    this.#device.release();
+  }
+
+  #residentBlocks(threads: number): number {
+    let n = this.#residentCache.get(threads);
+    if (n === undefined) {
+      n = this.#launcher.fn.maxActiveBlocksPerSm(threads, 24 * this.worldSize) * this.#device.smCount;
+      this.#residentCache.set(threads, n);
+    }
+    return n;
+  }
+
+  #checkBytes(bytes: number): void {
+    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${this.rank}: buffer size must be a non-negative integer, got ${bytes}`);
+  }
+
+  #checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
+    checkBuffer(this, `${what} buffer`, buf);
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(bytes) || offset < 0 || bytes < 0 || offset + bytes > buf.bytes)
+      throw new UsageError(`rank ${this.rank}: ${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
+  }
+}

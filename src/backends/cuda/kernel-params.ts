@@ -1,0 +1,34 @@
+// Writes struct A2avParams (kernels/a2av.cu) into a launcher's parameter block.
+export const A2AV_PARAMS_BYTES = 96;
+
+export interface A2avParams {
+  input: bigint;
+  inputBytes: number;
+  outPeers: bigint;
+  outputBytes: number;
+  inSplits: bigint;
+  outSplitsOffsets: bigint;
+  padPeers: bigint;
+  laneOffset: number;
+  rowBytes: number;
+  outId: number;
+  timeoutNs: bigint;
+  rank: number;
+  world: number;
+}
+
+export function writeA2avParams(v: DataView, p: A2avParams): void {
+  v.setBigUint64(0, p.input, true);
+  v.setBigUint64(8, BigInt(p.inputBytes), true);
+  v.setBigUint64(16, p.outPeers, true);
+  v.setBigUint64(24, BigInt(p.outputBytes), true);
+  v.setBigUint64(32, p.inSplits, true);
+  v.setBigUint64(40, p.outSplitsOffsets, true);
+  v.setBigUint64(48, p.padPeers, true);
+  v.setBigUint64(56, BigInt(p.laneOffset), true);
+  v.setBigInt64(64, BigInt(p.rowBytes), true);
+  v.setBigInt64(72, BigInt(p.outId), true);
+  v.setBigInt64(80, p.timeoutNs, true);
+  v.setInt32(88, p.rank, true);
+  v.setInt32(92, p.world, true);
+}

@@ -1,0 +1,176 @@
+// One GPU as seen from one thread: its primary context, streams, events, memory and graphs.
+import {
+  attr,
+  check,
+  cu,
+  CU_EVENT_DISABLE_TIMING,
+  CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+  CU_STREAM_NON_BLOCKING,
+  CUDA_ERROR_NOT_READY,
+  CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,
+  outI32,
+  outU64,
+} from './driver.js';
+
+export class CudaStream {
+  readonly kind = 'stream' as const;
+  constructor(readonly handle: bigint) {}
+  synchronize(): void {
+    check('cuStreamSynchronize', cu().cuStreamSynchronize(this.handle));
+  }
+  waitEvent(event: CudaEvent): void {
+    check('cuStreamWaitEvent', cu().cuStreamWaitEvent(this.handle, event.handle, 0));
+  }
+}
+
+export class CudaEvent {
+  constructor(readonly handle: bigint) {}
+  record(stream: CudaStream): void {
+    check('cuEventRecord', cu().cuEventRecord(this.handle, stream.handle));
+  }
+  /** true when the work before the record has finished. */
+  query(): boolean {
+    const s = cu().cuEventQuery(this.handle);
+    if (s === CUDA_ERROR_NOT_READY) return false;
+    check('cuEventQuery', s);
+    return true;
+  }
+  synchronize(): void {
+    check('cuEventSynchronize', cu().cuEventSynchronize(this.handle));
+  }
+  /** Milliseconds between two recorded timing events. */
+  elapsedSince(start: CudaEvent): number {
+    const ms = new Float32Array(1);
+    check('cuEventElapsedTime', cu().cuEventElapsedTime(ms, start.handle, this.handle));
+    return ms[0];
+  }
+  destroy(): void {
+    check('cuEventDestroy', cu().cuEventDestroy(this.handle));
+  }
+}
+
+/** An instantiated CUDA graph. */
+export class CudaGraph {
+  #exec: bigint;
+  #graph: bigint;
+  constructor(graph: bigint, exec: bigint) {
+    this.#graph = graph;
+    this.#exec = exec;
+  }
+  launch(stream: CudaStream): void {
+    check('cuGraphLaunch', cu().cuGraphLaunch(this.#exec, stream.handle));
+  }
+  destroy(): void {
+    if (this.#exec === 0n) return;
+    check('cuGraphExecDestroy', cu().cuGraphExecDestroy(this.#exec));
+    check('cuGraphDestroy', cu().cuGraphDestroy(this.#graph));
+    this.#exec = 0n;
+  }
+}
+
+export class CudaDevice {
+  readonly ordinal: number;
+  readonly context: bigint;
+  readonly name: string;
+  readonly smCount: number;
+  /** e.g. 90 for sm_90. */
+  readonly arch: number;
+  #released = false;
+
+  constructor(ordinal: number) {
+    const d = cu();
+    this.ordinal = ordinal;
+    const dev = outI32('cuDeviceGet', (o) => d.cuDeviceGet(o, ordinal));
+    this.context = outU64('cuDevicePrimaryCtxRetain', (o) => d.cuDevicePrimaryCtxRetain(o, dev));
+    this.makeCurrent();
+    const nameBuf = Buffer.alloc(256);
+    check('cuDeviceGetName', d.cuDeviceGetName(nameBuf, 256, dev));
+    this.name = nameBuf.toString('utf8', 0, nameBuf.indexOf(0));
+    const get = (a: number) => outI32('cuDeviceGetAttribute', (o) => d.cuDeviceGetAttribute(o, a, dev));
+    this.smCount = get(attr.multiprocessorCount);
+    this.arch = get(attr.computeCapabilityMajor) * 10 + get(attr.computeCapabilityMinor);
+    if (get(attr.unifiedAddressing) !== 1) throw new Error(`device ${ordinal} lacks unified addressing`);
+  }
+
+  static count(): number {
+    return outI32('cuDeviceGetCount', (o) => cu().cuDeviceGetCount(o));
+  }
+
+  makeCurrent(): void {
+    check('cuCtxSetCurrent', cu().cuCtxSetCurrent(this.context));
+  }
+
+  /** Lets kernels on this device address memory of `peer` (no-op for the same device). */
+  enablePeerAccess(peer: CudaDevice): void {
+    if (peer.ordinal === this.ordinal) return;
+    const can = outI32('cuDeviceCanAccessPeer', (o) => cu().cuDeviceCanAccessPeer(o, this.ordinal, peer.ordinal));
+    if (!can) throw new Error(`GPU ${this.ordinal} cannot access GPU ${peer.ordinal} (no P2P path)`);
+    const s = cu().cuCtxEnablePeerAccess(peer.context, 0);
+    if (s !== CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) check('cuCtxEnablePeerAccess', s);
+  }
+
+  createStream(): CudaStream {
+    return new CudaStream(outU64('cuStreamCreate', (o) => cu().cuStreamCreate(o, CU_STREAM_NON_BLOCKING)));
+  }
+  destroyStream(s: CudaStream): void {
+    check('cuStreamDestroy', cu().cuStreamDestroy(s.handle));
+  }
+
+  createEvent(timing = false): CudaEvent {
+    const flags = timing ? 0 : CU_EVENT_DISABLE_TIMING;
+    return new CudaEvent(outU64('cuEventCreate', (o) => cu().cuEventCreate(o, flags)));
+  }
+
+  alloc(bytes: number): bigint {
+    return outU64('cuMemAlloc', (o) => cu().cuMemAlloc(o, BigInt(Math.max(bytes, 1))));
+  }
+  free(ptr: bigint): void {
+    check('cuMemFree', cu().cuMemFree(ptr));
+  }
+  memInfo(): { free: number; total: number } {
+    const f = new BigUint64Array(1);
+    const t = new BigUint64Array(1);
+    check('cuMemGetInfo', cu().cuMemGetInfo(f, t));
+    return { free: Number(f[0]), total: Number(t[0]) };
+  }
+  upload(dst: bigint, src: ArrayBufferView): void {
+    check('cuMemcpyHtoD', cu().cuMemcpyHtoD(dst, src, BigInt(src.byteLength)));
+  }
+  download(dst: ArrayBufferView, src: bigint): void {
+    check('cuMemcpyDtoH', cu().cuMemcpyDtoH(dst, src, BigInt(dst.byteLength)));
+  }
+  copyAsync(dst: bigint, src: bigint, bytes: number, stream: CudaStream): void {
+    check('cuMemcpyDtoDAsync', cu().cuMemcpyDtoDAsync(dst, src, BigInt(bytes), stream.handle));
+  }
+  memsetAsync(dst: bigint, value: number, bytes: number, stream: CudaStream): void {
+    check('cuMemsetD8Async', cu().cuMemsetD8Async(dst, value, BigInt(bytes), stream.handle));
+  }
+  synchronize(): void {
+    check('cuCtxSynchronize', cu().cuCtxSynchronize());
+  }
+
+  /** Captures the work `fn` queues on `stream` (and streams it forks through events) into a graph. */
+  capture(stream: CudaStream, fn: () => void): CudaGraph {
+    check('cuStreamBeginCapture', cu().cuStreamBeginCapture(stream.handle, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    let failure: unknown;
+    try {
+      fn();
+    } catch (err) {
+      failure = err;
+    }
+    // Capture must always be ended, or the stream stays unusable.
+    const graph = outU64('cuStreamEndCapture', (o) => cu().cuStreamEndCapture(stream.handle, o));
+    if (failure !== undefined) {
+      if (graph !== 0n) cu().cuGraphDestroy(graph);
+      throw failure;
+    }
+    const exec = outU64('cuGraphInstantiate', (o) => cu().cuGraphInstantiate(o, graph, 0n));
+    return new CudaGraph(graph, exec);
+  }
+
+  release(): void {
+    if (this.#released) return;
+    this.#released = true;
+    check('cuDevicePrimaryCtxRelease', cu().cuDevicePrimaryCtxRelease(this.ordinal));
+  }
+}
