@@ -91,3 +91,22 @@ export class CommAbortedError extends A2avError {
     super('A2AV_ABORTED', `rank ${rank}: communicator is aborted after an earlier failure`, options);
   }
 }
+
+/** Why a rendezvous-store call failed; lets callers tell a slow peer from a dead server. */
+export type StoreFailure = 'timeout' | 'disconnected' | 'unreachable' | 'rejected' | 'listen';
+
+/**
+ * A rendezvous-store call failed: `op` is the call ('connect', 'set', 'get', 'add', 'barrier',
+ * 'serve'), `key` the key involved if any. Never carries the store's token.
+ */
+export class StoreError extends A2avError {
+  constructor(
+    readonly op: string,
+    readonly key: string | undefined,
+    readonly reason: StoreFailure,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super('A2AV_STORE', message, options);
+  }
+}

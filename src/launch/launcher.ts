@@ -1,0 +1,186 @@
+// The launcher: one process per GPU, torchrun-style. Serves the job's rendezvous store (on node
+// rank 0), starts the ranks of this node with the torchrun variables, and tears the job down as a
+// unit: if one rank fails, or the launcher is signalled, no rank is left running.
+import { randomBytes } from 'node:crypto';
+import { constants } from 'node:os';
+import type { Writable } from 'node:stream';
+import { UsageError } from '../errors.js';
+import { STORE_TOKEN_ENV } from '../world/env.js';
+import { TcpStoreServer } from '../world/tcp-store.js';
+import { RankProcess, type RankExit } from './rank-process.js';
+
+/** Options of `launch`, named after torchrun's flags (--nproc-per-node, --nnodes, --node-rank, ...). */
+export interface LaunchOptions {
+  /** Ranks on this node (one per GPU). */
+  nprocs: number;
+  /** Nodes in the job (default 1). */
+  nnodes?: number;
+  /** This node's index, 0..nnodes-1 (default 0). Node 0 serves the store. */
+  nodeRank?: number;
+  /** Host of the store, as ranks reach it (default 127.0.0.1). Node 0 binds exactly this address. */
+  masterAddr?: string;
+  /** Port of the store (default 0: pick a free one; single node only, since other nodes must know it). */
+  masterPort?: number;
+  /** Program and arguments every rank runs. */
+  command: readonly string[];
+  /**
+   * Variables added to (or, when undefined, removed from) this process's environment for the
+   * ranks. With nnodes > 1, A2AV_STORE_TOKEN must come from here or this process's environment and
+   * be the same on every node; a single-node job generates its own.
+   */
+  env?: Record<string, string | undefined>;
+  /** How long ranks get to exit after SIGTERM before SIGKILL (default 5000 ms). */
+  graceMs?: number;
+  /** Where prefixed output and the launcher's own messages go (default process.stdout / stderr). */
+  stdout?: Writable;
+  stderr?: Writable;
+}
+
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+
+/**
+ * Runs the job's ranks of this node and resolves with the launcher's exit code: 0 when every rank
+ * exited 0; else the first failed rank's exit code (128 + signal number if it was killed), or
+ * 128 + signal number when the launcher itself was interrupted. Throws UsageError on bad options
+ * and StoreError when the store cannot listen.
+ */
+export async function launch(options: LaunchOptions): Promise<number> {
+  const plan = validate(options);
+  const token = plan.nnodes > 1 ? sharedToken(options) : randomBytes(32).toString('hex');
+  const server = plan.nodeRank === 0 ? await TcpStoreServer.listen({ token, host: plan.masterAddr, port: plan.masterPort }) : undefined;
+  try {
+    return await new Job(plan, token, server?.port ?? plan.masterPort).run();
+  } finally {
+    await server?.close();
+  }
+}
+
+type Plan = Required<Omit<LaunchOptions, 'env'>> & Pick<LaunchOptions, 'env'>;
+
+function validate(options: LaunchOptions): Plan {
+  const { nprocs, nnodes = 1, nodeRank = 0, masterAddr = '127.0.0.1', masterPort = 0, command, graceMs = 5000 } = options;
+  const count = (name: string, value: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    if (!Number.isInteger(value) || value < min || value > max) throw new UsageError(`launch: ${name} must be an integer in ${min}..${max}, got ${value}`);
+  };
+  count('nprocs', nprocs, 1);
+  count('nnodes', nnodes, 1);
+  count('nodeRank', nodeRank, 0, nnodes - 1);
+  count('masterPort', masterPort, 0, 65535);
+  count('graceMs', graceMs, 0);
+  if (nnodes > 1 && masterPort === 0) throw new UsageError('launch: a multi-node job needs an explicit masterPort, the same on every node');
+  if (typeof masterAddr !== 'string' || masterAddr === '') throw new UsageError('launch: masterAddr must be a host name or address');
+  if (!Array.isArray(command) || command.length === 0 || command.some((arg) => typeof arg !== 'string') || command[0] === '') {
+    throw new UsageError('launch: command must be a non-empty list of strings (program, then arguments)');
+  }
+  const stdout = options.stdout ?? process.stdout;
+  const stderr = options.stderr ?? process.stderr;
+  return { nprocs, nnodes, nodeRank, masterAddr, masterPort, command, graceMs, env: options.env, stdout, stderr };
+}
+
+function sharedToken(options: LaunchOptions): string {
+  const token = options.env?.[STORE_TOKEN_ENV] ?? process.env[STORE_TOKEN_ENV];
+  if (!token) {
+    throw new UsageError(`launch: a multi-node job needs ${STORE_TOKEN_ENV} set to the same secret on every node (e.g. from: openssl rand -hex 32)`);
+  }
+  return token;
+}
+
+/** One launch of this node's ranks: spawning, failure teardown and signal forwarding. */
+class Job {
+  #plan: Plan;
+  #token: string;
+  #port: number;
+  #ranks: RankProcess[] = [];
+  #firstFailure: RankExit | undefined;
+  #interrupt: NodeJS.Signals | undefined;
+  #killTimer: NodeJS.Timeout | undefined;
+
+  constructor(plan: Plan, token: string, port: number) {
+    this.#plan = plan;
+    this.#token = token;
+    this.#port = port;
+  }
+
+  async run(): Promise<number> {
+    const onSignal = (signal: NodeJS.Signals) => this.#onSignal(signal);
+    // Last resort if this process exits without waiting (process.exit, uncaught error elsewhere).
+    const onProcessExit = () => this.#ranks.forEach((r) => r.signal('SIGKILL'));
+    for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
+    process.on('exit', onProcessExit);
+    try {
+      const { nprocs, nodeRank } = this.#plan;
+      for (let local = 0; local < nprocs && !this.#stopping; local++) {
+        this.#ranks.push(new RankProcess({ rank: nodeRank * nprocs + local, command: this.#plan.command, env: this.#env(local), stdout: this.#plan.stdout, stderr: this.#plan.stderr, onExit: (exit) => this.#onRankExit(exit) }));
+      }
+      await Promise.all(this.#ranks.map((r) => r.done));
+    } finally {
+      clearTimeout(this.#killTimer);
+      for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
+      process.off('exit', onProcessExit);
+    }
+    return this.#report();
+  }
+
+  get #stopping(): boolean {
+    return this.#firstFailure !== undefined || this.#interrupt !== undefined;
+  }
+
+  #env(localRank: number): Record<string, string | undefined> {
+    const { nprocs, nnodes, nodeRank, masterAddr } = this.#plan;
+    return {
+      ...process.env,
+      ...this.#plan.env,
+      RANK: String(nodeRank * nprocs + localRank),
+      WORLD_SIZE: String(nprocs * nnodes),
+      LOCAL_RANK: String(localRank),
+      LOCAL_WORLD_SIZE: String(nprocs),
+      GROUP_RANK: String(nodeRank),
+      GROUP_WORLD_SIZE: String(nnodes),
+      MASTER_ADDR: masterAddr,
+      MASTER_PORT: String(this.#port),
+      [STORE_TOKEN_ENV]: this.#token,
+    };
+  }
+
+  #onRankExit(exit: RankExit): void {
+    const failed = exit.spawnError !== undefined || exit.code !== 0;
+    if (!failed || this.#stopping) return;
+    this.#firstFailure = exit;
+    this.#stopAll('SIGTERM');
+  }
+
+  #onSignal(signal: NodeJS.Signals): void {
+    // A second signal means "now": do not wait out the grace period.
+    if (this.#interrupt !== undefined) return this.#ranks.forEach((r) => r.signal('SIGKILL'));
+    this.#interrupt = signal;
+    this.#stopAll(signal);
+  }
+
+  /** Sends `signal` to every running rank, then SIGKILL to any still running after the grace period. */
+  #stopAll(signal: NodeJS.Signals): void {
+    for (const rank of this.#ranks) rank.signal(signal);
+    this.#killTimer ??= setTimeout(() => this.#ranks.forEach((r) => r.signal('SIGKILL')), this.#plan.graceMs);
+  }
+
+  /** Prints at most one line, after the ranks' own output, and returns the exit code. */
+  #report(): number {
+    const say = (line: string) => this.#plan.stderr.write(`a2av launch: ${line}\n`);
+    if (this.#interrupt !== undefined) {
+      say(`received ${this.#interrupt}; stopped all ranks`);
+      return 128 + (constants.signals[this.#interrupt] ?? 0);
+    }
+    const failure = this.#firstFailure;
+    if (failure === undefined) return 0;
+    const others = this.#ranks.length > 1 ? '; stopped the other ranks' : '';
+    if (failure.spawnError !== undefined) {
+      say(`rank ${failure.rank} failed first: could not start ${JSON.stringify(this.#plan.command[0])}: ${failure.spawnError.message}${others}`);
+      return 127;
+    }
+    if (failure.signal !== null) {
+      say(`rank ${failure.rank} (pid ${failure.pid}) failed first: killed by ${failure.signal}${others}`);
+      return 128 + (constants.signals[failure.signal] ?? 0);
+    }
+    say(`rank ${failure.rank} (pid ${failure.pid}) failed first: exit code ${failure.code}${others}`);
+    return failure.code ?? 1;
+  }
+}

@@ -1,0 +1,82 @@
+// One rank's child process: spawned in its own process group, output prefixed, exit recorded.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { finished } from 'node:stream/promises';
+import type { Writable } from 'node:stream';
+import { LinePrefixer } from './line-prefixer.js';
+
+/** How a rank ended: an exit code, a signal, or a failure to start at all. */
+export interface RankExit {
+  readonly rank: number;
+  readonly pid: number | undefined;
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly spawnError: Error | undefined;
+}
+
+export interface RankProcessOptions {
+  rank: number;
+  command: readonly string[];
+  env: Record<string, string | undefined>;
+  stdout: Writable;
+  stderr: Writable;
+  /** Called as soon as the process has ended (before its output is drained), to start teardown early. */
+  onExit(exit: RankExit): void;
+}
+
+export class RankProcess {
+  readonly rank: number;
+  /** Resolves once the process has ended and all of its output has been written out. */
+  readonly done: Promise<RankExit>;
+  #child: ChildProcess;
+  #exit: RankExit | undefined;
+
+  constructor(options: RankProcessOptions) {
+    const { rank, command, env, onExit } = options;
+    this.rank = rank;
+    // Own process group (detached): a signal reaches the rank's whole tree (a shell wrapper and
+    // what it runs), and a terminal's Ctrl-C reaches the ranks once, through the launcher.
+    const child = spawn(command[0]!, command.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    this.#child = child;
+    const outputs = [
+      child.stdout!.pipe(new LinePrefixer(`[rank ${rank}] `)),
+      child.stderr!.pipe(new LinePrefixer(`[rank ${rank}] `)),
+    ];
+    outputs[0]!.pipe(options.stdout, { end: false });
+    outputs[1]!.pipe(options.stderr, { end: false });
+    const record = (exit: Omit<RankExit, 'rank' | 'pid'>) => {
+      if (this.#exit) return;
+      this.#exit = { rank, pid: child.pid, ...exit };
+      // Whatever the rank left behind in its group must not outlive it (or the launcher).
+      if (child.pid !== undefined) this.#killGroup('SIGKILL');
+      onExit(this.#exit);
+    };
+    child.on('exit', (code, signal) => record({ code, signal, spawnError: undefined }));
+    // Only a failure to start ends the rank; later 'error's (a failed kill) do not.
+    child.on('error', (error) => {
+      if (child.pid === undefined) record({ code: null, signal: null, spawnError: error });
+    });
+    const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
+    this.done = Promise.all([closed, ...outputs.map((s) => finished(s).catch(() => {}))]).then(() => this.#exit!);
+  }
+
+  get pid(): number | undefined {
+    return this.#child.pid;
+  }
+
+  get running(): boolean {
+    return this.#exit === undefined && this.#child.pid !== undefined;
+  }
+
+  /** Sends `signal` to the rank's process group while the rank runs. */
+  signal(signal: NodeJS.Signals): void {
+    if (this.running) this.#killGroup(signal);
+  }
+
+  #killGroup(signal: NodeJS.Signals): void {
+    try {
+      process.kill(-this.#child.pid!, signal);
+    } catch {
+      // ESRCH: the group is already gone.
+    }
+  }
+}

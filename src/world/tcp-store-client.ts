@@ -1,0 +1,268 @@
+// TCP rendezvous store client: what each rank process uses to reach the launcher's store.
+import { connect as netConnect, type Socket } from 'node:net';
+import { StoreError, UsageError } from '../errors.js';
+import { storeBarrier } from './barrier.js';
+import { rankEnv, STORE_TOKEN_ENV, storeToken } from './env.js';
+import type { Store } from './store.js';
+import {
+  decodeReply,
+  encodeAuth,
+  encodeRequest,
+  FrameReader,
+  MAX_FRAME,
+  MAX_KEY_BYTES,
+  MAX_VALUE_BYTES,
+  Op,
+  type Reply,
+  type Request,
+} from './tcp-protocol.js';
+
+export interface TcpStoreClientOptions {
+  host: string;
+  port: number;
+  /** The job's secret (env A2AV_STORE_TOKEN). */
+  token: string;
+  /** Default bound on every call, and on `get` when it is given none (default 60000 ms). */
+  timeoutMs?: number;
+  /**
+   * How long to keep retrying a refused connection (default: timeoutMs). Ranks on other nodes may
+   * start before the launcher on node 0 is listening.
+   */
+  connectTimeoutMs?: number;
+}
+
+interface Pending {
+  resolve(reply: Reply): void;
+  reject(error: StoreError): void;
+}
+
+/** Errors worth retrying while the server may still be starting. */
+const RETRYABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+const MAX_TIMER_MS = 2 ** 31 - 1;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class TcpStoreClient implements Store {
+  readonly address: string;
+  #socket: Socket;
+  #timeoutMs: number;
+  #pending = new Map<number, Pending>();
+  #nextId = 1;
+  /** Set once the connection is gone; every later call fails with it. */
+  #broken: StoreError | undefined;
+
+  private constructor(socket: Socket, address: string, timeoutMs: number, reader: FrameReader) {
+    this.#socket = socket;
+    this.address = address;
+    this.#timeoutMs = timeoutMs;
+    socket.on('data', (chunk: Buffer) => {
+      try {
+        reader.push(chunk);
+        for (let body = reader.next(); body !== undefined; body = reader.next()) {
+          const reply = decodeReply(body);
+          const pending = this.#pending.get(reply.id);
+          // Unknown ids are replies to calls that already timed out here.
+          if (pending) {
+            this.#pending.delete(reply.id);
+            pending.resolve(reply);
+          }
+        }
+      } catch (cause) {
+        this.#fail(new StoreError('connect', undefined, 'disconnected', `store at ${address} sent a malformed reply`, { cause }));
+        socket.destroy();
+      }
+    });
+    socket.resume();
+    socket.on('close', () => this.#fail(new StoreError('connect', undefined, 'disconnected', `connection to the store at ${address} closed`)));
+  }
+
+  /**
+   * Connects and authenticates. Retries refused connections until connectTimeoutMs; a server that
+   * drops the connection during authentication (wrong token) fails at once with reason 'rejected'.
+   */
+  static async connect(options: TcpStoreClientOptions): Promise<TcpStoreClient> {
+    const { host, port, token, timeoutMs = 60_000 } = options;
+    const connectTimeoutMs = options.connectTimeoutMs ?? timeoutMs;
+    if (typeof token !== 'string' || token.length === 0) throw new UsageError('store client needs a non-empty token');
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new UsageError(`store port must be 1..65535, got ${port}`);
+    const address = `${host}:${port}`;
+    const deadline = Date.now() + connectTimeoutMs;
+    for (let backoff = 20; ; backoff = Math.min(backoff * 2, 500)) {
+      let socket: Socket;
+      try {
+        socket = await openSocket(host, port, Math.max(1, deadline - Date.now()));
+      } catch (cause) {
+        const code = (cause as NodeJS.ErrnoException).code ?? '';
+        const left = deadline - Date.now();
+        if (RETRYABLE.has(code) && left > 0) {
+          await sleep(Math.min(backoff, left));
+          continue;
+        }
+        throw new StoreError('connect', undefined, 'unreachable', `cannot reach the store at ${address} after ${connectTimeoutMs} ms: ${(cause as Error).message}`, { cause });
+      }
+      const reader = new FrameReader(MAX_FRAME);
+      await authenticate(socket, token, reader, address, Math.max(1, deadline - Date.now()));
+      return new TcpStoreClient(socket, address, timeoutMs, reader);
+    }
+  }
+
+  /**
+   * Connects a rank started by a launcher: host and port from MASTER_ADDR / MASTER_PORT (see
+   * rankEnv), the secret from A2AV_STORE_TOKEN. Throws UsageError when any of them is missing.
+   */
+  static async connectFromEnv(options: { env?: Readonly<Record<string, string | undefined>>; timeoutMs?: number; connectTimeoutMs?: number } = {}): Promise<TcpStoreClient> {
+    const { env = process.env, ...timeouts } = options;
+    const place = rankEnv(env);
+    const token = storeToken(env);
+    if (place?.masterAddr === undefined || place.masterPort === undefined || token === undefined) {
+      throw new UsageError(`no store to connect to: set MASTER_ADDR, MASTER_PORT and ${STORE_TOKEN_ENV} (a2av launch does)`);
+    }
+    return TcpStoreClient.connect({ host: place.masterAddr, port: place.masterPort, token, ...timeouts });
+  }
+
+  async set(key: string, value: Uint8Array): Promise<void> {
+    checkKey(key);
+    if (value.byteLength > MAX_VALUE_BYTES) throw new UsageError(`store value for "${key}" is ${value.byteLength} bytes (limit ${MAX_VALUE_BYTES})`);
+    const bytes = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+    await this.#call('set', key, this.#timeoutMs, (id) => ({ op: Op.SET, id, key, value: bytes }));
+  }
+
+  async get(key: string, timeoutMs = this.#timeoutMs): Promise<Uint8Array> {
+    checkKey(key);
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new UsageError(`store timeout must be a non-negative integer, got ${timeoutMs}`);
+    const reply = await this.#call('get', key, timeoutMs, (id) => ({ op: Op.GET, id, key, timeoutMs: Math.min(timeoutMs, 0xffffffff) }));
+    // Copy out of the receive buffer so the caller owns plain, right-sized memory.
+    if (reply.op === Op.VALUE) return new Uint8Array(reply.value);
+    throw timeout('get', key, timeoutMs);
+  }
+
+  async add(key: string, delta: number): Promise<number> {
+    checkKey(key);
+    if (!Number.isSafeInteger(delta)) throw new UsageError(`store add delta must be a safe integer, got ${delta}`);
+    const reply = await this.#call('add', key, this.#timeoutMs, (id) => ({ op: Op.ADD, id, key, delta: BigInt(delta) }));
+    if (reply.op !== Op.COUNTER) throw new StoreError('add', key, 'rejected', `store add "${key}": unexpected reply`);
+    const value = Number(reply.value);
+    if (!Number.isSafeInteger(value)) throw new StoreError('add', key, 'rejected', `store counter "${key}" = ${reply.value} is past Number.MAX_SAFE_INTEGER`);
+    return value;
+  }
+
+  /** Waits until `worldSize` callers reached barrier `name` (reusable; see storeBarrier). */
+  barrier(name: string, worldSize: number, timeoutMs = this.#timeoutMs): Promise<void> {
+    return storeBarrier(this, { name, worldSize, timeoutMs });
+  }
+
+  /** Closes the connection; calls still in flight fail with reason 'disconnected'. */
+  async close(): Promise<void> {
+    this.#fail(new StoreError('connect', undefined, 'disconnected', `store client for ${this.address} was closed`));
+    if (this.#socket.destroyed) return;
+    await new Promise<void>((resolve) => {
+      this.#socket.once('close', () => resolve());
+      this.#socket.end();
+      // A server that never acknowledges the FIN must not hold up close().
+      setTimeout(() => this.#socket.destroy(), 1000).unref();
+    });
+  }
+
+  #call(op: string, key: string, timeoutMs: number, build: (id: number) => Request): Promise<Reply> {
+    if (this.#broken) {
+      return Promise.reject(new StoreError(op, key, this.#broken.reason, `store ${op} "${key}": ${this.#broken.message}`, { cause: this.#broken }));
+    }
+    const id = this.#nextId;
+    this.#nextId = this.#nextId >= 0xffffffff ? 1 : this.#nextId + 1;
+    return new Promise<Reply>((resolve, reject) => {
+      // The server bounds a get too; this timer also covers a server that stopped answering.
+      const timer = setTimeout(() => {
+        this.#pending.delete(id);
+        reject(timeout(op, key, timeoutMs));
+      }, Math.min(timeoutMs, MAX_TIMER_MS));
+      this.#pending.set(id, {
+        resolve: (reply) => {
+          clearTimeout(timer);
+          if (reply.op === Op.ERROR) reject(new StoreError(op, key, 'rejected', `store ${op} "${key}" failed: ${reply.message}`));
+          else resolve(reply);
+        },
+        reject: (error) => {
+          clearTimeout(timer);
+          reject(new StoreError(op, key, error.reason, `store ${op} "${key}": ${error.message}`, { cause: error }));
+        },
+      });
+      // Calls issued in one tick (a rank's Promise.all) leave in one write.
+      if (!this.#socket.writableCorked) {
+        this.#socket.cork();
+        process.nextTick(() => this.#socket.uncork());
+      }
+      this.#socket.write(encodeRequest(build(id)));
+    });
+  }
+
+  #fail(error: StoreError): void {
+    this.#broken ??= error;
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const call of pending) call.reject(this.#broken);
+  }
+}
+
+function timeout(op: string, key: string, timeoutMs: number): StoreError {
+  const what = op === 'get' ? `key "${key}" was not set` : `no reply for "${key}"`;
+  return new StoreError(op, key, 'timeout', `store ${op}: ${what} within ${timeoutMs} ms`);
+}
+
+function checkKey(key: string): void {
+  const bytes = typeof key === 'string' ? Buffer.byteLength(key, 'utf8') : 0;
+  if (bytes === 0 || bytes > MAX_KEY_BYTES) throw new UsageError(`store key must be 1..${MAX_KEY_BYTES} UTF-8 bytes, got ${bytes}`);
+}
+
+function openSocket(host: string, port: number, timeoutMs: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = netConnect({ host, port, noDelay: true });
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(Object.assign(new Error(`connect timed out after ${timeoutMs} ms`), { code: 'ETIMEDOUT' }));
+    }, timeoutMs);
+    socket.once('error', (error) => {
+      clearTimeout(timer);
+      reject(error);
+    });
+    socket.once('connect', () => {
+      clearTimeout(timer);
+      socket.removeAllListeners('error');
+      // Later socket errors surface as 'close', which fails the pending calls.
+      socket.on('error', () => {});
+      resolve(socket);
+    });
+  });
+}
+
+/** Sends the token and waits for AUTH_OK; the server answers a wrong token by closing. */
+function authenticate(socket: Socket, token: string, reader: FrameReader, address: string, timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const done = (error?: StoreError) => {
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.off('close', onClose);
+      // Hold further bytes until the client attaches its own reader (its constructor resumes).
+      socket.pause();
+      if (error) {
+        socket.destroy();
+        reject(error);
+      } else resolve();
+    };
+    const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms`)), timeoutMs);
+    const onClose = () =>
+      done(new StoreError('connect', undefined, 'rejected', `store at ${address} refused this client (does A2AV_STORE_TOKEN hold this job's token?)`));
+    const onData = (chunk: Buffer) => {
+      try {
+        reader.push(chunk);
+        const body = reader.next();
+        if (body === undefined) return;
+        if (body.length !== 1 || body[0] !== Op.AUTH_OK) throw new Error('unexpected first frame');
+        done();
+      } catch (cause) {
+        done(new StoreError('connect', undefined, 'rejected', `store at ${address} answered authentication with a malformed frame`, { cause }));
+      }
+    };
+    socket.on('data', onData);
+    socket.on('close', onClose);
+    socket.write(encodeAuth(token));
+  });
+}
