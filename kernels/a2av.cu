@@ -3,8 +3,8 @@
 //      raises arrive[me] = seq there;
 //   2. every block waits for all arrivals, then validates the whole split matrix (every rank reaches
 //      the same verdict, so either all move data or none does);
-//   3. data: this rank's send bytes are contiguous in its input, so blocks take equal slices of
-//      them whatever the skew between peers, and push each slice into the owning peer's output;
+//   3. data: this rank's send bytes are contiguous in its input, so blocks share them tile by tile
+//      whatever the skew between peers, and push each tile into the owning peer's output;
 //   4. the last block to finish raises done[me] = seq on every peer and waits for all peers' done.
 // Every wait is bounded by params.timeoutNs and ends in a status record naming the missing rank.
 #include "config.cuh"
@@ -31,10 +31,14 @@ struct A2avParams {
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
 
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
-  extern __shared__ i64 smem[];  // sendLen[W], srcOff[W], dstOff[W] (bytes)
-  i64* sendLen = smem;
-  i64* srcOff = smem + p.world;
-  i64* dstOff = smem + 2 * p.world;
+  // Dynamic shared memory: every rank's payload (one load each, in parallel, instead of chains of
+  // dependent loads from the pad), then this rank's send plan in bytes.
+  extern __shared__ i64 smem[];
+  const int PW = A2AV_PAYLOAD_HEADER + p.world;
+  i64* pay = smem;  // [W][PW]
+  i64* sendLen = smem + p.world * PW;
+  i64* srcOff = sendLen + p.world;
+  i64* dstOff = srcOff + p.world;
   __shared__ i64 sSeq;
   __shared__ int sAbort, sLast, sMismatch, sNegative, sInOver, sOutOver;
 
@@ -52,18 +56,19 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   __syncthreads();
   const i64 seq = sSeq;
   const int parity = (int)(seq & 1);
-  const int PW = A2AV_PAYLOAD_HEADER + W;
 
-  // 1. publish
+  // 1. publish: one thread per peer writes the payload there, then releases the flag over it.
   if (blockIdx.x == 0) {
-    for (int i = tid; i < W * PW; i += nt) {
-      const int peer = i / PW, w = i % PW;
-      const i64 v = w == 0 ? inRows : w == 1 ? outRows : w == 2 ? p.rowBytes : w == 3 ? p.outId : p.inSplits[w - 4];
-      st_volatile(lane_payload(p.padPeers[peer] + p.laneOffset, W, parity, me) + w, v);
+    for (int peer = tid; peer < W; peer += nt) {
+      u8* peerLane = p.padPeers[peer] + p.laneOffset;
+      i64* dst = lane_payload(peerLane, W, parity, me);
+      dst[0] = inRows;
+      dst[1] = outRows;
+      dst[2] = p.rowBytes;
+      dst[3] = p.outId;
+      for (int r = 0; r < W; ++r) dst[4 + r] = p.inSplits[r];
+      st_release_sys(lane_arrive(peerLane) + me, seq);
     }
-    __threadfence_system();
-    __syncthreads();
-    for (int peer = tid; peer < W; peer += nt) st_release_sys(lane_arrive(p.padPeers[peer] + p.laneOffset) + me, seq);
   }
 
   // 2. wait for every rank's payload
@@ -78,18 +83,20 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   }
   __syncthreads();
   if (sAbort) return;  // the host marks this communicator aborted
+  for (int i = tid; i < W * PW; i += nt) pay[i] = ld_volatile(lane_payload(lane, W, parity, 0) + i);
+  __syncthreads();
 
   // Validation: each category keeps its first offender (lowest index), then priority decides.
-  const i64* pay0 = lane_payload(lane, W, parity, 0);
+  const i64* pay0 = pay;
   for (int q = tid; q < W; q += nt) {
-    const i64* pq = lane_payload(lane, W, parity, q);
-    if (ld_volatile(pq + 2) != ld_volatile(pay0 + 2) || ld_volatile(pq + 3) != ld_volatile(pay0 + 3))
+    const i64* pq = pay + q * PW;
+    if (pq[2] != pay0[2] || pq[3] != pay0[3])
       atomicMin(&sMismatch, q);
-    const i64 cap = ld_volatile(pq + 0);
+    const i64 cap = pq[0];
     i64 sum = 0;
     bool over = false;
     for (int r = 0; r < W; ++r) {
-      const i64 s = ld_volatile(pq + 4 + r);
+      const i64 s = pq[4 + r];
       if (s < 0) {
         atomicMin(&sNegative, q * W + r);
         break;
@@ -100,10 +107,10 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     if (over) atomicMin(&sInOver, q);
   }
   for (int r = tid; r < W; r += nt) {
-    const i64 cap = ld_volatile(lane_payload(lane, W, parity, r) + 1);
+    const i64 cap = pay[r * PW + 1];
     i64 sum = 0;
     for (int q = 0; q < W; ++q) {
-      const i64 s = ld_volatile(lane_payload(lane, W, parity, q) + 4 + r);
+      const i64 s = pay[q * PW + 4 + r];
       if (s < 0) break;  // reported as negative
       if (s > cap - sum) {
         atomicMin(&sOutOver, r);
@@ -116,19 +123,19 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   const bool bad = sMismatch != 0x7fffffff || sNegative != 0x7fffffff || sInOver != 0x7fffffff || sOutOver != 0x7fffffff;
   if (bad && blockIdx.x == 0 && tid == 0) {
     if (sMismatch != 0x7fffffff) {
-      const i64* pq = lane_payload(lane, W, parity, sMismatch);
-      const bool rows = ld_volatile(pq + 2) != ld_volatile(pay0 + 2);
-      record_status(h, A2AV_ERR_MISMATCH, sMismatch, 0, ld_volatile(pq + (rows ? 2 : 3)), ld_volatile(pay0 + (rows ? 2 : 3)), me);
+      const i64* pq = pay + sMismatch * PW;
+      const bool rows = pq[2] != pay0[2];
+      record_status(h, A2AV_ERR_MISMATCH, sMismatch, 0, pq[rows ? 2 : 3], pay0[rows ? 2 : 3], me);
     } else if (sNegative != 0x7fffffff) {
       const int q = sNegative / W, r = sNegative % W;
-      record_status(h, A2AV_ERR_NEGATIVE, q, r, ld_volatile(lane_payload(lane, W, parity, q) + 4 + r), 0, me);
+      record_status(h, A2AV_ERR_NEGATIVE, q, r, pay[q * PW + 4 + r], 0, me);
     } else if (sInOver != 0x7fffffff) {
-      const i64* pq = lane_payload(lane, W, parity, sInOver);
-      const i64 cap = ld_volatile(pq + 0);
+      const i64* pq = pay + sInOver * PW;
+      const i64 cap = pq[0];
       i64 sum = 0, total = 0;
       int peer = -1;
       for (int r = 0; r < W; ++r) {
-        const i64 s = ld_volatile(pq + 4 + r);
+        const i64 s = pq[4 + r];
         total = sat_add(total, s);
         if (peer < 0 && s > cap - sum) peer = r;
         else if (peer < 0) sum += s;
@@ -136,11 +143,11 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       record_status(h, A2AV_ERR_INPUT_OVERFLOW, sInOver, peer, total, cap, me);
     } else {
       const int r = sOutOver;
-      const i64 cap = ld_volatile(lane_payload(lane, W, parity, r) + 1);
+      const i64 cap = pay[r * PW + 1];
       i64 sum = 0, total = 0;
       int peer = -1;
       for (int q = 0; q < W; ++q) {
-        const i64 s = ld_volatile(lane_payload(lane, W, parity, q) + 4 + r);
+        const i64 s = pay[q * PW + 4 + r];
         total = sat_add(total, s);
         if (peer < 0 && s > cap - sum) peer = q;
         else if (peer < 0) sum += s;
@@ -151,46 +158,52 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
 
   // 3. data (skipped on any validation failure: nothing is written)
   if (!bad) {
-    const i64* mine = lane_payload(lane, W, parity, me) + 4;
+    const i64* mine = pay + me * PW + 4;
     for (int r = tid; r < W; r += nt) {
       i64 src = 0, dst = 0;
-      for (int q = 0; q < r; ++q) src += ld_volatile(mine + q);
-      for (int q = 0; q < me; ++q) dst += ld_volatile(lane_payload(lane, W, parity, q) + 4 + r);
-      sendLen[r] = ld_volatile(mine + r) * p.rowBytes;
+      for (int q = 0; q < r; ++q) src += mine[q];
+      for (int q = 0; q < me; ++q) dst += pay[q * PW + 4 + r];
+      sendLen[r] = mine[r] * p.rowBytes;
       srcOff[r] = src * p.rowBytes;
       dstOff[r] = dst * p.rowBytes;
     }
     if (blockIdx.x == 0) {
       for (int q = tid; q < W; q += nt) {
         i64 off = 0;
-        for (int k = 0; k < q; ++k) off += ld_volatile(lane_payload(lane, W, parity, k) + 4 + me);
-        p.outSplitsOffsets[q] = ld_volatile(lane_payload(lane, W, parity, q) + 4 + me);
+        for (int k = 0; k < q; ++k) off += pay[k * PW + 4 + me];
+        p.outSplitsOffsets[q] = pay[q * PW + 4 + me];
         p.outSplitsOffsets[W + q] = off;
       }
     }
     __syncthreads();
+    // Blocks sweep the send bytes together, tile by tile (block b takes tiles b, b+B, ...), so at
+    // any moment a rank reads one contiguous window and writes few: DRAM pages stay open. Giving
+    // each block one long contiguous slice instead was measured 25-35% slower at 256 MiB.
     const i64 total = srcOff[W - 1] + sendLen[W - 1];
-    const i64 chunk = ((total + gridDim.x - 1) / gridDim.x + 15) & ~15LL;
-    const i64 lo = chunk * blockIdx.x;
-    const i64 hi = lo + chunk < total ? lo + chunk : total;
-    for (int r = 0; r < W && lo < hi; ++r) {
-      const i64 a = srcOff[r] > lo ? srcOff[r] : lo;
-      const i64 segEnd = srcOff[r] + sendLen[r];
-      const i64 b = segEnd < hi ? segEnd : hi;
-      if (a < b) copy_bytes(p.outPeers[r] + dstOff[r] + (a - srcOff[r]), p.input + a, (u64)(b - a));
+    const i64 tile = (i64)nt * 16 * A2AV_COPY_UNROLL;
+    int r = 0;
+    for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) {
+      const i64 hi = lo + tile < total ? lo + tile : total;
+      while (srcOff[r] + sendLen[r] <= lo) ++r;  // segments ascend, so r only moves forward
+      for (int k = r; k < W && srcOff[k] < hi; ++k) {
+        const i64 a = srcOff[k] > lo ? srcOff[k] : lo;
+        const i64 segEnd = srcOff[k] + sendLen[k];
+        const i64 b = segEnd < hi ? segEnd : hi;
+        if (a < b) copy_bytes(p.outPeers[k] + dstOff[k] + (a - srcOff[k]), p.input + a, (u64)(b - a));
+      }
     }
   }
 
   // 4. completion
   __syncthreads();
   if (tid == 0) {
-    __threadfence_system();
+    fence_peers();
     sLast = atomicAdd(&h->blocksDone, 1u) == gridDim.x - 1;
   }
   __syncthreads();
   if (!sLast) return;
   if (tid == 0) h->blocksDone = 0;  // only the last block touches it; the next call is stream-ordered
-  __threadfence_system();
+  fence_peers();
   __syncthreads();
   for (int peer = tid; peer < W; peer += nt) st_release_sys(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, seq);
   {

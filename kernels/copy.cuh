@@ -41,7 +41,7 @@ __device__ __forceinline__ void copy_bytes(u8* dst, const u8* src, u64 n) {
   n -= head;
   const u64 words = n / w;
   switch (w) {
-    case 16: copy_vec16<4>((uint4*)dst, (const uint4*)src, words); break;
+    case 16: copy_vec16<A2AV_COPY_UNROLL>((uint4*)dst, (const uint4*)src, words); break;
     case 8: copy_words((u64*)dst, (const u64*)src, words); break;
     case 4: copy_words((u32*)dst, (const u32*)src, words); break;
     case 2: copy_words((unsigned short*)dst, (const unsigned short*)src, words); break;

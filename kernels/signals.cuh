@@ -2,14 +2,28 @@
 #pragma once
 #include "config.cuh"
 
+#ifndef A2AV_ONE_GPU
+#define A2AV_ONE_GPU 0
+#endif
+
+// When every rank of the job runs on this one GPU (A2AV_ONE_GPU, set by the host), device scope is
+// enough and cheaper; otherwise peers are other GPUs and flags need system scope.
+#if A2AV_ONE_GPU
+#define A2AV_SCOPE "gpu"
+__device__ __forceinline__ void fence_peers() { __threadfence(); }
+#else
+#define A2AV_SCOPE "sys"
+__device__ __forceinline__ void fence_peers() { __threadfence_system(); }
+#endif
+
 __device__ __forceinline__ i64 ld_acquire_sys(const i64* p) {
   i64 v;
-  asm volatile("ld.acquire.sys.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  asm volatile("ld.acquire." A2AV_SCOPE ".global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
 __device__ __forceinline__ void st_release_sys(i64* p, i64 v) {
-  asm volatile("st.release.sys.global.s64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  asm volatile("st.release." A2AV_SCOPE ".global.s64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ i64 ld_volatile(const i64* p) { return *(const volatile i64*)p; }
@@ -42,5 +56,5 @@ __device__ __forceinline__ void record_status(LaneHeader* h, i64 code, i64 rank,
   h->status[3] = needed;
   h->status[4] = available;
   h->status[5] = reportedBy;
-  __threadfence_system();
+  fence_peers();
 }

@@ -6,6 +6,8 @@ import koffi from 'koffi';
 import { check, cu, outI32, outU64 } from '../cuda/driver.js';
 import type { CudaStream } from '../cuda/device.js';
 import { cacheKey, cached } from './cache.js';
+
+const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 import { compileToCubin, nvrtcVersion } from './nvrtc.js';
 
 /** kernels/ at the package root (two levels above dist/src/jit or src/jit). */
@@ -31,6 +33,10 @@ export function loadKernelSources(file: string): { source: string; headers: Reco
 
 export class KernelFunction {
   constructor(readonly name: string, readonly handle: bigint) {}
+  /** Opts in to more than the default 48 KiB of dynamic shared memory. */
+  allowSharedBytes(bytes: number): void {
+    check('cuFuncSetAttribute', cu().cuFuncSetAttribute(this.handle, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
+  }
   maxActiveBlocksPerSm(threads: number, smem = 0): number {
     return outI32('cuOccupancyMaxActiveBlocksPerMultiprocessor', (o) =>
       cu().cuOccupancyMaxActiveBlocksPerMultiprocessor(o, this.handle, threads, BigInt(smem)),

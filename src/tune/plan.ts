@@ -1,6 +1,6 @@
 // Launch plans: how many thread blocks and threads one rank's all-to-all-v kernel uses.
-// Blocks take equal slices of the rank's send bytes (see kernels/a2av.cu), so each peer gets blocks
-// in proportion to its bytes: with fewer peers every peer gets more blocks, and the total stays put.
+// Blocks share the rank's send bytes tile by tile (see kernels/a2av.cu), so each peer gets blocks in
+// proportion to its bytes: with fewer peers every peer gets more blocks, and the total stays put.
 import { UsageError } from '../errors.js';
 
 export interface LaunchPlan {
@@ -19,14 +19,15 @@ export interface PlanContext {
   inputBytes: number;
 }
 
-/** Bytes one block should own before another block is worth its barrier cost. */
-export const BYTES_PER_BLOCK = 256 * 1024;
 export const DEFAULT_THREADS = 512;
+/** Bytes a block moves per step: threads x 16-byte accesses x A2AV_COPY_UNROLL (kernels/config.cuh). */
+export const tileBytes = (threads: number): number => threads * 16 * 4;
 
 export function defaultPlan(ctx: PlanContext): LaunchPlan {
   const threads = DEFAULT_THREADS;
   const fair = Math.max(1, Math.floor(ctx.residentBlocks(threads) / ctx.ranksOnDevice));
-  const wanted = Math.ceil(ctx.inputBytes / BYTES_PER_BLOCK);
+  // One tile per block at least: smaller messages get fewer blocks (less barrier work), never slower ones.
+  const wanted = Math.ceil(ctx.inputBytes / tileBytes(threads));
   return { blocks: Math.min(fair, Math.max(1, wanted)), threads };
 }
 

@@ -12,7 +12,7 @@ import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from './kernel-params.js';
-import { laneBytes } from './layout.js';
+import { kernelSharedBytes, laneBytes, MAX_WORLD } from './layout.js';
 import { waitForEvent } from './wait.js';
 
 /** Events per lane: a handle stays valid for this many later calls on its lane. */
@@ -79,7 +79,8 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
   const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
   if (opts.rank !== 0) await barrier('a2av/cuda/module');
-  const module = new KernelModule('a2av.cu', device.arch);
+  const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
+  const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...(process.env.A2AV_COPY_UNROLL ? [`-DA2AV_COPY_UNROLL=${process.env.A2AV_COPY_UNROLL}`] : [])]);
   if (opts.rank === 0) await barrier('a2av/cuda/module');
   const comm = new CudaComm(opts, device, module, ranksOnDevice);
   await comm.init();
@@ -108,6 +109,7 @@ export class CudaComm implements Comm, CheckContext {
   #aborted: Error | undefined;
   #capture: { stream: CudaStream; lanes: Set<CudaLane> } | undefined;
   #timing: [CudaEvent, CudaEvent] | undefined;
+  readonly #smem: number;
 
   constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number) {
     this.rank = opts.rank;
@@ -120,7 +122,9 @@ export class CudaComm implements Comm, CheckContext {
     this.#store = opts.store;
     this.deviceName = `${device.name} #${device.ordinal}`;
     this.#launcher = new StructLauncher(module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
-    if (this.worldSize * 24 > 48 * 1024) throw new UsageError(`cuda backend supports at most 2048 ranks, got ${this.worldSize}`);
+    if (this.worldSize > MAX_WORLD) throw new UsageError(`cuda backend supports at most ${MAX_WORLD} ranks, got ${this.worldSize}`);
+    this.#smem = kernelSharedBytes(this.worldSize);
+    if (this.#smem > 48 * 1024) this.#launcher.fn.allowSharedBytes(this.#smem);
   }
 
   async init(): Promise<void> {
@@ -236,7 +240,7 @@ export class CudaComm implements Comm, CheckContext {
       lane.forks[slot].record(caller);
       lane.stream.waitEvent(lane.forks[slot]);
     }
-    this.#launcher.launch(plan.blocks, plan.threads, lane.stream, 24 * this.worldSize);
+    this.#launcher.launch(plan.blocks, plan.threads, lane.stream, this.#smem);
     const event = lane.done[slot];
     event.record(lane.stream);
     lane.calls++;
@@ -325,7 +329,7 @@ export class CudaComm implements Comm, CheckContext {
   #residentBlocks(threads: number): number {
     let n = this.#residentCache.get(threads);
     if (n === undefined) {
-      n = this.#launcher.fn.maxActiveBlocksPerSm(threads, 24 * this.worldSize) * this.#device.smCount;
+      n = this.#launcher.fn.maxActiveBlocksPerSm(threads, this.#smem) * this.#device.smCount;
       this.#residentCache.set(threads, n);
     }
     return n;

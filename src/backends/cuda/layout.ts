@@ -11,3 +11,11 @@ export function laneBytes(world: number): number {
 export function padBytes(world: number, lanes: number): number {
   return laneBytes(world) * lanes;
 }
+
+/** Dynamic shared memory of a2av_1d: every rank's payload plus this rank's send plan. */
+export function kernelSharedBytes(world: number): number {
+  return (world * (PAYLOAD_HEADER + world) + 3 * world) * 8;
+}
+
+/** Largest world whose payload matrix fits in an SM's shared memory (227 KiB on Hopper). */
+export const MAX_WORLD = 160;
