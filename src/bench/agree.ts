@@ -1,0 +1,68 @@
+// Host-side agreement between ranks, built on the collective itself: every rank sends one row of
+// float64 values to every peer (an all-gather), and may reduce what it receives.
+// The sweep needs it wherever ranks must take the same decision from local measurements (how many
+// iterations to time, how much memory fits) — a mismatch there would be a hang —, to report the
+// slowest rank's time as the collective's time, and to find which ranks share a device.
+import type { Comm, DeviceBuffer } from '../backends/backend.js';
+
+export class Agreement {
+  readonly #comm: Comm;
+  readonly #slots: number;
+  readonly #input: DeviceBuffer;
+  readonly #output: DeviceBuffer;
+  readonly #inSplits: DeviceBuffer;
+  readonly #outSplitsOffsets: DeviceBuffer;
+
+  private constructor(comm: Comm, slots: number, buffers: DeviceBuffer[]) {
+    this.#comm = comm;
+    this.#slots = slots;
+    [this.#input, this.#output, this.#inSplits, this.#outSplitsOffsets] = buffers;
+  }
+
+  /** Collective. `slots` is the most values one call agrees on. */
+  static async create(comm: Comm, slots = 4): Promise<Agreement> {
+    const w = comm.worldSize;
+    const rowBytes = 8 * slots;
+    const output = await comm.allocSymmetric(w * rowBytes);
+    const inSplits = comm.alloc(8 * w);
+    comm.write(inSplits, new BigInt64Array(w).fill(1n));
+    return new Agreement(comm, slots, [comm.alloc(w * rowBytes), output, inSplits, comm.alloc(16 * w)]);
+  }
+
+  /** Collective: every rank's `values`, in rank order. */
+  gather(values: readonly number[]): number[][] {
+    if (values.length > this.#slots) throw new RangeError(`at most ${this.#slots} values, got ${values.length}`);
+    const w = this.#comm.worldSize;
+    const slots = this.#slots;
+    const send = new Float64Array(w * slots);
+    for (let peer = 0; peer < w; peer++) send.set(values, peer * slots);
+    this.#comm.write(this.#input, send);
+    this.#comm
+      .allToAllV({
+        input: this.#input,
+        output: this.#output,
+        inSplits: this.#inSplits,
+        outSplitsOffsets: this.#outSplitsOffsets,
+        rowBytes: 8 * slots,
+      })
+      .wait();
+    // slice(): a fresh, 8-byte aligned copy whatever view read() returns.
+    const received = new Float64Array(this.#comm.read(this.#output, 0, w * 8 * slots).slice().buffer);
+    return Array.from({ length: w }, (_, peer) => Array.from(received.subarray(peer * slots, peer * slots + values.length)));
+  }
+
+  /** Collective: the element-wise maximum over ranks of `values`. */
+  max(values: readonly number[]): number[] {
+    const all = this.gather(values);
+    return values.map((_, i) => Math.max(...all.map((v) => v[i])));
+  }
+
+  /** Collective: the element-wise minimum over ranks. */
+  min(values: readonly number[]): number[] {
+    return this.max(values.map((v) => -v)).map((v) => -v);
+  }
+
+  close(): void {
+    for (const buf of [this.#input, this.#output, this.#inSplits, this.#outSplitsOffsets]) this.#comm.free(buf);
+  }
+}

@@ -1,0 +1,40 @@
+// Byte sizes in binary units, both ways: `512K` / `4G` on the command line, `512 KiB` / `4 GiB` in tables.
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'] as const;
+const SHIFT: Record<string, number> = { '': 0, b: 0, k: 10, m: 20, g: 30, t: 40 };
+const SIZE_RE = /^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$/i;
+
+/**
+ * Parses `512K`, `4G`, `1M`, `1.5G`, `4GiB`, `64kb` or plain bytes (`4096`). Units are binary
+ * (K = 1024). Throws a RangeError saying what is accepted for anything else, or a size that is not a
+ * positive whole number of bytes.
+ */
+export function parseSize(text: string): number {
+  const m = SIZE_RE.exec(text.trim());
+  if (!m) throw new RangeError(`not a size: '${text}' (use bytes or a number with K, M, G, T: 512K, 4G)`);
+  const bytes = Number(m[1]) * 2 ** SHIFT[m[2].toLowerCase()];
+  if (!Number.isSafeInteger(bytes) || bytes <= 0) {
+    throw new RangeError(`not a whole positive number of bytes: '${text}'`);
+  }
+  return bytes;
+}
+
+/**
+ * `524288` → `512 KiB`, `4294967296` → `4 GiB`, `1536` → `1.5 KiB`, `1000` → `1000 B`. A size that is
+ * not a whole number of its unit keeps one decimal, even `.0`: `1048572` → `1.0 MiB` (not quite 1 MiB).
+ */
+export function formatBytes(bytes: number): string {
+  let unit = 0;
+  while (unit < UNITS.length - 1 && bytes >= 1024 ** (unit + 1)) unit++;
+  const value = bytes / 1024 ** unit;
+  if (Number.isInteger(value)) return `${value} ${UNITS[unit]}`;
+  const text = value.toFixed(1);
+  return text === '1024.0' && unit < UNITS.length - 1 ? `1.0 ${UNITS[unit + 1]}` : `${text} ${UNITS[unit]}`;
+}
+
+/** min, 2·min, 4·min, … up to and including max when the doubling lands on it. */
+export function doublingSizes(min: number, max: number): number[] {
+  const sizes: number[] = [];
+  for (let s = min; s <= max; s *= 2) sizes.push(s);
+  return sizes;
+}

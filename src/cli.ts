@@ -1,0 +1,187 @@
+#!/usr/bin/env node
+// The `a2av` command: argument parsing and output only; the work is in src/bench and src/launch.
+import { readFileSync } from 'node:fs';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { SingleBar } from 'cli-progress';
+import type { BackendName } from './backends/backend.js';
+import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
+import type { BenchEvents } from './bench/run.js';
+import { SPLITS_KINDS, type SplitsKind } from './bench/splits.js';
+import { formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
+import { formatBytes, parseSize } from './bench/units.js';
+import { UsageError } from './errors.js';
+import type { LaunchOptions } from './launch/launcher.js';
+
+/**
+ * 1 KiB rows: a 256-float embedding row or a 512-wide bf16 activation; a multiple of 16 bytes, so
+ * vector copies stay aligned; small enough that the smallest default size (512 KiB) still has 512
+ * rows, enough for zipf splits to give even the coldest of 8 peers about 20.
+ */
+const DEFAULT_ROW_BYTES = 1024;
+const DEFAULT_MIN = '512K';
+const DEFAULT_MAX = { cuda: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
+const DEFAULT_CPU_RANKS = 2;
+
+interface BenchFlags {
+  backend?: BackendName;
+  ranks?: number;
+  min: number;
+  max?: number;
+  splits: SplitsKind;
+  rowBytes: number;
+  seed: number;
+  iters?: number;
+  repeats: number;
+  timeoutMs?: number;
+  json?: boolean;
+}
+
+interface LaunchFlags {
+  nprocPerNode: number;
+  nnodes?: number;
+  nodeRank?: number;
+  masterAddr?: string;
+  masterPort?: number;
+}
+
+const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+
+function integer(min: number) {
+  return (text: string): number => {
+    const n = Number(text);
+    if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(n) || n < min) throw new InvalidArgumentError(`expected an integer >= ${min}`);
+    return n;
+  };
+}
+
+function size(text: string): number {
+  try {
+    return parseSize(text);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
+const program = new Command('a2av')
+  .description('Variable-size all-to-all (all-to-all-v) between GPUs')
+  .version(version)
+  .enablePositionalOptions()
+  .configureOutput({
+    // Errors are one line, like every other a2av error.
+    outputError: (text, write) => write(`a2av: ${text.replace(/^error: /, '').trim().replace(/\s*\n\s*/g, ' ')}\n`),
+  });
+
+program
+  .command('bench')
+  .description('Sweep all-to-all-v over input sizes and compare with a device copy of the same bytes')
+  .addOption(new Option('--backend <name>', 'backend (default: cuda when a GPU is visible, else cpu)').choices(['cuda', 'cpu']))
+  .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu)', integer(1))
+  .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
+  .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda, ${DEFAULT_MAX.cpu} on cpu)`, size)
+  .addOption(new Option('--splits <kind>', 'rows to each peer: even, or zipf(1.1) over a per-sender permutation').choices(SPLITS_KINDS).default('uniform'))
+  .option('--row-bytes <n>', 'bytes per row', integer(1), DEFAULT_ROW_BYTES)
+  .option('--seed <n>', 'seed of the split layouts', integer(0), 1)
+  .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
+  .option('--repeats <n>', 'timed loops per size; the median is reported', integer(1), 5)
+  .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+  .option('--json', 'print only the JSON result to stdout')
+  .action((flags: BenchFlags) => bench(flags));
+
+program
+  .command('launch')
+  .description('Run a command as the ranks of one job, one process per GPU (torchrun-style)')
+  .requiredOption('-n, --nproc-per-node <n>', 'ranks on this node', integer(1))
+  .option('--nnodes <n>', 'nodes in the job (default 1)', integer(1))
+  .option('--node-rank <i>', "this node's index (default 0; node 0 serves the store)", integer(0))
+  .option('--master-addr <host>', 'address of the rendezvous store (default 127.0.0.1)')
+  .option('--master-port <port>', 'port of the store (default: a free one; needed with --nnodes > 1)', integer(0))
+  .argument('<command...>', 'program and arguments every rank runs (put -- before it when it has options)')
+  .passThroughOptions()
+  .action((command: string[], flags: LaunchFlags) => launchCommand(command, flags));
+
+async function bench(flags: BenchFlags): Promise<void> {
+  const backend = flags.backend ?? (await (await import('./backends/create.js')).defaultBackend());
+  const ranks = flags.ranks ?? (backend === 'cuda' ? await gpuCount() : DEFAULT_CPU_RANKS);
+  const maxBytes = flags.max ?? parseSize(DEFAULT_MAX[backend]);
+  if (flags.min > maxBytes) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(maxBytes)}`);
+  if (flags.min < flags.rowBytes) fail(`--min ${formatBytes(flags.min)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
+  const { runBench } = await import('./bench/run.js');
+  const progress = new Progress();
+  let result: BenchResult;
+  try {
+    result = await runBench(
+      { backend, ranks, minBytes: flags.min, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
+        iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
+      progress,
+    );
+  } finally {
+    progress.stop();
+  }
+  process.stdout.write(flags.json ? formatJson(result) : formatTable(result));
+}
+
+async function gpuCount(): Promise<number> {
+  const { cudaDeviceCount, cudaUnavailableReason } = await import('./cuda/probe.js');
+  const n = cudaDeviceCount();
+  if (n === 0) fail(`--backend cuda: no GPU (${cudaUnavailableReason() ?? 'none visible'}); use --backend cpu`);
+  return n;
+}
+
+/** The sweep's progress on stderr: a bar on a terminal, else one line per size (logs, CI). */
+class Progress implements BenchEvents {
+  #bar: SingleBar | undefined;
+
+  onPlan({ sizes, note }: PlanReport): void {
+    if (note) process.stderr.write(`a2av: note: ${note}\n`);
+    if (!process.stderr.isTTY) return;
+    this.#bar = new SingleBar({
+      stream: process.stderr,
+      format: 'bench {bar} {value}/{total} sizes | {size} {stage} | {last}',
+      hideCursor: true,
+      clearOnComplete: true,
+    });
+    this.#bar.start(sizes.length, 0, { size: formatBytes(sizes[0]), stage: 'verify', last: '' });
+  }
+
+  onProgress({ bytes, stage }: ProgressReport): void {
+    this.#bar?.update({ size: formatBytes(bytes), stage });
+  }
+
+  onRow({ row, index, count }: RowReport): void {
+    const line = `${formatBytes(row.bytes)}: ${formatMicros(row.timeUs)} µs, graph ${formatMicros(row.graphUs)} µs, ` +
+      `${row.algbwGBps.toFixed(1)} GB/s, ${row.refRatio.toFixed(2)}× the copy`;
+    if (this.#bar) this.#bar.increment({ last: line });
+    else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);
+  }
+
+  stop(): void {
+    this.#bar?.stop();
+    this.#bar = undefined;
+  }
+}
+
+async function launchCommand(command: string[], flags: LaunchFlags): Promise<void> {
+  const { launch } = await import('./launch/launcher.js');
+  const options: LaunchOptions = {
+    nprocs: flags.nprocPerNode,
+    nnodes: flags.nnodes,
+    nodeRank: flags.nodeRank,
+    masterAddr: flags.masterAddr,
+    masterPort: flags.masterPort,
+    command,
+  };
+  process.exitCode = await launch(options);
+}
+
+function fail(message: string): never {
+  throw new UsageError(message);
+}
+
+try {
+  await program.parseAsync();
+} catch (err) {
+  // Errors are one line; a multi-line message (a compile log) is cut to its first line.
+  const message = err instanceof Error ? err.message : String(err);
+  process.stderr.write(`a2av: ${message.split('\n')[0]}\n`);
+  process.exitCode = 1;
+}
