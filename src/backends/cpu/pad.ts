@@ -1,0 +1,71 @@
+// Layout of a CPU rank's signal pad: one SharedArrayBuffer per rank, one region per lane. Peers
+// read a rank's published call description and flags from it, and write their "done" flags into it.
+//
+// Lane region (bytes from the lane's base; regions are 64-byte aligned so lanes never share a line):
+//   0                 arrive flag (int32): the lane sequence number of this rank's latest call
+//   64 + k·slotBytes  slot k = seq & 1 (double-buffered, so a peer that races ahead to the next call
+//                     cannot overwrite a description still being read for this one):
+//                       f64 inRows, outRows, rowBytes, outId; then int64 inSplits[W]
+//   doneOffset        int32 done[W]: done[p] = last sequence number whose data rank p has pushed here
+// The "done" words sit on their own line: peers write them while the owner writes its slots.
+
+const LINE = 64;
+const HEADER_BYTES = 32;
+
+const align = (n: number, to: number): number => Math.ceil(n / to) * to;
+
+export const SlotField = { inRows: 0, outRows: 1, rowBytes: 2, outId: 3 } as const;
+
+export class PadLayout {
+  readonly worldSize: number;
+  readonly lanes: number;
+  readonly laneBytes: number;
+  readonly slotBytes: number;
+  readonly doneOffset: number;
+
+  constructor(worldSize: number, lanes: number) {
+    this.worldSize = worldSize;
+    this.lanes = lanes;
+    this.slotBytes = align(HEADER_BYTES + 8 * worldSize, 8);
+    this.doneOffset = align(LINE + 2 * this.slotBytes, LINE);
+    this.laneBytes = align(this.doneOffset + 4 * worldSize, LINE);
+  }
+
+  get bytes(): number {
+    return this.laneBytes * this.lanes;
+  }
+
+  /** Int32 index of lane `lane`'s arrive flag. */
+  arriveWord(lane: number): number {
+    return (lane * this.laneBytes) >> 2;
+  }
+
+  /** Int32 index of done[0] in lane `lane`. */
+  doneWord(lane: number): number {
+    return (lane * this.laneBytes + this.doneOffset) >> 2;
+  }
+
+  /** Float64 index of slot `slot`'s header in lane `lane`. */
+  headerF64(lane: number, slot: number): number {
+    return (lane * this.laneBytes + LINE + slot * this.slotBytes) >> 3;
+  }
+
+  /** Int32 index of slot `slot`'s inSplits[0] (low half) in lane `lane`. */
+  splitsWord(lane: number, slot: number): number {
+    return (lane * this.laneBytes + LINE + slot * this.slotBytes + HEADER_BYTES) >> 2;
+  }
+}
+
+/** Typed views of one rank's pad, made once. */
+export class PadViews {
+  readonly i32: Int32Array;
+  readonly f64: Float64Array;
+  /** Exact int64 reads, used only to report an error's numbers. */
+  readonly i64: BigInt64Array;
+
+  constructor(memory: SharedArrayBuffer) {
+    this.i32 = new Int32Array(memory);
+    this.f64 = new Float64Array(memory);
+    this.i64 = new BigInt64Array(memory);
+  }
+}

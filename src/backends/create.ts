@@ -1,0 +1,60 @@
+// Picks and builds a backend's communicator. Backends are loaded by dynamic import so the CPU path
+// never loads the CUDA bindings (and a machine without libcuda never tries to).
+import type { BackendName, Comm } from './backend.js';
+import type { Store } from '../world/store.js';
+import { UsageError } from '../errors.js';
+
+/** What every backend needs to build one rank's communicator. */
+export interface CommOptions {
+  backend: BackendName;
+  rank: number;
+  worldSize: number;
+  /** Rendezvous store shared by the job's ranks. The cpu backend needs one that passes SharedArrayBuffers (the thread store). */
+  store: Store;
+  /** Bound on every wait, in milliseconds. */
+  timeoutMs: number;
+  /** Number of lanes (independent channels of collectives). */
+  lanes: number;
+}
+
+interface CudaBackendModule {
+  createCudaComm(opts: CommOptions): Promise<Comm>;
+}
+
+// Kept as a variable so the type checker does not need the CUDA backend to build the CPU one.
+const cudaBackendPath = './cuda/comm.js';
+
+export async function createComm(opts: CommOptions): Promise<Comm> {
+  checkOptions(opts);
+  switch (opts.backend) {
+    case 'cpu': {
+      const { createCpuComm } = await import('./cpu/comm.js');
+      return createCpuComm(opts);
+    }
+    case 'cuda': {
+      const { createCudaComm } = (await import(cudaBackendPath)) as CudaBackendModule;
+      return createCudaComm(opts);
+    }
+    default:
+      throw new UsageError(`unknown backend '${String(opts.backend)}' (expected 'cpu' or 'cuda')`);
+  }
+}
+
+/** 'cuda' when a GPU is visible, else 'cpu'. Never throws. */
+export async function defaultBackend(): Promise<BackendName> {
+  try {
+    const probe = (await import('../cuda/probe.js')) as { cudaDeviceCount(): number };
+    return probe.cudaDeviceCount() > 0 ? 'cuda' : 'cpu';
+  } catch {
+    return 'cpu';
+  }
+}
+
+function checkOptions(o: CommOptions): void {
+  if (!Number.isInteger(o.worldSize) || o.worldSize < 1) throw new UsageError(`worldSize must be a positive integer, got ${o.worldSize}`);
+  if (!Number.isInteger(o.rank) || o.rank < 0 || o.rank >= o.worldSize) {
+    throw new UsageError(`rank must be an integer in [0, ${o.worldSize}), got ${o.rank}`);
+  }
+  if (!(o.timeoutMs > 0)) throw new UsageError(`timeoutMs must be positive, got ${o.timeoutMs}`);
+  if (!Number.isInteger(o.lanes) || o.lanes < 1) throw new UsageError(`lanes must be a positive integer, got ${o.lanes}`);
+}

@@ -1,0 +1,65 @@
+// Entry point of one rank's worker thread (started by runRanks in threads.ts): builds the
+// communicator, runs the rank function, closes, and posts the result or the error back.
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
+import { createComm } from '../backends/create.js';
+import type { BackendName, Comm } from '../backends/backend.js';
+import { UsageError } from '../errors.js';
+import { serializeError } from './error-transfer.js';
+import type { RankContext, RankFn } from './ranks.js';
+import { ThreadStoreClient } from './thread-store.js';
+
+/** workerData of a rank thread. */
+export interface RankThreadInit {
+  backend: BackendName;
+  rank: number;
+  worldSize: number;
+  timeoutMs: number;
+  lanes: number;
+  moduleUrl: string;
+  exportName: string;
+  arg: unknown;
+  storePort: MessagePort;
+}
+
+/** Messages a rank thread posts to the main thread. */
+export type RankThreadMessage =
+  | { type: 'report'; message: unknown }
+  | { type: 'result'; value: unknown }
+  | { type: 'error'; error: ReturnType<typeof serializeError> };
+
+const init = workerData as RankThreadInit;
+const port = parentPort!;
+const post = (msg: RankThreadMessage): void => port.postMessage(msg);
+
+async function main(): Promise<void> {
+  const store = new ThreadStoreClient(init.storePort, init.timeoutMs);
+  try {
+    const mod = (await import(init.moduleUrl)) as Record<string, unknown>;
+    const fn = mod[init.exportName];
+    if (typeof fn !== 'function') throw new UsageError(`${init.moduleUrl} has no exported function '${init.exportName}'`);
+    const { backend, rank, worldSize, timeoutMs, lanes } = init;
+    const comm = await createComm({ backend, rank, worldSize, timeoutMs, lanes, store });
+    const value = await runAndClose(comm, fn as RankFn);
+    post({ type: 'result', value });
+  } catch (err) {
+    post({ type: 'error', error: serializeError(err) });
+  } finally {
+    await store.close();
+  }
+}
+
+async function runAndClose(comm: Comm, fn: RankFn): Promise<unknown> {
+  const ctx: RankContext = { report: (message) => post({ type: 'report', message }) };
+  let value: unknown;
+  try {
+    value = await fn(comm, init.arg, ctx);
+  } catch (err) {
+    // The rank's own error is the one worth reporting; a failure to close after it is noise.
+    await comm.close().catch(() => {});
+    throw err;
+  }
+  await comm.close();
+  return value;
+}
+
+await main();

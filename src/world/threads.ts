@@ -1,0 +1,145 @@
+// Runs W ranks as worker threads of this process (SPMD): every thread builds its communicator,
+// calls the same exported rank function, and the main thread brokers their rendezvous store.
+import { pathToFileURL } from 'node:url';
+import { MessageChannel, Worker } from 'node:worker_threads';
+import { UsageError } from '../errors.js';
+import { reviveError } from './error-transfer.js';
+import type { RunRanksOptions } from './ranks.js';
+import { ThreadStoreBroker } from './thread-store.js';
+import type { RankThreadInit, RankThreadMessage } from './thread-worker.js';
+
+const DEFAULT_TIMEOUT_MS = 60_000;
+const DEFAULT_LANES = 2;
+/**
+ * After one rank fails, how long the others get to finish on their own (they usually fail next,
+ * with a timeout naming the failed rank) before they are terminated.
+ */
+const GRACE_MS = 500;
+
+/** The error runRanks rejects with: the failed rank's own error, rebuilt, plus the rank. */
+export type RankFailure = Error & { failedRank: number };
+
+/**
+ * Calls `module`'s export `exportName(comm, arg, ctx)` on `opts.ranks` worker threads and returns
+ * the results in rank order. If a rank throws, rejects with that error (same class and fields,
+ * message prefixed with the rank, `failedRank` set) once every thread has ended.
+ */
+export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
+  const ranks = opts.ranks;
+  if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${ranks}`);
+  const broker = new ThreadStoreBroker();
+  const run = new RankRun<R>(ranks, opts.onReport);
+  const workers: Worker[] = [];
+  try {
+    for (let rank = 0; rank < ranks; rank++) {
+      const channel = new MessageChannel();
+      broker.serve(channel.port1);
+      const init: RankThreadInit = {
+        backend: opts.backend,
+        rank,
+        worldSize: ranks,
+        timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
+        lanes: opts.lanes ?? DEFAULT_LANES,
+        moduleUrl: moduleHref(module),
+        exportName,
+        arg,
+        storePort: channel.port2,
+      };
+      const worker = new Worker(new URL('./thread-worker.js', import.meta.url), { workerData: init, transferList: [channel.port2] });
+      workers.push(worker);
+      run.watch(rank, worker);
+    }
+    await run.decided;
+  } catch (err) {
+    run.fail(-1, err as Error);
+  } finally {
+    await run.finish(workers);
+    broker.close();
+  }
+  return run.outcome();
+}
+
+/** Bookkeeping of one runRanks call: results, the first failure, and when to give up on the rest. */
+class RankRun<R> {
+  #results: R[];
+  #pending: number;
+  #failure: RankFailure | undefined;
+  #onReport: RunRanksOptions['onReport'];
+  #allEnded!: () => void;
+  #decide!: () => void;
+  /** Every rank has ended. */
+  readonly ended: Promise<void>;
+  /** Every rank has ended, or one has failed: the outcome is known. */
+  readonly decided: Promise<void>;
+
+  constructor(ranks: number, onReport: RunRanksOptions['onReport']) {
+    this.#results = new Array<R>(ranks);
+    this.#pending = ranks;
+    this.#onReport = onReport;
+    this.ended = new Promise((resolve) => (this.#allEnded = resolve));
+    this.decided = new Promise((resolve) => (this.#decide = resolve));
+  }
+
+  watch(rank: number, worker: Worker): void {
+    let done = false;
+    const end = (): void => {
+      if (done) return;
+      done = true;
+      if (--this.#pending === 0) {
+        this.#allEnded();
+        this.#decide();
+      }
+    };
+    worker.on('message', (msg: RankThreadMessage) => {
+      if (msg.type === 'report') return this.#report(rank, msg.message);
+      if (msg.type === 'result') this.#results[rank] = msg.value as R;
+      else this.fail(rank, reviveError(msg.error));
+      end();
+    });
+    worker.on('error', (err) => {
+      this.fail(rank, err);
+      end();
+    });
+    worker.on('exit', (code) => {
+      if (!done) this.fail(rank, new Error(`exited with code ${code} before returning`));
+      end();
+    });
+  }
+
+  fail(rank: number, err: Error): void {
+    if (this.#failure !== undefined) return;
+    const failure = err as RankFailure;
+    if (rank >= 0) failure.message = `rank ${rank} failed: ${failure.message}`;
+    failure.failedRank = rank;
+    this.#failure = failure;
+    this.#decide();
+  }
+
+  /** Gives the other ranks GRACE_MS to end after a failure, then terminates what is left. */
+  async finish(workers: Worker[]): Promise<void> {
+    if (this.#failure !== undefined && this.#pending > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([this.ended, new Promise((r) => (timer = setTimeout(r, GRACE_MS)))]);
+      clearTimeout(timer);
+    }
+    await Promise.all(workers.map((w) => w.terminate()));
+  }
+
+  outcome(): R[] {
+    if (this.#failure !== undefined) throw this.#failure;
+    return this.#results;
+  }
+
+  #report(rank: number, message: unknown): void {
+    try {
+      this.#onReport?.(rank, message);
+    } catch {
+      // A broken progress callback must not take the run down with it.
+    }
+  }
+}
+
+function moduleHref(module: URL | string): string {
+  if (module instanceof URL) return module.href;
+  return /^[a-z][a-z0-9+.-]*:/i.test(module) && !/^[a-z]:[\\/]/i.test(module) ? module : pathToFileURL(module).href;
+}

@@ -1,0 +1,182 @@
+// Rank programs for the failure semantics: bad splits are refused with a named error and nothing
+// written, a missing peer ends in a timeout naming it, host-side misuse throws at once.
+import type { AllToAllVArgs, Comm, DeviceBuffer } from '../../src/backends/backend.js';
+import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
+import { Exchange } from './harness.js';
+import { colSum, makeSplits, rowSum, Rng } from './reference.js';
+
+/** Output capacity in rows, input capacity in rows, of the error cases (odd byte sizes on purpose). */
+const OUT_ROWS = 10;
+const IN_ROWS = 24;
+
+const sizes = (rowBytes: number): { inputBytes: number; outputBytes: number } => ({
+  inputBytes: IN_ROWS * rowBytes + rowBytes - 1,
+  outputBytes: OUT_ROWS * rowBytes + rowBytes - 1,
+});
+
+/** Valid splits whose row and column sums stay far below both capacities (W <= 4: at most 2 per entry). */
+const smallSplits = (rng: Rng, world: number): number[][] => makeSplits(rng, world, 'random', 2);
+
+/** Index at which the running sum of `xs` first exceeds `cap` (the peer a refusal names). */
+const firstPast = (xs: number[], cap: number): number => {
+  let sum = 0;
+  return xs.findIndex((x) => (sum += x) > cap);
+};
+
+export interface ErrorsArg {
+  seed: number;
+}
+
+/** Every splits problem, each followed by a good call (the lane must still be in step). */
+export async function splitsErrors(comm: Comm, arg: ErrorsArg): Promise<number> {
+  const W = comm.worldSize;
+  const me = comm.rank;
+  const rng = new Rng(arg.seed, 0xe3);
+  const rowBytes = rng.pick([1, 7, 13, 255]);
+  const ex = await Exchange.create(comm, sizes(rowBytes));
+  const other = await Exchange.create(comm, sizes(rowBytes + 1));
+  // Room to receive everything, so only the input's capacity is at its limit.
+  const full = await Exchange.create(comm, { inputBytes: IN_ROWS * rowBytes + rowBytes - 1, outputBytes: W * IN_ROWS * rowBytes + rowBytes - 1 });
+  let call = 2000;
+  const q = rng.int(W);
+  const r0 = rng.int(W);
+
+  const goodOn = (target: Exchange, S: number[][], label: string): void => {
+    target.prepare(arg.seed, ++call, S, rowBytes);
+    target.call(rowBytes).wait();
+    target.verify(arg.seed, call, S, rowBytes, label);
+  };
+  const good = (label: string): void => goodOn(ex, smallSplits(new Rng(arg.seed, call + 1), W), label);
+  const refused = (S: number[][], want: ExpectedSplitsError, label: string): void => {
+    ex.prepare(arg.seed, ++call, S, rowBytes);
+    other.poison(call);
+    expectSplitsError(ex.call(rowBytes), want, me, label);
+    ex.verifyUntouched(label);
+    good(`good call after ${label}`);
+  };
+
+  let S = smallSplits(new Rng(arg.seed, 1), W);
+  S[q][r0] = -1 - rng.int(5);
+  refused(S, { problem: 'negative', rank: q, peer: r0, needed: S[q][r0], available: 0 }, `negative split on rank ${q}`);
+
+  // One row more than the input holds. Column r0 overflows too: the input check comes first.
+  S = smallSplits(new Rng(arg.seed, 2), W);
+  S[q][r0] += IN_ROWS + 1 - rowSum(S, q);
+  const inPeer = firstPast(S[q], IN_ROWS);
+  refused(S, { problem: 'input-overflow', rank: q, peer: inPeer, needed: IN_ROWS + 1, available: IN_ROWS }, `splits one row past the input on rank ${q}`);
+
+  // One row more than rank r0's output holds.
+  S = smallSplits(new Rng(arg.seed, 3), W);
+  S[q][r0] += OUT_ROWS + 1 - colSum(S, r0);
+  const outPeer = firstPast(S.map((row) => row[r0]), OUT_ROWS);
+  refused(S, { problem: 'output-overflow', rank: r0, peer: outPeer, needed: OUT_ROWS + 1, available: OUT_ROWS }, `receive one row past the output on rank ${r0}`);
+
+  // Exactly full is not an error.
+  S = smallSplits(new Rng(arg.seed, 6), W);
+  S[q][r0] += OUT_ROWS - colSum(S, r0);
+  goodOn(ex, S, `rank ${r0} output exactly full`);
+  S = smallSplits(new Rng(arg.seed, 7), W);
+  S[q][r0] += IN_ROWS - rowSum(S, q);
+  goodOn(full, S, `rank ${q} input exactly used up`);
+
+  // The first error sticks until it is read: a second bad call before wait() does not replace it.
+  S = smallSplits(new Rng(arg.seed, 4), W);
+  S[q][r0] = -7;
+  ex.prepare(arg.seed, ++call, S, rowBytes);
+  const first = ex.call(rowBytes);
+  const S2 = smallSplits(new Rng(arg.seed, 5), W);
+  S2[q][r0] += IN_ROWS + 1 - rowSum(S2, q);
+  ex.writeSplits(S2[me]);
+  const second = ex.call(rowBytes);
+  expectSplitsError(first, { problem: 'negative', rank: q, peer: r0, needed: -7, available: 0 }, me, 'first of two refused calls');
+  second.wait();
+  ex.verifyUntouched('two refused calls');
+  good('good call after two refused calls');
+
+  if (W >= 2) {
+    // Rank q disagrees with the others on the row size, then on the output buffer. Checked in
+    // rank order against rank 0, so when q is 0 it is rank 1 that "differs".
+    const [p, mine, theirs] = q === 0 ? [1, rowBytes, rowBytes + 1] : [q, rowBytes + 1, rowBytes];
+    const mismatched = (label: string, rbOf: (rank: number) => number, exOf: (rank: number) => Exchange, want: ExpectedSplitsError): void => {
+      const S = smallSplits(new Rng(arg.seed, ++call), W);
+      ex.poison(call);
+      other.poison(call);
+      exOf(me).writeSplits(S[me]);
+      expectSplitsError(exOf(me).call(rbOf(me)), want, me, label);
+      ex.verifyUntouched(label);
+      other.verifyUntouched(label);
+      good(`good call after ${label}`);
+    };
+    mismatched(`rank ${q} with another rowBytes`, (r) => (r === q ? rowBytes + 1 : rowBytes), () => ex, {
+      problem: 'mismatch', rank: p, peer: 0, needed: mine, available: theirs,
+    });
+    const [idQ, idRest] = [other.output.symmetricId, ex.output.symmetricId];
+    mismatched(`rank ${q} with another output buffer`, () => rowBytes, (r) => (r === q ? other : ex), {
+      problem: 'mismatch', rank: p, peer: 0, needed: q === 0 ? idRest : idQ, available: q === 0 ? idQ : idRest,
+    });
+  }
+  return call - 2000;
+}
+
+export interface TimeoutArg {
+  seed: number;
+  absent: number;
+  timeoutMs: number;
+}
+
+/** Rank `absent` never calls: every other rank's call must end in a TimeoutError naming it. */
+export async function timeout(comm: Comm, arg: TimeoutArg): Promise<number> {
+  const W = comm.worldSize;
+  const rowBytes = 17;
+  const ex = await Exchange.create(comm, sizes(rowBytes));
+  if (comm.rank === arg.absent) return 0;
+  const S = makeSplits(new Rng(arg.seed, 3000), W, 'random', 2);
+  ex.prepare(arg.seed, 3000, S, rowBytes);
+  const started = performance.now();
+  const err = expectTimeout(ex.call(rowBytes), arg.absent, comm.rank, `rank ${arg.absent} absent`);
+  const waited = performance.now() - started;
+  if (waited < arg.timeoutMs / 2) throw new Error(`gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms (${err.message})`);
+  ex.verifyUntouched(`rank ${arg.absent} absent`);
+  return Math.round(waited);
+}
+
+/** Host-side misuse throws UsageError before anything runs; a good call afterwards still works. */
+export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
+  const W = comm.worldSize;
+  const rowBytes = 4;
+  const ex = await Exchange.create(comm, sizes(rowBytes));
+  const local = comm.alloc(ex.output.bytes);
+  const freed = comm.alloc(ex.input.bytes);
+  comm.free(freed);
+  const freedOutput = await comm.allocSymmetric(ex.output.bytes);
+  comm.free(freedOutput);
+  const foreign: DeviceBuffer = { bytes: ex.output.bytes, symmetric: true, symmetricId: ex.output.symmetricId, freed: false };
+  const stream = comm.lane(0).stream;
+  const base: AllToAllVArgs = { input: ex.input, output: ex.output, inSplits: ex.inSplits, outSplitsOffsets: ex.outSplitsOffsets, rowBytes };
+  const misuse: [string, Partial<AllToAllVArgs>][] = [
+    ['rowBytes 0', { rowBytes: 0 }],
+    ['rowBytes -4', { rowBytes: -4 }],
+    ['rowBytes 1.5', { rowBytes: 1.5 }],
+    ['rowBytes NaN', { rowBytes: NaN }],
+    ['inSplits smaller than int64[W]', { inSplits: comm.alloc(8 * W - 1) }],
+    ['outSplitsOffsets smaller than int64[2][W]', { outSplitsOffsets: comm.alloc(16 * W - 1) }],
+    ['output not symmetric', { output: local }],
+    ['freed input', { input: freed }],
+    ['freed output', { output: freedOutput }],
+    ['input of another communicator', { input: foreign }],
+    ['output of another communicator', { output: foreign }],
+    ['lane past the last', { lane: { index: comm.laneCount, stream } }],
+    ['negative lane', { lane: { index: -1, stream } }],
+  ];
+  ex.poison(1);
+  for (const [label, change] of misuse) {
+    expectUsageError(() => comm.allToAllV({ ...base, ...change }), label);
+  }
+  expectUsageError(() => comm.lane(comm.laneCount), 'comm.lane(laneCount)');
+  ex.verifyUntouched('misuse');
+  const S = makeSplits(new Rng(arg.seed, 4000), W, 'random', 2);
+  ex.prepare(arg.seed, 4000, S, rowBytes);
+  ex.call(rowBytes).wait();
+  ex.verify(arg.seed, 4000, S, rowBytes, 'good call after misuse');
+  return misuse.length + 1;
+}

@@ -1,0 +1,54 @@
+// Checks that a collective failed with exactly the named error the semantics promise.
+import type { Handle } from '../../src/backends/backend.js';
+import { SplitsError, TimeoutError, UsageError, type SplitsProblem } from '../../src/errors.js';
+import { ConformanceError } from './harness.js';
+
+export interface ExpectedSplitsError {
+  problem: SplitsProblem;
+  rank: number;
+  peer: number;
+  needed: bigint | number;
+  available: bigint | number;
+}
+
+/** handle.wait() must throw a SplitsError with these fields, reported by `me`. */
+export function expectSplitsError(handle: Handle, want: ExpectedSplitsError, me: number, label: string): void {
+  const err = thrownBy(() => handle.wait(), `${label}: expected SplitsError '${want.problem}'`);
+  if (!(err instanceof SplitsError)) throw new ConformanceError(`${label}: expected SplitsError '${want.problem}', got ${describe(err)}`, { cause: err });
+  const got = { problem: err.problem, rank: err.rank, peer: err.peer, needed: err.needed, available: err.available, reportedBy: err.reportedBy };
+  const exp = { ...want, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
+  for (const key of Object.keys(exp) as (keyof typeof exp)[]) {
+    if (got[key] !== exp[key]) {
+      throw new ConformanceError(`${label}: SplitsError ${key} is ${got[key]}, expected ${exp[key]} (${err.message})`, { cause: err });
+    }
+  }
+}
+
+/** handle.wait() must throw a TimeoutError naming `missingRank`, raised by `me`. */
+export function expectTimeout(handle: Handle, missingRank: number, me: number, label: string): TimeoutError {
+  const err = thrownBy(() => handle.wait(), `${label}: expected TimeoutError`);
+  if (!(err instanceof TimeoutError)) throw new ConformanceError(`${label}: expected TimeoutError, got ${describe(err)}`, { cause: err });
+  if (err.missingRank !== missingRank || err.rank !== me) {
+    throw new ConformanceError(`${label}: TimeoutError names rank ${err.rank} waiting for ${err.missingRank}, expected ${me} waiting for ${missingRank}`, { cause: err });
+  }
+  return err;
+}
+
+/** `fn` must throw UsageError at once. */
+export function expectUsageError(fn: () => unknown, label: string): void {
+  const err = thrownBy(fn, `${label}: expected UsageError`);
+  if (!(err instanceof UsageError)) throw new ConformanceError(`${label}: expected UsageError, got ${describe(err)}`, { cause: err });
+}
+
+function thrownBy(fn: () => unknown, what: string): unknown {
+  try {
+    fn();
+  } catch (err) {
+    return err;
+  }
+  throw new ConformanceError(`${what}, but nothing was thrown`);
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+}

@@ -1,0 +1,59 @@
+// Rank program for lanes: independent channels with their own counters and status records.
+import type { Comm } from '../../src/backends/backend.js';
+import { expectSplitsError } from './expect.js';
+import { Exchange, maxRowsFor, sizesFor } from './harness.js';
+import { makeSplits, PATTERNS, Rng } from './reference.js';
+
+export interface LanesArg {
+  seed: number;
+  budget: number;
+}
+
+/**
+ * Lane 0 holds an unread error while lane 1 keeps working; then both lanes have a call in flight
+ * at once, waited in reverse order; then lane 0 works again. The lanes see different numbers of
+ * calls, so their sequence counters differ throughout.
+ */
+export async function lanes(comm: Comm, arg: LanesArg): Promise<number> {
+  const W = comm.worldSize;
+  const me = comm.rank;
+  const [l0, l1] = [comm.lane(0), comm.lane(1)];
+  const a = await Exchange.create(comm, sizesFor(W, arg.budget));
+  const b = await Exchange.create(comm, sizesFor(W, arg.budget));
+  const rng = new Rng(arg.seed, 0xe4);
+  const rowsFor = (rowBytes: number): number => maxRowsFor(arg.budget, rowBytes);
+  let call = 5000;
+
+  const bad = makeSplits(new Rng(arg.seed, ++call), W, 'random', 3);
+  const [q, r0] = [rng.int(W), rng.int(W)];
+  bad[q][r0] = -2;
+  a.prepare(arg.seed, call, bad, 8);
+  const held = a.call(8, l0);
+
+  for (let i = 0; i < 4; i++) {
+    const rowBytes = rng.pick([1, 13, 1000, 4099]);
+    const S = makeSplits(new Rng(arg.seed, ++call), W, PATTERNS[i % PATTERNS.length], rowsFor(rowBytes));
+    b.prepare(arg.seed, call, S, rowBytes);
+    b.call(rowBytes, l1).wait();
+    b.verify(arg.seed, call, S, rowBytes, `lane 1 call ${i} while lane 0 holds an error`);
+  }
+  expectSplitsError(held, { problem: 'negative', rank: q, peer: r0, needed: -2, available: 0 }, me, 'lane 0 error read after lane 1 calls');
+  a.verifyUntouched('lane 0 refused call');
+
+  for (let round = 0; round < 3; round++) {
+    const [rbA, rbB] = [rng.pick([3, 17, 255]), rng.pick([7, 1000, 16384])];
+    const Sa = makeSplits(new Rng(arg.seed, ++call), W, 'random', rowsFor(rbA));
+    const callA = call;
+    const Sb = makeSplits(new Rng(arg.seed, ++call), W, 'skew', rowsFor(rbB));
+    const callB = call;
+    a.prepare(arg.seed, callA, Sa, rbA);
+    b.prepare(arg.seed, callB, Sb, rbB);
+    const ha = a.call(rbA, l0);
+    const hb = b.call(rbB, l1);
+    hb.wait();
+    ha.wait();
+    a.verify(arg.seed, callA, Sa, rbA, `lane 0, both lanes in flight (round ${round})`);
+    b.verify(arg.seed, callB, Sb, rbB, `lane 1, both lanes in flight (round ${round})`);
+  }
+  return call - 5000;
+}

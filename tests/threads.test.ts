@@ -1,0 +1,47 @@
+// runRanks: results in rank order, reports, and failures that name the rank and keep their class.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { SplitsError, TimeoutError, UsageError } from '../src/errors.js';
+import { runRanks, type RankFailure } from '../src/world/threads.js';
+
+const programs = new URL('./threads/programs.js', import.meta.url);
+
+test('runRanks returns every rank\'s result in rank order and forwards reports', async () => {
+  const reports: [number, unknown][] = [];
+  const results = await runRanks({ backend: 'cpu', ranks: 3, onReport: (rank, msg) => reports.push([rank, msg]) }, programs, 'echo', { tag: 'x' });
+  assert.deepEqual(results, [0, 1, 2].map((rank) => ({ rank, world: 3, tag: 'x' })));
+  assert.deepEqual(reports.map(([r]) => r).sort(), [0, 1, 2]);
+});
+
+test('a failing rank rejects with its own error class and fields, and the others are stopped', async () => {
+  const started = performance.now();
+  const err = (await runRanks({ backend: 'cpu', ranks: 3, timeoutMs: 60_000 }, programs, 'oneFails', { failing: 1 }).then(
+    () => assert.fail('expected a rejection'),
+    (e: unknown) => e,
+  )) as RankFailure;
+  assert.ok(err instanceof SplitsError, `got ${err}`);
+  assert.equal(err.failedRank, 1);
+  assert.equal(err.code, 'A2AV_SPLITS');
+  assert.equal((err as SplitsError).needed, 12n);
+  assert.match(err.message, /^rank 1 failed: /);
+  // The other ranks sat in a 60 s barrier; they were terminated after the grace period.
+  assert.ok(performance.now() - started < 20_000);
+});
+
+test('a timeout inside a rank arrives as a TimeoutError naming the missing rank', async () => {
+  const err = await runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'throwsTimeout', {}).catch((e: unknown) => e);
+  assert.ok(err instanceof TimeoutError, `got ${err}`);
+  assert.equal(err.missingRank, 1);
+  assert.equal(err.rank, 0);
+  assert.equal((err as unknown as RankFailure).failedRank, 0);
+});
+
+test('after a timeout the cpu communicator refuses further collectives', async () => {
+  const [r0] = await runRanks<unknown, string>({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'abortsAfterTimeout', {});
+  assert.equal(r0, 'TimeoutError then CommAbortedError');
+});
+
+test('a missing export is a UsageError', async () => {
+  const err = await runRanks({ backend: 'cpu', ranks: 2 }, programs, 'noSuchExport', {}).catch((e: unknown) => e);
+  assert.ok(err instanceof UsageError, `got ${err}`);
+});
