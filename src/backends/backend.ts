@@ -49,6 +49,11 @@ export interface AllToAllVArgs {
   lane?: Lane;
   /** The caller's stream: the collective starts after the work queued there. */
   stream?: Stream;
+  /**
+   * Bytes this rank expects to send per call (the splits stay on the device, so the host cannot
+   * know): picks the default launch plan. Default: all of `input`. Any value stays correct.
+   */
+  sizeHintBytes?: number;
   /** Overrides the launch plan (GPU backends; validated, ignored on CPU). */
   plan?: LaunchPlan;
 }

@@ -3,7 +3,7 @@
 // time both (iterations chosen so a timed loop lasts >= 20 ms, median of repeats, slowest rank),
 // then time the device's own copy of the same bytes as the reference.
 import { hostname } from 'node:os';
-import type { AllToAllVArgs, Comm, DeviceBuffer, Stream } from '../backends/backend.js';
+import type { AllToAllVArgs, Comm, DeviceBuffer, Replay, Stream } from '../backends/backend.js';
 import { UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from './agree.js';
@@ -17,6 +17,12 @@ import { CANARY_BYTES, ResultCheck, WrongResultError } from './verify.js';
 const TARGET_LOOP_MS = 20;
 const WARMUP_ITERS = 5;
 const MAX_ITERS = 100_000;
+/**
+ * Calls captured in one graph for sizes up to GRAPH_BATCH_MAX_BYTES: the per-call time is then
+ * device time, not the host's launch rate. Larger calls are long enough to replay one by one.
+ */
+const GRAPH_CALLS = 50;
+const GRAPH_BATCH_MAX_BYTES = 4 << 20;
 /** The reference copies in chunks of at most this, so its buffers stay small next to the sweep's. */
 const MAX_REF_BYTES = 1 << 30;
 /** Allocations must fit free memory with this much to spare. */
@@ -79,16 +85,22 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
     if (ref) patterns[comm.rank].fill(comm, ref.src, memory.refBytes);
 
     const stream = comm.lane(0).stream;
-    const args: AllToAllVArgs = { input, output, inSplits, outSplitsOffsets, rowBytes: arg.rowBytes, lane: comm.lane(0) };
-    const call = () => void comm.allToAllV(args);
-    // The splits live on the device, so one captured graph serves every size.
-    const replay = comm.capture(stream, call);
-    const launch = () => replay.launch(stream);
     const timing = { fixedIters: arg.iters, repeats: arg.repeats };
     const rows: BenchRow[] = [];
+    let replay: Replay | undefined;
     try {
       for (const [index, splits] of plans.entries()) {
         const bytes = splits.rowsPerRank * arg.rowBytes;
+        const args: AllToAllVArgs = { input, output, inSplits, outSplitsOffsets, rowBytes: arg.rowBytes, lane: comm.lane(0), sizeHintBytes: bytes };
+        const call = () => void comm.allToAllV(args);
+        // One graph holds GRAPH_CALLS back-to-back calls, so the per-call figure is device time,
+        // not the host's launch rate (with many ranks in one process, launches contend for the driver).
+        replay?.close();
+        const batch = bytes <= GRAPH_BATCH_MAX_BYTES ? GRAPH_CALLS : 1;
+        replay = comm.capture(stream, () => {
+          for (let k = 0; k < batch; k++) call();
+        });
+        const launch = () => replay!.launch(stream);
         const progress = (stage: SweepStage) => report({ type: 'progress', index, count: plans.length, bytes, stage });
         progress('verify');
         comm.write(inSplits, BigInt64Array.from(splits.rows[comm.rank], BigInt));
@@ -99,7 +111,7 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
         // timeLoop doubles as "run and wait": a replay has no handle of its own.
         if (!(await checkedRun(comm, agree, check, 'graph', () => comm.timeLoop(stream, 1, launch)))) break;
         progress('graph');
-        const graphUs = measure(comm, stream, launch, timing, agree);
+        const graphUs = measure(comm, stream, launch, timing, agree) / batch;
         progress('reference');
         await comm.barrier(); // the device is quiet: the copy runs alone while its other ranks wait
         let refUs = 0;
@@ -117,7 +129,7 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
         report({ type: 'row', index, count: plans.length, row });
       }
     } finally {
-      replay.close();
+      replay?.close();
     }
     return { rows: lead ? rows : [] };
   } finally {

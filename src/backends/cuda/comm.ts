@@ -80,11 +80,21 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
   if (opts.rank !== 0) await barrier('a2av/cuda/module');
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
-  const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...(process.env.A2AV_COPY_UNROLL ? [`-DA2AV_COPY_UNROLL=${process.env.A2AV_COPY_UNROLL}`] : [])]);
+  const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...kernelTuningDefines()]);
   if (opts.rank === 0) await barrier('a2av/cuda/module');
   const comm = new CudaComm(opts, device, module, ranksOnDevice);
   await comm.init();
   return comm;
+}
+
+/** Compile-time copy tuning, for experiments: A2AV_COPY_UNROLL=N, A2AV_L2_PREFETCH_256B=1. */
+function kernelTuningDefines(): string[] {
+  return ['A2AV_COPY_UNROLL', 'A2AV_L2_PREFETCH_256B'].flatMap((name) => {
+    const v = process.env[name];
+    if (v === undefined) return [];
+    if (!/^\d+$/.test(v)) throw new UsageError(`${name} must be a non-negative integer, got '${v}'`);
+    return [`-D${name}=${v}`];
+  });
 }
 
 export class CudaComm implements Comm, CheckContext {
@@ -215,7 +225,7 @@ export class CudaComm implements Comm, CheckContext {
   allToAllV(args: AllToAllVArgs): Handle {
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
     const lane = this.#lanes[checkAllToAllV(this, args)];
-    const ctx = this.planContext(args.input.bytes);
+    const ctx = this.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity));
     const plan: LaunchPlan = args.plan ? validatePlan(args.plan, ctx) : defaultPlan(ctx);
     const input = args.input as CudaBuffer;
     const output = args.output as CudaBuffer;
@@ -313,8 +323,9 @@ export class CudaComm implements Comm, CheckContext {
   }
 
   async close(): Promise<void> {
-    // Peers may still be writing into our output or pad: meet them first unless the job is broken.
-    if (!this.#aborted) await this.barrier();
+    // Peers may still be writing into our output or pad: meet them first. A peer that gave up on
+    // this job (timeout) never comes, so a failed meeting only delays the release, bounded.
+    if (!this.#aborted) await this.barrier().catch(() => {});
     this.#device.synchronize();
     for (const b of [...this.#buffers]) this.free(b);
     for (const lane of this.#lanes) {

@@ -1,0 +1,24 @@
+// The public API of a2av. Everything else is private to the package.
+export { runRanks } from './world/threads.js';
+export type { RankContext, RankFn, RunRanksOptions } from './world/ranks.js';
+export { createComm, defaultBackend, type CommOptions } from './backends/create.js';
+export type { AllToAllVArgs, BackendName, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from './backends/backend.js';
+export type { LaunchPlan } from './tune/plan.js';
+export { cudaDeviceCount } from './cuda/probe.js';
+export { rankEnv, type RankEnv } from './world/env.js';
+export type { Store } from './world/store.js';
+export { TcpStoreClient, TcpStoreServer } from './world/tcp-store.js';
+export { launch, type LaunchOptions } from './launch/launcher.js';
+export {
+  A2avError,
+  CommAbortedError,
+  CudaError,
+  LibraryNotFoundError,
+  NcclError,
+  NvrtcError,
+  SplitsError,
+  StoreError,
+  TimeoutError,
+  UsageError,
+  type SplitsProblem,
+} from './errors.js';
