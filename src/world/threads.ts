@@ -27,6 +27,10 @@ export type RankFailure = Error & { failedRank: number };
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
   const ranks = opts.ranks;
   if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${ranks}`);
+  // Ranks sharing a GPU each drive their own streams; with the driver's default of 8 hardware
+  // queues, streams of different ranks share queues and falsely serialise. Read at context creation,
+  // which happens in the rank threads, after this (the environment is the process's).
+  if (opts.backend === 'cuda') process.env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
   const broker = new ThreadStoreBroker();
   const run = new RankRun<R>(ranks, opts.onReport);
   const workers: Worker[] = [];
