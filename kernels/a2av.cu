@@ -7,7 +7,6 @@
 //      whatever the skew between peers, and push each tile into the owning peer's output;
 //   4. the last block to finish raises done[me] = seq on every peer and waits for all peers' done.
 // Every wait is bounded by params.timeoutNs and ends in a status record naming the missing rank.
-#include "bulk-copy.cuh"
 #include "config.cuh"
 #include "copy.cuh"
 #include "signals.cuh"
@@ -27,13 +26,7 @@ struct A2avParams {
   i64 timeoutNs;            // 80
   int rank;                 // 88
   int world;                // 92
-  int bulk;                 // 96: 1 = move data with bulk copies (16-byte aligned rows; see bulk-copy.cuh)
 };
-
-// Bytes of dynamic shared memory before the bulk-copy buffers (payload matrix and send plan).
-__host__ __device__ __forceinline__ u64 bulk_buffer_offset(int W) {
-  return (((u64)W * (A2AV_PAYLOAD_HEADER + W) + 3 * (u64)W) * 8 + 127) & ~127ull;
-}
 
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
 
@@ -188,64 +181,15 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     // each block one long contiguous slice instead was measured 25-35% slower at 256 MiB.
     const i64 total = srcOff[W - 1] + sendLen[W - 1];
     const i64 tile = (i64)nt * 16 * A2AV_COPY_UNROLL;
-#if A2AV_HAS_BULK
-    if (p.bulk) {
-      // One thread streams this block's tiles through the bulk-copy stages; the others are done.
-      __shared__ BulkPipe pipe;
-      if (tid == 0) {
-        u8* stages = (u8*)smem + bulk_buffer_offset(W);
-        u8* pendDst[A2AV_BULK_STAGES];
-        u32 pendBytes[A2AV_BULK_STAGES];
-        bulk_init(&pipe);
-        int r = 0;
-        for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) {
-          const i64 hi = lo + tile < total ? lo + tile : total;
-          while (srcOff[r] + sendLen[r] <= lo) ++r;
-          for (int k = r; k < W && srcOff[k] < hi; ++k) {
-            const i64 a0 = srcOff[k] > lo ? srcOff[k] : lo;
-            const i64 segEnd = srcOff[k] + sendLen[k];
-            const i64 b = segEnd < hi ? segEnd : hi;
-            for (i64 a = a0; a < b; a += A2AV_BULK_CHUNK) {
-              const u32 bytes = (u32)(b - a < A2AV_BULK_CHUNK ? b - a : A2AV_BULK_CHUNK);
-              if (pipe.issued - pipe.stored == A2AV_BULK_STAGES) {
-                const int s = (int)(pipe.stored % A2AV_BULK_STAGES);
-                bulk_wait_loaded(&pipe, s);
-                bulk_store(pendDst[s], stages + (u64)s * A2AV_BULK_CHUNK, pendBytes[s]);
-                ++pipe.stored;
-              }
-              // The stage about to be loaded was last read by the newest store: let it finish reading.
-              if (pipe.issued >= A2AV_BULK_STAGES) bulk_wait_reads<0>();
-              const int s = (int)(pipe.issued % A2AV_BULK_STAGES);
-              pendDst[s] = p.outPeers[k] + dstOff[k] + (a - srcOff[k]);
-              pendBytes[s] = bytes;
-              bulk_load(&pipe, stages, p.input + a, bytes);
-            }
-          }
-        }
-        while (pipe.stored < pipe.issued) {
-          const int s = (int)(pipe.stored % A2AV_BULK_STAGES);
-          bulk_wait_loaded(&pipe, s);
-          bulk_store(pendDst[s], stages + (u64)s * A2AV_BULK_CHUNK, pendBytes[s]);
-          ++pipe.stored;
-        }
-        bulk_drain();
-      }
-    } else
-#endif
-    {
-      // Blocks sweep the send bytes together, tile by tile (block b takes tiles b, b+B, ...), so at
-      // any moment a rank reads one contiguous window and writes few: DRAM pages stay open. Giving
-      // each block one long contiguous slice instead was measured 25-35% slower at 256 MiB.
-      int r = 0;
-      for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) {
-        const i64 hi = lo + tile < total ? lo + tile : total;
-        while (srcOff[r] + sendLen[r] <= lo) ++r;  // segments ascend, so r only moves forward
-        for (int k = r; k < W && srcOff[k] < hi; ++k) {
-          const i64 a = srcOff[k] > lo ? srcOff[k] : lo;
-          const i64 segEnd = srcOff[k] + sendLen[k];
-          const i64 b = segEnd < hi ? segEnd : hi;
-          if (a < b) copy_bytes(p.outPeers[k] + dstOff[k] + (a - srcOff[k]), p.input + a, (u64)(b - a));
-        }
+    int r = 0;
+    for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) {
+      const i64 hi = lo + tile < total ? lo + tile : total;
+      while (srcOff[r] + sendLen[r] <= lo) ++r;  // segments ascend, so r only moves forward
+      for (int k = r; k < W && srcOff[k] < hi; ++k) {
+        const i64 a = srcOff[k] > lo ? srcOff[k] : lo;
+        const i64 segEnd = srcOff[k] + sendLen[k];
+        const i64 b = segEnd < hi ? segEnd : hi;
+        if (a < b) copy_bytes(p.outPeers[k] + dstOff[k] + (a - srcOff[k]), p.input + a, (u64)(b - a));
       }
     }
   }

@@ -120,8 +120,6 @@ export class CudaComm implements Comm, CheckContext {
   #capture: { stream: CudaStream; lanes: Set<CudaLane> } | undefined;
   #timing: [CudaEvent, CudaEvent] | undefined;
   readonly #smem: number;
-  readonly #bulkSmem: number;
-  readonly #bulk: boolean;
 
   constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number) {
     this.rank = opts.rank;
@@ -135,12 +133,8 @@ export class CudaComm implements Comm, CheckContext {
     this.deviceName = `${device.name} #${device.ordinal}`;
     this.#launcher = new StructLauncher(module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
     if (this.worldSize > MAX_WORLD) throw new UsageError(`cuda backend supports at most ${MAX_WORLD} ranks, got ${this.worldSize}`);
-    // Bulk (TMA) copies need Hopper; A2AV_BULK_COPY=0 turns them off.
-    this.#bulk = device.arch >= 90 && process.env.A2AV_BULK_COPY !== '0';
-    this.#smem = kernelSharedBytes(this.worldSize, false);
-    this.#bulkSmem = kernelSharedBytes(this.worldSize, true);
-    const most = this.#bulk ? this.#bulkSmem : this.#smem;
-    if (most > 48 * 1024) this.#launcher.fn.allowSharedBytes(most);
+    this.#smem = kernelSharedBytes(this.worldSize);
+    if (this.#smem > 48 * 1024) this.#launcher.fn.allowSharedBytes(this.#smem);
   }
 
   async init(): Promise<void> {
@@ -224,17 +218,14 @@ export class CudaComm implements Comm, CheckContext {
   }
 
   /** The plan a call with this much input gets by default, and the limit any override must meet. */
-  planContext(inputBytes: number, smem = this.#smem): PlanContext {
-    return { residentBlocks: (t) => this.#residentBlocks(t, smem), ranksOnDevice: this.ranksOnDevice, inputBytes };
+  planContext(inputBytes: number): PlanContext {
+    return { residentBlocks: (t) => this.#residentBlocks(t), ranksOnDevice: this.ranksOnDevice, inputBytes };
   }
 
   allToAllV(args: AllToAllVArgs): Handle {
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
     const lane = this.#lanes[checkAllToAllV(this, args)];
-    // Bulk copies need 16-byte aligned pieces: buffers are, so rows of a multiple of 16 bytes are.
-    const bulk = this.#bulk && args.rowBytes % 16 === 0;
-    const smem = bulk ? this.#bulkSmem : this.#smem;
-    const ctx = this.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity), smem);
+    const ctx = this.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity));
     const plan: LaunchPlan = args.plan ? validatePlan(args.plan, ctx) : defaultPlan(ctx);
     const input = args.input as CudaBuffer;
     const output = args.output as CudaBuffer;
@@ -252,7 +243,6 @@ export class CudaComm implements Comm, CheckContext {
       timeoutNs: BigInt(Math.round(this.timeoutMs * 1e6)),
       rank: this.rank,
       world: this.worldSize,
-      bulk,
     });
     const caller = (args.stream as CudaStream | undefined) ?? this.#capture?.stream;
     const slot = lane.calls % EVENT_RING;
@@ -260,7 +250,7 @@ export class CudaComm implements Comm, CheckContext {
       lane.forks[slot].record(caller);
       lane.stream.waitEvent(lane.forks[slot]);
     }
-    this.#launcher.launch(plan.blocks, plan.threads, lane.stream, smem);
+    this.#launcher.launch(plan.blocks, plan.threads, lane.stream, this.#smem);
     const event = lane.done[slot];
     event.record(lane.stream);
     lane.calls++;
@@ -347,12 +337,11 @@ export class CudaComm implements Comm, CheckContext {
     this.#device.release();
   }
 
-  #residentBlocks(threads: number, smem: number): number {
-    const key = threads * 1e7 + smem;
-    let n = this.#residentCache.get(key);
+  #residentBlocks(threads: number): number {
+    let n = this.#residentCache.get(threads);
     if (n === undefined) {
-      n = this.#launcher.fn.maxActiveBlocksPerSm(threads, smem) * this.#device.smCount;
-      this.#residentCache.set(key, n);
+      n = this.#launcher.fn.maxActiveBlocksPerSm(threads, this.#smem) * this.#device.smCount;
+      this.#residentCache.set(threads, n);
     }
     return n;
   }

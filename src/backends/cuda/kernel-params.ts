@@ -1,5 +1,5 @@
 // Writes struct A2avParams (kernels/a2av.cu) into a launcher's parameter block.
-export const A2AV_PARAMS_BYTES = 104;
+export const A2AV_PARAMS_BYTES = 96;
 
 export interface A2avParams {
   input: bigint;
@@ -15,7 +15,6 @@ export interface A2avParams {
   timeoutNs: bigint;
   rank: number;
   world: number;
-  bulk: boolean;
 }
 
 export function writeA2avParams(v: DataView, p: A2avParams): void {
@@ -32,5 +31,4 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
   v.setBigInt64(80, p.timeoutNs, true);
   v.setInt32(88, p.rank, true);
   v.setInt32(92, p.world, true);
-  v.setInt32(96, p.bulk ? 1 : 0, true);
 }

@@ -12,13 +12,9 @@ export function padBytes(world: number, lanes: number): number {
   return laneBytes(world) * lanes;
 }
 
-/** Bulk-copy staging in shared memory: A2AV_BULK_STAGES x A2AV_BULK_CHUNK (kernels/bulk-copy.cuh). */
-export const BULK_STAGING_BYTES = 4 * 16384;
-
-/** Dynamic shared memory of a2av_1d: every rank's payload, this rank's send plan, bulk staging. */
-export function kernelSharedBytes(world: number, bulk: boolean): number {
-  const plan = (world * (PAYLOAD_HEADER + world) + 3 * world) * 8;
-  return bulk ? Math.ceil(plan / 128) * 128 + BULK_STAGING_BYTES : plan;
+/** Dynamic shared memory of a2av_1d: every rank's payload plus this rank's send plan. */
+export function kernelSharedBytes(world: number): number {
+  return (world * (PAYLOAD_HEADER + world) + 3 * world) * 8;
 }
 
 /** Largest world whose payload matrix fits in an SM's shared memory (227 KiB on Hopper). */
