@@ -15,6 +15,9 @@ export interface CommOptions {
   timeoutMs: number;
   /** Number of lanes (independent channels of collectives). */
   lanes: number;
+  /** This rank's index among the ranks of its node, and their count (launcher jobs). Default: rank, worldSize. */
+  localRank?: number;
+  localWorldSize?: number;
 }
 
 interface CudaBackendModule {

@@ -67,7 +67,7 @@ class CudaHandle implements Handle {
 export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const count = CudaDevice.count();
   if (count === 0) throw new UsageError('cuda backend: the driver reports no GPU');
-  const device = new CudaDevice(opts.rank % count);
+  const device = new CudaDevice((opts.localRank ?? opts.rank) % count);
   const where = (await allGather(opts.store, 'a2av/cuda/where', opts.rank, opts.worldSize, encodeJson({ pid: process.pid, ordinal: device.ordinal }), opts.timeoutMs)).map(
     (b) => decodeJson<{ pid: number; ordinal: number }>(b),
   );
