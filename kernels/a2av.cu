@@ -43,6 +43,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   __shared__ int sAbort, sLast, sMismatch, sNegative, sInOver, sOutOver;
 
   const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched early (programmatic dependent launch): wait here for the previous kernel on this
+  // stream, then let the next call's kernel get scheduled while this one runs. No-ops otherwise.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
   u8* lane = p.padPeers[me] + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
   const i64 inRows = (i64)(p.inputBytes / (u64)p.rowBytes);

@@ -8,9 +8,7 @@ typedef unsigned long long u64;
 
 #define A2AV_MAX_THREADS 1024
 // 16-byte loads each thread keeps in flight before storing; a block's tile is threads * 16 * this.
-#ifndef A2AV_COPY_UNROLL
 #define A2AV_COPY_UNROLL 4
-#endif
 
 // Status record codes (int64[8] = code, rank, peer, needed, available, reportedBy, 0, 0).
 #define A2AV_OK 0

@@ -3,22 +3,12 @@
 #pragma once
 #include "config.cuh"
 
-#ifndef A2AV_L2_PREFETCH_256B
-#define A2AV_L2_PREFETCH_256B 0
-#endif
-
-// Input is read once: skip L1; optionally ask L2 to fetch whole 256-byte lines.
+// Input is read once: skip L1.
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   uint4 v;
-#if A2AV_L2_PREFETCH_256B
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-#else
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
-#endif
   return v;
 }
 

@@ -48,6 +48,7 @@ const signatures = {
     'int cuOccupancyMaxActiveBlocksPerMultiprocessor(_Out_ int *blocks, uint64_t fn, int threads, size_t smem)',
   cuLaunchKernel:
     'int cuLaunchKernel(uint64_t fn, uint32_t gx, uint32_t gy, uint32_t gz, uint32_t bx, uint32_t by, uint32_t bz, uint32_t smem, uint64_t stream, uint64_t params, uint64_t extra)',
+  cuLaunchKernelEx: 'int cuLaunchKernelEx(uint64_t config, uint64_t fn, uint64_t params, uint64_t extra)',
   cuGraphInstantiate: 'int cuGraphInstantiateWithFlags(_Out_ uint64_t *exec, uint64_t graph, uint64_t flags)',
   cuGraphLaunch: 'int cuGraphLaunch(uint64_t exec, uint64_t stream)',
   cuGraphExecDestroy: 'int cuGraphExecDestroy(uint64_t exec)',

@@ -74,28 +74,63 @@ export class KernelModule {
 }
 
 /**
- * A kernel whose single parameter is a struct passed by value. The struct lives in pinned-address
- * native memory written through a DataView, so a launch allocates nothing.
+ * A kernel whose single parameter is a struct passed by value. The struct and a CUlaunchConfig live
+ * in native memory written through DataViews, so a launch allocates nothing.
  */
 export class StructLauncher {
   readonly view: DataView;
   readonly #params: bigint;
+  readonly #config: DataView;
+  readonly #configAddress: bigint;
+  readonly #keep: unknown;
+
   constructor(readonly fn: KernelFunction, structBytes: number) {
-    const mem = koffi.alloc('uint8_t', structBytes + 8);
-    const ab = koffi.view(mem, structBytes + 8);
+    const total = 8 + structBytes + LAUNCH_CONFIG_BYTES + LAUNCH_ATTRIBUTE_BYTES;
+    const mem = koffi.alloc('uint8_t', total);
+    const ab = koffi.view(mem, total);
     const base = koffi.address(mem);
     this.view = new DataView(ab, 8, structBytes);
     // kernelParams[0] = &struct
     new DataView(ab, 0, 8).setBigUint64(0, base + 8n, true);
     this.#params = base;
-    // The native block lives as long as this object; keep a reference so it is not collected.
-    this.#keep = mem;
+    const configOffset = Math.ceil((8 + structBytes) / 8) * 8;
+    this.#config = new DataView(ab, configOffset, LAUNCH_CONFIG_BYTES + LAUNCH_ATTRIBUTE_BYTES);
+    this.#configAddress = base + BigInt(configOffset);
+    // One attribute, programmatic stream serialisation, pointed to from the config.
+    this.#config.setBigUint64(40, this.#configAddress + BigInt(LAUNCH_CONFIG_BYTES), true);
+    this.#config.setUint32(LAUNCH_CONFIG_BYTES, CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, true);
+    this.#config.setInt32(LAUNCH_CONFIG_BYTES + 8, 1, true);
+    this.#keep = mem; // the native block must live as long as this object
   }
-  readonly #keep: unknown;
+
   launch(grid: number, block: number, stream: CudaStream, smem = 0): void {
     check(
       `cuLaunchKernel(${this.fn.name})`,
       cu().cuLaunchKernel(this.fn.handle, grid, 1, 1, block, 1, 1, smem, stream.handle, this.#params, 0n),
     );
   }
+
+  /**
+   * Launches so that the kernel may start while the previous kernel on `stream` is still finishing
+   * (programmatic dependent launch); the kernel must wait for it itself (griddepcontrol.wait).
+   */
+  launchEarly(grid: number, block: number, stream: CudaStream, smem = 0): void {
+    const c = this.#config;
+    c.setUint32(0, grid, true);
+    c.setUint32(4, 1, true);
+    c.setUint32(8, 1, true);
+    c.setUint32(12, block, true);
+    c.setUint32(16, 1, true);
+    c.setUint32(20, 1, true);
+    c.setUint32(24, smem, true);
+    c.setBigUint64(32, stream.handle, true);
+    c.setUint32(48, 1, true);
+    check(`cuLaunchKernelEx(${this.fn.name})`, cu().cuLaunchKernelEx(this.#configAddress, this.fn.handle, this.#params, 0n));
+  }
 }
+
+// CUlaunchConfig: 7 x uint32 (grid, block, shared bytes), pad, stream, attrs*, numAttrs, pad.
+const LAUNCH_CONFIG_BYTES = 56;
+// CUlaunchAttribute: uint32 id, pad to 8, 64-byte value union.
+const LAUNCH_ATTRIBUTE_BYTES = 72;
+const CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;

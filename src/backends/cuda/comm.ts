@@ -80,21 +80,11 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
   if (opts.rank !== 0) await barrier('a2av/cuda/module');
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
-  const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...kernelTuningDefines()]);
+  const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`]);
   if (opts.rank === 0) await barrier('a2av/cuda/module');
   const comm = new CudaComm(opts, device, module, ranksOnDevice);
   await comm.init();
   return comm;
-}
-
-/** Compile-time copy tuning, for experiments: A2AV_COPY_UNROLL=N, A2AV_L2_PREFETCH_256B=1. */
-function kernelTuningDefines(): string[] {
-  return ['A2AV_COPY_UNROLL', 'A2AV_L2_PREFETCH_256B'].flatMap((name) => {
-    const v = process.env[name];
-    if (v === undefined) return [];
-    if (!/^\d+$/.test(v)) throw new UsageError(`${name} must be a non-negative integer, got '${v}'`);
-    return [`-D${name}=${v}`];
-  });
 }
 
 export class CudaComm implements Comm, CheckContext {
@@ -120,6 +110,8 @@ export class CudaComm implements Comm, CheckContext {
   #capture: { stream: CudaStream; lanes: Set<CudaLane> } | undefined;
   #timing: [CudaEvent, CudaEvent] | undefined;
   readonly #smem: number;
+  /** Programmatic dependent launch (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
+  readonly #earlyLaunch: boolean;
 
   constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number) {
     this.rank = opts.rank;
@@ -134,6 +126,7 @@ export class CudaComm implements Comm, CheckContext {
     this.#launcher = new StructLauncher(module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
     if (this.worldSize > MAX_WORLD) throw new UsageError(`cuda backend supports at most ${MAX_WORLD} ranks, got ${this.worldSize}`);
     this.#smem = kernelSharedBytes(this.worldSize);
+    this.#earlyLaunch = device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
     if (this.#smem > 48 * 1024) this.#launcher.fn.allowSharedBytes(this.#smem);
   }
 
@@ -250,7 +243,11 @@ export class CudaComm implements Comm, CheckContext {
       lane.forks[slot].record(caller);
       lane.stream.waitEvent(lane.forks[slot]);
     }
-    this.#launcher.launch(plan.blocks, plan.threads, lane.stream, this.#smem);
+    // An early launch keeps the next call's blocks resident beside this call's, so it is only safe
+    // (no rank starved of SMs while others wait on it) when twice the blocks of every rank here fit.
+    if (this.#earlyLaunch && 2 * plan.blocks <= Math.floor(ctx.residentBlocks(plan.threads) / this.ranksOnDevice))
+      this.#launcher.launchEarly(plan.blocks, plan.threads, lane.stream, this.#smem);
+    else this.#launcher.launch(plan.blocks, plan.threads, lane.stream, this.#smem);
     const event = lane.done[slot];
     event.record(lane.stream);
     lane.calls++;
