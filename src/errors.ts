@@ -37,6 +37,16 @@ export class NcclError extends A2avError {
   }
 }
 
+/**
+ * A shared-memory system call failed (cpu ranks as processes): `call` (shm_open, mmap, ...), the
+ * errno and its name (ENOSPC: /dev/shm is full), and the shared-memory object's name if any.
+ */
+export class SharedMemoryError extends A2avError {
+  constructor(readonly call: string, readonly errno: number, readonly errorName: string, readonly path: string, detail: string) {
+    super('A2AV_SHM', `${call}${path ? ` ${path}` : ''} failed: ${errorName}${detail ? ` (${detail})` : ''}`);
+  }
+}
+
 /** A peer did not arrive within the timeout. `missingRank` is the first rank that was waited for. */
 export class TimeoutError extends A2avError {
   constructor(readonly rank: number, readonly missingRank: number, readonly timeoutMs: number, readonly what: string) {

@@ -1,5 +1,6 @@
 // The public API of a2av. Everything else is private to the package.
 export { runRanks } from './world/threads.js';
+export { init, type InitOptions } from './world/init.js';
 export type { RankContext, RankFn, RunRanksOptions } from './world/ranks.js';
 export { createComm, defaultBackend, type CommOptions } from './backends/create.js';
 export type { AllToAllVArgs, BackendName, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from './backends/backend.js';
@@ -16,6 +17,7 @@ export {
   LibraryNotFoundError,
   NcclError,
   NvrtcError,
+  SharedMemoryError,
   SplitsError,
   StoreError,
   TimeoutError,

@@ -5,7 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 import { UsageError } from '../errors.js';
-import { STORE_TOKEN_ENV } from '../world/env.js';
+import { JOB_ID_ENV, STORE_TOKEN_ENV } from '../world/env.js';
+import { removeShmFiles } from '../world/shm-files.js';
 import { TcpStoreServer } from '../world/tcp-store.js';
 import { RankProcess, type RankExit } from './rank-process.js';
 
@@ -90,6 +91,8 @@ class Job {
   #plan: Plan;
   #token: string;
   #port: number;
+  /** Names this node's part of the job: ranks prefix their shared-memory files with it. */
+  #jobId = randomBytes(8).toString('hex');
   #ranks: RankProcess[] = [];
   #firstFailure: RankExit | undefined;
   #interrupt: NodeJS.Signals | undefined;
@@ -104,7 +107,10 @@ class Job {
   async run(): Promise<number> {
     const onSignal = (signal: NodeJS.Signals) => this.#onSignal(signal);
     // Last resort if this process exits without waiting (process.exit, uncaught error elsewhere).
-    const onProcessExit = () => this.#ranks.forEach((r) => r.signal('SIGKILL'));
+    const onProcessExit = () => {
+      this.#ranks.forEach((r) => r.signal('SIGKILL'));
+      removeShmFiles(this.#jobId);
+    };
     for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
     process.on('exit', onProcessExit);
     try {
@@ -114,6 +120,8 @@ class Job {
       }
       await Promise.all(this.#ranks.map((r) => r.done));
     } finally {
+      // Ranks unlink their shared memory once every peer has mapped it; one killed before that cannot.
+      removeShmFiles(this.#jobId);
       clearTimeout(this.#killTimer);
       for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
       process.off('exit', onProcessExit);
@@ -139,6 +147,7 @@ class Job {
       MASTER_ADDR: masterAddr,
       MASTER_PORT: String(this.#port),
       [STORE_TOKEN_ENV]: this.#token,
+      [JOB_ID_ENV]: this.#jobId,
     };
   }
 

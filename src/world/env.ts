@@ -21,6 +21,12 @@ export interface RankEnv {
 /** Holds the job's store secret. Kept out of RankEnv so that logging a RankEnv cannot leak it. */
 export const STORE_TOKEN_ENV = 'A2AV_STORE_TOKEN';
 
+/**
+ * Names the job on this node (a2av launch sets it): the cpu backend puts it in its shared-memory
+ * file names, so that the launcher can remove what a killed rank left in /dev/shm.
+ */
+export const JOB_ID_ENV = 'A2AV_JOB_ID';
+
 type Env = Readonly<Record<string, string | undefined>>;
 
 /**
@@ -41,6 +47,14 @@ export function rankEnv(env: Env = process.env): RankEnv | undefined {
 export function storeToken(env: Env = process.env): string | undefined {
   const token = env[STORE_TOKEN_ENV];
   return token === undefined || token === '' ? undefined : token;
+}
+
+/** The job id from A2AV_JOB_ID (letters and digits, at most 32), or undefined when unset. */
+export function jobId(env: Env = process.env): string | undefined {
+  const id = env[JOB_ID_ENV];
+  if (id === undefined || id === '') return undefined;
+  if (!/^[A-Za-z0-9]{1,32}$/.test(id)) throw new UsageError(`${JOB_ID_ENV}=${JSON.stringify(id)}: expected 1 to 32 letters and digits`);
+  return id;
 }
 
 function fromTorchrun(env: Env): RankEnv {

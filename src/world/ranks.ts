@@ -2,6 +2,11 @@
 // Implementation lives in src/world/threads.ts.
 import type { BackendName, Comm } from '../backends/backend.js';
 
+/** Default bound on every wait inside collectives and the store, in milliseconds. */
+export const DEFAULT_TIMEOUT_MS = 60_000;
+/** Default lanes per communicator. */
+export const DEFAULT_LANES = 2;
+
 export interface RankContext {
   /** Sends a small structured-cloneable message to the main thread's `onReport` (progress, rows). */
   report(message: unknown): void;

@@ -72,6 +72,7 @@ function reply(port: MessagePort, msg: Reply): void {
 
 /** Rank side: the Store a worker thread hands to its communicator. */
 export class ThreadStoreClient implements Store {
+  readonly sharesMemory = true;
   #port: MessagePort;
   #defaultTimeoutMs: number;
   #nextId = 1;

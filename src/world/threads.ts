@@ -4,12 +4,10 @@ import { pathToFileURL } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import { UsageError } from '../errors.js';
 import { reviveError } from './error-transfer.js';
-import type { RunRanksOptions } from './ranks.js';
+import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
 import type { RankThreadInit, RankThreadMessage } from './thread-worker.js';
 
-const DEFAULT_TIMEOUT_MS = 60_000;
-const DEFAULT_LANES = 2;
 /**
  * After one rank fails, how long the others get to finish on their own (they usually fail next,
  * with a timeout naming the failed rank) before they are terminated.

@@ -1,7 +1,8 @@
-// CPU "device memory": a SharedArrayBuffer, so peer threads can write a symmetric buffer directly.
+// CPU "device memory": shared memory (memory.ts), so peers can write a symmetric buffer directly.
 // The typed-array views are made once here, so collectives allocate no views on the hot path.
 import { Buffer } from 'node:buffer';
 import type { DeviceBuffer } from '../backend.js';
+import type { SharedRegion } from './memory.js';
 
 export class CpuBuffer implements DeviceBuffer {
   readonly bytes: number;
@@ -14,15 +15,19 @@ export class CpuBuffer implements DeviceBuffer {
   #i32: Int32Array;
   /** Every rank's copy of a symmetric buffer, by rank (this rank's own included); empty for local ones. */
   #peers: Buffer[];
+  /** Every rank's region of a symmetric buffer, closed on release; empty for local ones. */
+  #regions: SharedRegion[];
 
-  constructor(owner: object, memory: SharedArrayBuffer, symmetricId = -1, peers: Uint8Array[] = []) {
+  /** A local buffer over `memory`, or (with `regions`, by rank) symmetric allocation `symmetricId`. */
+  constructor(owner: object, memory: ArrayBufferLike, symmetricId = -1, regions: SharedRegion[] = []) {
     this.owner = owner;
     this.bytes = memory.byteLength;
     this.symmetricId = symmetricId;
     this.#u8 = Buffer.from(memory);
     // Int32 view for splits (int64 read as two 32-bit halves: no BigInt allocation per element).
     this.#i32 = new Int32Array(memory, 0, memory.byteLength >>> 2);
-    this.#peers = peers.map((view) => Buffer.from(view.buffer, view.byteOffset, view.byteLength));
+    this.#regions = regions;
+    this.#peers = regions.map((region) => Buffer.from(region.buffer));
   }
 
   get symmetric(): boolean {
@@ -46,11 +51,31 @@ export class CpuBuffer implements DeviceBuffer {
     return this.#peers[rank];
   }
 
-  /** Drops this rank's references; peers keep theirs, so memory goes when the last rank lets go. */
+  /**
+   * Drops this rank's views, then its regions (unmapping them, for processes); peers keep theirs,
+   * so memory goes when the last rank lets go.
+   */
   release(): void {
+    if (this.#freed) return;
     this.#freed = true;
     this.#u8 = Buffer.alloc(0);
     this.#i32 = new Int32Array(0);
     this.#peers = [];
+    const regions = this.#regions;
+    this.#regions = [];
+    closeAll(regions);
   }
+}
+
+/** Closes every region, then throws the first failure, if any. */
+export function closeAll(regions: readonly SharedRegion[]): void {
+  let first: unknown;
+  for (const region of regions) {
+    try {
+      region.close();
+    } catch (err) {
+      first ??= err;
+    }
+  }
+  if (first !== undefined) throw first;
 }

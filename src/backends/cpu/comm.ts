@@ -1,16 +1,17 @@
-// The CPU backend: ranks are worker threads, "device memory" is SharedArrayBuffer, and a symmetric
-// allocation is every rank's SharedArrayBuffer handed to every peer through the rendezvous store.
+// The CPU backend: ranks are worker threads of one process or processes of one node, "device
+// memory" is shared memory (memory.ts: SharedArrayBuffer, or POSIX shared memory), and a symmetric
+// allocation is every rank's region handed to every peer through the rendezvous store.
 // Collectives run synchronously in the calling thread, so every Handle is complete when returned.
 import { Buffer } from 'node:buffer';
-import { freemem } from 'node:os';
 import type { AllToAllVArgs, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
 import type { CommOptions } from '../create.js';
 import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
 import { CommAbortedError, StoreError, TimeoutError, UsageError } from '../../errors.js';
 import type { Store } from '../../world/store.js';
-import { CpuBuffer } from './buffer.js';
+import { closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
 import { CpuLane, type CpuCallArgs } from './lane.js';
+import { threadMemory, type SharedMemory, type SharedRegion } from './memory.js';
 import { PadLayout, PadViews } from './pad.js';
 
 /**
@@ -21,9 +22,20 @@ const STARTUP_TIMEOUT_FLOOR_MS = 10_000;
 
 export async function createCpuComm(opts: CommOptions): Promise<Comm> {
   const layout = new PadLayout(opts.worldSize, opts.lanes);
-  const ex = new Rendezvous(opts.store, opts.rank, opts.worldSize);
-  const pads = await ex.share('pad', new SharedArrayBuffer(layout.bytes), Math.max(opts.timeoutMs, STARTUP_TIMEOUT_FLOOR_MS));
-  return new CpuComm(opts, ex, layout, pads.map((m) => new PadViews(m.buffer as SharedArrayBuffer)));
+  const ex = new Rendezvous(opts.store, await sharedMemory(opts), opts.rank, opts.worldSize);
+  const pads = await ex.share('pad', layout.bytes, Math.max(opts.timeoutMs, STARTUP_TIMEOUT_FLOOR_MS));
+  return new CpuComm(opts, ex, layout, pads);
+}
+
+/** Threads of one process share SharedArrayBuffers through their store; processes map shared memory. */
+async function sharedMemory(opts: CommOptions): Promise<SharedMemory> {
+  if (opts.store.sharesMemory) return threadMemory;
+  const local = opts.localWorldSize ?? opts.worldSize;
+  if (local !== opts.worldSize) {
+    throw new UsageError(`the cpu backend shares memory within one node: ${opts.worldSize} ranks, but ${local} on this node`);
+  }
+  const { ProcessMemory } = await import('./process-memory.js');
+  return new ProcessMemory(opts.rank);
 }
 
 class CpuComm implements Comm, CheckContext {
@@ -31,27 +43,33 @@ class CpuComm implements Comm, CheckContext {
   readonly rank: number;
   readonly worldSize: number;
   readonly timeoutMs: number;
-  readonly deviceName = 'cpu thread';
+  readonly deviceName: string;
   readonly ranksOnDevice: number;
   readonly laneCount: number;
   #exchange: Rendezvous;
   #lanes: CpuLane[];
+  #pads: SharedRegion[];
+  /** Live buffers, released on close (for processes their memory is unmapped then). */
+  #buffers = new Set<CpuBuffer>();
   #nextSymmetricId = 0;
   #barriers = 0;
   /** Why the communicator is unusable (closed, or a peer timed out), else undefined. */
   #broken: Error | undefined;
 
-  constructor(opts: CommOptions, exchange: Rendezvous, layout: PadLayout, pads: PadViews[]) {
+  constructor(opts: CommOptions, exchange: Rendezvous, layout: PadLayout, pads: SharedRegion[]) {
     this.rank = opts.rank;
     this.worldSize = opts.worldSize;
     this.timeoutMs = opts.timeoutMs;
+    this.deviceName = `cpu ${exchange.memory.where}`;
     this.ranksOnDevice = opts.worldSize;
     this.laneCount = opts.lanes;
     this.#exchange = exchange;
+    this.#pads = pads;
     const onTimeout = (cause: Error): void => {
       this.#broken ??= new CommAbortedError(this.rank, { cause });
     };
-    this.#lanes = Array.from({ length: opts.lanes }, (_, index) => new CpuLane({ index, rank: this.rank, layout, pads, timeoutMs: this.timeoutMs, onTimeout }));
+    const views = pads.map((region) => new PadViews(region));
+    this.#lanes = Array.from({ length: opts.lanes }, (_, index) => new CpuLane({ index, rank: this.rank, layout, pads: views, timeoutMs: this.timeoutMs, onTimeout }));
   }
 
   owns(buf: DeviceBuffer): boolean {
@@ -65,20 +83,25 @@ class CpuComm implements Comm, CheckContext {
   alloc(bytes: number): DeviceBuffer {
     this.#usable();
     checkSize(bytes);
-    return new CpuBuffer(this, new SharedArrayBuffer(bytes));
+    // Only this rank touches a local buffer, so it needs no shared mapping.
+    return this.#track(new CpuBuffer(this, new SharedArrayBuffer(bytes)));
   }
 
   async allocSymmetric(bytes: number): Promise<DeviceBuffer> {
     this.#usable();
     checkSize(bytes);
     const id = this.#nextSymmetricId++;
-    const memory = new SharedArrayBuffer(bytes);
-    const peers = await this.#exchange.share(`sym/${id}`, memory, this.timeoutMs);
-    return new CpuBuffer(this, memory, id, peers);
+    const regions = await this.#exchange.share(`sym/${id}`, bytes, this.timeoutMs);
+    if (this.#broken !== undefined) {
+      closeAll(regions); // closed while the peers were being mapped
+      this.#usable();
+    }
+    return this.#track(new CpuBuffer(this, regions[this.rank].buffer, id, regions));
   }
 
   free(buf: DeviceBuffer): void {
     checkBuffer(this, 'buffer to free', buf);
+    this.#buffers.delete(buf as CpuBuffer);
     (buf as CpuBuffer).release();
   }
 
@@ -131,16 +154,36 @@ class CpuComm implements Comm, CheckContext {
 
   async barrier(): Promise<void> {
     this.#usable();
-    await this.#exchange.share(`barrier/${this.#barriers++}`, undefined, this.timeoutMs);
+    await this.#exchange.meet(`barrier/${this.#barriers++}`, this.timeoutMs);
   }
 
   freeMemory(): number {
-    return freemem();
+    return this.#exchange.memory.freeBytes();
   }
 
   async close(): Promise<void> {
-    // Peers hold their own references to our shared memory, so nothing can dangle; just refuse more use.
-    this.#broken = new UsageError(`rank ${this.rank}: communicator is closed`);
+    if (this.#broken instanceof ClosedError) return;
+    this.#broken = new ClosedError(this.rank);
+    // Peers hold their own mappings of our memory, so nothing of theirs dangles. Ours go after
+    // every view of them (buffers; pads: lanes are never used again once #broken is set).
+    const buffers = [...this.#buffers];
+    this.#buffers.clear();
+    const regions = this.#pads;
+    this.#pads = [];
+    let first: unknown;
+    for (const release of [...buffers.map((b) => () => b.release()), () => closeAll(regions)]) {
+      try {
+        release();
+      } catch (err) {
+        first ??= err;
+      }
+    }
+    if (first !== undefined) throw first;
+  }
+
+  #track(buf: CpuBuffer): CpuBuffer {
+    this.#buffers.add(buf);
+    return buf;
   }
 
   #usable(): void {
@@ -148,46 +191,78 @@ class CpuComm implements Comm, CheckContext {
   }
 }
 
+class ClosedError extends UsageError {
+  constructor(rank: number) {
+    super(`rank ${rank}: communicator is closed`);
+  }
+}
+
 /** Set-up exchanges over the rendezvous store; a peer that does not show up is named. */
 class Rendezvous {
+  readonly memory: SharedMemory;
   #store: Store;
   #rank: number;
   #world: number;
 
-  constructor(store: Store, rank: number, world: number) {
+  constructor(store: Store, memory: SharedMemory, rank: number, world: number) {
     this.#store = store;
+    this.memory = memory;
     this.#rank = rank;
     this.#world = world;
   }
 
   /**
-   * Publishes `memory` (or an empty marker, for a barrier) under `name`, then collects every rank's,
-   * in rank order. Returns views of every rank's memory (the same memory, not copies).
+   * Allocates `bytes` of shareable memory, publishes it under `name`, and maps every rank's, in rank
+   * order (this rank's own region included). Named memory is unpublished once every peer has
+   * mapped it. On failure nothing stays allocated or mapped here.
    */
-  async share(name: string, memory: SharedArrayBuffer | undefined, timeoutMs: number): Promise<Uint8Array[]> {
+  async share(name: string, bytes: number, timeoutMs: number): Promise<SharedRegion[]> {
+    const own = this.memory.allocate(bytes);
+    const regions: SharedRegion[] = [];
+    try {
+      const handles = await this.#gather(name, own.handle, timeoutMs);
+      for (const [p, handle] of handles.entries()) {
+        const region = p === this.#rank ? own : this.memory.map(handle, p);
+        regions.push(region);
+        if (region.bytes !== bytes) {
+          throw new UsageError(`rank ${this.#rank}: ${name} is ${bytes} bytes here but ${region.bytes} on rank ${p} (every rank must ask for the same size)`);
+        }
+      }
+      if (this.memory.named) {
+        await this.#gather(`${name}/mapped`, new Uint8Array(0), timeoutMs);
+        own.unpublish();
+      }
+      return regions;
+    } catch (err) {
+      try {
+        closeAll(regions.includes(own) ? regions : [own, ...regions]);
+      } catch {
+        // The set-up error is the one worth reporting.
+      }
+      throw err;
+    }
+  }
+
+  /** Every rank reaches `name` (a host barrier). */
+  async meet(name: string, timeoutMs: number): Promise<void> {
+    await this.#gather(name, new Uint8Array(0), timeoutMs);
+  }
+
+  /** Publishes `value` under `name`, then collects every rank's, in rank order. */
+  async #gather(name: string, value: Uint8Array, timeoutMs: number): Promise<Uint8Array[]> {
     const key = (rank: number): string => `a2av/cpu/${name}/${rank}`;
-    await this.#store.set(key(this.#rank), memory === undefined ? new Uint8Array(0) : new Uint8Array(memory));
+    await this.#store.set(key(this.#rank), value);
     const deadline = Date.now() + timeoutMs;
     const all: Uint8Array[] = [];
     for (let p = 0; p < this.#world; p++) {
-      let value: Uint8Array;
       try {
-        value = await this.#store.get(key(p), Math.max(1, deadline - Date.now()));
+        all.push(await this.#store.get(key(p), Math.max(1, deadline - Date.now())));
       } catch (err) {
         if (err instanceof StoreError && err.reason === 'timeout') {
           throw new TimeoutError(this.#rank, p, timeoutMs, `cpu backend ${name}`);
         }
         throw err;
       }
-      if (memory !== undefined) {
-        if (!(value.buffer instanceof SharedArrayBuffer)) {
-          throw new UsageError(`the cpu backend needs a store that passes shared memory (runRanks threads); rank ${p}'s ${name} arrived as a copy`);
-        }
-        if (value.byteLength !== memory.byteLength) {
-          throw new UsageError(`rank ${this.#rank}: ${name} is ${memory.byteLength} bytes here but ${value.byteLength} on rank ${p} (every rank must ask for the same size)`);
-        }
-      }
-      all.push(value);
     }
     return all;
   }

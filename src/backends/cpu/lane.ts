@@ -1,5 +1,6 @@
 // One lane of the CPU backend and its allToAllV: the same protocol and validation as the CUDA
-// kernel, run synchronously in the rank's thread, so both backends fail the same way.
+// kernel, run synchronously in the rank's thread, so both backends fail the same way. Ranks are
+// threads or processes: the pads and outputs are SharedRegions (memory.ts), the same code for both.
 //
 // A call on sequence number s: publish this rank's description (splits read now, capacities, row
 // size, output id) into its pad slot s & 1, raise its arrive flag to s; wait for every peer's
@@ -14,7 +15,7 @@ import { PadViews, SlotField, type PadLayout } from './pad.js';
 
 /** Loads of a flag before sleeping: a peer on another core usually arrives within this. */
 const SPIN = 1024;
-/** Longest single sleep; only bounds how late the deadline is noticed (a store wakes sleepers). */
+/** Longest single sleep; only bounds how late the deadline is noticed (a peer's store wakes sleepers). */
 const MAX_SLEEP_MS = 20;
 const TWO32 = 4294967296;
 
@@ -104,10 +105,10 @@ export class CpuLane implements Lane {
     const mi = mine.i32;
     for (let i = 0; i < 2 * W; i++) mi[spl + i] = sp[i];
     Atomics.store(mi, this.#arrive, seq);
-    Atomics.notify(mi, this.#arrive);
+    mine.wake(this.#arrive);
 
     for (let p = 0; p < W; p++) {
-      if (p !== me && !this.#waitFor(pads[p].i32, this.#arrive, seq)) return this.#timedOut(p, seq);
+      if (p !== me && !this.#waitFor(pads[p], this.#arrive, seq)) return this.#timedOut(p, seq);
     }
 
     const S = this.#S;
@@ -145,10 +146,10 @@ export class CpuLane implements Lane {
     for (let r = 0; r < W; r++) {
       if (r === me) continue;
       Atomics.store(pads[r].i32, done + me, seq);
-      Atomics.notify(pads[r].i32, done + me);
+      pads[r].wake(done + me);
     }
     for (let p = 0; p < W; p++) {
-      if (p !== me && !this.#waitFor(mi, done + p, seq)) return this.#timedOut(p, seq);
+      if (p !== me && !this.#waitFor(mine, done + p, seq)) return this.#timedOut(p, seq);
     }
   }
 
@@ -209,8 +210,9 @@ export class CpuLane implements Lane {
     return sum;
   }
 
-  /** Waits until arr[idx] >= seq (in wrapping int32 order); false when the call's deadline passed. */
-  #waitFor(arr: Int32Array, idx: number, seq: number): boolean {
+  /** Waits until word idx of `pad` >= seq (in wrapping int32 order); false when the call's deadline passed. */
+  #waitFor(pad: PadViews, idx: number, seq: number): boolean {
+    const arr = pad.i32;
     let v = Atomics.load(arr, idx);
     for (let i = 0; ((v - seq) | 0) < 0; i++) {
       if (i < SPIN) {
@@ -224,7 +226,7 @@ export class CpuLane implements Lane {
         this.#lastSeen = v;
         return false;
       }
-      Atomics.wait(arr, idx, v, Math.min(left, MAX_SLEEP_MS));
+      pad.wait(idx, v, Math.min(left, MAX_SLEEP_MS));
       v = Atomics.load(arr, idx);
     }
     return true;

@@ -1,6 +1,9 @@
-// Layout of a CPU rank's signal pad: one SharedArrayBuffer per rank, one region per lane. Peers
-// read a rank's published call description and flags from it, and write their "done" flags into it.
+// Layout of a CPU rank's signal pad: one shared region per rank (a SharedArrayBuffer for threads,
+// shared memory for processes), one region per lane after a header line. Peers read a rank's
+// published call description and flags from it, and write their "done" flags into it.
 //
+// Header line: int32 sleepers: how many ranks sleep on a word of this pad (wakes are skipped
+// while it is 0: a wake is a system call when ranks are processes).
 // Lane region (bytes from the lane's base; regions are 64-byte aligned so lanes never share a line):
 //   0                 arrive flag (int32): the lane sequence number of this rank's latest call
 //   64 + k·slotBytes  slot k = seq & 1 (double-buffered, so a peer that races ahead to the next call
@@ -8,9 +11,12 @@
 //                       f64 inRows, outRows, rowBytes, outId; then int64 inSplits[W]
 //   doneOffset        int32 done[W]: done[p] = last sequence number whose data rank p has pushed here
 // The "done" words sit on their own line: peers write them while the owner writes its slots.
+import type { SharedRegion } from './memory.js';
 
 const LINE = 64;
 const HEADER_BYTES = 32;
+/** Int32 index of the sleepers count. */
+const SLEEPERS = 0;
 
 const align = (n: number, to: number): number => Math.ceil(n / to) * to;
 
@@ -32,40 +38,66 @@ export class PadLayout {
   }
 
   get bytes(): number {
-    return this.laneBytes * this.lanes;
+    return LINE + this.laneBytes * this.lanes;
   }
 
   /** Int32 index of lane `lane`'s arrive flag. */
   arriveWord(lane: number): number {
-    return (lane * this.laneBytes) >> 2;
+    return this.#base(lane) >> 2;
   }
 
   /** Int32 index of done[0] in lane `lane`. */
   doneWord(lane: number): number {
-    return (lane * this.laneBytes + this.doneOffset) >> 2;
+    return (this.#base(lane) + this.doneOffset) >> 2;
   }
 
   /** Float64 index of slot `slot`'s header in lane `lane`. */
   headerF64(lane: number, slot: number): number {
-    return (lane * this.laneBytes + LINE + slot * this.slotBytes) >> 3;
+    return (this.#base(lane) + LINE + slot * this.slotBytes) >> 3;
   }
 
   /** Int32 index of slot `slot`'s inSplits[0] (low half) in lane `lane`. */
   splitsWord(lane: number, slot: number): number {
-    return (lane * this.laneBytes + LINE + slot * this.slotBytes + HEADER_BYTES) >> 2;
+    return (this.#base(lane) + LINE + slot * this.slotBytes + HEADER_BYTES) >> 2;
+  }
+
+  /** Byte offset of lane `lane`'s region: after the header line. */
+  #base(lane: number): number {
+    return LINE + lane * this.laneBytes;
   }
 }
 
-/** Typed views of one rank's pad, made once. */
+/** Typed views of one rank's pad, made once, and sleeping on and waking its words. */
 export class PadViews {
   readonly i32: Int32Array;
   readonly f64: Float64Array;
   /** Exact int64 reads, used only to report an error's numbers. */
   readonly i64: BigInt64Array;
+  readonly region: SharedRegion;
 
-  constructor(memory: SharedArrayBuffer) {
-    this.i32 = new Int32Array(memory);
-    this.f64 = new Float64Array(memory);
-    this.i64 = new BigInt64Array(memory);
+  constructor(region: SharedRegion) {
+    this.region = region;
+    this.i32 = new Int32Array(region.buffer);
+    this.f64 = new Float64Array(region.buffer);
+    this.i64 = new BigInt64Array(region.buffer);
+  }
+
+  /**
+   * Sleeps while word `index` holds `value` (at most timeoutMs). Counted in the pad's sleepers
+   * before the sleep, which rechecks the word: a writer that stores, then finds no sleeper, stored
+   * before this count rose, so the recheck sees its value.
+   */
+  wait(index: number, value: number, timeoutMs: number): void {
+    Atomics.add(this.i32, SLEEPERS, 1);
+    try {
+      this.region.wait(index, value, timeoutMs);
+    } finally {
+      Atomics.sub(this.i32, SLEEPERS, 1);
+    }
+  }
+
+  /** Wakes the sleepers on word `index`, if any. Call after the Atomics.store to it. */
+  wake(index: number): void {
+    if (Atomics.load(this.i32, SLEEPERS) !== 0) this.region.wake(index);
   }
 }

@@ -1,0 +1,96 @@
+// Shareable memory for CPU ranks that are processes: each allocation is a POSIX shared-memory
+// object that the owner creates and maps and every peer maps by name. Names are unguessable
+// (128 random bits) and start with the job's prefix; the owner unlinks the name as soon as every
+// peer has mapped it (Rendezvous in comm.ts), and the launcher removes any a killed rank left.
+// Waits sleep on futexes in the shared pages, so a peer's wake reaches another process.
+import { randomBytes } from 'node:crypto';
+import { freemem } from 'node:os';
+import { statfsSync } from 'node:fs';
+import { UsageError } from '../../errors.js';
+import { jobId } from '../../world/env.js';
+import { shmPrefix, SHM_DIR } from '../../world/shm-files.js';
+import { createShared, futexWait, futexWake, hasFutex, openShared, unlinkShared, unmap, type Mapping } from '../../native/libc.js';
+import type { SharedMemory, SharedRegion } from './memory.js';
+
+/** Without futexes, waits poll at this period. */
+const POLL_MS = 0.2;
+
+const HANDLE = /^(\d{1,16}):(\/a2av-[A-Za-z0-9-]{1,200})$/;
+
+export class ProcessMemory implements SharedMemory {
+  readonly where = 'process';
+  readonly named = true;
+  #prefix: string;
+  #count = 0;
+
+  constructor(rank: number) {
+    // Outside a2av launch there is no job id: a random one keeps names apart (nothing cleans up after a crash then).
+    this.#prefix = `/${shmPrefix(jobId() ?? randomBytes(8).toString('hex'))}r${rank}-`;
+  }
+
+  allocate(bytes: number): SharedRegion {
+    const name = `${this.#prefix}${this.#count++}-${randomBytes(16).toString('hex')}`;
+    return new ProcessRegion(name, bytes, createShared(name, Math.max(bytes, 1)), true);
+  }
+
+  map(handle: Uint8Array, peer: number): SharedRegion {
+    const match = HANDLE.exec(new TextDecoder().decode(handle));
+    if (!match) throw new UsageError(`rank ${peer} published a malformed shared-memory handle`);
+    const bytes = Number(match[1]);
+    return new ProcessRegion(match[2]!, bytes, openShared(match[2]!, Math.max(bytes, 1)), false);
+  }
+
+  freeBytes(): number {
+    const fs = statfsSync(SHM_DIR);
+    return Math.min(freemem(), fs.bavail * fs.bsize);
+  }
+}
+
+class ProcessRegion implements SharedRegion {
+  readonly buffer: ArrayBuffer;
+  readonly bytes: number;
+  readonly handle: Uint8Array;
+  #name: string;
+  #mapping: Mapping | undefined;
+  #address: number;
+  /** Still to unlink: ours, and not yet unpublished. */
+  #linked: boolean;
+  #poll: Int32Array | undefined;
+
+  constructor(name: string, bytes: number, mapping: Mapping, owned: boolean) {
+    this.#name = name;
+    this.#mapping = mapping;
+    // A user-space address fits a double exactly (48 or 57 bits).
+    this.#address = Number(mapping.address);
+    this.#linked = owned;
+    this.bytes = bytes;
+    this.buffer = bytes === 0 ? new ArrayBuffer(0) : mapping.buffer;
+    this.handle = new TextEncoder().encode(`${bytes}:${name}`);
+  }
+
+  wait(index: number, value: number, timeoutMs: number): void {
+    if (hasFutex()) return futexWait(this.#address + 4 * index, value, timeoutMs);
+    // Atomics.wait only sleeps on a SharedArrayBuffer: sleep on a private one, then look again.
+    Atomics.wait((this.#poll ??= new Int32Array(new SharedArrayBuffer(4))), 0, 0, Math.min(timeoutMs, POLL_MS));
+  }
+
+  wake(index: number): void {
+    if (hasFutex()) futexWake(this.#address + 4 * index);
+  }
+
+  unpublish(): void {
+    if (!this.#linked) return;
+    this.#linked = false;
+    unlinkShared(this.#name);
+  }
+
+  close(): void {
+    const mapping = this.#mapping;
+    this.#mapping = undefined;
+    try {
+      this.unpublish();
+    } finally {
+      if (mapping) unmap(mapping);
+    }
+  }
+}
