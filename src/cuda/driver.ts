@@ -54,6 +54,9 @@ const signatures = {
   cuGraphExecDestroy: 'int cuGraphExecDestroy(uint64_t exec)',
   cuGraphDestroy: 'int cuGraphDestroy(uint64_t graph)',
   cuIpcGetMemHandle: 'int cuIpcGetMemHandle(_Out_ uint8_t *handle, uint64_t ptr)',
+  // The 64-byte handle is passed by value: declared as a struct (see cu()), not a pointer.
+  cuIpcOpenMemHandle: 'int cuIpcOpenMemHandle_v2(_Out_ uint64_t *ptr, CUipcMemHandle handle, uint32_t flags)',
+  cuIpcCloseMemHandle: 'int cuIpcCloseMemHandle(uint64_t ptr)',
 } as const;
 
 type Fn = (...args: any[]) => number;
@@ -83,6 +86,7 @@ export function cu(): Driver {
     folders: [...systemLibFolders, ...wheelFolders('cu13', 'cuda_runtime')],
     overrideEnv: 'A2AV_LIBCUDA',
   });
+  koffi.struct('CUipcMemHandle', { reserved: koffi.array('uint8_t', 64) });
   const d = {} as Driver;
   for (const [key, sig] of Object.entries(signatures)) (d as Record<string, Fn>)[key] = lib.func(sig) as Fn;
   driver = d;

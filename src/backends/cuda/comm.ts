@@ -2,7 +2,9 @@
 // streams and its share of the SMs) or sit on different GPUs of this process (peer access).
 import type { AllToAllVArgs, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
 import type { CommOptions } from '../create.js';
+import { hostname } from 'node:os';
 import { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
+import { closeIpcMapping, exportIpcHandle, openIpcHandle } from '../../cuda/ipc.js';
 import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
 import { StatusCode, STATUS_BYTES, statusError } from '../../collectives/status.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -18,6 +20,13 @@ import { waitForEvent } from './wait.js';
 /** Events per lane: a handle stays valid for this many later calls on its lane. */
 const EVENT_RING = 256;
 
+/** Where a rank runs: peers in another process are reached through CUDA IPC mappings. */
+interface RankPlace {
+  pid: number;
+  host: string;
+  ordinal: number;
+}
+
 class CudaBuffer implements DeviceBuffer {
   freed = false;
   constructor(
@@ -26,6 +35,8 @@ class CudaBuffer implements DeviceBuffer {
     readonly symmetricId: number,
     /** Device table of every rank's pointer to this buffer (symmetric buffers only). */
     readonly peerTable: bigint,
+    /** Peers' allocations mapped into this process, unmapped on free. */
+    readonly mappings: bigint[] = [],
   ) {}
   get symmetric(): boolean {
     return this.symmetricId >= 0;
@@ -68,13 +79,15 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const count = CudaDevice.count();
   if (count === 0) throw new UsageError('cuda backend: the driver reports no GPU');
   const device = new CudaDevice((opts.localRank ?? opts.rank) % count);
-  const where = (await allGather(opts.store, 'a2av/cuda/where', opts.rank, opts.worldSize, encodeJson({ pid: process.pid, ordinal: device.ordinal }), opts.timeoutMs)).map(
-    (b) => decodeJson<{ pid: number; ordinal: number }>(b),
-  );
-  const foreign = where.findIndex((w) => w.pid !== process.pid);
-  if (foreign >= 0)
-    throw new UsageError(`cuda backend: rank ${foreign} runs in another process; cross-process symmetric memory (IPC) is not available yet`);
-  for (const w of where) if (w.ordinal !== device.ordinal) device.enablePeerAccess(new CudaDevice(w.ordinal));
+  const where = (
+    await allGather(opts.store, 'a2av/cuda/where', opts.rank, opts.worldSize, encodeJson({ pid: process.pid, host: hostname(), ordinal: device.ordinal }), opts.timeoutMs)
+  ).map((b) => decodeJson<RankPlace>(b));
+  const away = where.findIndex((w) => w.host !== hostname());
+  if (away >= 0)
+    throw new UsageError(`cuda backend: rank ${away} runs on ${where[away].host}; it reaches peers within one machine only (use nccl across machines)`);
+  // Peers in this process need peer access enabled here; peers in other processes get it when
+  // their memory is mapped (CUDA IPC, lazily enabled).
+  for (const w of where) if (w.pid === process.pid && w.ordinal !== device.ordinal) device.enablePeerAccess(new CudaDevice(w.ordinal));
   const ranksOnDevice = where.filter((w) => w.ordinal === device.ordinal).length;
   // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
   const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
@@ -82,7 +95,7 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
   const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`]);
   if (opts.rank === 0) await barrier('a2av/cuda/module');
-  const comm = new CudaComm(opts, device, module, ranksOnDevice);
+  const comm = new CudaComm(opts, device, module, ranksOnDevice, where);
   await comm.init();
   return comm;
 }
@@ -113,7 +126,12 @@ export class CudaComm implements Comm, CheckContext {
   /** Programmatic dependent launch (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
 
-  constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number) {
+  readonly #places: RankPlace[];
+  readonly #crossProcess: boolean;
+
+  constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number, places: RankPlace[]) {
+    this.#places = places;
+    this.#crossProcess = places.some((p) => p.pid !== process.pid);
     this.rank = opts.rank;
     this.worldSize = opts.worldSize;
     this.timeoutMs = opts.timeoutMs;
@@ -161,17 +179,31 @@ export class CudaComm implements Comm, CheckContext {
 
   async #allocSymmetric(bytes: number, id: number): Promise<CudaBuffer> {
     const ptr = this.#device.alloc(bytes);
-    const peers = (
-      await allGather(this.#store, `a2av/cuda/sym/${id}`, this.rank, this.worldSize, encodeJson({ ptr: ptr.toString(), bytes }), this.timeoutMs)
-    ).map((b) => decodeJson<{ ptr: string; bytes: number }>(b));
+    const mine = { ptr: ptr.toString(), bytes, ipc: this.#crossProcess ? exportIpcHandle(ptr) : '' };
+    let peers: (typeof mine)[];
+    try {
+      peers = (await allGather(this.#store, `a2av/cuda/sym/${id}`, this.rank, this.worldSize, encodeJson(mine), this.timeoutMs)).map((b) =>
+        decodeJson<typeof mine>(b),
+      );
+    } catch (err) {
+      this.#device.free(ptr);
+      throw err;
+    }
     const odd = peers.findIndex((p) => p.bytes !== bytes);
     if (odd >= 0) {
       this.#device.free(ptr);
       throw new UsageError(`allocSymmetric #${id}: rank ${this.rank} asked for ${bytes} bytes but rank ${odd} for ${peers[odd].bytes}`);
     }
+    const mappings: bigint[] = [];
+    const addresses = peers.map((p, r) => {
+      if (this.#places[r].pid === process.pid) return BigInt(p.ptr);
+      const mapped = openIpcHandle(p.ipc);
+      mappings.push(mapped);
+      return mapped;
+    });
     const table = this.#device.alloc(8 * this.worldSize);
-    this.#device.upload(table, BigUint64Array.from(peers, (p) => BigInt(p.ptr)));
-    const buf = new CudaBuffer(ptr, bytes, id, table);
+    this.#device.upload(table, BigUint64Array.from(addresses));
+    const buf = new CudaBuffer(ptr, bytes, id, table, mappings);
     this.#buffers.add(buf);
     return buf;
   }
@@ -183,6 +215,7 @@ export class CudaComm implements Comm, CheckContext {
     this.#buffers.delete(b);
     this.#device.free(b.ptr);
     if (b.peerTable !== 0n) this.#device.free(b.peerTable);
+    for (const m of b.mappings) closeIpcMapping(m);
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
