@@ -10,6 +10,7 @@ import { SPLITS_KINDS, type SplitsKind } from './bench/splits.js';
 import { formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
 import { formatBytes, parseSize } from './bench/units.js';
 import { UsageError } from './errors.js';
+import { rankEnv } from './world/env.js';
 import type { LaunchOptions } from './launch/launcher.js';
 
 /**
@@ -75,7 +76,7 @@ program
   .command('bench')
   .description('Sweep all-to-all-v over input sizes and compare with a device copy of the same bytes')
   .addOption(new Option('--backend <name>', 'backend (default: cuda when a GPU is visible, else cpu)').choices(['cuda', 'cpu']))
-  .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu)', integer(1))
+  .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
   .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda, ${DEFAULT_MAX.cpu} on cpu)`, size)
   .addOption(new Option('--splits <kind>', 'rows to each peer: even, or zipf(1.1) over a per-sender permutation').choices(SPLITS_KINDS).default('uniform'))
@@ -101,13 +102,14 @@ program
 
 async function bench(flags: BenchFlags): Promise<void> {
   const backend = flags.backend ?? (await (await import('./backends/create.js')).defaultBackend());
-  const ranks = flags.ranks ?? (backend === 'cuda' ? await gpuCount() : DEFAULT_CPU_RANKS);
+  // Under a launcher the job's processes are the ranks.
+  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (backend === 'cuda' ? await gpuCount() : DEFAULT_CPU_RANKS);
   const maxBytes = flags.max ?? parseSize(DEFAULT_MAX[backend]);
   if (flags.min > maxBytes) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(maxBytes)}`);
   if (flags.min < flags.rowBytes) fail(`--min ${formatBytes(flags.min)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
   const { runBench } = await import('./bench/run.js');
   const progress = new Progress();
-  let result: BenchResult;
+  let result: BenchResult | undefined;
   try {
     result = await runBench(
       { backend, ranks, minBytes: flags.min, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
@@ -117,7 +119,8 @@ async function bench(flags: BenchFlags): Promise<void> {
   } finally {
     progress.stop();
   }
-  process.stdout.write(flags.json ? formatJson(result) : formatTable(result));
+  // Launched ranks other than 0 have no result: the job prints one table.
+  if (result) process.stdout.write(flags.json ? formatJson(result) : formatTable(result));
 }
 
 async function gpuCount(): Promise<number> {

@@ -17,6 +17,7 @@ describe('runBench on the cpu backend', () => {
         onRow: ({ row }) => streamed.push(row),
       },
     );
+    assert.ok(result, 'threads of this process: this process is rank 0 and gets the result');
     assert.equal(result.backend, 'cpu');
     assert.equal(result.ranks, 3);
     assert.equal(result.device, 'cpu thread');

@@ -62,6 +62,8 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
   const w = comm.worldSize;
   const perDevice = comm.ranksOnDevice;
   const agree = await Agreement.create(comm);
+  // Ranks check each other's rows, so they need one data key: rank 0's (processes each drew their own).
+  arg = { ...arg, dataKey: agree.gather([arg.dataKey])[0][0] };
   const held: DeviceBuffer[] = [];
   const keep = (buf: DeviceBuffer) => (held.push(buf), buf);
   try {

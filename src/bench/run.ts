@@ -1,9 +1,12 @@
-// The main-thread side of a benchmark sweep: starts the ranks, turns their reports into events,
-// and assembles the result.
+// The driving side of a benchmark sweep: starts the ranks as threads (or, in a process started by
+// a launcher, runs this rank's part), turns rank 0's reports into events, and assembles the result.
 import { randomBytes } from 'node:crypto';
 import type { BackendName } from '../backends/backend.js';
+import { UsageError } from '../errors.js';
+import { rankEnv } from '../world/env.js';
+import { init } from '../world/init.js';
 import { runRanks } from '../world/threads.js';
-import type { PlanReport, ProgressReport, RowReport, SweepArg, SweepReport, SweepResult } from './rank.js';
+import { sweep, type PlanReport, type ProgressReport, type RowReport, type SweepArg, type SweepReport, type SweepResult } from './rank.js';
 import type { SplitsKind } from './splits.js';
 import type { BenchResult } from './table.js';
 import { doublingSizes } from './units.js';
@@ -32,7 +35,12 @@ export interface BenchEvents {
   onRow?(row: RowReport): void;
 }
 
-export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Promise<BenchResult> {
+/**
+ * Runs the sweep and returns rank 0's result. In a process started as one rank of a job (a2av
+ * launch, torchrun...), the ranks are the job's processes: each runs its part here, and only rank
+ * 0 gets events and a result (the others get undefined).
+ */
+export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Promise<BenchResult | undefined> {
   const date = new Date().toISOString();
   let device = '';
   const arg: SweepArg = {
@@ -55,11 +63,28 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
       events.onRow?.(m);
     }
   };
-  const results = await runRanks<SweepArg, SweepResult>(
-    { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport },
-    new URL('./rank.js', import.meta.url),
-    'sweep',
-    arg,
-  );
-  return { backend: opts.backend, ranks: opts.ranks, splits: opts.splits, rowBytes: opts.rowBytes, device, date, rows: results[0].rows };
+  const launched = rankEnv() !== undefined;
+  const rank0 = launched
+    ? await sweepThisProcess(opts, arg, onReport)
+    : (await runRanks<SweepArg, SweepResult>(
+        { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport },
+        new URL('./rank.js', import.meta.url),
+        'sweep',
+        arg,
+      ))[0];
+  if (rank0 === undefined) return undefined;
+  return { backend: opts.backend, ranks: opts.ranks, splits: opts.splits, rowBytes: opts.rowBytes, device, date, rows: rank0.rows };
+}
+
+/** This process is one rank of a launched job: its part of the sweep; rank 0's result, else undefined. */
+async function sweepThisProcess(opts: BenchOptions, arg: SweepArg, onReport: (rank: number, message: unknown) => void): Promise<SweepResult | undefined> {
+  const worldSize = rankEnv()!.worldSize;
+  if (opts.ranks !== worldSize) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${worldSize}`);
+  const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs });
+  try {
+    const result = await sweep(comm, arg, { report: (message) => onReport(comm.rank, message) });
+    return comm.rank === 0 ? result : undefined;
+  } finally {
+    await comm.close();
+  }
 }
