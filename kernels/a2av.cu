@@ -73,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       dst[2] = p.rowBytes;
       dst[3] = p.outId;
       for (int r = 0; r < W; ++r) dst[4 + r] = p.inSplits[r];
-      st_release_sys(lane_arrive(peerLane) + me, seq);
+      st_release_peer(lane_arrive(peerLane) + me, seq);
     }
   }
 
@@ -82,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
     for (int q = tid; q < W; q += nt) {
       if (!wait_at_least(lane_arrive(lane) + q, seq, deadline)) {
-        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_sys(lane_arrive(lane) + q), me);
+        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_arrive(lane) + q), me);
         sAbort = 1;
       }
     }
@@ -211,12 +211,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   if (tid == 0) h->blocksDone = 0;  // only the last block touches it; the next call is stream-ordered
   fence_peers();
   __syncthreads();
-  for (int peer = tid; peer < W; peer += nt) st_release_sys(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, seq);
+  for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, seq);
   {
     const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
     for (int q = tid; q < W; q += nt) {
       if (!wait_at_least(lane_done(lane, W) + q, seq, deadline)) {
-        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_sys(lane_done(lane, W) + q), me);
+        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_done(lane, W) + q), me);
         sAbort = 1;
       }
     }

@@ -1,4 +1,4 @@
-// Acquire/release flags at system scope (peers may be other GPUs) and bounded waits.
+// Acquire/release flags between ranks (system scope: peers may be other GPUs) and bounded waits.
 #pragma once
 #include "config.cuh"
 
@@ -16,13 +16,13 @@ __device__ __forceinline__ void fence_peers() { __threadfence(); }
 __device__ __forceinline__ void fence_peers() { __threadfence_system(); }
 #endif
 
-__device__ __forceinline__ i64 ld_acquire_sys(const i64* p) {
+__device__ __forceinline__ i64 ld_acquire_peer(const i64* p) {
   i64 v;
   asm volatile("ld.acquire." A2AV_SCOPE ".global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
-__device__ __forceinline__ void st_release_sys(i64* p, i64 v) {
+__device__ __forceinline__ void st_release_peer(i64* p, i64 v) {
   asm volatile("st.release." A2AV_SCOPE ".global.s64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
@@ -38,10 +38,10 @@ __device__ __forceinline__ u64 global_timer_ns() {
 // Spins until *flag >= target; false when deadline (globaltimer ns) passes first.
 __device__ __forceinline__ bool wait_at_least(const i64* flag, i64 target, u64 deadline) {
   int spins = 0;
-  while (ld_acquire_sys(flag) < target) {
+  while (ld_acquire_peer(flag) < target) {
     if (++spins == 64) {
       spins = 0;
-      if (global_timer_ns() > deadline) return ld_acquire_sys(flag) >= target;
+      if (global_timer_ns() > deadline) return ld_acquire_peer(flag) >= target;
     }
   }
   return true;
