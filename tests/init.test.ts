@@ -1,0 +1,137 @@
+// init() and the cpu backend's process memory outside the launcher: clear errors when not launched,
+// when the store cannot be reached or goes away, and for shared-memory failures.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { readdirSync } from 'node:fs';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { createComm } from '../src/backends/create.js';
+import { ProcessMemory } from '../src/backends/cpu/process-memory.js';
+import { SharedMemoryError, UsageError } from '../src/errors.js';
+import { rankEnv } from '../src/world/env.js';
+import { init } from '../src/world/init.js';
+import { SHM_DIR } from '../src/world/shm-files.js';
+import { TcpStoreClient, TcpStoreServer } from '../src/world/tcp-store.js';
+
+const T = { timeout: 15_000 };
+const rankProgram = fileURLToPath(new URL('./fixtures/process-rank.js', import.meta.url));
+const a2avShmFiles = () => readdirSync(SHM_DIR).filter((name) => name.startsWith('a2av-'));
+
+/** Runs the rank fixture as rank `rank` of `world` against the store at `port`; resolves with its one JSON line. */
+async function rankProcess(env: Record<string, string>, timeoutMs: number) {
+  const child = spawn(process.execPath, [rankProgram, 'exchange', JSON.stringify({ seed: 1, calls: 1, budget: 64 }), String(timeoutMs)], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  const started = performance.now();
+  const [code] = (await once(child, 'exit')) as [number];
+  return { code, ms: performance.now() - started, line: JSON.parse(out.trim().split('\n').pop()!) };
+}
+
+test('init() outside a launcher is a UsageError that says how to start ranks', T, async (t) => {
+  if (rankEnv() !== undefined) return t.skip('this test process is itself a launched rank');
+  await assert.rejects(init({ backend: 'cpu' }), (err: Error) => err instanceof UsageError && /a2av launch/.test(err.message));
+});
+
+test('a store that cannot be reached ends init() with a StoreError, not a hang', T, async () => {
+  const probe = createServer().listen(0, '127.0.0.1');
+  await once(probe, 'listening');
+  const port = (probe.address() as { port: number }).port;
+  probe.close(); // nothing listens there now
+  const env = { RANK: '0', WORLD_SIZE: '1', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port), A2AV_STORE_TOKEN: 'x'.repeat(16) };
+  const { code, ms, line } = await rankProcess(env, 800);
+  assert.equal(code, 1);
+  assert.equal(line.error.code, 'A2AV_STORE');
+  assert.equal(line.error.reason, 'unreachable');
+  assert.match(line.error.message, /cannot reach the store at 127\.0\.0\.1:\d+/);
+  assert.ok(ms < 5000, `took ${ms} ms`);
+});
+
+test('a store that goes away during set-up fails the waiting rank at once and leaves no shared memory', T, async () => {
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const before = a2avShmFiles();
+  const env = { RANK: '0', WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(server.port), A2AV_STORE_TOKEN: token };
+  // Rank 1 never comes: rank 0 waits for its pad for up to 30 s, unless the store goes away.
+  const running = rankProcess(env, 30_000);
+  const watcher = await TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token, timeoutMs: 10_000 });
+  await watcher.get('a2av/cpu/pad/0'); // rank 0 has published its pad and waits for rank 1's
+  const closedAt = performance.now();
+  await server.close();
+  await watcher.close();
+  const { code, line } = await running;
+  assert.equal(code, 1);
+  assert.equal(line.error.code, 'A2AV_STORE');
+  assert.equal(line.error.reason, 'disconnected');
+  assert.match(line.error.message, /connection to the store at 127\.0\.0\.1:\d+ closed/);
+  assert.ok(performance.now() - closedAt < 5000, 'the rank noticed at once');
+  assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), []);
+});
+
+test('a cpu communicator over a TCP store maps shared memory, and unmaps and unlinks it on close', T, async () => {
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const store = await TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token });
+  const before = a2avShmFiles();
+  try {
+    const comm = await createComm({ backend: 'cpu', rank: 0, worldSize: 1, store, timeoutMs: 2000, lanes: 1 });
+    assert.equal(comm.deviceName, 'cpu process');
+    assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), [], 'names are unlinked once every peer mapped them');
+    const input = comm.alloc(12);
+    const output = await comm.allocSymmetric(12);
+    const inSplits = comm.alloc(8);
+    const outSplitsOffsets = comm.alloc(16);
+    comm.write(input, Uint8Array.from({ length: 12 }, (_, i) => i + 1));
+    comm.write(inSplits, BigInt64Array.of(3n));
+    comm.allToAllV({ input, output, inSplits, outSplitsOffsets, rowBytes: 4 }).wait();
+    assert.deepEqual([...comm.read(output, 0, 12)], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    await comm.close();
+    assert.ok(output.freed, 'close releases every buffer (its memory is unmapped)');
+    assert.throws(() => comm.read(output, 0, 1), UsageError);
+  } finally {
+    await store.close();
+    await server.close();
+  }
+});
+
+test('the cpu backend refuses processes on several nodes', T, async () => {
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const store = await TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token });
+  try {
+    await assert.rejects(
+      createComm({ backend: 'cpu', rank: 0, worldSize: 4, localRank: 0, localWorldSize: 2, store, timeoutMs: 1000, lanes: 1 }),
+      (err: Error) => err instanceof UsageError && /within one node: 4 ranks, but 2 on this node/.test(err.message),
+    );
+  } finally {
+    await store.close();
+    await server.close();
+  }
+});
+
+test('shared-memory failures are SharedMemoryErrors with the errno name', T, () => {
+  const memory = new ProcessMemory(0);
+  const missing = new TextEncoder().encode(`64:/a2av-0-r9-0-${randomBytes(16).toString('hex')}`);
+  assert.throws(() => memory.map(missing, 9), (err: Error) =>
+    err instanceof SharedMemoryError && err.code === 'A2AV_SHM' && err.call === 'shm_open' && err.errorName === 'ENOENT' && /ENOENT/.test(err.message));
+  assert.throws(() => memory.map(new TextEncoder().encode('64:/etc/passwd'), 9), (err: Error) => err instanceof UsageError && /malformed/.test(err.message));
+  const region = memory.allocate(4096);
+  try {
+    const name = new TextDecoder().decode(region.handle).split(':')[1]!;
+    assert.ok(readdirSync(SHM_DIR).includes(name.slice(1)));
+    const peer = memory.map(region.handle, 0);
+    new Uint8Array(peer.buffer)[7] = 42;
+    assert.equal(new Uint8Array(region.buffer)[7], 42, 'two mappings of one object share their bytes');
+    peer.close();
+    region.unpublish();
+    assert.ok(!readdirSync(SHM_DIR).includes(name.slice(1)));
+    assert.equal(new Uint8Array(region.buffer)[7], 42, 'the memory outlives its name');
+  } finally {
+    region.close();
+  }
+});

@@ -1,0 +1,169 @@
+// CPU ranks as processes under a2av launch: the conformance rank programs against the host
+// reference, a rank killed mid-run, a crash that leaves shared memory behind, and the benchmark.
+// After every test no a2av file may be left in /dev/shm and no rank process may be running.
+import assert from 'node:assert/strict';
+import { randomInt } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { Writable } from 'node:stream';
+import { afterEach, beforeEach, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { launch, type LaunchOptions } from '../src/launch/launcher.js';
+import { SHM_DIR } from '../src/world/shm-files.js';
+import { readdirSync } from 'node:fs';
+
+const node = process.execPath;
+const rankProgram = fileURLToPath(new URL('./fixtures/process-rank.js', import.meta.url));
+const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+const seed = process.env.A2AV_SEED !== undefined ? Number(process.env.A2AV_SEED) : randomInt(2 ** 31);
+
+class Sink extends Writable {
+  text = '';
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: () => void): void {
+    this.text += chunk.toString('utf8');
+    callback();
+  }
+}
+
+async function run(options: Omit<LaunchOptions, 'stdout' | 'stderr'>) {
+  const stdout = new Sink();
+  const stderr = new Sink();
+  const started = performance.now();
+  const code = await launch({ ...options, stdout, stderr });
+  return { code, stdout: stdout.text, stderr: stderr.text, ms: performance.now() - started };
+}
+
+const linesOf = (text: string, rank: number) =>
+  text.split('\n').filter((l) => l.startsWith(`[rank ${rank}] `)).map((l) => l.slice(`[rank ${rank}] `.length));
+
+interface RankLine {
+  rank: number;
+  pid: number;
+  deviceName?: string;
+  result?: unknown;
+  error?: { name: string; code: string; message: string; missingRank?: number; waitedMs?: number; calls?: number };
+  leaked?: string;
+  exists?: boolean;
+}
+
+/** Each rank's one JSON line (undefined for a rank that printed none). */
+function rankLines(stdout: string, world: number): (RankLine | undefined)[] {
+  return Array.from({ length: world }, (_, r) => {
+    const line = linesOf(stdout, r).find((l) => l.startsWith('{'));
+    return line === undefined ? undefined : (JSON.parse(line) as RankLine);
+  });
+}
+
+/** Runs conformance program `fn` on `world` processes. */
+function runProgram(world: number, fn: string, arg: object, timeoutMs: number, extra: Partial<LaunchOptions> = {}) {
+  return run({ nprocs: world, command: [node, rankProgram, fn, JSON.stringify({ seed, ...arg }), String(timeoutMs)], ...extra });
+}
+
+const a2avShmFiles = () => readdirSync(SHM_DIR).filter((name) => name.startsWith('a2av-'));
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+let shmBefore: string[] = [];
+beforeEach(() => {
+  shmBefore = a2avShmFiles();
+});
+afterEach(() => {
+  assert.deepEqual(a2avShmFiles().filter((f) => !shmBefore.includes(f)), [], 'shared-memory files left in /dev/shm');
+});
+
+describe('conformance on cpu processes', () => {
+  const suite: [world: number, fn: string, arg: object][] = [
+    [2, 'exchange', { calls: 30, budget: 16384 }],
+    [3, 'exchange', { calls: 30, budget: 8192 }],
+    [4, 'exchange', { calls: 20, budget: 4096 }],
+    [3, 'replay', { launches: 8, budget: 8192 }],
+    [3, 'splitsErrors', {}],
+    [2, 'lanes', { budget: 4096 }],
+    [2, 'usage', {}],
+  ];
+  for (const [world, fn, arg] of suite) {
+    test(`${fn} W=${world} (seed ${seed})`, { timeout: 30_000 }, async () => {
+      const { code, stdout, stderr } = await runProgram(world, fn, arg, 20_000);
+      const lines = rankLines(stdout, world);
+      for (const [rank, line] of lines.entries()) {
+        assert.ok(line, `rank ${rank} printed nothing; stderr: ${stderr}`);
+        assert.equal(line.error, undefined, `rank ${rank} (A2AV_SEED=${seed}): ${line.error?.message}`);
+        assert.equal(line.deviceName, 'cpu process');
+      }
+      assert.equal(code, 0, stderr);
+    });
+  }
+
+  test('timeout W=3: a rank that never calls is named', { timeout: 30_000 }, async () => {
+    const absent = seed % 3;
+    const { code, stdout, stderr } = await runProgram(3, 'timeout', { absent, timeoutMs: 500 }, 500);
+    for (const [rank, line] of rankLines(stdout, 3).entries()) {
+      assert.equal(line?.error, undefined, `rank ${rank}: ${line?.error?.message}; ${stderr}`);
+    }
+    assert.equal(code, 0, stderr);
+  });
+});
+
+describe('faults', () => {
+  test('a rank SIGKILLed mid-run: the others raise TimeoutError naming it, the launcher names it', { timeout: 30_000 }, async () => {
+    const timeoutMs = 1500;
+    // The survivors ignore the launcher's SIGTERM, to live until their own timeout; SIGKILL follows after graceMs.
+    const { code, stdout, stderr, ms } = await runProgram(3, 'faultyRun', { victim: 1, calls: 25, ignoreSigterm: true }, timeoutMs, { graceMs: 10_000 });
+    const lines = rankLines(stdout, 3);
+    assert.equal(lines[1], undefined, 'the victim printed nothing');
+    for (const r of [0, 2]) {
+      const e = lines[r]?.error;
+      assert.equal(e?.name, 'TimeoutError', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
+      assert.equal(e.code, 'A2AV_TIMEOUT');
+      assert.equal(e.missingRank, 1);
+      assert.equal(e.calls, 25, 'the timeout came in the call the victim missed');
+      assert.ok(e.waitedMs! >= timeoutMs * 0.9 && e.waitedMs! < timeoutMs + 1000, `waited ${e.waitedMs} ms for a ${timeoutMs} ms timeout`);
+    }
+    assert.equal(code, 128 + 9);
+    assert.match(stderr, /a2av launch: rank 1 \(pid \d+\) failed first: killed by SIGKILL/);
+    assert.ok(ms < timeoutMs + 5000, `the job took ${ms} ms`);
+    const pids = [...lines.flatMap((l) => (l ? [l.pid] : [])), Number(/pid (\d+)/.exec(stderr)![1])];
+    assert.deepEqual(pids.filter(alive), [], 'rank processes still running');
+  });
+
+  test('a rank SIGKILLed mid-run: the launcher stops the others at once', { timeout: 30_000 }, async () => {
+    const { code, stdout, stderr, ms } = await runProgram(2, 'faultyRun', { victim: 1, calls: 10, ignoreSigterm: false }, 20_000);
+    assert.equal(code, 128 + 9);
+    assert.match(stderr, /a2av launch: rank 1 \(pid \d+\) failed first: killed by SIGKILL; stopped the other ranks/);
+    assert.ok(ms < 10_000, `took ${ms} ms: the survivor was not stopped`);
+    assert.deepEqual(rankLines(stdout, 2), [undefined, undefined]);
+  });
+
+  test('shared memory of a rank killed before unlinking it is removed by the launcher', { timeout: 30_000 }, async () => {
+    const { code, stdout, stderr } = await runProgram(2, 'leakShm', { victim: 0 }, 20_000);
+    const leak = rankLines(stdout, 2)[0];
+    assert.ok(leak?.leaked, `${stdout} ${stderr}`);
+    assert.equal(leak.exists, true, 'the file existed while the rank ran');
+    assert.match(leak.leaked, /^\/a2av-[0-9a-f]{16}-r0-0-[0-9a-f]{32}$/, 'job prefix, rank, then 128 random bits');
+    assert.equal(code, 128 + 9);
+    // afterEach checks that /dev/shm is clean.
+  });
+});
+
+describe('a2av bench under a2av launch', () => {
+  test('launch -n 2 -- bench --backend cpu --max 2M --json prints one JSON result, from rank 0', { timeout: 60_000 }, async () => {
+    const { code, stdout, stderr } = await run({ nprocs: 2, command: [node, cli, 'bench', '--backend', 'cpu', '--max', '2M', '--repeats', '2', '--json'] });
+    assert.equal(code, 0, stderr);
+    assert.deepEqual(linesOf(stdout, 1), [], 'rank 1 prints nothing');
+    const out = linesOf(stdout, 0).join('\n');
+    assert.equal(stdout.split('\n').filter(Boolean).length, linesOf(stdout, 0).length, 'only rank 0 writes to stdout');
+    const result = JSON.parse(out);
+    assert.equal(result.backend, 'cpu');
+    assert.equal(result.ranks, 2);
+    assert.equal(result.device, 'cpu process');
+    assert.deepEqual(result.rows.map((r: { bytes: number }) => r.bytes), [512 << 10, 1 << 20, 2 << 20]);
+    for (const row of result.rows) assert.ok(row.timeUs > 0 && row.refUs > 0, JSON.stringify(row));
+    assert.doesNotMatch(stderr, /\[rank 1\]/, 'rank 1 reports no progress');
+  });
+});
