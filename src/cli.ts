@@ -20,11 +20,12 @@ import type { LaunchOptions } from './launch/launcher.js';
  */
 const DEFAULT_ROW_BYTES = 1024;
 const DEFAULT_MIN = '512K';
-const DEFAULT_MAX = { cuda: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
+const DEFAULT_MAX = { cuda: '4G', nccl: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
+const BACKENDS = Object.keys(DEFAULT_MAX) as BackendName[];
 const DEFAULT_CPU_RANKS = 2;
 
 interface BenchFlags {
-  backend?: BackendName;
+  backend?: BackendName[];
   ranks?: number;
   min: number;
   max?: number;
@@ -75,10 +76,10 @@ const program = new Command('a2av')
 program
   .command('bench')
   .description('Sweep all-to-all-v over input sizes and compare with a device copy of the same bytes')
-  .addOption(new Option('--backend <name>', 'backend (default: cuda when a GPU is visible, else cpu)').choices(['cuda', 'cpu']))
+  .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
-  .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda, ${DEFAULT_MAX.cpu} on cpu)`, size)
+  .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
   .addOption(new Option('--splits <kind>', 'rows to each peer: even, or zipf(1.1) over a per-sender permutation').choices(SPLITS_KINDS).default('uniform'))
   .option('--row-bytes <n>', 'bytes per row', integer(1), DEFAULT_ROW_BYTES)
   .option('--seed <n>', 'seed of the split layouts', integer(0), 1)
@@ -100,46 +101,72 @@ program
   .passThroughOptions()
   .action((command: string[], flags: LaunchFlags) => launchCommand(command, flags));
 
+function backends(text: string): BackendName[] {
+  const names = text.split(',').map((n) => n.trim());
+  const odd = names.find((n) => !(BACKENDS as string[]).includes(n));
+  if (odd !== undefined) throw new InvalidArgumentError(`unknown backend '${odd}' (choose from ${BACKENDS.join(', ')})`);
+  if (new Set(names).size !== names.length) throw new InvalidArgumentError('a backend is named twice');
+  return names as BackendName[];
+}
+
 async function bench(flags: BenchFlags): Promise<void> {
-  const backend = flags.backend ?? (await (await import('./backends/create.js')).defaultBackend());
+  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
+  const gpu = names.some((n) => n !== 'cpu');
   // Under a launcher the job's processes are the ranks.
-  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (backend === 'cuda' ? await gpuCount() : DEFAULT_CPU_RANKS);
-  const maxBytes = flags.max ?? parseSize(DEFAULT_MAX[backend]);
+  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const maxBytes = flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
   if (flags.min > maxBytes) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(maxBytes)}`);
   if (flags.min < flags.rowBytes) fail(`--min ${formatBytes(flags.min)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
   const { runBench } = await import('./bench/run.js');
-  const progress = new Progress();
-  let result: BenchResult | undefined;
-  try {
-    result = await runBench(
-      { backend, ranks, minBytes: flags.min, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
-        iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
-      progress,
-    );
-  } finally {
-    progress.stop();
+  const results: BenchResult[] = [];
+  for (const backend of names) {
+    // With several backends, one that cannot run (no NCCL here) still leaves the others' table.
+    const progress = new Progress(names.length > 1 ? `${backend}: ` : '');
+    try {
+      const result = await runBench(
+        { backend, ranks, minBytes: flags.min, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
+          iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
+        progress,
+      );
+      if (result) results.push(result);
+    } catch (err) {
+      if (names.length === 1) throw err;
+      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
+      process.exitCode = 1;
+    } finally {
+      progress.stop();
+    }
   }
   // Launched ranks other than 0 have no result: the job prints one table.
-  if (result) process.stdout.write(flags.json ? formatJson(result) : formatTable(result));
+  if (results.length === 0) return;
+  const { compareBackends } = await import('./bench/compare.js');
+  const result = names.length > 1 ? compareBackends(results) : results[0];
+  process.stdout.write(flags.json ? formatJson(result) : formatTable(result));
 }
 
-async function gpuCount(): Promise<number> {
+async function gpuCount(backend: string): Promise<number> {
   const { cudaDeviceCount, cudaUnavailableReason } = await import('./cuda/probe.js');
   const n = cudaDeviceCount();
-  if (n === 0) fail(`--backend cuda: no GPU (${cudaUnavailableReason() ?? 'none visible'}); use --backend cpu`);
+  if (n === 0) fail(`--backend ${backend}: no GPU (${cudaUnavailableReason() ?? 'none visible'}); use --backend cpu`);
   return n;
 }
 
 /** The sweep's progress on stderr: a bar on a terminal, else one line per size (logs, CI). */
 class Progress implements BenchEvents {
   #bar: SingleBar | undefined;
+  /** Names the backend when one run compares several. */
+  readonly #label: string;
+
+  constructor(label = '') {
+    this.#label = label;
+  }
 
   onPlan({ sizes, note }: PlanReport): void {
-    if (note) process.stderr.write(`a2av: note: ${note}\n`);
+    if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
     if (!process.stderr.isTTY) return;
     this.#bar = new SingleBar({
       stream: process.stderr,
-      format: 'bench {bar} {value}/{total} sizes | {size} {stage} | {last}',
+      format: `${this.#label}bench {bar} {value}/{total} sizes | {size} {stage} | {last}`,
       hideCursor: true,
       clearOnComplete: true,
     });
@@ -151,8 +178,9 @@ class Progress implements BenchEvents {
   }
 
   onRow({ row, index, count }: RowReport): void {
-    const line = `${formatBytes(row.bytes)}: ${formatMicros(row.timeUs)} µs, graph ${formatMicros(row.graphUs)} µs, ` +
-      `${row.algbwGBps.toFixed(1)} GB/s, ${row.refRatio.toFixed(2)}× the copy`;
+    const line = `${this.#label}${formatBytes(row.bytes)}: ${formatMicros(row.timeUs)} µs, graph ${formatMicros(row.graphUs)} µs, ` +
+      `${row.algbwGBps.toFixed(1)} GB/s, ${row.refRatio.toFixed(2)}× the copy` +
+      (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`);
     if (this.#bar) this.#bar.increment({ last: line });
     else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);
   }

@@ -47,10 +47,14 @@ export class SharedMemoryError extends A2avError {
   }
 }
 
-/** A peer did not arrive within the timeout. `missingRank` is the first rank that was waited for. */
+/**
+ * A peer did not arrive within the timeout. `missingRank` is the first rank that was waited for, or
+ * -1 where that is unknown (a wait on the device as a whole; NCCL, which does not say).
+ */
 export class TimeoutError extends A2avError {
   constructor(readonly rank: number, readonly missingRank: number, readonly timeoutMs: number, readonly what: string) {
-    super('A2AV_TIMEOUT', `rank ${rank}: timed out after ${timeoutMs} ms waiting for rank ${missingRank} (${what})`);
+    const whom = missingRank >= 0 ? `rank ${missingRank}` : 'a peer';
+    super('A2AV_TIMEOUT', `rank ${rank}: timed out after ${timeoutMs} ms waiting for ${whom} (${what})`);
   }
 }
 

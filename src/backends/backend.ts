@@ -3,7 +3,7 @@
 
 import type { LaunchPlan } from '../tune/plan.js';
 
-export type BackendName = 'cpu' | 'cuda';
+export type BackendName = 'cpu' | 'cuda' | 'nccl';
 
 /** Memory owned by one rank: GPU memory on `cuda`, shared memory on `cpu`. */
 export interface DeviceBuffer {
@@ -98,5 +98,10 @@ export interface Comm {
   freeMemory(): number;
   /** Number of ranks sharing this rank's device (memory and SMs are split between them). */
   readonly ranksOnDevice: number;
+  /**
+   * nccl only: µs the host has waited for device splits (copy to the host, count exchange), summed
+   * over every allToAllV so far: the round trip the cuda backend's device-side splits avoid.
+   */
+  readonly splitsSyncUs?: number;
   close(): Promise<void>;
 }

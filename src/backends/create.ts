@@ -23,9 +23,13 @@ export interface CommOptions {
 interface CudaBackendModule {
   createCudaComm(opts: CommOptions): Promise<Comm>;
 }
+interface NcclBackendModule {
+  createNcclComm(opts: CommOptions): Promise<Comm>;
+}
 
-// Kept as a variable so the type checker does not need the CUDA backend to build the CPU one.
+// Kept as variables so the type checker does not need the GPU backends to build the CPU one.
 const cudaBackendPath = './cuda/comm.js';
+const ncclBackendPath = './nccl/setup.js';
 
 export async function createComm(opts: CommOptions): Promise<Comm> {
   checkOptions(opts);
@@ -38,8 +42,12 @@ export async function createComm(opts: CommOptions): Promise<Comm> {
       const { createCudaComm } = (await import(cudaBackendPath)) as CudaBackendModule;
       return createCudaComm(opts);
     }
+    case 'nccl': {
+      const { createNcclComm } = (await import(ncclBackendPath)) as NcclBackendModule;
+      return createNcclComm(opts);
+    }
     default:
-      throw new UsageError(`unknown backend '${String(opts.backend)}' (expected 'cpu' or 'cuda')`);
+      throw new UsageError(`unknown backend '${String(opts.backend)}' (expected 'cpu', 'cuda' or 'nccl')`);
   }
 }
 

@@ -25,6 +25,8 @@ const GRAPH_CALLS = 50;
 const GRAPH_BATCH_MAX_BYTES = 4 << 20;
 /** The reference copies in chunks of at most this, so its buffers stay small next to the sweep's. */
 const MAX_REF_BYTES = 1 << 30;
+/** Calls whose host wait for the splits is sampled (a fixed count: every rank makes the same calls). */
+const SYNC_SAMPLES = 21;
 /** Allocations must fit free memory with this much to spare. */
 const MEMORY_HEADROOM = 1.1;
 
@@ -90,6 +92,8 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
     const timing = { fixedIters: arg.iters, repeats: arg.repeats };
     const rows: BenchRow[] = [];
     let replay: Replay | undefined;
+    // nccl cannot capture (its calls need the splits on the host): no graph column there.
+    const capturable = comm.backend !== 'nccl';
     try {
       for (const [index, splits] of plans.entries()) {
         const bytes = splits.rowsPerRank * arg.rowBytes;
@@ -99,9 +103,11 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
         // not the host's launch rate (with many ranks in one process, launches contend for the driver).
         replay?.close();
         const batch = bytes <= GRAPH_BATCH_MAX_BYTES ? GRAPH_CALLS : 1;
-        replay = comm.capture(stream, () => {
-          for (let k = 0; k < batch; k++) call();
-        });
+        replay = capturable
+          ? comm.capture(stream, () => {
+              for (let k = 0; k < batch; k++) call();
+            })
+          : undefined;
         const launch = () => replay!.launch(stream);
         const progress = (stage: SweepStage) => report({ type: 'progress', index, count: plans.length, bytes, stage });
         progress('verify');
@@ -110,10 +116,14 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
         if (!(await checkedRun(comm, agree, check, 'eager', () => comm.allToAllV(args).wait()))) break;
         progress('eager');
         const timeUs = measure(comm, stream, call, timing, agree);
-        // timeLoop doubles as "run and wait": a replay has no handle of its own.
-        if (!(await checkedRun(comm, agree, check, 'graph', () => comm.timeLoop(stream, 1, launch)))) break;
-        progress('graph');
-        const graphUs = measure(comm, stream, launch, timing, agree) / batch;
+        const syncUs = comm.splitsSyncUs === undefined ? NaN : splitsSync(comm, args);
+        let graphUs = NaN;
+        if (capturable) {
+          // timeLoop doubles as "run and wait": a replay has no handle of its own.
+          if (!(await checkedRun(comm, agree, check, 'graph', () => comm.timeLoop(stream, 1, launch)))) break;
+          progress('graph');
+          graphUs = measure(comm, stream, launch, timing, agree) / batch;
+        }
         progress('reference');
         await comm.barrier(); // the device is quiet: the copy runs alone while its other ranks wait
         let refUs = 0;
@@ -125,8 +135,8 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
           refUs = measure(comm, stream, copyAll, timing);
         }
         await comm.barrier();
-        const [slowest, slowestGraph, slowestRef] = agree.max([timeUs, graphUs, refUs]);
-        const row = makeRow(w, bytes, slowest, slowestGraph, slowestRef);
+        const [slowest, slowestGraph, slowestRef, slowestSync] = agree.max([timeUs, graphUs, refUs, syncUs]);
+        const row = makeRow(w, bytes, slowest, slowestGraph, slowestRef, Number.isNaN(slowestSync) ? undefined : slowestSync);
         rows.push(row);
         report({ type: 'row', index, count: plans.length, row });
       }
@@ -181,6 +191,21 @@ function fitToMemory(comm: Comm, agree: Agreement, all: Splits[], arg: SweepArg)
       `(${perDevice} rank${perDevice > 1 ? 's' : ''} share it)`
     : undefined;
   return { plans: all.slice(0, count), memory: need(count), note };
+}
+
+/**
+ * Median µs per call the host waits for the device splits (nccl), each call waited for before the
+ * next, so the figure is the round trip alone, not the previous call's data still in flight.
+ */
+function splitsSync(comm: Comm, args: AllToAllVArgs): number {
+  const samples: number[] = [];
+  for (let i = 0; i < SYNC_SAMPLES; i++) {
+    const before = comm.splitsSyncUs!;
+    const done = comm.allToAllV(args);
+    samples.push(comm.splitsSyncUs! - before);
+    done.wait();
+  }
+  return median(samples);
 }
 
 /**

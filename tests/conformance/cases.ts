@@ -7,6 +7,7 @@ import { makeSplits, PATTERNS, ROW_SIZES, Rng } from './reference.js';
 
 export { splitsErrors, timeout, usage } from './error-cases.js';
 export { lanes } from './lane-cases.js';
+export { captureRefused } from './nccl-cases.js';
 
 export interface ExchangeArg {
   seed: number;

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# a2av against NCCL on one machine with several GPUs, in one call (from the package root, Node.js on
+# the PATH; npm is not needed when dist/ is built):
+#   1. build (when a TypeScript compiler is installed; else the dist/ that came along is used),
+#   2. nvidia-smi topo -m,
+#   3. the test suite (ranks as threads: cuda with ranks sharing GPUs, nccl on up to one rank a GPU),
+#   4. the conformance suite with one process per rank (a2av launch) on cuda and on nccl,
+#   5. the sweep 0.5 MiB .. 4 GiB per rank, cuda and nccl in one table (time, host sync of nccl,
+#      ratio to NCCL), uniform and zipf splits, for W = all GPUs, and 2 and 4 where there are more;
+#      one process per GPU (A2AV_MG_SWEEP=threads: ranks as threads of one process).
+# Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
+# Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance".
+set -uo pipefail
+OUT=${OUT:-./multi-gpu-out}
+mkdir -p "$OUT"
+started=$SECONDS
+step() { echo; echo "== $1 ($((SECONDS - started)) s)"; }
+rc=0
+cli=(node dist/src/cli.js)
+skip=" ${A2AV_MG_SKIP:-} "
+
+step build
+if [ -x node_modules/.bin/tsc ] && node_modules/.bin/tsc -p . > "$OUT/build.log" 2>&1; then
+  echo "built dist/"
+elif [ -f dist/src/cli.js ]; then
+  echo "no TypeScript compiler here (or it failed: $OUT/build.log); using the dist/ that is present"
+else
+  echo "no dist/ and no compiler: build first (npm run build)"; exit 1
+fi
+git rev-parse --short HEAD 2>/dev/null | tee "$OUT/commit.txt" || true
+
+step topology
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+nvidia-smi topo -m | tee "$OUT/topo.txt"
+gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+node -e "import('./dist/src/nccl/library.js').then(m => { const why = m.ncclUnavailableReason(); console.log(why ? 'NCCL: ' + why : 'NCCL ' + m.formatNcclVersion(m.ncclLib().version)); })" | tee "$OUT/nccl.txt"
+echo "$gpus GPUs"
+[ "$gpus" -ge 2 ] || echo "note: one GPU: nccl runs W=1 only; the sweep compares W=1"
+
+if [[ "$skip" != *" tests "* ]]; then
+  step "test suite (ranks as threads)"
+  node scripts/run-tests.mjs --test-reporter=tap > "$OUT/test.log" 2>&1 || rc=1
+  grep -E '^# (tests|pass|fail|skipped)' "$OUT/test.log"
+  grep -E '^\s*not ok' "$OUT/test.log" | head -20
+fi
+
+if [[ "$skip" != *" conformance "* ]]; then
+  step "conformance, one process per rank"
+  seed=${A2AV_SEED:-$RANDOM$RANDOM}
+  echo "seed $seed (rerun one case: A2AV_SEED=$seed)"
+  for backend in cuda nccl; do
+    pass=0 fail=0
+    while read -r index ranks name; do
+      log="$OUT/conformance-$backend-$index.log"
+      if timeout 300 "${cli[@]}" launch -n "$ranks" -- node dist/tests/multi-gpu/conformance-rank.js run "$backend" "$index" "$seed" > "$log" 2>&1; then
+        pass=$((pass + 1))
+      else
+        fail=$((fail + 1)); rc=1
+        echo "FAIL $backend: $name ($log)"
+        grep -h '"ok":false' "$log" | head -3 | cut -c1-400
+      fi
+    done < <(node dist/tests/multi-gpu/conformance-rank.js list "$backend" "$gpus")
+    echo "$backend: $pass passed, $fail failed"
+  done
+fi
+
+step "sweep: cuda and nccl, 0.5 MiB .. ${A2AV_MG_MAX:-4G} per rank"
+worlds=${A2AV_MG_WORLDS:-$gpus}
+if [ -z "${A2AV_MG_WORLDS:-}" ]; then
+  for w in 4 2; do [ "$gpus" -gt "$w" ] && worlds="$worlds $w"; done
+fi
+bench_args=(bench --backend cuda,nccl --min 512K --max "${A2AV_MG_MAX:-4G}" --repeats "${A2AV_MG_REPEATS:-5}" --json)
+for w in $worlds; do
+  for splits in uniform zipf; do
+    json="$OUT/bench-w$w-$splits.json" err="$OUT/bench-w$w-$splits.err"
+    echo "W=$w $splits"
+    if [ "${A2AV_MG_SWEEP:-launch}" = launch ]; then
+      # Rank 0 prints the JSON; the launcher prefixes every line with its rank.
+      timeout 600 "${cli[@]}" launch -n "$w" -- node dist/src/cli.js "${bench_args[@]}" --splits "$splits" > "$json.raw" 2> "$err"
+      status=$?
+      sed -n 's/^\[rank 0\] //p' "$json.raw" > "$json"
+      grep -v '^\[rank 0\] ' "$json.raw" >> "$err"
+      rm -f "$json.raw"
+    else
+      timeout 600 "${cli[@]}" "${bench_args[@]}" --ranks "$w" --splits "$splits" > "$json" 2> "$err"
+      status=$?
+    fi
+    if [ $status -ne 0 ]; then
+      rc=1
+      echo "bench W=$w $splits exited $status: $(grep -h 'a2av:' "$err" | tail -3)"
+    fi
+  done
+done
+
+step tables
+node scripts/print-bench.mjs "$OUT"/bench-*.json
+exit $rc

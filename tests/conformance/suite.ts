@@ -1,0 +1,50 @@
+// The conformance suite's cases: which rank program (tests/conformance/cases.ts) runs on how many
+// ranks with what argument. Run as threads by tests/conformance.test.ts on every backend, and as
+// launched processes, one per GPU, by tests/multi-gpu/conformance-rank.ts.
+import type { BackendName } from '../../src/backends/backend.js';
+
+export const TIMEOUT_CASE_MS = 300;
+
+export interface Case {
+  name: string;
+  fn: string;
+  ranks: number;
+  arg: Record<string, unknown>;
+  timeoutMs?: number;
+  lanes?: number;
+}
+
+export const suite: Case[] = [
+  ...[1, 2, 3, 4, 8].map((W) => ({
+    name: `exchange W=${W}: random, sparse, zero, all-to-one and self splits, rows of 1 B to 16 KiB`,
+    fn: 'exchange',
+    ranks: W,
+    arg: { calls: W === 8 ? 20 : 45, budget: W === 8 ? 4096 : 16384 },
+  })),
+  ...[2, 3].map((W) => ({ name: `graph replay W=${W}: new splits in the same buffers`, fn: 'replay', ranks: W, arg: { launches: 10, budget: 8192 } })),
+  ...[1, 3, 4].map((W) => ({ name: `splits errors W=${W}: named error, nothing written, lane still usable`, fn: 'splitsErrors', ranks: W, arg: {} })),
+  {
+    name: `timeout W=3: a rank that never calls is named (${TIMEOUT_CASE_MS} ms)`,
+    fn: 'timeout',
+    ranks: 3,
+    arg: { absent: -1, timeoutMs: TIMEOUT_CASE_MS },
+    timeoutMs: TIMEOUT_CASE_MS,
+  },
+  ...[2, 3].map((W) => ({ name: `lanes W=${W}: a second lane works while the first holds an error`, fn: 'lanes', ranks: W, arg: { budget: 4096 } })),
+  { name: 'usage W=2: host-side misuse throws UsageError at once', fn: 'usage', ranks: 2, arg: {} },
+  { name: 'capture refused W=1: nccl cannot replay a call with new splits, so capture() throws UsageError', fn: 'captureRefused', ranks: 1, arg: {} },
+];
+
+/** Cases that only make sense on some backends, and why the others skip them. */
+export function notFor(backend: BackendName, c: Case): string | undefined {
+  if (c.fn === 'replay' && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
+  if (c.fn === 'captureRefused' && backend !== 'nccl') return 'only nccl refuses capture';
+  return undefined;
+}
+
+/** The argument a case's rank program gets: the suite's, the run's seed, and the absent rank of the timeout case. */
+export function caseArg(c: Case, seed: number): Record<string, unknown> {
+  const arg: Record<string, unknown> = { ...c.arg, seed };
+  if (c.fn === 'timeout') arg.absent = seed % c.ranks;
+  return arg;
+}
