@@ -33,7 +33,7 @@ step topology
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 nvidia-smi topo -m | tee "$OUT/topo.txt"
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-node -e "import('./dist/src/nccl/library.js').then(m => { const why = m.ncclUnavailableReason(); console.log(why ? 'NCCL: ' + why : 'NCCL ' + m.formatNcclVersion(m.ncclLib().version)); })" | tee "$OUT/nccl.txt"
+node -e "import('./dist/src/nccl/library.js').then(m => { const why = m.ncclUnavailableReason(); console.log(why ? 'NCCL: ' + why.split('; searched')[0] : 'NCCL ' + m.formatNcclVersion(m.ncclLib().version)); })" | tee "$OUT/nccl.txt"
 echo "$gpus GPUs"
 [ "$gpus" -ge 2 ] || echo "note: one GPU: nccl runs W=1 only; the sweep compares W=1"
 
@@ -57,7 +57,7 @@ if [[ "$skip" != *" conformance "* ]]; then
       else
         fail=$((fail + 1)); rc=1
         echo "FAIL $backend: $name ($log)"
-        grep -h '"ok":false' "$log" | head -3 | cut -c1-400
+        grep -h '"ok":false' "$log" | head -2 | cut -c1-300
       fi
     done < <(node dist/tests/multi-gpu/conformance-rank.js list "$backend" "$gpus")
     echo "$backend: $pass passed, $fail failed"
@@ -87,7 +87,8 @@ for w in $worlds; do
     fi
     if [ $status -ne 0 ]; then
       rc=1
-      echo "bench W=$w $splits exited $status: $(grep -h 'a2av:' "$err" | tail -3)"
+      echo "bench W=$w $splits exited $status:"
+      grep -h 'a2av' "$err" | tail -3 | cut -c1-300
     fi
   done
 done

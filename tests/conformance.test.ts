@@ -8,6 +8,7 @@ import { caseArg, notFor, suite } from './conformance/suite.js';
 
 const seed = process.env.A2AV_SEED !== undefined ? Number(process.env.A2AV_SEED) : randomInt(2 ** 31);
 const cases = new URL('./conformance/cases.js', import.meta.url);
+
 /** Why `backend` cannot run here, or undefined when it can; and how many GPUs there are. */
 async function unavailable(backend: BackendName): Promise<{ why?: string; gpus: number }> {
   if (backend === 'cpu') return { gpus: 0 };
