@@ -13,8 +13,14 @@ import type { CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
 import { PadViews, SlotField, type PadLayout } from './pad.js';
 
-/** Loads of a flag before sleeping: a peer on another core usually arrives within this. */
-const SPIN = 1024;
+/**
+ * How long a wait spins on a flag before it sleeps. A peer on another core usually arrives within
+ * this, and a sleep costs a wake-up of tens of µs (more in a VM), as much as a 1 MiB call; with more
+ * ranks than cores a sleeper gives its core to a peer, and spinning wastes at most this per wait.
+ */
+const SPIN_MS = 0.1;
+/** Loads between looks at the clock while spinning. */
+const SPIN_CHECK = 256;
 /** Longest single sleep; only bounds how late the deadline is noticed (a peer's store wakes sleepers). */
 const MAX_SLEEP_MS = 20;
 const TWO32 = 4294967296;
@@ -214,13 +220,16 @@ export class CpuLane implements Lane {
   #waitFor(pad: PadViews, idx: number, seq: number): boolean {
     const arr = pad.i32;
     let v = Atomics.load(arr, idx);
-    for (let i = 0; ((v - seq) | 0) < 0; i++) {
-      if (i < SPIN) {
-        v = Atomics.load(arr, idx);
-        continue;
-      }
-      // Spinning did not do it: sleep until the writer's notify (3 ranks on 2 cores must yield).
-      if (this.#deadline !== this.#deadline) this.#deadline = performance.now() + this.#timeoutMs;
+    if (((v - seq) | 0) >= 0) return true;
+    const spinUntil = performance.now() + SPIN_MS;
+    for (let i = 1; ; i++) {
+      v = Atomics.load(arr, idx);
+      if (((v - seq) | 0) >= 0) return true;
+      if (i % SPIN_CHECK === 0 && performance.now() > spinUntil) break;
+    }
+    // Spinning did not do it: sleep until the writer's wake (3 ranks on 2 cores must yield).
+    if (this.#deadline !== this.#deadline) this.#deadline = performance.now() + this.#timeoutMs;
+    while (((v - seq) | 0) < 0) {
       const left = this.#deadline - performance.now();
       if (left <= 0) {
         this.#lastSeen = v;
