@@ -1,5 +1,5 @@
-// Block-wide copy of a byte range between any two addresses. The widest access that both sides
-// can share (16, 8, 4, 2 or 1 bytes) is used for the body; the head aligns the destination.
+// Block-wide copy of a byte range between any two addresses: the destination is aligned to 16 bytes
+// by a short head, the body moves 16 bytes per access, a short tail finishes.
 #pragma once
 #include "config.cuh"
 
@@ -26,28 +26,30 @@ __device__ __forceinline__ void copy_vec16(uint4* d, const uint4* s, u64 count) 
   for (; i < count; i += bd) d[i] = ld_stream(s + i);
 }
 
-template <typename T>
-__device__ __forceinline__ void copy_words(T* d, const T* s, u64 count) {
-  for (u64 i = threadIdx.x; i < count; i += blockDim.x) d[i] = s[i];
+// Source and destination disagree modulo 16 (odd row sizes): the destination gets aligned 16-byte
+// stores, each assembled from five aligned 4-byte source words by funnel shifts. The last word read
+// holds needed bytes, so nothing past the source range's last 4-byte word is touched.
+__device__ __forceinline__ void copy_shifted16(uint4* d, const u8* src, u64 count) {
+  const u32* s = (const u32*)((u64)src & ~3ull);
+  const u32 shift = ((u32)(u64)src & 3u) * 8u;
+  for (u64 i = threadIdx.x; i < count; i += blockDim.x) {
+    const u32* w = s + 4 * i;
+    const u32 a0 = w[0], a1 = w[1], a2 = w[2], a3 = w[3], a4 = shift ? w[4] : 0u;
+    d[i] = make_uint4(__funnelshift_r(a0, a1, shift), __funnelshift_r(a1, a2, shift), __funnelshift_r(a2, a3, shift),
+                      __funnelshift_r(a3, a4, shift));
+  }
 }
 
 __device__ __forceinline__ void copy_bytes(u8* dst, const u8* src, u64 n) {
-  const u64 mis = (u64)dst ^ (u64)src;
-  const u64 w = (mis & 15) == 0 ? 16 : (mis & 7) == 0 ? 8 : (mis & 3) == 0 ? 4 : (mis & 1) == 0 ? 2 : 1;
-  u64 head = (w - ((u64)dst & (w - 1))) & (w - 1);
+  const bool together = (((u64)dst ^ (u64)src) & 15) == 0;
+  u64 head = (16 - ((u64)dst & 15)) & 15;
   if (head > n) head = n;
   for (u64 i = threadIdx.x; i < head; i += blockDim.x) dst[i] = src[i];
   dst += head;
   src += head;
   n -= head;
-  const u64 words = n / w;
-  switch (w) {
-    case 16: copy_vec16<A2AV_COPY_UNROLL>((uint4*)dst, (const uint4*)src, words); break;
-    case 8: copy_words((u64*)dst, (const u64*)src, words); break;
-    case 4: copy_words((u32*)dst, (const u32*)src, words); break;
-    case 2: copy_words((unsigned short*)dst, (const unsigned short*)src, words); break;
-    default: copy_words(dst, src, words); break;
-  }
-  const u64 done = words * w;
-  for (u64 i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  const u64 words = n / 16;
+  if (together) copy_vec16<A2AV_COPY_UNROLL>((uint4*)dst, (const uint4*)src, words);
+  else copy_shifted16((uint4*)dst, src, words);
+  for (u64 i = words * 16 + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }

@@ -8,8 +8,6 @@ OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4 8)
-# Several ranks share one GPU through separate streams; give each its own hardware queue.
-export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee "$OUT/commit.txt" || true
