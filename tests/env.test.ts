@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
-import { firstHost, rankEnv, storeToken } from '../src/world/env.js';
+import { firstHost, jobId, rankEnv, storeToken } from '../src/world/env.js';
 
 test('not launched: undefined', () => {
   assert.equal(rankEnv({ PATH: '/bin' }), undefined);
@@ -67,4 +67,11 @@ test('firstHost expands Slurm node lists', () => {
 test('storeToken reads A2AV_STORE_TOKEN', () => {
   assert.equal(storeToken({ A2AV_STORE_TOKEN: 'abc' }), 'abc');
   assert.equal(storeToken({}), undefined);
+});
+
+test('jobId reads A2AV_JOB_ID: letters and digits only, since it goes into file names', () => {
+  assert.equal(jobId({ A2AV_JOB_ID: '0f3a9c' }), '0f3a9c');
+  assert.equal(jobId({}), undefined);
+  assert.equal(jobId({ A2AV_JOB_ID: '' }), undefined);
+  for (const bad of ['../x', 'a-b', 'x'.repeat(33)]) assert.throws(() => jobId({ A2AV_JOB_ID: bad }), UsageError);
 });

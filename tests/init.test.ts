@@ -120,6 +120,10 @@ test('shared-memory failures are SharedMemoryErrors with the errno name', T, () 
   assert.throws(() => memory.map(missing, 9), (err: Error) =>
     err instanceof SharedMemoryError && err.code === 'A2AV_SHM' && err.call === 'shm_open' && err.errorName === 'ENOENT' && /ENOENT/.test(err.message));
   assert.throws(() => memory.map(new TextEncoder().encode('64:/etc/passwd'), 9), (err: Error) => err instanceof UsageError && /malformed/.test(err.message));
+  const before = a2avShmFiles();
+  assert.throws(() => memory.allocate(2 ** 50), (err: Error) =>
+    err instanceof SharedMemoryError && err.call === 'posix_fallocate' && err.errorName === 'ENOSPC' && /--shm-size/.test(err.message));
+  assert.deepEqual(a2avShmFiles(), before, 'a failed allocation leaves no file');
   const region = memory.allocate(4096);
   try {
     const name = new TextDecoder().decode(region.handle).split(':')[1]!;

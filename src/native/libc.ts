@@ -4,6 +4,7 @@
 import { getSystemErrorMap } from 'node:util';
 import koffi from 'koffi';
 import { SharedMemoryError } from '../errors.js';
+import { SHM_DIR } from '../world/shm-files.js';
 import { loadLibrary } from './find-library.js';
 
 const signatures = {
@@ -16,7 +17,7 @@ const signatures = {
   close: 'int close(int fd)',
   // syscall(2) is variadic; with integer and pointer arguments only, the fixed prototype passes them
   // the same way on Linux x86-64 and arm64 and saves koffi parsing types on every call.
-  futex: 'long syscall(long nr, intptr_t addr, int op, int val, const timespec *timeout, intptr_t addr2, int val3)',
+  futex: 'long syscall(long nr, intptr_t addr, int op, int val, const a2av_timespec *timeout, intptr_t addr2, int val3)',
 } as const;
 
 type Fn = (...args: any[]) => any;
@@ -39,13 +40,16 @@ const SYS_FUTEX: Partial<Record<string, number>> = { x64: 202, arm64: 98 };
 const EAGAIN = 11;
 const EINTR = 4;
 const ETIMEDOUT = 110;
+const ENOSPC = 28;
+const ENOENT = 2;
 
 let libc: Libc | undefined;
 
 function lib(): Libc {
   if (libc) return libc;
   if (process.platform !== 'linux') throw new SharedMemoryError('load', 0, 'ENOTSUP', '', `cpu ranks as processes need Linux (POSIX shared memory under /dev/shm), not ${process.platform}`);
-  koffi.struct('timespec', { tv_sec: 'int64_t', tv_nsec: 'int64_t' });
+  // Named for koffi's global type registry; prefixed so another binding's 'timespec' cannot clash.
+  koffi.struct('a2av_timespec', { tv_sec: 'int64_t', tv_nsec: 'int64_t' });
   const c = loadLibrary({ name: 'libc', files: ['libc.so.6'], folders: [], overrideEnv: 'A2AV_LIBC' });
   const l = {} as Libc;
   for (const [key, sig] of Object.entries(signatures)) (l as Record<string, Fn>)[key] = c.func(sig) as Fn;
@@ -61,7 +65,8 @@ function check<T extends number | bigint>(call: string, path: string, result: T,
 
 function fail(call: string, path: string, errno: number): never {
   const [name, text] = getSystemErrorMap().get(-errno) ?? [`errno ${errno}`, 'unknown error'];
-  throw new SharedMemoryError(call, errno, name, path, text);
+  const hint = errno === ENOSPC ? ` — ${SHM_DIR} cannot hold it; in a container, raise --shm-size` : '';
+  throw new SharedMemoryError(call, errno, name, path, text + hint);
 }
 
 /** A mapping of a shared-memory object: its address and an ArrayBuffer over it (no copy). */
@@ -118,7 +123,7 @@ export function unlinkShared(name: string): void {
   const c = lib();
   if (c.shm_unlink(name) === -1) {
     const errno = koffi.errno();
-    if (errno !== 2) fail('shm_unlink', name, errno);
+    if (errno !== ENOENT) fail('shm_unlink', name, errno);
   }
 }
 
