@@ -1,17 +1,14 @@
 // All-to-all-v with device-resident splits, one launch per rank and call:
-//   1. send: every rank writes, into every peer's pad, LL packets holding its header (splits,
-//      capacities) and, for each peer it sends at most A2AV_INLINE_BYTES to, those rows too;
-//   2. every block reads all headers (waiting for them is the arrival barrier) and validates the
-//      whole split matrix: every rank reaches the same verdict, so either all move data or none;
-//   3. data: larger sends are pushed straight into the receiver's output, this rank's blocks
-//      sweeping its contiguous send bytes tile by tile whatever the skew between peers; inline rows
-//      are copied from this rank's pad into its output;
-//   4. only when some send was pushed: the last block raises done[me] = seq on every peer and waits
-//      for all peers' done (a call with only inline rows needs no second exchange).
+//   1. publish: block 0 writes this rank's payload (splits, capacities) into every peer's pad and
+//      raises arrive[me] = seq there;
+//   2. every block waits for all arrivals, then validates the whole split matrix (every rank reaches
+//      the same verdict, so either all move data or none does);
+//   3. data: this rank's send bytes are contiguous in its input, so blocks share them tile by tile
+//      whatever the skew between peers, and push each tile into the owning peer's output;
+//   4. the last block to finish raises done[me] = seq on every peer and waits for all peers' done.
 // Every wait is bounded by params.timeoutNs and ends in a status record naming the missing rank.
 #include "config.cuh"
 #include "copy.cuh"
-#include "ll.cuh"
 #include "signals.cuh"
 
 // Mirrored by src/backends/cuda/kernel-params.ts (byte offsets in comments).
@@ -33,33 +30,19 @@ struct A2avParams {
 
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
 
-// A sender's row goes inline to a peer when its splits are sane (so it may read its input) and the
-// bytes fit a slot. Both sides evaluate this from the sender's header and agree.
-__device__ __forceinline__ bool row_readable(const i64* hdr, int W) {
-  i64 sum = 0;
-  for (int r = 0; r < W; ++r) {
-    const i64 s = hdr[A2AV_PAYLOAD_HEADER + r];
-    if (s < 0 || s > hdr[0] - sum) return false;
-    sum += s;
-  }
-  return true;
-}
-__device__ __forceinline__ bool goes_inline(bool readable, i64 rows, i64 rowBytes) {
-  return readable && rows <= A2AV_INLINE_BYTES / rowBytes;
-}
-
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
-  // Dynamic shared memory: every rank's header, then this rank's send and receive plan in bytes.
+  // Dynamic shared memory: every rank's payload (one load each, in parallel, instead of chains of
+  // dependent loads from the pad), then this rank's send plan in bytes.
   extern __shared__ i64 smem[];
-  const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
-  const int PW = A2AV_PAYLOAD_HEADER + W;
+  const int PW = A2AV_PAYLOAD_HEADER + p.world;
   i64* pay = smem;  // [W][PW]
-  i64* sendLen = smem + W * PW;
-  i64* srcOff = sendLen + W;
-  i64* dstOff = srcOff + W;
-  i64* recvOff = dstOff + W;
-  __shared__ int sAbort, sLast, sMismatch, sNegative, sInOver, sOutOver, sPushed, sReadable;
+  i64* sendLen = smem + p.world * PW;
+  i64* srcOff = sendLen + p.world;
+  i64* dstOff = srcOff + p.world;
+  __shared__ i64 sSeq;
+  __shared__ int sAbort, sLast, sMismatch, sNegative, sInOver, sOutOver;
 
+  const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched early (programmatic dependent launch): wait here for the previous kernel on this
   // stream, then let the next call's kernel get scheduled while this one runs. No-ops otherwise.
@@ -68,75 +51,53 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
 #endif
   u8* lane = p.padPeers[me] + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
-  const i64 seq = ld_volatile(&h->seq) + 1;
-  const u32 flag = (u32)seq;
-  const int parity = (int)(seq & 1);
-  const i64 rowBytes = p.rowBytes;
-  const u64 gtid = (u64)blockIdx.x * nt + tid, gthreads = (u64)gridDim.x * nt;
+  const i64 inRows = (i64)(p.inputBytes / (u64)p.rowBytes);
+  const i64 outRows = (i64)(p.outputBytes / (u64)p.rowBytes);
 
-  // My own header, in shared memory (row `me` of the matrix), and my send plan's source offsets.
-  i64* mine = pay + me * PW;
-  for (int i = tid; i < PW; i += nt)
-    mine[i] = i == 0 ? (i64)(p.inputBytes / (u64)rowBytes)
-            : i == 1 ? (i64)(p.outputBytes / (u64)rowBytes)
-            : i == 2 ? rowBytes
-            : i == 3 ? p.outId
-            : p.inSplits[i - A2AV_PAYLOAD_HEADER];
   if (tid == 0) {
+    sSeq = ld_volatile(&h->seq) + 1;
     sAbort = 0;
     sMismatch = sNegative = sInOver = sOutOver = 0x7fffffff;
   }
   __syncthreads();
-  if (tid == 0) sReadable = row_readable(mine, W);
-  for (int r = tid; r < W; r += nt) {
-    i64 src = 0;
-    for (int q = 0; q < r; ++q) src = sat_add(src, mine[A2AV_PAYLOAD_HEADER + q]);
-    srcOff[r] = src;  // rows, for now
-  }
-  __syncthreads();
+  const i64 seq = sSeq;
+  const int parity = (int)(seq & 1);
 
-  // 1. send headers and inline rows to every peer (all blocks share the packets)
-  for (int r = 0; r < W; ++r) {
-    const i64 rows = mine[A2AV_PAYLOAD_HEADER + r];
-    const bool inl = goes_inline(sReadable, rows, rowBytes);
-    const u64 bytes = inl ? (u64)(rows * rowBytes) : 0;
-    const u64 packets = PW + (bytes + 7) / 8;
-    uint4* slot = lane_slot(p.padPeers[r] + p.laneOffset, W, parity, me);
-    const u8* src = p.input + (inl ? srcOff[r] * rowBytes : 0);
-    for (u64 j = gtid; j < packets; j += gthreads) {
-      if (j < (u64)PW) {
-        ll_store(slot + j, (u64)mine[j], flag);
-      } else {
-        const u64 at = 8 * (j - PW);
-        const u32 n = bytes - at < 8 ? (u32)(bytes - at) : 8u;
-        ll_store(slot + j, load_bytes(src + at, n), flag);
-      }
+  // 1. publish: one thread per peer writes the payload there, then releases the flag over it.
+  if (blockIdx.x == 0) {
+    for (int peer = tid; peer < W; peer += nt) {
+      u8* peerLane = p.padPeers[peer] + p.laneOffset;
+      i64* dst = lane_payload(peerLane, W, parity, me);
+      dst[0] = inRows;
+      dst[1] = outRows;
+      dst[2] = p.rowBytes;
+      dst[3] = p.outId;
+      for (int r = 0; r < W; ++r) dst[4 + r] = p.inSplits[r];
+      st_release_peer(lane_arrive(peerLane) + me, seq);
     }
   }
 
-  // 2. every rank's header; waiting for them is the arrival barrier
+  // 2. wait for every rank's payload
   {
     const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-    for (int i = tid; i < W * PW; i += nt) {
-      const int q = i / PW, j = i % PW;
-      if (q == me) continue;
-      u64 v;
-      if (!ll_load(lane_slot(lane, W, parity, q) + j, flag, deadline, v)) {
-        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, 0, me);
+    for (int q = tid; q < W; q += nt) {
+      if (!wait_at_least(lane_arrive(lane) + q, seq, deadline)) {
+        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_arrive(lane) + q), me);
         sAbort = 1;
-      } else {
-        pay[i] = (i64)v;
       }
     }
   }
   __syncthreads();
   if (sAbort) return;  // the host marks this communicator aborted
+  for (int i = tid; i < W * PW; i += nt) pay[i] = ld_volatile(lane_payload(lane, W, parity, 0) + i);
+  __syncthreads();
 
   // Validation: each category keeps its first offender (lowest index), then priority decides.
   const i64* pay0 = pay;
   for (int q = tid; q < W; q += nt) {
     const i64* pq = pay + q * PW;
-    if (pq[2] != pay0[2] || pq[3] != pay0[3]) atomicMin(&sMismatch, q);
+    if (pq[2] != pay0[2] || pq[3] != pay0[3])
+      atomicMin(&sMismatch, q);
     const i64 cap = pq[0];
     i64 sum = 0;
     bool over = false;
@@ -201,65 +162,40 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     }
   }
 
-  // 3. data (skipped on any validation failure: nothing is written). The matrix is valid, so every
-  // row is readable and inline-ness depends on the split alone.
-  if (tid == 0) sPushed = 0;
-  __syncthreads();
+  // 3. data (skipped on any validation failure: nothing is written)
   if (!bad) {
+    const i64* mine = pay + me * PW + 4;
     for (int r = tid; r < W; r += nt) {
-      i64 dst = 0, recv = 0;
+      i64 src = 0, dst = 0;
+      for (int q = 0; q < r; ++q) src += mine[q];
       for (int q = 0; q < me; ++q) dst += pay[q * PW + 4 + r];
-      for (int q = 0; q < r; ++q) recv += pay[q * PW + 4 + me];
-      const i64 rows = mine[4 + r];
-      sendLen[r] = goes_inline(true, rows, rowBytes) ? 0 : rows * rowBytes;  // pushed bytes only
-      srcOff[r] *= rowBytes;
-      dstOff[r] = dst * rowBytes;
-      recvOff[r] = recv * rowBytes;
+      sendLen[r] = mine[r] * p.rowBytes;
+      srcOff[r] = src * p.rowBytes;
+      dstOff[r] = dst * p.rowBytes;
     }
-    for (int i = tid; i < W * W; i += nt)
-      if (!goes_inline(true, pay[(i / W) * PW + 4 + i % W], rowBytes)) sPushed = 1;
     if (blockIdx.x == 0) {
       for (int q = tid; q < W; q += nt) {
+        i64 off = 0;
+        for (int k = 0; k < q; ++k) off += pay[k * PW + 4 + me];
         p.outSplitsOffsets[q] = pay[q * PW + 4 + me];
-        p.outSplitsOffsets[W + q] = recvOff[q] / rowBytes;
+        p.outSplitsOffsets[W + q] = off;
       }
     }
     __syncthreads();
-
-    // Pushed sends: blocks sweep the send bytes together, tile by tile (block b takes tiles b,
-    // b+B, ...), so at any moment a rank reads one contiguous window and writes few: DRAM pages
-    // stay open. Giving each block one long contiguous slice instead was measured 25-35% slower.
-    const i64 total = srcOff[W - 1] + mine[4 + W - 1] * rowBytes;
+    // Blocks sweep the send bytes together, tile by tile (block b takes tiles b, b+B, ...), so at
+    // any moment a rank reads one contiguous window and writes few: DRAM pages stay open. Giving
+    // each block one long contiguous slice instead was measured 25-35% slower at 256 MiB.
+    const i64 total = srcOff[W - 1] + sendLen[W - 1];
     const i64 tile = (i64)nt * 16 * A2AV_COPY_UNROLL;
     int r = 0;
     for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) {
       const i64 hi = lo + tile < total ? lo + tile : total;
-      while (srcOff[r] + mine[4 + r] * rowBytes <= lo) ++r;  // segments ascend, so r only moves forward
+      while (srcOff[r] + sendLen[r] <= lo) ++r;  // segments ascend, so r only moves forward
       for (int k = r; k < W && srcOff[k] < hi; ++k) {
-        if (sendLen[k] == 0) continue;  // inline or empty
         const i64 a = srcOff[k] > lo ? srcOff[k] : lo;
         const i64 segEnd = srcOff[k] + sendLen[k];
         const i64 b = segEnd < hi ? segEnd : hi;
         if (a < b) copy_bytes(p.outPeers[k] + dstOff[k] + (a - srcOff[k]), p.input + a, (u64)(b - a));
-      }
-    }
-
-    // Inline receives: from this rank's pad into its output.
-    const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-    u8* out = p.outPeers[me];
-    for (int q = 0; q < W; ++q) {
-      const i64 rows = pay[q * PW + 4 + me];
-      if (rows == 0 || !goes_inline(true, rows, rowBytes)) continue;
-      const u64 bytes = (u64)(rows * rowBytes);
-      const uint4* slot = lane_slot(lane, W, parity, q) + PW;
-      for (u64 j = gtid; j < (bytes + 7) / 8; j += gthreads) {
-        u64 v;
-        if (!ll_load(slot + j, flag, deadline, v)) {
-          record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, 0, me);
-          break;
-        }
-        const u64 at = 8 * j;
-        store_bytes(out + recvOff[q] + at, v, bytes - at < 8 ? (u32)(bytes - at) : 8u);
       }
     }
   }
@@ -273,14 +209,14 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   __syncthreads();
   if (!sLast) return;
   if (tid == 0) h->blocksDone = 0;  // only the last block touches it; the next call is stream-ordered
-  if (sPushed) {
-    fence_peers();
-    __syncthreads();
-    for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(p.padPeers[peer] + p.laneOffset) + me, seq);
+  fence_peers();
+  __syncthreads();
+  for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, seq);
+  {
     const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
     for (int q = tid; q < W; q += nt) {
-      if (!wait_at_least(lane_done(lane) + q, seq, deadline)) {
-        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_done(lane) + q), me);
+      if (!wait_at_least(lane_done(lane, W) + q, seq, deadline)) {
+        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_done(lane, W) + q), me);
         sAbort = 1;
       }
     }

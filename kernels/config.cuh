@@ -22,17 +22,11 @@ typedef unsigned long long u64;
 //   [0, 64)                 status record (local)
 //   [64, 72)                sequence number of the last completed call on this lane (local)
 //   [72, 76)                blocks of the running call that have finished (local)
-//   [128, 128+8W)           done[src]: seq of the call whose data src has finished pushing here
-//   [stage, ...)            stage[parity][src][A2AV_SLOT_PACKETS(W)]: 16-byte LL packets from src:
-//                           its header (A2AV_PAYLOAD_HEADER + W words), then, when small enough,
-//                           the rows it sends here ("inline")
-// stage = 128 + 8W rounded up to 16.
+//   [128, 128+8W)           arrive[src]: seq of the call whose payload src has published here
+//   [128+8W, 128+16W)       done[src]: seq of the call whose data src has finished writing here
+//   [128+16W, ...)          payload[parity][src][A2AV_PAYLOAD_HEADER + W] (int64)
 #define A2AV_PAYLOAD_HEADER 4  // input rows, output rows, row bytes, output buffer id
 #define A2AV_LANE_HEADER_BYTES 128
-// Rows from one rank to another travel inline, in packets through the pad, when they are at most
-// this many bytes; larger ones are pushed straight into the receiver's output.
-#define A2AV_INLINE_BYTES 32768
-#define A2AV_SLOT_PACKETS(W) (A2AV_PAYLOAD_HEADER + (W) + A2AV_INLINE_BYTES / 8)
 
 struct LaneHeader {
   i64 status[8];
@@ -40,8 +34,8 @@ struct LaneHeader {
   u32 blocksDone;
 };
 
-__device__ __forceinline__ i64* lane_done(u8* lane) { return (i64*)(lane + A2AV_LANE_HEADER_BYTES); }
-__device__ __forceinline__ uint4* lane_slot(u8* lane, int W, int parity, int src) {
-  const u64 stage = (A2AV_LANE_HEADER_BYTES + 8 * (u64)W + 15) & ~15ull;
-  return (uint4*)(lane + stage) + ((u64)parity * W + src) * A2AV_SLOT_PACKETS(W);
+__device__ __forceinline__ i64* lane_arrive(u8* lane) { return (i64*)(lane + A2AV_LANE_HEADER_BYTES); }
+__device__ __forceinline__ i64* lane_done(u8* lane, int W) { return lane_arrive(lane) + W; }
+__device__ __forceinline__ i64* lane_payload(u8* lane, int W, int parity, int src) {
+  return lane_arrive(lane) + 2 * W + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);
 }
