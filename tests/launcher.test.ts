@@ -3,34 +3,15 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { UsageError } from '../src/errors.js';
-import { launch, type LaunchOptions } from '../src/launch/launcher.js';
+import { launch } from '../src/launch/launcher.js';
+import { linesOf, runLaunch } from './support/launch-capture.js';
 
 const T = { timeout: 5000 };
 const node = process.execPath;
 const fixture = (name: string) => fileURLToPath(new URL(`../../tests/fixtures/${name}`, import.meta.url));
-
-class Sink extends Writable {
-  text = '';
-  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: () => void): void {
-    this.text += chunk.toString('utf8');
-    callback();
-  }
-}
-
-async function run(options: Omit<LaunchOptions, 'stdout' | 'stderr'>) {
-  const stdout = new Sink();
-  const stderr = new Sink();
-  const started = Date.now();
-  const code = await launch({ ...options, stdout, stderr });
-  return { code, stdout: stdout.text, stderr: stderr.text, ms: Date.now() - started };
-}
-
-const linesOf = (text: string, rank: number) =>
-  text.split('\n').filter((l) => l.startsWith(`[rank ${rank}] `)).map((l) => l.slice(`[rank ${rank}] `.length));
 
 /** True while `pid` runs. A zombie counts as gone: it is dead, only waiting for init to reap it. */
 function alive(pid: number): boolean {
@@ -55,7 +36,7 @@ async function gone(pid: number, withinMs = 1000): Promise<boolean> {
 }
 
 test('ranks see torchrun variables and meet through the launcher store', T, async () => {
-  const { code, stdout, stderr } = await run({ nprocs: 3, command: [node, fixture('store-rank.mjs')] });
+  const { code, stdout, stderr } = await runLaunch({ nprocs: 3, command: [node, fixture('store-rank.mjs')] });
   assert.equal(code, 0, stderr);
   assert.equal(stderr, '');
   const seen = [0, 1, 2].map((r) => JSON.parse(linesOf(stdout, r)[0]!));
@@ -79,7 +60,7 @@ test('ranks see torchrun variables and meet through the launcher store', T, asyn
 
 test('output lines are prefixed per rank; partial last lines are flushed', T, async () => {
   const script = `process.stdout.write('one\\ntwo\\nthr'); setTimeout(() => { process.stdout.write('ee\\npartial'); process.stderr.write('err line\\n'); }, 20);`;
-  const { code, stdout, stderr } = await run({ nprocs: 2, command: [node, '-e', script] });
+  const { code, stdout, stderr } = await runLaunch({ nprocs: 2, command: [node, '-e', script] });
   assert.equal(code, 0);
   for (const r of [0, 1]) {
     assert.deepEqual(linesOf(stdout, r), ['one', 'two', 'three', 'partial']);
@@ -90,7 +71,7 @@ test('output lines are prefixed per rank; partial last lines are flushed', T, as
 
 test('a failing rank stops the others, and nothing it started outlives the launcher', T, async () => {
   const command = [node, fixture('fail-rank.mjs'), '1', '3', 'grandchild'];
-  const { code, stdout, stderr, ms } = await run({ nprocs: 3, command, graceMs: 3000 });
+  const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 3, command, graceMs: 3000 });
   assert.equal(code, 3);
   assert.ok(ms < 2500, `took ${ms} ms`);
   const lines = stderr.trim().split('\n');
@@ -105,7 +86,7 @@ test('a failing rank stops the others, and nothing it started outlives the launc
 
 test('a rank that ignores SIGTERM is killed after the grace period', T, async () => {
   const command = [node, fixture('fail-rank.mjs'), '1', '1', 'ignore-sigterm'];
-  const { code, stdout, stderr, ms } = await run({ nprocs: 2, command, graceMs: 300 });
+  const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 2, command, graceMs: 300 });
   assert.equal(code, 1);
   assert.deepEqual(linesOf(stdout, 0).slice(1), ['ignoring SIGTERM']);
   assert.match(stderr, /rank 1 \(pid \d+\) failed first: exit code 1/);
@@ -114,13 +95,13 @@ test('a rank that ignores SIGTERM is killed after the grace period', T, async ()
 
 test('a rank killed by a signal is reported by signal name', T, async () => {
   const script = `if (process.env.RANK === '0') process.kill(process.pid, 'SIGSEGV'); else setInterval(() => {}, 1000);`;
-  const { code, stderr } = await run({ nprocs: 2, command: [node, '-e', script] });
+  const { code, stderr } = await runLaunch({ nprocs: 2, command: [node, '-e', script] });
   assert.equal(code, 128 + 11);
   assert.match(stderr, /rank 0 \(pid \d+\) failed first: killed by SIGSEGV/);
 });
 
 test('a command that cannot start fails with 127 and names it', T, async () => {
-  const { code, stderr } = await run({ nprocs: 2, command: ['/nonexistent/a2av-no-such-program'] });
+  const { code, stderr } = await runLaunch({ nprocs: 2, command: ['/nonexistent/a2av-no-such-program'] });
   assert.equal(code, 127);
   assert.match(stderr, /rank \d failed first: could not start "\/nonexistent\/a2av-no-such-program".*ENOENT/);
 });

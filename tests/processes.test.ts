@@ -4,36 +4,17 @@
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { launch, type LaunchOptions } from '../src/launch/launcher.js';
+import type { LaunchOptions } from '../src/launch/launcher.js';
 import { SHM_DIR } from '../src/world/shm-files.js';
 import { readdirSync } from 'node:fs';
+import { linesOf, runLaunch } from './support/launch-capture.js';
 
 const node = process.execPath;
 const rankProgram = fileURLToPath(new URL('./fixtures/process-rank.js', import.meta.url));
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
 const seed = process.env.A2AV_SEED !== undefined ? Number(process.env.A2AV_SEED) : randomInt(2 ** 31);
-
-class Sink extends Writable {
-  text = '';
-  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: () => void): void {
-    this.text += chunk.toString('utf8');
-    callback();
-  }
-}
-
-async function run(options: Omit<LaunchOptions, 'stdout' | 'stderr'>) {
-  const stdout = new Sink();
-  const stderr = new Sink();
-  const started = performance.now();
-  const code = await launch({ ...options, stdout, stderr });
-  return { code, stdout: stdout.text, stderr: stderr.text, ms: performance.now() - started };
-}
-
-const linesOf = (text: string, rank: number) =>
-  text.split('\n').filter((l) => l.startsWith(`[rank ${rank}] `)).map((l) => l.slice(`[rank ${rank}] `.length));
 
 interface RankLine {
   rank: number;
@@ -55,7 +36,7 @@ function rankLines(stdout: string, world: number): (RankLine | undefined)[] {
 
 /** Runs conformance program `fn` on `world` processes. */
 function runProgram(world: number, fn: string, arg: object, timeoutMs: number, extra: Partial<LaunchOptions> = {}) {
-  return run({ nprocs: world, command: [node, rankProgram, fn, JSON.stringify({ seed, ...arg }), String(timeoutMs)], ...extra });
+  return runLaunch({ nprocs: world, command: [node, rankProgram, fn, JSON.stringify({ seed, ...arg }), String(timeoutMs)], ...extra });
 }
 
 const a2avShmFiles = () => readdirSync(SHM_DIR).filter((name) => name.startsWith('a2av-'));
@@ -153,7 +134,7 @@ describe('faults', () => {
 
 describe('a2av bench under a2av launch', () => {
   test('launch -n 2 -- bench --backend cpu --max 2M --json prints one JSON result, from rank 0', { timeout: 60_000 }, async () => {
-    const { code, stdout, stderr } = await run({ nprocs: 2, command: [node, cli, 'bench', '--backend', 'cpu', '--max', '2M', '--repeats', '2', '--json'] });
+    const { code, stdout, stderr } = await runLaunch({ nprocs: 2, command: [node, cli, 'bench', '--backend', 'cpu', '--max', '2M', '--repeats', '2', '--json'] });
     assert.equal(code, 0, stderr);
     assert.deepEqual(linesOf(stdout, 1), [], 'rank 1 prints nothing');
     const out = linesOf(stdout, 0).join('\n');

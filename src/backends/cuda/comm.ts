@@ -4,8 +4,9 @@ import type { AllToAllVArgs, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } 
 import type { CommOptions } from '../create.js';
 import { hostname } from 'node:os';
 import { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
-import { closeIpcMapping, exportIpcHandle, openIpcHandle } from '../../cuda/ipc.js';
-import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
+import { exportIpcHandle, openIpcHandle } from '../../cuda/ipc.js';
+import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
+import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
 import { StatusCode, STATUS_BYTES, statusError } from '../../collectives/status.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { KernelModule, StructLauncher } from '../../jit/module.js';
@@ -25,22 +26,6 @@ interface RankPlace {
   pid: number;
   host: string;
   ordinal: number;
-}
-
-class CudaBuffer implements DeviceBuffer {
-  freed = false;
-  constructor(
-    readonly ptr: bigint,
-    readonly bytes: number,
-    readonly symmetricId: number,
-    /** Device table of every rank's pointer to this buffer (symmetric buffers only). */
-    readonly peerTable: bigint,
-    /** Peers' allocations mapped into this process, unmapped on free. */
-    readonly mappings: bigint[] = [],
-  ) {}
-  get symmetric(): boolean {
-    return this.symmetricId >= 0;
-  }
 }
 
 class CudaLane implements Lane {
@@ -112,11 +97,11 @@ export class CudaComm implements Comm, CheckContext {
   readonly #module: KernelModule;
   readonly #store: Store;
   readonly #launcher: StructLauncher;
-  readonly #buffers = new Set<CudaBuffer>();
+  readonly #memory: GpuMemory;
   readonly #lanes: CudaLane[] = [];
   readonly #residentCache = new Map<number, number>();
   readonly #statusHost = new BigInt64Array(STATUS_BYTES / 8);
-  #pad!: CudaBuffer;
+  #pad!: GpuBuffer;
   #symmetricCount = 0;
   #barriers = 0;
   #aborted: Error | undefined;
@@ -141,6 +126,7 @@ export class CudaComm implements Comm, CheckContext {
     this.#module = module;
     this.#store = opts.store;
     this.deviceName = `${device.name} #${device.ordinal}`;
+    this.#memory = new GpuMemory(device, this);
     this.#launcher = new StructLauncher(module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
     if (this.worldSize > MAX_WORLD) throw new UsageError(`cuda backend supports at most ${MAX_WORLD} ranks, got ${this.worldSize}`);
     this.#smem = kernelSharedBytes(this.worldSize);
@@ -150,7 +136,7 @@ export class CudaComm implements Comm, CheckContext {
 
   async init(): Promise<void> {
     const stride = laneBytes(this.worldSize);
-    this.#pad = (await this.#allocSymmetric(stride * this.laneCount, -2)) as CudaBuffer;
+    this.#pad = (await this.#allocSymmetric(stride * this.laneCount, -2)) as GpuBuffer;
     for (let i = 0; i < this.laneCount; i++) this.#lanes.push(new CudaLane(i, this.#device.createStream(), i * stride, this.#device));
     // Pads must be zero on every rank before any peer raises a flag in them.
     this.#device.memsetAsync(this.#pad.ptr, 0, this.#pad.bytes, this.#lanes[0].stream);
@@ -159,25 +145,22 @@ export class CudaComm implements Comm, CheckContext {
   }
 
   owns(buf: DeviceBuffer): boolean {
-    return buf instanceof CudaBuffer && this.#buffers.has(buf);
+    return this.#memory.owns(buf);
   }
   ownsLane(lane: Lane): boolean {
     return this.#lanes[lane.index] === lane;
   }
 
   alloc(bytes: number): DeviceBuffer {
-    this.#checkBytes(bytes);
-    const buf = new CudaBuffer(this.#device.alloc(bytes), bytes, -1, 0n);
-    this.#buffers.add(buf);
-    return buf;
+    return this.#memory.alloc(bytes);
   }
 
   allocSymmetric(bytes: number): Promise<DeviceBuffer> {
-    this.#checkBytes(bytes);
+    this.#memory.checkBytes(bytes);
     return this.#allocSymmetric(bytes, this.#symmetricCount++);
   }
 
-  async #allocSymmetric(bytes: number, id: number): Promise<CudaBuffer> {
+  async #allocSymmetric(bytes: number, id: number): Promise<GpuBuffer> {
     const ptr = this.#device.alloc(bytes);
     const mine = { ptr: ptr.toString(), bytes, ipc: this.#crossProcess ? exportIpcHandle(ptr) : '' };
     let peers: (typeof mine)[];
@@ -203,38 +186,23 @@ export class CudaComm implements Comm, CheckContext {
     });
     const table = this.#device.alloc(8 * this.worldSize);
     this.#device.upload(table, BigUint64Array.from(addresses));
-    const buf = new CudaBuffer(ptr, bytes, id, table, mappings);
-    this.#buffers.add(buf);
-    return buf;
+    return this.#memory.adopt(new GpuBuffer(ptr, bytes, id, table, mappings));
   }
 
   free(buf: DeviceBuffer): void {
-    checkBuffer(this, 'buffer to free', buf);
-    const b = buf as CudaBuffer;
-    b.freed = true;
-    this.#buffers.delete(b);
-    this.#device.free(b.ptr);
-    if (b.peerTable !== 0n) this.#device.free(b.peerTable);
-    for (const m of b.mappings) closeIpcMapping(m);
+    this.#memory.free(buf);
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
-    this.#checkRange(buf, offsetBytes, data.byteLength, 'write');
-    this.#device.upload((buf as CudaBuffer).ptr + BigInt(offsetBytes), new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    this.#memory.write(buf, data, offsetBytes);
   }
 
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
-    this.#checkRange(buf, offsetBytes, bytes, 'read');
-    const out = new Uint8Array(bytes);
-    if (bytes > 0) this.#device.download(out, (buf as CudaBuffer).ptr + BigInt(offsetBytes));
-    return out;
+    return this.#memory.read(buf, offsetBytes, bytes);
   }
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
-    this.#checkRange(dst, 0, bytes, 'copy destination');
-    this.#checkRange(src, 0, bytes, 'copy source');
-    const s = (stream as CudaStream | undefined) ?? this.#lanes[0].stream;
-    this.#device.copyAsync((dst as CudaBuffer).ptr, (src as CudaBuffer).ptr, bytes, s);
+    this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
   }
 
   lane(index: number): Lane {
@@ -253,15 +221,15 @@ export class CudaComm implements Comm, CheckContext {
     const lane = this.#lanes[checkAllToAllV(this, args)];
     const ctx = this.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity));
     const plan: LaunchPlan = args.plan ? validatePlan(args.plan, ctx) : defaultPlan(ctx);
-    const input = args.input as CudaBuffer;
-    const output = args.output as CudaBuffer;
+    const input = args.input as GpuBuffer;
+    const output = args.output as GpuBuffer;
     writeA2avParams(this.#launcher.view, {
       input: input.ptr,
       inputBytes: input.bytes,
       outPeers: output.peerTable,
       outputBytes: output.bytes,
-      inSplits: (args.inSplits as CudaBuffer).ptr,
-      outSplitsOffsets: (args.outSplitsOffsets as CudaBuffer).ptr,
+      inSplits: (args.inSplits as GpuBuffer).ptr,
+      outSplitsOffsets: (args.outSplitsOffsets as GpuBuffer).ptr,
       padPeers: this.#pad.peerTable,
       laneOffset: lane.offset,
       rowBytes: args.rowBytes,
@@ -357,7 +325,7 @@ export class CudaComm implements Comm, CheckContext {
     // this job (timeout) never comes, so a failed meeting only delays the release, bounded.
     if (!this.#aborted) await this.barrier().catch(() => {});
     this.#device.synchronize();
-    for (const b of [...this.#buffers]) this.free(b);
+    this.#memory.freeAll();
     for (const lane of this.#lanes) {
       for (const e of [...lane.done, ...lane.forks]) e.destroy();
       this.#device.destroyStream(lane.stream);
@@ -374,15 +342,5 @@ export class CudaComm implements Comm, CheckContext {
       this.#residentCache.set(threads, n);
     }
     return n;
-  }
-
-  #checkBytes(bytes: number): void {
-    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${this.rank}: buffer size must be a non-negative integer, got ${bytes}`);
-  }
-
-  #checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
-    checkBuffer(this, `${what} buffer`, buf);
-    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(bytes) || offset < 0 || bytes < 0 || offset + bytes > buf.bytes)
-      throw new UsageError(`rank ${this.rank}: ${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
   }
 }

@@ -13,7 +13,7 @@
 import type { AllToAllVArgs, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
 import type { CommOptions } from '../create.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
-import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
+import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
 import { entryError } from '../../collectives/status.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { groupEnd, groupStart, napMs } from '../../nccl/communicator.js';
@@ -21,17 +21,10 @@ import { NcclType } from '../../nccl/library.js';
 import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
+import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { uploadAsync } from './copies.js';
 import { EVENT_RING, type NcclLane } from './lane.js';
 import { HEADER_WORDS, payloadWords, SplitPlan } from './plan.js';
-
-class NcclBuffer implements DeviceBuffer {
-  freed = false;
-  constructor(readonly ptr: bigint, readonly bytes: number, readonly symmetricId: number) {}
-  get symmetric(): boolean {
-    return this.symmetricId >= 0;
-  }
-}
 
 class NcclHandle implements Handle {
   constructor(readonly comm: NcclComm, readonly lane: NcclLane, readonly call: number, readonly event: CudaEvent) {}
@@ -63,7 +56,7 @@ export class NcclComm implements Comm, CheckContext {
   readonly #store: Store;
   readonly #key: string;
   readonly #lanes: NcclLane[];
-  readonly #buffers = new Set<NcclBuffer>();
+  readonly #memory: GpuMemory;
   #symmetricCount = 0;
   #barriers = 0;
   #splitsSyncUs = 0;
@@ -77,6 +70,7 @@ export class NcclComm implements Comm, CheckContext {
     this.timeoutMs = opts.timeoutMs;
     this.laneCount = lanes.length;
     this.#device = device;
+    this.#memory = new GpuMemory(device, this);
     this.#store = opts.store;
     this.#key = key;
     this.#lanes = lanes;
@@ -110,7 +104,7 @@ export class NcclComm implements Comm, CheckContext {
   }
 
   owns(buf: DeviceBuffer): boolean {
-    return buf instanceof NcclBuffer && this.#buffers.has(buf);
+    return this.#memory.owns(buf);
   }
   ownsLane(lane: Lane): boolean {
     return this.#lanes[lane.index] === lane;
@@ -118,50 +112,34 @@ export class NcclComm implements Comm, CheckContext {
 
   alloc(bytes: number): DeviceBuffer {
     this.#usable();
-    this.#checkBytes(bytes);
-    const buf = new NcclBuffer(this.#device.alloc(bytes), bytes, -1);
-    this.#buffers.add(buf);
-    return buf;
+    return this.#memory.alloc(bytes);
   }
 
   /** A plain allocation, made collectively: NCCL moves the bytes, peers never address it directly. */
   async allocSymmetric(bytes: number): Promise<DeviceBuffer> {
     this.#usable();
-    this.#checkBytes(bytes);
+    this.#memory.checkBytes(bytes);
     const id = this.#symmetricCount++;
     const sizes = (await allGather(this.#store, `${this.#key}/sym/${id}`, this.rank, this.worldSize, encodeJson(bytes), this.timeoutMs)).map((b) => decodeJson<number>(b));
     const odd = sizes.findIndex((n) => n !== bytes);
     if (odd >= 0) throw new UsageError(`allocSymmetric #${id}: rank ${this.rank} asked for ${bytes} bytes but rank ${odd} for ${sizes[odd]}`);
-    const buf = new NcclBuffer(this.#device.alloc(bytes), bytes, id);
-    this.#buffers.add(buf);
-    return buf;
+    return this.#memory.alloc(bytes, id);
   }
 
   free(buf: DeviceBuffer): void {
-    checkBuffer(this, 'buffer to free', buf);
-    const b = buf as NcclBuffer;
-    b.freed = true;
-    this.#buffers.delete(b);
-    this.#device.free(b.ptr);
+    this.#memory.free(buf);
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
-    this.#checkRange(buf, offsetBytes, data.byteLength, 'write');
-    this.#device.upload((buf as NcclBuffer).ptr + BigInt(offsetBytes), new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    this.#memory.write(buf, data, offsetBytes);
   }
 
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
-    this.#checkRange(buf, offsetBytes, bytes, 'read');
-    const out = new Uint8Array(bytes);
-    if (bytes > 0) this.#device.download(out, (buf as NcclBuffer).ptr + BigInt(offsetBytes));
-    return out;
+    return this.#memory.read(buf, offsetBytes, bytes);
   }
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
-    this.#checkRange(dst, 0, bytes, 'copy destination');
-    this.#checkRange(src, 0, bytes, 'copy source');
-    const s = (stream as CudaStream | undefined) ?? this.#lanes[0].stream;
-    this.#device.copyAsync((dst as NcclBuffer).ptr, (src as NcclBuffer).ptr, bytes, s);
+    this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
   }
 
   lane(index: number): Lane {
@@ -202,7 +180,7 @@ export class NcclComm implements Comm, CheckContext {
       uploadAsync(lane.payload, h, lane.stream);
       u.set(h);
     }
-    this.#device.copyAsync(lane.payload + BigInt(8 * HEADER_WORDS), (args.inSplits as NcclBuffer).ptr, 8 * W, lane.stream);
+    this.#device.copyAsync(lane.payload + BigInt(8 * HEADER_WORDS), (args.inSplits as GpuBuffer).ptr, 8 * W, lane.stream);
     try {
       lane.nccl.settle('ncclAllGather', lane.nccl.allGather(lane.payload, lane.gathered, payloadWords(W), NcclType.int64, lane.stream.handle), this.timeoutMs);
     } catch (err) {
@@ -221,9 +199,9 @@ export class NcclComm implements Comm, CheckContext {
     const plan = lane.plan;
     plan.layout(lane.gatheredHost, this.rank, args.rowBytes);
     // The lane's stream is idle here (step 2 waited for it), so this upload queues without delay.
-    uploadAsync((args.outSplitsOffsets as NcclBuffer).ptr, plan.splitsOffsets, lane.stream);
-    const input = (args.input as NcclBuffer).ptr;
-    const output = (args.output as NcclBuffer).ptr;
+    uploadAsync((args.outSplitsOffsets as GpuBuffer).ptr, plan.splitsOffsets, lane.stream);
+    const input = (args.input as GpuBuffer).ptr;
+    const output = (args.output as GpuBuffer).ptr;
     const s = lane.stream.handle;
     let status = 0;
     groupStart();
@@ -332,7 +310,7 @@ export class NcclComm implements Comm, CheckContext {
     }
     // A stream that never drained may still be writing: leak its memory rather than free it under it.
     if (!drained) return;
-    for (const b of [...this.#buffers]) this.free(b);
+    this.#memory.freeAll();
     for (const lane of this.#lanes) lane.release(this.#device);
     for (const e of this.#timing ?? []) e.destroy();
     this.#device.release();
@@ -341,15 +319,5 @@ export class NcclComm implements Comm, CheckContext {
   #usable(): void {
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
     if (this.#closed) throw new UsageError(`rank ${this.rank}: communicator is closed`);
-  }
-
-  #checkBytes(bytes: number): void {
-    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${this.rank}: buffer size must be a non-negative integer, got ${bytes}`);
-  }
-
-  #checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
-    checkBuffer(this, `${what} buffer`, buf);
-    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(bytes) || offset < 0 || bytes < 0 || offset + bytes > buf.bytes)
-      throw new UsageError(`rank ${this.rank}: ${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
   }
 }

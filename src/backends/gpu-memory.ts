@@ -1,0 +1,90 @@
+// One rank's GPU buffers, for the backends that keep data in CUDA device memory (cuda, nccl): the
+// registry that tells its own buffers from others', range checks, and host <-> device copies.
+import type { DeviceBuffer, Stream } from './backend.js';
+import { checkBuffer, type CheckContext } from '../collectives/check.js';
+import type { CudaDevice, CudaStream } from '../cuda/device.js';
+import { closeIpcMapping } from '../cuda/ipc.js';
+import { UsageError } from '../errors.js';
+
+export class GpuBuffer implements DeviceBuffer {
+  freed = false;
+  constructor(
+    readonly ptr: bigint,
+    readonly bytes: number,
+    readonly symmetricId: number,
+    /** Device table of every rank's pointer to this buffer (peer-addressed symmetric buffers only). */
+    readonly peerTable = 0n,
+    /** Peers' allocations mapped into this process (CUDA IPC), unmapped on free. */
+    readonly mappings: bigint[] = [],
+  ) {}
+  get symmetric(): boolean {
+    return this.symmetricId >= 0;
+  }
+}
+
+export class GpuMemory {
+  readonly #buffers = new Set<GpuBuffer>();
+  /** `ctx` answers checkBuffer's questions (rank, ownership) for the owning communicator. */
+  constructor(
+    readonly device: CudaDevice,
+    readonly ctx: CheckContext,
+  ) {}
+
+  owns(buf: DeviceBuffer): boolean {
+    return buf instanceof GpuBuffer && this.#buffers.has(buf);
+  }
+
+  checkBytes(bytes: number): void {
+    if (!Number.isSafeInteger(bytes) || bytes < 0)
+      throw new UsageError(`rank ${this.ctx.rank}: buffer size must be a non-negative integer, got ${bytes}`);
+  }
+
+  checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
+    checkBuffer(this.ctx, `${what} buffer`, buf);
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(bytes) || offset < 0 || bytes < 0 || offset + bytes > buf.bytes)
+      throw new UsageError(`rank ${this.ctx.rank}: ${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
+  }
+
+  /** Registers a buffer built elsewhere (symmetric allocations build their peer tables first). */
+  adopt(buf: GpuBuffer): GpuBuffer {
+    this.#buffers.add(buf);
+    return buf;
+  }
+
+  alloc(bytes: number, symmetricId = -1): GpuBuffer {
+    this.checkBytes(bytes);
+    return this.adopt(new GpuBuffer(this.device.alloc(bytes), bytes, symmetricId));
+  }
+
+  free(buf: DeviceBuffer): void {
+    checkBuffer(this.ctx, 'buffer to free', buf);
+    const b = buf as GpuBuffer;
+    b.freed = true;
+    this.#buffers.delete(b);
+    this.device.free(b.ptr);
+    if (b.peerTable !== 0n) this.device.free(b.peerTable);
+    for (const m of b.mappings) closeIpcMapping(m);
+  }
+
+  freeAll(): void {
+    for (const b of [...this.#buffers]) this.free(b);
+  }
+
+  write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
+    this.checkRange(buf, offsetBytes, data.byteLength, 'write');
+    this.device.upload((buf as GpuBuffer).ptr + BigInt(offsetBytes), new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  }
+
+  read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
+    this.checkRange(buf, offsetBytes, bytes, 'read');
+    const out = new Uint8Array(bytes);
+    if (bytes > 0) this.device.download(out, (buf as GpuBuffer).ptr + BigInt(offsetBytes));
+    return out;
+  }
+
+  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream: Stream): void {
+    this.checkRange(dst, 0, bytes, 'copy destination');
+    this.checkRange(src, 0, bytes, 'copy source');
+    this.device.copyAsync((dst as GpuBuffer).ptr, (src as GpuBuffer).ptr, bytes, stream as CudaStream);
+  }
+}
