@@ -16,48 +16,14 @@ import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from './kernel-params.js';
 import { kernelSharedBytes, laneBytes, MAX_WORLD } from './layout.js';
+import { CudaHandle, CudaLane, EVENT_RING } from './lane.js';
 import { waitForEvent } from './wait.js';
-
-/** Events per lane: a handle stays valid for this many later calls on its lane. */
-const EVENT_RING = 256;
 
 /** Where a rank runs: peers in another process are reached through CUDA IPC mappings. */
 interface RankPlace {
   pid: number;
   host: string;
   ordinal: number;
-}
-
-class CudaLane implements Lane {
-  calls = 0;
-  readonly done: CudaEvent[] = [];
-  readonly forks: CudaEvent[] = [];
-  constructor(readonly index: number, readonly stream: CudaStream, readonly offset: number, device: CudaDevice) {
-    for (let i = 0; i < EVENT_RING; i++) {
-      this.done.push(device.createEvent());
-      this.forks.push(device.createEvent());
-    }
-  }
-  lastEvent(): CudaEvent {
-    return this.done[(this.calls - 1) % EVENT_RING];
-  }
-}
-
-class CudaHandle implements Handle {
-  constructor(readonly comm: CudaComm, readonly lane: CudaLane, readonly call: number, readonly event: CudaEvent) {}
-  #check(): void {
-    if (this.lane.calls - this.call > EVENT_RING)
-      throw new UsageError(`rank ${this.comm.rank}: handle expired (more than ${EVENT_RING} later calls on lane ${this.lane.index})`);
-  }
-  wait(): void {
-    this.#check();
-    this.comm.hostWait(this.event, `lane ${this.lane.index} call ${this.call}`);
-    this.comm.raiseStatus(this.lane);
-  }
-  waitOn(stream: Stream): void {
-    this.#check();
-    (stream as CudaStream).waitEvent(this.event);
-  }
 }
 
 export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
