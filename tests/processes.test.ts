@@ -3,12 +3,11 @@
 // After every test no a2av file may be left in /dev/shm and no rank process may be running.
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { LaunchOptions } from '../src/launch/launcher.js';
 import { SHM_DIR } from '../src/world/shm-files.js';
-import { readdirSync } from 'node:fs';
 import { linesOf, runLaunch } from './support/launch-capture.js';
 
 const node = process.execPath;
