@@ -44,6 +44,8 @@ interface LaunchFlags {
   nodeRank?: number;
   masterAddr?: string;
   masterPort?: number;
+  outputRanks?: number[];
+  prefix: boolean;
 }
 
 const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
@@ -97,9 +99,17 @@ program
   .option('--node-rank <i>', "this node's index (default 0; node 0 serves the store)", integer(0))
   .option('--master-addr <host>', 'address of the rendezvous store (default 127.0.0.1)')
   .option('--master-port <port>', 'port of the store (default: a free one; needed with --nnodes > 1)', integer(0))
+  .option('--output-ranks <list>', 'show only these ranks\' output, e.g. 0 or 0,3 (default: all)', rankList)
+  .option('--no-prefix', 'print ranks\' lines without "[rank R] " (with --output-ranks 0: pipe rank 0\'s JSON on)')
   .argument('<command...>', 'program and arguments every rank runs (put -- before it when it has options)')
   .passThroughOptions()
   .action((command: string[], flags: LaunchFlags) => launchCommand(command, flags));
+
+function rankList(text: string): number[] {
+  const ranks = text.split(',').map((t) => Number(t.trim()));
+  if (ranks.some((r) => !Number.isInteger(r) || r < 0)) throw new InvalidArgumentError(`not a list of ranks: '${text}'`);
+  return ranks;
+}
 
 function backends(text: string): BackendName[] {
   const names = text.split(',').map((n) => n.trim());
@@ -200,6 +210,8 @@ async function launchCommand(command: string[], flags: LaunchFlags): Promise<voi
     masterAddr: flags.masterAddr,
     masterPort: flags.masterPort,
     command,
+    outputRanks: flags.outputRanks,
+    prefix: flags.prefix,
   };
   process.exitCode = await launch(options);
 }

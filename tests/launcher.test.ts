@@ -69,6 +69,18 @@ test('output lines are prefixed per rank; partial last lines are flushed', T, as
   assert.equal(stdout.split('\n').filter((l) => l !== '' && !/^\[rank [01]\] /.test(l)).length, 0, 'no unprefixed lines');
 });
 
+test('output of chosen ranks only, and without prefixes for piping one rank on', T, async () => {
+  const script = `const r = process.env.RANK; console.log(JSON.stringify({ r })); console.error('err ' + r);`;
+  const some = await runLaunch({ nprocs: 3, command: [node, '-e', script], outputRanks: [0, 2] });
+  assert.equal(some.code, 0, some.stderr);
+  assert.deepEqual([0, 1, 2].map((r) => linesOf(some.stdout, r).length), [1, 0, 1]);
+  assert.deepEqual(linesOf(some.stderr, 1), [], "rank 1's stderr is dropped too");
+  const one = await runLaunch({ nprocs: 3, command: [node, '-e', script], outputRanks: [1], prefix: false });
+  assert.equal(one.code, 0, one.stderr);
+  assert.deepEqual(JSON.parse(one.stdout), { r: '1' }, 'stdout is exactly rank 1\'s JSON');
+  await assert.rejects(runLaunch({ nprocs: 2, command: [node, '-e', ''], outputRanks: [2] }), /outputRanks/);
+});
+
 test('a failing rank stops the others, and nothing it started outlives the launcher', T, async () => {
   const command = [node, fixture('fail-rank.mjs'), '1', '3', 'grandchild'];
   const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 3, command, graceMs: 3000 });

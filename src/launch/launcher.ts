@@ -35,6 +35,10 @@ export interface LaunchOptions {
   /** Where prefixed output and the launcher's own messages go (default process.stdout / stderr). */
   stdout?: Writable;
   stderr?: Writable;
+  /** Ranks (global) whose output is shown; the others' is discarded. Default: every rank. */
+  outputRanks?: readonly number[];
+  /** "[rank R] " before each line (default true); off, for piping one rank's output (JSON) on. */
+  prefix?: boolean;
 }
 
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
@@ -75,7 +79,12 @@ function validate(options: LaunchOptions): Plan {
   }
   const stdout = options.stdout ?? process.stdout;
   const stderr = options.stderr ?? process.stderr;
-  return { nprocs, nnodes, nodeRank, masterAddr, masterPort, command, graceMs, env: options.env, stdout, stderr };
+  const world = nprocs * nnodes;
+  const outputRanks = options.outputRanks ?? Array.from({ length: world }, (_, r) => r);
+  if (!Array.isArray(outputRanks) || outputRanks.some((r) => !Number.isInteger(r) || r < 0 || r >= world))
+    throw new UsageError(`launch: outputRanks must list ranks in 0..${world - 1}, got ${String(outputRanks)}`);
+  const prefix = options.prefix ?? true;
+  return { nprocs, nnodes, nodeRank, masterAddr, masterPort, command, graceMs, env: options.env, stdout, stderr, outputRanks, prefix };
 }
 
 function sharedToken(options: LaunchOptions): string {
@@ -116,7 +125,19 @@ class Job {
     try {
       const { nprocs, nodeRank } = this.#plan;
       for (let local = 0; local < nprocs && !this.#stopping; local++) {
-        this.#ranks.push(new RankProcess({ rank: nodeRank * nprocs + local, command: this.#plan.command, env: this.#env(local), stdout: this.#plan.stdout, stderr: this.#plan.stderr, onExit: (exit) => this.#onRankExit(exit) }));
+        const rank = nodeRank * nprocs + local;
+        const shown = this.#plan.outputRanks.includes(rank);
+        this.#ranks.push(
+          new RankProcess({
+            rank,
+            command: this.#plan.command,
+            env: this.#env(local),
+            stdout: shown ? this.#plan.stdout : undefined,
+            stderr: shown ? this.#plan.stderr : undefined,
+            prefix: this.#plan.prefix ? `[rank ${rank}] ` : '',
+            onExit: (exit) => this.#onRankExit(exit),
+          }),
+        );
       }
       await Promise.all(this.#ranks.map((r) => r.done));
     } finally {

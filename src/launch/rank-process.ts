@@ -17,8 +17,11 @@ export interface RankProcessOptions {
   rank: number;
   command: readonly string[];
   env: Record<string, string | undefined>;
-  stdout: Writable;
-  stderr: Writable;
+  /** Where the rank's lines go; undefined discards them (they are still read, so the rank never blocks). */
+  stdout: Writable | undefined;
+  stderr: Writable | undefined;
+  /** Put before every line ('' for none). */
+  prefix: string;
   /** Called as soon as the process has ended (before its output is drained), to start teardown early. */
   onExit(exit: RankExit): void;
 }
@@ -37,12 +40,13 @@ export class RankProcess {
     // what it runs), and a terminal's Ctrl-C reaches the ranks once, through the launcher.
     const child = spawn(command[0]!, command.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     this.#child = child;
-    const outputs = [
-      child.stdout!.pipe(new LinePrefixer(`[rank ${rank}] `)),
-      child.stderr!.pipe(new LinePrefixer(`[rank ${rank}] `)),
-    ];
-    outputs[0]!.pipe(options.stdout, { end: false });
-    outputs[1]!.pipe(options.stderr, { end: false });
+    const outputs = [child.stdout!.pipe(new LinePrefixer(options.prefix)), child.stderr!.pipe(new LinePrefixer(options.prefix))];
+    const sinks = [options.stdout, options.stderr];
+    outputs.forEach((lines, i) => {
+      const sink = sinks[i];
+      if (sink) lines.pipe(sink, { end: false });
+      else lines.resume();
+    });
     const record = (exit: Omit<RankExit, 'rank' | 'pid'>) => {
       if (this.#exit) return;
       this.#exit = { rank, pid: child.pid, ...exit };
