@@ -16,6 +16,8 @@ import { CANARY_BYTES, ResultCheck, WrongResultError } from './verify.js';
 /** A timed loop should last at least this long, so event resolution and launch jitter vanish in it. */
 const TARGET_LOOP_MS = 20;
 const WARMUP_ITERS = 5;
+/** Discarded full-length loops before timing, at least this long in all. */
+const WARMUP_MS = 50;
 const MAX_ITERS = 100_000;
 /**
  * Calls captured in one graph for sizes up to GRAPH_BATCH_MAX_BYTES: the per-call time is then
@@ -115,6 +117,9 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
         const check = new ResultCheck(comm, { output, outSplitsOffsets }, splits, arg.rowBytes, patterns, arg.seed);
         if (!(await checkedRun(comm, agree, check, 'eager', () => comm.allToAllV(args).wait()))) break;
         progress('eager');
+        // The first size of a sweep ran several times slower than the same size later (the process
+        // and its main thread are still starting up): time it once more and keep the second.
+        if (index === 0) measure(comm, stream, call, timing, agree);
         const timeUs = measure(comm, stream, call, timing, agree);
         const syncUs = comm.splitsSyncUs === undefined ? NaN : splitsSync(comm, args);
         let graphUs = NaN;
@@ -219,6 +224,13 @@ function measure(comm: Comm, stream: Stream, fn: () => void, timing: { fixedIter
   if (iters === undefined) {
     const [estimateMs] = agree ? agree.max([warmMs]) : [warmMs];
     iters = estimateMs > 0 ? Math.min(MAX_ITERS, Math.max(1, Math.ceil(TARGET_LOOP_MS / estimateMs))) : MAX_ITERS;
+  }
+  // Full-length loops, discarded, until WARMUP_MS have passed on every rank: a fresh process runs
+  // slow for a while (JIT, clocks), which five calls do not cover. The count is agreed, so every
+  // rank makes the same calls.
+  for (let spentMs = 0; spentMs < WARMUP_MS; ) {
+    const ms = comm.timeLoop(stream, iters, fn);
+    spentMs += agree ? agree.max([ms])[0]! : ms;
   }
   const samples: number[] = [];
   for (let r = 0; r < timing.repeats; r++) samples.push((comm.timeLoop(stream, iters, fn) * 1000) / iters);
