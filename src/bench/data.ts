@@ -41,7 +41,7 @@ export class InputPattern {
 }
 
 /** MurmurHash3's finaliser: a bijection on 32-bit words with good avalanche. */
-function fmix32(h: number): number {
+export function fmix32(h: number): number {
   h ^= h >>> 16;
   h = Math.imul(h, 0x85ebca6b);
   h ^= h >>> 13;

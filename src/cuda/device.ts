@@ -105,6 +105,8 @@ export class CudaDevice {
     if (peer.ordinal === this.ordinal) return;
     const can = outI32('cuDeviceCanAccessPeer', (o) => cu().cuDeviceCanAccessPeer(o, this.ordinal, peer.ordinal));
     if (!can) throw new Error(`GPU ${this.ordinal} cannot access GPU ${peer.ordinal} (no P2P path)`);
+    // Enables access from the current context: make it ours (constructing `peer` made its own current).
+    this.makeCurrent();
     const s = cu().cuCtxEnablePeerAccess(peer.context, 0);
     if (s !== CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) check('cuCtxEnablePeerAccess', s);
   }

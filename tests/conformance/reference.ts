@@ -1,15 +1,9 @@
 // Host reference for the conformance suite: deterministic data and splits from a shared seed, so
 // every rank can build any rank's input and compute its own expected output without talking.
+import { fmix32 } from '../../src/bench/data.js';
 
-/** murmur3's 32-bit finaliser: a cheap stateless hash with good avalanche. */
-export function hash32(x: number): number {
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x85ebca6b);
-  x ^= x >>> 13;
-  x = Math.imul(x, 0xc2b2ae35);
-  x ^= x >>> 16;
-  return x >>> 0;
-}
+/** murmur3's 32-bit finaliser: a cheap stateless hash with good avalanche (shared with the bench). */
+export const hash32 = fmix32;
 
 /** Combines numbers into one 32-bit key. */
 export function mix(...xs: number[]): number {

@@ -38,7 +38,15 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
     throw new UsageError(`cuda backend: rank ${away} runs on ${where[away].host}; it reaches peers within one machine only (use nccl across machines)`);
   // Peers in this process need peer access enabled here; peers in other processes get it when
   // their memory is mapped (CUDA IPC, lazily enabled).
-  for (const w of where) if (w.pid === process.pid && w.ordinal !== device.ordinal) device.enablePeerAccess(new CudaDevice(w.ordinal));
+  // Each peer GPU's context is retained once, for as long as this communicator lives.
+  const peerDevices = new Map<number, CudaDevice>();
+  for (const w of where) {
+    if (w.pid !== process.pid || w.ordinal === device.ordinal || peerDevices.has(w.ordinal)) continue;
+    const peer = new CudaDevice(w.ordinal);
+    peerDevices.set(w.ordinal, peer);
+    device.enablePeerAccess(peer);
+  }
+  device.makeCurrent();
   const ranksOnDevice = where.filter((w) => w.ordinal === device.ordinal).length;
   // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
   const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
@@ -46,7 +54,7 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
   const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`]);
   if (opts.rank === 0) await barrier('a2av/cuda/module');
-  const comm = new CudaComm(opts, device, module, ranksOnDevice, where);
+  const comm = new CudaComm(opts, device, module, ranksOnDevice, where, [...peerDevices.values()]);
   await comm.init();
   return comm;
 }
@@ -80,7 +88,10 @@ export class CudaComm implements Comm, CheckContext {
   readonly #places: RankPlace[];
   readonly #crossProcess: boolean;
 
-  constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number, places: RankPlace[]) {
+  readonly #peerDevices: CudaDevice[];
+
+  constructor(opts: CommOptions, device: CudaDevice, module: KernelModule, ranksOnDevice: number, places: RankPlace[], peerDevices: CudaDevice[]) {
+    this.#peerDevices = peerDevices;
     this.#places = places;
     this.#crossProcess = places.some((p) => p.pid !== process.pid);
     this.rank = opts.rank;
@@ -298,6 +309,7 @@ export class CudaComm implements Comm, CheckContext {
     }
     for (const e of this.#timing ?? []) e.destroy();
     this.#module.unload();
+    for (const peer of this.#peerDevices) peer.release();
     this.#device.release();
   }
 
