@@ -7,6 +7,13 @@
 //      whatever the skew between peers, and push each tile into the owning peer's output;
 //   4. the last block to finish raises done[me] = seq on every peer and waits for all peers' done.
 // Every wait is bounded by params.timeoutNs and ends in a status record naming the missing rank.
+//
+// Grid mode (large calls, params.gridCopy): a2av_1d stops after step 2 and leaves the send plan in
+// the lane; a2av_copy moves the bytes with a grid of short-lived blocks, one small slice each, and
+// a2av_done runs step 4. Blocks that retire and are replaced in order keep the DRAM streams
+// sequential: on an H200 such a copy reaches 0.98 of the copy engine against 0.92 for a resident
+// grid sweeping the range (scripts/probe/copy-ceiling.cu). A resident grid is still needed for the
+// waits, which is why the call is split in three.
 #include "config.cuh"
 #include "copy.cuh"
 #include "signals.cuh"
@@ -26,19 +33,24 @@ struct A2avParams {
   i64 timeoutNs;            // 80
   int rank;                 // 88
   int world;                // 92
+  u8* pad;                  // 96: this rank's own signal pad (padPeers[rank], without the table load)
+  int gridCopy;             // 104: 1: grid mode (see above)
 };
 
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
 
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
-  // Dynamic shared memory: every rank's payload (one load each, in parallel, instead of chains of
-  // dependent loads from the pad), then this rank's send plan in bytes.
+  // Dynamic shared memory: every rank's payload, this rank's send plan in bytes, its splits and the
+  // lane in every peer's pad. Everything from global memory is read once, in parallel, into here:
+  // a chain of dependent loads costs a round trip each, and small calls are made of round trips.
   extern __shared__ i64 smem[];
   const int PW = A2AV_PAYLOAD_HEADER + p.world;
   i64* pay = smem;  // [W][PW]
   i64* sendLen = smem + p.world * PW;
   i64* srcOff = sendLen + p.world;
   i64* dstOff = srcOff + p.world;
+  i64* splits = dstOff + p.world;
+  u8** peerLane = (u8**)(splits + p.world);
   __shared__ i64 sSeq;
   __shared__ int sAbort, sLast, sMismatch, sNegative, sInOver, sOutOver;
 
@@ -47,9 +59,11 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   // Launched early (programmatic dependent launch): wait here for the previous kernel on this
   // stream, then let the next call's kernel get scheduled while this one runs. No-ops otherwise.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
+  // In grid mode the dependent is the copy grid, which may fill the GPU: it must not be scheduled
+  // before every rank's a2av_1d is resident, i.e. before the arrival wait below.
+  if (!p.gridCopy) asm volatile("griddepcontrol.launch_dependents;");
 #endif
-  u8* lane = p.padPeers[me] + p.laneOffset;
+  u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
   const i64 inRows = (i64)(p.inputBytes / (u64)p.rowBytes);
   const i64 outRows = (i64)(p.outputBytes / (u64)p.rowBytes);
@@ -59,6 +73,10 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     sAbort = 0;
     sMismatch = sNegative = sInOver = sOutOver = 0x7fffffff;
   }
+  for (int i = tid; i < W; i += nt) {
+    peerLane[i] = p.padPeers[i] + p.laneOffset;
+    splits[i] = p.inSplits[i];
+  }
   __syncthreads();
   const i64 seq = sSeq;
   const int parity = (int)(seq & 1);
@@ -66,14 +84,13 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   // 1. publish: one thread per peer writes the payload there, then releases the flag over it.
   if (blockIdx.x == 0) {
     for (int peer = tid; peer < W; peer += nt) {
-      u8* peerLane = p.padPeers[peer] + p.laneOffset;
-      i64* dst = lane_payload(peerLane, W, parity, me);
+      i64* dst = lane_payload(peerLane[peer], W, parity, me);
       dst[0] = inRows;
       dst[1] = outRows;
       dst[2] = p.rowBytes;
       dst[3] = p.outId;
-      for (int r = 0; r < W; ++r) dst[4 + r] = p.inSplits[r];
-      st_release_peer(lane_arrive(peerLane) + me, seq);
+      for (int r = 0; r < W; ++r) dst[4 + r] = splits[r];
+      st_release_peer(lane_arrive(peerLane[peer]) + me, seq);
     }
   }
 
@@ -89,6 +106,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   }
   __syncthreads();
   if (sAbort) return;  // the host marks this communicator aborted
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.gridCopy) asm volatile("griddepcontrol.launch_dependents;");
+#endif
   for (int i = tid; i < W * PW; i += nt) pay[i] = ld_volatile(lane_payload(lane, W, parity, 0) + i);
   __syncthreads();
 
@@ -182,6 +202,20 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       }
     }
     __syncthreads();
+  }
+  if (p.gridCopy) {
+    // Leave the send plan for a2av_copy: nothing to send when validation failed.
+    if (blockIdx.x == 0) {
+      i64* plan = lane_send_plan(lane, W);
+      for (int r = tid; r < W; r += nt) {
+        plan[3 * r] = bad ? 0 : srcOff[r];
+        plan[3 * r + 1] = bad ? 0 : (i64)(p.outPeers[r] + dstOff[r]);
+        plan[3 * r + 2] = bad ? 0 : sendLen[r];
+      }
+    }
+    return;
+  }
+  if (!bad) {
     // Blocks sweep the send bytes together, tile by tile (block b takes tiles b, b+B, ...), so at
     // any moment a rank reads one contiguous window and writes few: DRAM pages stay open. Giving
     // each block one long contiguous slice instead was measured 25-35% slower at 256 MiB.
@@ -211,7 +245,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   if (tid == 0) h->blocksDone = 0;  // only the last block touches it; the next call is stream-ordered
   fence_peers();
   __syncthreads();
-  for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, seq);
+  for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(peerLane[peer], W) + me, seq);
   {
     const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
     for (int q = tid; q < W; q += nt) {
@@ -219,6 +253,102 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
         record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_done(lane, W) + q), me);
         sAbort = 1;
       }
+    }
+  }
+  __syncthreads();
+  if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
+}
+
+// Grid mode, step 3: block b copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, and
+// the slices gridDim.x further on when the grid was sized from a low hint. Such a block lives about
+// one memory round trip and moves 16 bytes a thread, so every instruction and register counts:
+//   - it reads its source word before the plan arrives (the send bytes start at input offset 0
+//     whatever the plan), so the two round trips overlap;
+//   - the usual slice (inside one peer's segment, 16-byte aligned on both sides) takes a short path;
+//     everything else goes to a separate, non-inlined function whose registers the short path does
+//     not pay for (a2av_copy runs at full occupancy: 32 registers).
+// Measured alone on an H200 (scripts/probe/copy-ceiling.cu) this shape reaches 0.98 of the copy
+// engine, against 0.92 for a resident grid sweeping the range.
+__device__ __noinline__ void copy_slices(const u8* input, const int W, const i64* plan, i64 lo, const i64 total) {
+  const i64 slice = (i64)blockDim.x * 16;
+  for (; lo < total; lo += (i64)gridDim.x * slice) {
+    const i64 hi = lo + slice < total ? lo + slice : total;
+    for (int k = 0; k < W && plan[3 * k] < hi; ++k) {
+      const i64 ks = plan[3 * k], ke = ks + plan[3 * k + 2];
+      const i64 x = ks > lo ? ks : lo, y = ke < hi ? ke : hi;
+      if (x < y) copy_bytes<1>((u8*)plan[3 * k + 1] + (x - ks), input + x, (u64)(y - x));
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(const A2avParams p) {
+  extern __shared__ i64 smem[];
+  i64* plan = smem;  // [W][3]: source offset, destination address, bytes
+  const int W = p.world, tid = threadIdx.x;
+  const i64 slice = (i64)blockDim.x * 16;
+  const i64 first = (i64)blockIdx.x * slice;
+  const u64 mine = (u64)first + 16u * tid;
+  const bool early = ((u64)p.input & 15) == 0 && mine + 16 <= p.inputBytes;
+  uint4 word;
+  if (early) word = ld_stream((const uint4*)(p.input + mine));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const u8* lane = p.pad + p.laneOffset;
+  __shared__ int sAbort;
+  // Every block reads the same few words: through the read-only path, so each SM's L1 serves them
+  // instead of one L2 line taking a request from every block. a2av_1d wrote them before this grid.
+  if (tid == 0) sAbort = __ldg(&((const LaneHeader*)lane)->status[0]) == A2AV_ERR_TIMEOUT;  // no plan was left
+  const i64* src = lane_send_plan((u8*)lane, W);
+  for (int i = tid; i < 3 * W; i += blockDim.x) plan[i] = __ldg(src + i);
+  __syncthreads();
+  if (sAbort) return;
+  const i64 total = plan[3 * (W - 1)] + plan[3 * (W - 1) + 2];
+  if (first >= total) return;
+  int a = 0, b = W - 1;  // the segment holding byte `first` (segments ascend)
+  while (a < b) {
+    const int m = (a + b) >> 1;
+    if (plan[3 * m] + plan[3 * m + 2] > first) b = m;
+    else a = m + 1;
+  }
+  const i64 so = plan[3 * a];
+  u8* dst = (u8*)plan[3 * a + 1];
+  if (early && first + slice <= so + plan[3 * a + 2] && ((u64)(dst - so) & 15) == 0) {
+    *(uint4*)(dst + (mine - so)) = word;
+    const i64 next = first + (i64)gridDim.x * slice;
+    if (next < total) copy_slices(p.input, W, plan, next, total);
+    return;
+  }
+  copy_slices(p.input, W, plan, first, total);
+}
+
+// Grid mode, step 4: one block raises done[me] on every peer and waits for theirs.
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A2avParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
+  u8* lane = p.pad + p.laneOffset;
+  LaneHeader* h = (LaneHeader*)lane;
+  __shared__ int sAbort;
+  __shared__ i64 sSeq;
+  if (tid == 0) {
+    sAbort = ld_volatile(&h->status[0]) == A2AV_ERR_TIMEOUT;
+    sSeq = ld_volatile(&h->seq) + 1;
+  }
+  __syncthreads();
+  if (sAbort) return;
+  const i64 seq = sSeq;
+  fence_peers();  // the copy grid's stores, made visible to peers before the flags that announce them
+  __syncthreads();
+  for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, seq);
+  const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
+  for (int q = tid; q < W; q += nt) {
+    if (!wait_at_least(lane_done(lane, W) + q, seq, deadline)) {
+      record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_done(lane, W) + q), me);
+      sAbort = 1;
     }
   }
   __syncthreads();

@@ -25,6 +25,8 @@ typedef unsigned long long u64;
 //   [128, 128+8W)           arrive[src]: seq of the call whose payload src has published here
 //   [128+8W, 128+16W)       done[src]: seq of the call whose data src has finished writing here
 //   [128+16W, ...)          payload[parity][src][A2AV_PAYLOAD_HEADER + W] (int64)
+//   then                    send plan[dst][3] (int64: source offset, destination address, bytes),
+//                           left by a2av_1d for a2av_copy in grid mode (local)
 #define A2AV_PAYLOAD_HEADER 4  // input rows, output rows, row bytes, output buffer id
 #define A2AV_LANE_HEADER_BYTES 128
 
@@ -39,3 +41,4 @@ __device__ __forceinline__ i64* lane_done(u8* lane, int W) { return lane_arrive(
 __device__ __forceinline__ i64* lane_payload(u8* lane, int W, int parity, int src) {
   return lane_arrive(lane) + 2 * W + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);
 }
+__device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_payload(lane, W, 2, 0); }

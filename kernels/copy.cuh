@@ -40,6 +40,9 @@ __device__ __forceinline__ void copy_shifted16(uint4* d, const u8* src, u64 coun
   }
 }
 
+// UNROLL: 16-byte loads each thread keeps in flight (a2av_copy's slices are one word per thread, and
+// its registers must stay few for full occupancy).
+template <int UNROLL = A2AV_COPY_UNROLL>
 __device__ __forceinline__ void copy_bytes(u8* dst, const u8* src, u64 n) {
   const bool together = (((u64)dst ^ (u64)src) & 15) == 0;
   u64 head = (16 - ((u64)dst & 15)) & 15;
@@ -49,7 +52,7 @@ __device__ __forceinline__ void copy_bytes(u8* dst, const u8* src, u64 n) {
   src += head;
   n -= head;
   const u64 words = n / 16;
-  if (together) copy_vec16<A2AV_COPY_UNROLL>((uint4*)dst, (const uint4*)src, words);
+  if (together) copy_vec16<UNROLL>((uint4*)dst, (const uint4*)src, words);
   else copy_shifted16((uint4*)dst, src, words);
   for (u64 i = words * 16 + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }

@@ -32,8 +32,18 @@ async function unavailable(backend: BackendName): Promise<{ why?: string; gpus: 
 }
 const availability = { cpu: unavailable('cpu'), cuda: unavailable('cuda'), nccl: unavailable('nccl') };
 
-for (const backend of ['cpu', 'cuda', 'nccl'] as const) {
-  describe(`conformance on ${backend}`, () => {
+// 'cuda grid': the cuda backend with every call in grid mode (kernels/a2av.cu), which by default
+// only large calls take.
+const runs = [
+  { backend: 'cpu', title: 'cpu' },
+  { backend: 'cuda', title: 'cuda' },
+  { backend: 'cuda', title: 'cuda, grid mode (A2AV_GRID_COPY=always)', env: { A2AV_GRID_COPY: 'always' } },
+  { backend: 'nccl', title: 'nccl' },
+] as const;
+
+for (const { backend, title, ...rest } of runs) {
+  const env: Record<string, string> = 'env' in rest ? rest.env : {};
+  describe(`conformance on ${title}`, () => {
     for (const c of suite) {
       test(c.name, async (t) => {
         const { why, gpus } = await availability[backend];
@@ -43,11 +53,25 @@ for (const backend of ['cpu', 'cuda', 'nccl'] as const) {
         if (skip !== undefined) return t.skip(skip);
         const arg = caseArg(c, seed);
         try {
-          await runRanks({ backend, ranks: c.ranks, timeoutMs: c.timeoutMs ?? 30_000, lanes: c.lanes ?? 2 }, cases, c.fn, arg);
+          await withEnv(env, () => runRanks({ backend, ranks: c.ranks, timeoutMs: c.timeoutMs ?? 30_000, lanes: c.lanes ?? 2 }, cases, c.fn, arg));
         } catch (err) {
           throw new Error(`${backend} ${c.fn} W=${c.ranks} failed with seed ${seed} (rerun: A2AV_SEED=${seed}): ${(err as Error).message}`, { cause: err });
         }
       });
     }
   });
+}
+
+/** Runs `fn` with `vars` set in process.env (rank threads copy it when they start), then restores it. */
+async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const saved = Object.keys(vars).map((k) => [k, process.env[k]] as const);
+  Object.assign(process.env, vars);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of saved) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
 }

@@ -2,13 +2,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
-import { defaultPlan, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
+import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
 
-// An H200-like device: 132 SMs, 2048 threads per SM.
-const ctx = (inputBytes: number, ranksOnDevice: number): PlanContext => ({
+// An H200-like device: 132 SMs, 2048 threads per SM. By default the ranks span several GPUs (no grid mode).
+const ctx = (inputBytes: number, ranksOnDevice: number, more: Partial<PlanContext> = {}): PlanContext => ({
   residentBlocks: (threads) => 132 * Math.floor(2048 / threads),
   ranksOnDevice,
   inputBytes,
+  allOnDevice: false,
+  ...more,
 });
 
 test('small calls get one block per tile of input, at least one', () => {
@@ -33,4 +35,26 @@ test('an override that cannot be resident, or is malformed, is a UsageError', ()
   for (const bad of [{ blocks: 0, threads: 512 }, { blocks: 1.5, threads: 512 }, { blocks: 4, threads: 48 }, { blocks: 4, threads: 2048 }])
     assert.throws(() => validatePlan(bad, ctx(1 << 20, 1)), UsageError);
   assert.deepEqual(validatePlan({ blocks: 66, threads: 512 }, ctx(1 << 30, 8)), { blocks: 66, threads: 512 });
+});
+
+test('grid mode: large calls with every rank on one GPU, or when forced; never when turned off', () => {
+  const grid = { blocks: 1, threads: 256, grid: { threads: 256 } };
+  for (const ranks of [1, 2, 8]) {
+    assert.deepEqual(defaultPlan(ctx(GRID_MIN_BYTES, ranks, { allOnDevice: true })), grid);
+    assert.deepEqual(defaultPlan(ctx(1 << 30, ranks, { allOnDevice: true })), grid);
+    assert.equal(defaultPlan(ctx(GRID_MIN_BYTES - 1, ranks, { allOnDevice: true })).grid, undefined);
+    assert.equal(defaultPlan(ctx(1 << 30, ranks)).grid, undefined);
+    assert.deepEqual(defaultPlan(ctx(64, ranks, { gridCopy: 'always' })), grid);
+    assert.equal(defaultPlan(ctx(1 << 30, ranks, { allOnDevice: true, gridCopy: 'never' })).grid, undefined);
+  }
+  assert.deepEqual(validatePlan(grid, ctx(1 << 30, 8)), grid);
+  for (const bad of [{ threads: 48 }, { threads: 2048 }, null])
+    assert.throws(() => validatePlan({ blocks: 1, threads: 256, grid: bad as never }, ctx(1 << 30, 1)), UsageError);
+});
+
+test('A2AV_GRID_COPY accepts auto, always and never, and names anything else', () => {
+  assert.equal(gridCopyFromEnv(undefined), 'auto');
+  assert.equal(gridCopyFromEnv('always'), 'always');
+  assert.equal(gridCopyFromEnv('never'), 'never');
+  assert.throws(() => gridCopyFromEnv('yes'), (e: unknown) => e instanceof UsageError && /A2AV_GRID_COPY/.test(e.message));
 });

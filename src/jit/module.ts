@@ -103,18 +103,16 @@ export class StructLauncher {
     this.#keep = mem; // the native block must live as long as this object
   }
 
-  launch(grid: number, block: number, stream: CudaStream, smem = 0): void {
-    check(
-      `cuLaunchKernel(${this.fn.name})`,
-      cu().cuLaunchKernel(this.fn.handle, grid, 1, 1, block, 1, 1, smem, stream.handle, this.#params, 0n),
-    );
+  /** `fn`: another kernel of the module taking the same struct (the parameters are copied at launch). */
+  launch(grid: number, block: number, stream: CudaStream, smem = 0, fn: KernelFunction = this.fn): void {
+    check(`cuLaunchKernel(${fn.name})`, cu().cuLaunchKernel(fn.handle, grid, 1, 1, block, 1, 1, smem, stream.handle, this.#params, 0n));
   }
 
   /**
    * Launches so that the kernel may start while the previous kernel on `stream` is still finishing
    * (programmatic dependent launch); the kernel must wait for it itself (griddepcontrol.wait).
    */
-  launchEarly(grid: number, block: number, stream: CudaStream, smem = 0): void {
+  launchEarly(grid: number, block: number, stream: CudaStream, smem = 0, fn: KernelFunction = this.fn): void {
     const c = this.#config;
     c.setUint32(0, grid, true);
     c.setUint32(4, 1, true);
@@ -125,7 +123,7 @@ export class StructLauncher {
     c.setUint32(24, smem, true);
     c.setBigUint64(32, stream.handle, true);
     c.setUint32(48, 1, true);
-    check(`cuLaunchKernelEx(${this.fn.name})`, cu().cuLaunchKernelEx(this.#configAddress, this.fn.handle, this.#params, 0n));
+    check(`cuLaunchKernelEx(${fn.name})`, cu().cuLaunchKernelEx(this.#configAddress, fn.handle, this.#params, 0n));
   }
 }
 

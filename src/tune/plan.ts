@@ -8,6 +8,12 @@ export interface LaunchPlan {
   blocks: number;
   /** Threads per block: a multiple of 32, at most 1024. */
   threads: number;
+  /**
+   * Grid mode: the kernel above only exchanges splits and completion flags, and the data moves in a
+   * separate grid of short-lived blocks of `grid.threads` threads, one 16-byte word each per block
+   * slice. Faster for large calls on one GPU (kernels/a2av.cu says why).
+   */
+  grid?: { threads: number };
 }
 
 export interface PlanContext {
@@ -17,13 +23,38 @@ export interface PlanContext {
   ranksOnDevice: number;
   /** Input bytes of the call (the host's only size hint: the splits stay on the device). */
   inputBytes: number;
+  /** Every rank of the job is on this GPU (peers' memory is this device's HBM, not NVLink). */
+  allOnDevice: boolean;
+  /** Grid mode: 'auto' (default: large calls on one GPU), 'always' or 'never' (A2AV_GRID_COPY). */
+  gridCopy?: GridCopy;
+}
+
+export type GridCopy = 'auto' | 'always' | 'never';
+
+/** Reads A2AV_GRID_COPY; anything else is a UsageError rather than a silent default. */
+export function gridCopyFromEnv(value = process.env.A2AV_GRID_COPY): GridCopy {
+  if (value === undefined || value === '' || value === 'auto') return 'auto';
+  if (value === 'always' || value === 'never') return value;
+  throw new UsageError(`A2AV_GRID_COPY must be auto, always or never, got '${value}'`);
 }
 
 export const DEFAULT_THREADS = 512;
 /** Bytes a block moves per step: threads x 16-byte accesses x A2AV_COPY_UNROLL (kernels/config.cuh). */
 export const tileBytes = (threads: number): number => threads * 16 * 4;
 
+/**
+ * From this many input bytes per rank, calls on one GPU move their data in grid mode. Measured on an
+ * H200 (docs/perf.md): grid mode is slower at 4 MiB with 1-2 ranks (two more launches), even at
+ * 16 MiB, and ahead from 64 MiB (0.94-0.98 of the copy engine at 256 MiB-1 GiB against 0.89-0.90).
+ */
+export const GRID_MIN_BYTES = 16 << 20;
+export const GRID_THREADS = 256;
+
 export function defaultPlan(ctx: PlanContext): LaunchPlan {
+  // Across GPUs the resident sweep stays the default: grid mode is only measured on one GPU so far.
+  const mode = ctx.gridCopy ?? 'auto';
+  if (mode === 'always' || (mode === 'auto' && ctx.allOnDevice && ctx.inputBytes >= GRID_MIN_BYTES))
+    return { blocks: 1, threads: 256, grid: { threads: GRID_THREADS } };
   const threads = DEFAULT_THREADS;
   const fair = Math.max(1, Math.floor(ctx.residentBlocks(threads) / ctx.ranksOnDevice));
   // One tile per block at least: smaller messages get fewer blocks (less barrier work), never slower ones.
@@ -31,10 +62,18 @@ export function defaultPlan(ctx: PlanContext): LaunchPlan {
   return { blocks: Math.min(fair, Math.max(1, wanted)), threads };
 }
 
+const checkThreads = (name: string, threads: unknown): void => {
+  if (!Number.isInteger(threads) || (threads as number) < 32 || (threads as number) > 1024 || (threads as number) % 32 !== 0)
+    throw new UsageError(`${name} must be a multiple of 32 in [32, 1024], got ${threads}`);
+};
+
 export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
-  const { blocks, threads } = plan;
-  if (!Number.isInteger(threads) || threads < 32 || threads > 1024 || threads % 32 !== 0)
-    throw new UsageError(`plan.threads must be a multiple of 32 in [32, 1024], got ${threads}`);
+  const { blocks, threads, grid } = plan;
+  checkThreads('plan.threads', threads);
+  if (grid !== undefined) {
+    if (typeof grid !== 'object' || grid === null) throw new UsageError(`plan.grid must be { threads }, got ${String(grid)}`);
+    checkThreads('plan.grid.threads', grid.threads);
+  }
   if (!Number.isInteger(blocks) || blocks < 1) throw new UsageError(`plan.blocks must be a positive integer, got ${blocks}`);
   const fair = Math.floor(ctx.residentBlocks(threads) / ctx.ranksOnDevice);
   if (blocks > fair)
@@ -42,5 +81,5 @@ export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
       `plan.blocks = ${blocks} cannot be resident alongside the other ${ctx.ranksOnDevice - 1} rank(s) on this GPU ` +
         `(at most ${fair} blocks of ${threads} threads per rank); ranks wait on each other, so all must fit`,
     );
-  return { blocks, threads };
+  return grid ? { blocks, threads, grid: { threads: grid.threads } } : { blocks, threads };
 }

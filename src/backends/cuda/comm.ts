@@ -9,13 +9,13 @@ import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
 import { StatusCode, STATUS_BYTES, statusError } from '../../collectives/status.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
-import { KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, validatePlan, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
+import { defaultPlan, gridCopyFromEnv, validatePlan, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
 import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from './kernel-params.js';
-import { kernelSharedBytes, laneBytes, MAX_WORLD } from './layout.js';
+import { copySharedBytes, kernelSharedBytes, laneBytes, MAX_WORLD } from './layout.js';
 import { CudaHandle, CudaLane, EVENT_RING } from './lane.js';
 import { waitForEvent } from './wait.js';
 
@@ -71,6 +71,9 @@ export class CudaComm implements Comm, CheckContext {
   readonly #module: KernelModule;
   readonly #store: Store;
   readonly #launcher: StructLauncher;
+  readonly #copyFn: KernelFunction;
+  readonly #gridCopy: GridCopy = gridCopyFromEnv();
+  readonly #doneFn: KernelFunction;
   readonly #memory: GpuMemory;
   readonly #lanes: CudaLane[] = [];
   readonly #residentCache = new Map<number, number>();
@@ -105,6 +108,8 @@ export class CudaComm implements Comm, CheckContext {
     this.deviceName = `${device.name} #${device.ordinal}`;
     this.#memory = new GpuMemory(device, this);
     this.#launcher = new StructLauncher(module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
+    this.#copyFn = module.fn('a2av_copy');
+    this.#doneFn = module.fn('a2av_done');
     if (this.worldSize > MAX_WORLD) throw new UsageError(`cuda backend supports at most ${MAX_WORLD} ranks, got ${this.worldSize}`);
     this.#smem = kernelSharedBytes(this.worldSize);
     this.#earlyLaunch = device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
@@ -190,7 +195,7 @@ export class CudaComm implements Comm, CheckContext {
 
   /** The plan a call with this much input gets by default, and the limit any override must meet. */
   planContext(inputBytes: number): PlanContext {
-    return { residentBlocks: (t) => this.#residentBlocks(t), ranksOnDevice: this.ranksOnDevice, inputBytes };
+    return { residentBlocks: (t) => this.#residentBlocks(t), ranksOnDevice: this.ranksOnDevice, inputBytes, allOnDevice: this.ranksOnDevice === this.worldSize, gridCopy: this.#gridCopy };
   }
 
   allToAllV(args: AllToAllVArgs): Handle {
@@ -214,6 +219,8 @@ export class CudaComm implements Comm, CheckContext {
       timeoutNs: BigInt(Math.round(this.timeoutMs * 1e6)),
       rank: this.rank,
       world: this.worldSize,
+      pad: this.#pad.ptr,
+      gridCopy: plan.grid !== undefined,
     });
     const caller = (args.stream as CudaStream | undefined) ?? this.#capture?.stream;
     const slot = lane.calls % EVENT_RING;
@@ -223,9 +230,19 @@ export class CudaComm implements Comm, CheckContext {
     }
     // An early launch keeps the next call's blocks resident beside this call's, so it is only safe
     // (no rank starved of SMs while others wait on it) when twice the blocks of every rank here fit.
+    const launcher = this.#launcher;
     if (this.#earlyLaunch && 2 * plan.blocks <= Math.floor(ctx.residentBlocks(plan.threads) / this.ranksOnDevice))
-      this.#launcher.launchEarly(plan.blocks, plan.threads, lane.stream, this.#smem);
-    else this.#launcher.launch(plan.blocks, plan.threads, lane.stream, this.#smem);
+      launcher.launchEarly(plan.blocks, plan.threads, lane.stream, this.#smem);
+    else launcher.launch(plan.blocks, plan.threads, lane.stream, this.#smem);
+    if (plan.grid) {
+      // The copy grid is sized from the hint; its blocks loop when the sends turn out larger. Early
+      // launches are safe here: a2av_1d lets them be scheduled only after every rank has arrived.
+      const t = plan.grid.threads;
+      const blocks = Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(ctx.inputBytes / (16 * t))));
+      const go = this.#earlyLaunch ? launcher.launchEarly.bind(launcher) : launcher.launch.bind(launcher);
+      go(blocks, t, lane.stream, copySharedBytes(this.worldSize), this.#copyFn);
+      go(1, Math.min(1024, Math.max(32, Math.ceil(this.worldSize / 32) * 32)), lane.stream, 0, this.#doneFn);
+    }
     const event = lane.done[slot];
     event.record(lane.stream);
     lane.calls++;

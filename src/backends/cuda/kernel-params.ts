@@ -1,5 +1,5 @@
 // Writes struct A2avParams (kernels/a2av.cu) into a launcher's parameter block.
-export const A2AV_PARAMS_BYTES = 96;
+export const A2AV_PARAMS_BYTES = 112;
 
 export interface A2avParams {
   input: bigint;
@@ -15,6 +15,10 @@ export interface A2avParams {
   timeoutNs: bigint;
   rank: number;
   world: number;
+  /** This rank's own signal pad. */
+  pad: bigint;
+  /** Grid mode: a2av_1d only synchronises; a2av_copy and a2av_done follow. */
+  gridCopy: boolean;
 }
 
 export function writeA2avParams(v: DataView, p: A2avParams): void {
@@ -31,4 +35,6 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
   v.setBigInt64(80, p.timeoutNs, true);
   v.setInt32(88, p.rank, true);
   v.setInt32(92, p.world, true);
+  v.setBigUint64(96, p.pad, true);
+  v.setInt32(104, p.gridCopy ? 1 : 0, true);
 }

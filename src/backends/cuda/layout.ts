@@ -4,7 +4,8 @@ export const LANE_HEADER_BYTES = 128;
 export const STATUS_BYTES = 64;
 
 export function laneBytes(world: number): number {
-  const raw = LANE_HEADER_BYTES + 16 * world + 2 * world * (PAYLOAD_HEADER + world) * 8;
+  // header, arrive and done flags, payloads of two parities, the send plan of grid mode
+  const raw = LANE_HEADER_BYTES + 16 * world + 2 * world * (PAYLOAD_HEADER + world) * 8 + 24 * world;
   return Math.ceil(raw / 256) * 256;
 }
 
@@ -12,9 +13,14 @@ export function padBytes(world: number, lanes: number): number {
   return laneBytes(world) * lanes;
 }
 
-/** Dynamic shared memory of a2av_1d: every rank's payload plus this rank's send plan. */
+/** Dynamic shared memory of a2av_1d: every rank's payload, this rank's send plan, splits and peer lanes. */
 export function kernelSharedBytes(world: number): number {
-  return (world * (PAYLOAD_HEADER + world) + 3 * world) * 8;
+  return (world * (PAYLOAD_HEADER + world) + 5 * world) * 8;
+}
+
+/** Dynamic shared memory of a2av_copy: the send plan. */
+export function copySharedBytes(world: number): number {
+  return 24 * world;
 }
 
 /** Largest world whose payload matrix fits in an SM's shared memory (227 KiB on Hopper). */
