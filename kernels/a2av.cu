@@ -1,11 +1,12 @@
 // All-to-all-v with device-resident splits, one launch per rank and call:
-//   1. publish: block 0 writes this rank's payload (splits, capacities) into every peer's pad and
-//      raises arrive[me] = seq there;
-//   2. every block waits for all arrivals, then validates the whole split matrix (every rank reaches
+//   1. publish: block 0 writes this rank's payload (splits, capacities) into every peer's pad as LL
+//      packets (each carries the call's flag: no fence, no separate arrival flag);
+//   2. every block waits for all payloads, then validates the whole split matrix (every rank reaches
 //      the same verdict, so either all move data or none does);
 //   3. data: this rank's send bytes are contiguous in its input, so blocks share them tile by tile
 //      whatever the skew between peers, and push each tile into the owning peer's output;
-//   4. the last block to finish raises done[me] = seq on every peer and waits for all peers' done.
+//   4. every block adds one to done[me] on every peer; block 0 waits until each peer's count has
+//      grown by the number of blocks that peer announced in its payload.
 // Every wait is bounded by params.timeoutNs and ends in a status record naming the missing rank.
 //
 // Grid mode (large calls, params.gridCopy): a2av_1d stops after step 2 and leaves the send plan in
@@ -48,11 +49,11 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   i64* pay = smem;  // [W][PW]
   i64* sendLen = smem + p.world * PW;
   i64* srcOff = sendLen + p.world;
-  i64* dstOff = srcOff + p.world;
-  i64* splits = dstOff + p.world;
+  i64* dstAt = srcOff + p.world;  // destination address of each peer's segment
+  i64* splits = dstAt + p.world;
   u8** peerLane = (u8**)(splits + p.world);
   __shared__ i64 sSeq;
-  __shared__ int sAbort, sLast, sMismatch, sNegative, sInOver, sOutOver;
+  __shared__ int sAbort, sMismatch, sNegative, sInOver, sOutOver;
 
   const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -81,25 +82,29 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   const i64 seq = sSeq;
   const int parity = (int)(seq & 1);
 
-  // 1. publish: one thread per peer writes the payload there, then releases the flag over it.
+  // 1. publish: one LL packet per value and peer, written straight into the peers' pads (no fence,
+  // no flag to raise after it: each packet carries its own).
+  const u32 flag = ll_flag(seq);
   if (blockIdx.x == 0) {
-    for (int peer = tid; peer < W; peer += nt) {
-      i64* dst = lane_payload(peerLane[peer], W, parity, me);
-      dst[0] = inRows;
-      dst[1] = outRows;
-      dst[2] = p.rowBytes;
-      dst[3] = p.outId;
-      for (int r = 0; r < W; ++r) dst[4 + r] = splits[r];
-      st_release_peer(lane_arrive(peerLane[peer]) + me, seq);
+    for (int i = tid; i < W * PW; i += nt) {
+      const int peer = i / PW, j = i - peer * PW;
+      const i64 v = j >= A2AV_PAYLOAD_HEADER ? splits[j - A2AV_PAYLOAD_HEADER]
+                    : j == 0                ? inRows
+                    : j == 1                ? outRows
+                    : j == 2                ? p.rowBytes
+                    : j == 3                ? p.outId
+                                            : (i64)(p.gridCopy ? 1 : gridDim.x);  // A2AV_PAY_SIGNALS
+      ll_store(lane_payload(peerLane[peer], W, parity, me) + j, v, flag);
     }
   }
 
-  // 2. wait for every rank's payload
+  // 2. every rank's payload, each packet waited for by its own thread
   {
     const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-    for (int q = tid; q < W; q += nt) {
-      if (!wait_at_least(lane_arrive(lane) + q, seq, deadline)) {
-        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_arrive(lane) + q), me);
+    for (int i = tid; i < W * PW; i += nt) {
+      const int q = i / PW;
+      if (!ll_wait(lane_payload(lane, W, parity, q) + (i - q * PW), flag, deadline, &pay[i])) {
+        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me);
         sAbort = 1;
       }
     }
@@ -109,8 +114,6 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (p.gridCopy) asm volatile("griddepcontrol.launch_dependents;");
 #endif
-  for (int i = tid; i < W * PW; i += nt) pay[i] = ld_volatile(lane_payload(lane, W, parity, 0) + i);
-  __syncthreads();
 
   // Validation: each category keeps its first offender (lowest index), then priority decides.
   const i64* pay0 = pay;
@@ -122,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     i64 sum = 0;
     bool over = false;
     for (int r = 0; r < W; ++r) {
-      const i64 s = pq[4 + r];
+      const i64 s = pq[A2AV_PAYLOAD_HEADER + r];
       if (s < 0) {
         atomicMin(&sNegative, q * W + r);
         break;
@@ -136,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     const i64 cap = pay[r * PW + 1];
     i64 sum = 0;
     for (int q = 0; q < W; ++q) {
-      const i64 s = pay[q * PW + 4 + r];
+      const i64 s = pay[q * PW + A2AV_PAYLOAD_HEADER + r];
       if (s < 0) break;  // reported as negative
       if (s > cap - sum) {
         atomicMin(&sOutOver, r);
@@ -154,14 +157,14 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       record_status(h, A2AV_ERR_MISMATCH, sMismatch, 0, pq[rows ? 2 : 3], pay0[rows ? 2 : 3], me);
     } else if (sNegative != 0x7fffffff) {
       const int q = sNegative / W, r = sNegative % W;
-      record_status(h, A2AV_ERR_NEGATIVE, q, r, pay[q * PW + 4 + r], 0, me);
+      record_status(h, A2AV_ERR_NEGATIVE, q, r, pay[q * PW + A2AV_PAYLOAD_HEADER + r], 0, me);
     } else if (sInOver != 0x7fffffff) {
       const i64* pq = pay + sInOver * PW;
       const i64 cap = pq[0];
       i64 sum = 0, total = 0;
       int peer = -1;
       for (int r = 0; r < W; ++r) {
-        const i64 s = pq[4 + r];
+        const i64 s = pq[A2AV_PAYLOAD_HEADER + r];
         total = sat_add(total, s);
         if (peer < 0 && s > cap - sum) peer = r;
         else if (peer < 0) sum += s;
@@ -173,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       i64 sum = 0, total = 0;
       int peer = -1;
       for (int q = 0; q < W; ++q) {
-        const i64 s = pay[q * PW + 4 + r];
+        const i64 s = pay[q * PW + A2AV_PAYLOAD_HEADER + r];
         total = sat_add(total, s);
         if (peer < 0 && s > cap - sum) peer = q;
         else if (peer < 0) sum += s;
@@ -183,25 +186,29 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   }
 
   // 3. data (skipped on any validation failure: nothing is written)
+  // Aligned: every segment starts and ends on 16 bytes at both ends, so a tile's words can be
+  // loaded together whatever segments they fall in.
+  bool aligned = (p.rowBytes & 15) == 0 && ((u64)p.input & 15) == 0;
   if (!bad) {
-    const i64* mine = pay + me * PW + 4;
+    const i64* mine = pay + me * PW + A2AV_PAYLOAD_HEADER;
     for (int r = tid; r < W; r += nt) {
       i64 src = 0, dst = 0;
       for (int q = 0; q < r; ++q) src += mine[q];
-      for (int q = 0; q < me; ++q) dst += pay[q * PW + 4 + r];
+      for (int q = 0; q < me; ++q) dst += pay[q * PW + A2AV_PAYLOAD_HEADER + r];
       sendLen[r] = mine[r] * p.rowBytes;
       srcOff[r] = src * p.rowBytes;
-      dstOff[r] = dst * p.rowBytes;
+      dstAt[r] = (i64)(p.outPeers[r] + dst * p.rowBytes);
+      if (dstAt[r] & 15) aligned = false;
     }
     if (blockIdx.x == 0) {
       for (int q = tid; q < W; q += nt) {
         i64 off = 0;
-        for (int k = 0; k < q; ++k) off += pay[k * PW + 4 + me];
-        p.outSplitsOffsets[q] = pay[q * PW + 4 + me];
+        for (int k = 0; k < q; ++k) off += pay[k * PW + A2AV_PAYLOAD_HEADER + me];
+        p.outSplitsOffsets[q] = pay[q * PW + A2AV_PAYLOAD_HEADER + me];
         p.outSplitsOffsets[W + q] = off;
       }
     }
-    __syncthreads();
+    aligned = __syncthreads_and(aligned);
   }
   if (p.gridCopy) {
     // Leave the send plan for a2av_copy: nothing to send when validation failed.
@@ -209,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       i64* plan = lane_send_plan(lane, W);
       for (int r = tid; r < W; r += nt) {
         plan[3 * r] = bad ? 0 : srcOff[r];
-        plan[3 * r + 1] = bad ? 0 : (i64)(p.outPeers[r] + dstOff[r]);
+        plan[3 * r + 1] = bad ? 0 : dstAt[r];
         plan[3 * r + 2] = bad ? 0 : sendLen[r];
       }
     }
@@ -225,36 +232,43 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) {
       const i64 hi = lo + tile < total ? lo + tile : total;
       while (srcOff[r] + sendLen[r] <= lo) ++r;  // segments ascend, so r only moves forward
+      if (aligned) {
+        // All loads of the tile first, then all stores: one memory round trip per tile even when
+        // the tile spans many peers (small calls: 8 peers in a 32 KiB tile).
+        uint4 v[A2AV_COPY_UNROLL];
+        u8* d[A2AV_COPY_UNROLL];
+        int k = r;
+#pragma unroll
+        for (int u = 0; u < A2AV_COPY_UNROLL; ++u) {
+          const i64 x = lo + ((i64)u * nt + tid) * 16;
+          d[u] = nullptr;
+          if (x < total) {
+            while (srcOff[k] + sendLen[k] <= x) ++k;
+            d[u] = (u8*)dstAt[k] + (x - srcOff[k]);
+            v[u] = ld_stream((const uint4*)(p.input + x));
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < A2AV_COPY_UNROLL; ++u)
+          if (d[u]) *(uint4*)d[u] = v[u];
+        continue;
+      }
       for (int k = r; k < W && srcOff[k] < hi; ++k) {
         const i64 a = srcOff[k] > lo ? srcOff[k] : lo;
         const i64 segEnd = srcOff[k] + sendLen[k];
         const i64 b = segEnd < hi ? segEnd : hi;
-        if (a < b) copy_bytes(p.outPeers[k] + dstOff[k] + (a - srcOff[k]), p.input + a, (u64)(b - a));
+        if (a < b) copy_bytes((u8*)dstAt[k] + (a - srcOff[k]), p.input + a, (u64)(b - a));
       }
     }
   }
 
-  // 4. completion
+  // 4. completion: every block tells every peer it has finished (a count, so no block has to find
+  // out it is the last), and block 0 waits until every peer's blocks have told this rank.
   __syncthreads();
-  if (tid == 0) {
-    fence_peers();
-    sLast = atomicAdd(&h->blocksDone, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!sLast) return;
-  if (tid == 0) h->blocksDone = 0;  // only the last block touches it; the next call is stream-ordered
-  fence_peers();
-  __syncthreads();
-  for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(peerLane[peer], W) + me, seq);
-  {
-    const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-    for (int q = tid; q < W; q += nt) {
-      if (!wait_at_least(lane_done(lane, W) + q, seq, deadline)) {
-        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_done(lane, W) + q), me);
-        sAbort = 1;
-      }
-    }
-  }
+  for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(peerLane[peer], W) + me, 1);
+  if (blockIdx.x != 0) return;
+  const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return pay[q * PW + A2AV_PAY_SIGNALS]; });
+  if (!ok) sAbort = 1;
   __syncthreads();
   if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
 }
@@ -323,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(cons
   copy_slices(p.input, W, plan, first, total);
 }
 
-// Grid mode, step 4: one block raises done[me] on every peer and waits for theirs.
+// Grid mode, step 4: one block signals every peer and waits for their signals.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A2avParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -341,16 +355,14 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A
   __syncthreads();
   if (sAbort) return;
   const i64 seq = sSeq;
-  fence_peers();  // the copy grid's stores, made visible to peers before the flags that announce them
-  __syncthreads();
-  for (int peer = tid; peer < W; peer += nt) st_release_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, seq);
-  const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-  for (int q = tid; q < W; q += nt) {
-    if (!wait_at_least(lane_done(lane, W) + q, seq, deadline)) {
-      record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, ld_acquire_peer(lane_done(lane, W) + q), me);
-      sAbort = 1;
-    }
-  }
+  // The copy grid has finished (griddepcontrol.wait); the release below makes its stores visible
+  // to peers before the count that announces them.
+  fence_peers();
+  for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, 1);
+  const int parity = (int)(seq & 1);
+  const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs,
+                             [&](int q) { return ll_value(ll_load(lane_payload(lane, W, parity, q) + A2AV_PAY_SIGNALS)); });
+  if (!ok) sAbort = 1;
   __syncthreads();
   if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
 }

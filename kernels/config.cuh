@@ -18,27 +18,29 @@ typedef unsigned long long u64;
 #define A2AV_ERR_MISMATCH 4
 #define A2AV_ERR_TIMEOUT 5
 
-// One lane's region of a rank's signal pad, for a world of W ranks:
+// One lane's region of a rank's signal pad, for a world of W ranks (PW = A2AV_PAYLOAD_HEADER + W):
 //   [0, 64)                 status record (local)
 //   [64, 72)                sequence number of the last completed call on this lane (local)
-//   [72, 76)                blocks of the running call that have finished (local)
-//   [128, 128+8W)           arrive[src]: seq of the call whose payload src has published here
-//   [128+8W, 128+16W)       done[src]: seq of the call whose data src has finished writing here
-//   [128+16W, ...)          payload[parity][src][A2AV_PAYLOAD_HEADER + W] (int64)
+//   [128, 128+32*W*PW)      payload[parity][src][PW]: what src published for its call, one LL packet
+//                           (16 bytes: 8 data bytes and the call's flag twice) per int64
+//   then                    done[src]: completion signals src has sent here, ever (each call adds
+//                           the count src announced in its payload)
 //   then                    send plan[dst][3] (int64: source offset, destination address, bytes),
 //                           left by a2av_1d for a2av_copy in grid mode (local)
-#define A2AV_PAYLOAD_HEADER 4  // input rows, output rows, row bytes, output buffer id
+//   then                    expect[src]: done[src] at the end of the last completed call (local)
+// input rows, output rows, row bytes, output buffer id, completion signals sent to each peer per call
+#define A2AV_PAYLOAD_HEADER 5
+#define A2AV_PAY_SIGNALS 4
 #define A2AV_LANE_HEADER_BYTES 128
 
 struct LaneHeader {
   i64 status[8];
   i64 seq;
-  u32 blocksDone;
 };
 
-__device__ __forceinline__ i64* lane_arrive(u8* lane) { return (i64*)(lane + A2AV_LANE_HEADER_BYTES); }
-__device__ __forceinline__ i64* lane_done(u8* lane, int W) { return lane_arrive(lane) + W; }
-__device__ __forceinline__ i64* lane_payload(u8* lane, int W, int parity, int src) {
-  return lane_arrive(lane) + 2 * W + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);
+__device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int parity, int src) {
+  return (uint4*)(lane + A2AV_LANE_HEADER_BYTES) + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);
 }
-__device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_payload(lane, W, 2, 0); }
+__device__ __forceinline__ i64* lane_done(u8* lane, int W) { return (i64*)lane_payload(lane, W, 2, 0); }
+__device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_done(lane, W) + W; }
+__device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return lane_send_plan(lane, W) + 3 * W; }

@@ -26,8 +26,30 @@ __device__ __forceinline__ void st_release_peer(i64* p, i64 v) {
   asm volatile("st.release." A2AV_SCOPE ".global.s64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// Adds to a peer's counter; the release orders this thread's earlier writes, and those of its block
+// before a __syncthreads (cumulativity), before the count.
+__device__ __forceinline__ void red_release_add_peer(i64* p, i64 v) {
+  asm volatile("red.release." A2AV_SCOPE ".global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ i64 ld_volatile(const i64* p) { return *(const volatile i64*)p; }
 __device__ __forceinline__ void st_volatile(i64* p, i64 v) { *(volatile i64*)p = v; }
+
+// LL packets (as NCCL's low-latency protocol): 8 data bytes travel with the call's flag in each
+// 8-byte half of a 16-byte store, so a reader that sees both flags has the data, with no fence
+// and no separate flag. Flags are never 0 (the pad starts zeroed) and differ between calls.
+__device__ __forceinline__ u32 ll_flag(i64 seq) { return (u32)((u64)seq % 0xffffffffull) + 1u; }
+__device__ __forceinline__ void ll_store(uint4* p, i64 v, u32 flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"((u32)v), "r"(flag), "r"((u32)((u64)v >> 32)),
+               "r"(flag)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ll_load(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ i64 ll_value(uint4 v) { return (i64)(((u64)v.z << 32) | v.x); }
 
 __device__ __forceinline__ u64 global_timer_ns() {
   u64 t;
@@ -47,6 +69,22 @@ __device__ __forceinline__ bool wait_at_least(const i64* flag, i64 target, u64 d
   return true;
 }
 
+// Spins until the packet at p carries flag; false when deadline (globaltimer ns) passes first.
+__device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, i64* out) {
+  int spins = 0;
+  for (;;) {
+    const uint4 v = ll_load(p);
+    if (v.y == flag && v.w == flag) {
+      *out = ll_value(v);
+      return true;
+    }
+    if (++spins == 64) {
+      spins = 0;
+      if (global_timer_ns() > deadline) return false;
+    }
+  }
+}
+
 // First error wins; later ones are dropped so the host sees the root cause.
 __device__ __forceinline__ void record_status(LaneHeader* h, i64 code, i64 rank, i64 peer, i64 needed, i64 available,
                                               i64 reportedBy) {
@@ -57,4 +95,25 @@ __device__ __forceinline__ void record_status(LaneHeader* h, i64 code, i64 rank,
   h->status[4] = available;
   h->status[5] = reportedBy;
   fence_peers();
+}
+
+// Completion, by one block: waits until every peer q has sent this lane the signals it announced for
+// this call (signals(q)), then records the new counts. False when the deadline passes first, with a
+// status naming the first such peer this thread saw (needed: this call; available: the one before).
+template <typename Signals>
+__device__ __forceinline__ bool await_done(LaneHeader* h, u8* lane, int W, int me, i64 seq, i64 timeoutNs, Signals signals) {
+  const u64 deadline = global_timer_ns() + (u64)timeoutNs;
+  i64* done = lane_done(lane, W);
+  i64* expect = lane_expect(lane, W);
+  bool ok = true;
+  for (int q = threadIdx.x; q < W; q += blockDim.x) {
+    const i64 target = expect[q] + signals(q);
+    if (wait_at_least(done + q, target, deadline)) {
+      expect[q] = target;
+    } else {
+      record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me);
+      ok = false;
+    }
+  }
+  return ok;
 }

@@ -86,7 +86,7 @@ export function readStatus(record: BigInt64Array): StatusEntry | undefined {
 /** The named error a status entry stands for. */
 export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'): Error {
   if (e.code === StatusCode.timeout) {
-    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: lane call ${e.needed}, peer's flag at ${e.available}`);
+    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane; the peer got no further than call ${e.available}`);
   }
   const problem = problems[e.code];
   if (problem === undefined) {

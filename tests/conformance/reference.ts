@@ -57,7 +57,7 @@ export function poisonBytes(salt: number, len: number): Uint8Array {
 
 export type SplitsPattern = 'random' | 'sparse' | 'zero' | 'skew' | 'self';
 export const PATTERNS: readonly SplitsPattern[] = ['random', 'sparse', 'zero', 'skew', 'self'];
-export const ROW_SIZES = [1, 3, 7, 13, 17, 255, 1000, 4099, 16384] as const;
+export const ROW_SIZES = [1, 3, 7, 13, 16, 17, 48, 255, 1000, 1024, 4099, 16384] as const;
 
 /** S[p][r] = rows rank p sends rank r; every entry in [0, maxRows]. */
 export function makeSplits(rng: Rng, world: number, pattern: SplitsPattern, maxRows: number): number[][] {

@@ -1,11 +1,12 @@
 // Signal-pad layout; mirrors kernels/config.cuh.
-export const PAYLOAD_HEADER = 4;
+export const PAYLOAD_HEADER = 5;
 export const LANE_HEADER_BYTES = 128;
 export const STATUS_BYTES = 64;
 
 export function laneBytes(world: number): number {
-  // header, arrive and done flags, payloads of two parities, the send plan of grid mode
-  const raw = LANE_HEADER_BYTES + 16 * world + 2 * world * (PAYLOAD_HEADER + world) * 8 + 24 * world;
+  // header, payload packets of two parities (16 bytes per int64), done counts, the send plan of
+  // grid mode, expected done counts
+  const raw = LANE_HEADER_BYTES + 2 * world * (PAYLOAD_HEADER + world) * 16 + 8 * world + 24 * world + 8 * world;
   return Math.ceil(raw / 256) * 256;
 }
 
