@@ -44,6 +44,8 @@ test('grid mode: large calls with every rank on one GPU, or when forced; never w
     assert.deepEqual(defaultPlan(ctx(1 << 30, ranks, { allOnDevice: true })), grid);
     assert.equal(defaultPlan(ctx(GRID_MIN_BYTES - 1, ranks, { allOnDevice: true })).grid, undefined);
     assert.equal(defaultPlan(ctx(1 << 30, ranks)).grid, undefined);
+    assert.deepEqual(defaultPlan(ctx(1 << 30, ranks, { allOnDevice: true, rowBytes: 1024 })), grid);
+    assert.equal(defaultPlan(ctx(1 << 30, ranks, { allOnDevice: true, rowBytes: 7 })).grid, undefined);
     assert.deepEqual(defaultPlan(ctx(64, ranks, { gridCopy: 'always' })), grid);
     assert.equal(defaultPlan(ctx(1 << 30, ranks, { allOnDevice: true, gridCopy: 'never' })).grid, undefined);
   }

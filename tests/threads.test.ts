@@ -45,3 +45,8 @@ test('a missing export is a UsageError', async () => {
   const err = await runRanks({ backend: 'cpu', ranks: 2 }, programs, 'noSuchExport', {}).catch((e: unknown) => e);
   assert.ok(err instanceof UsageError, `got ${err}`);
 });
+
+test('timeLoop runs its lead-in calls before the timed ones', async () => {
+  const calls = await runRanks<unknown, number>({ backend: 'cpu', ranks: 2 }, programs, 'countsLeadIn', { iters: 3, leadIn: 2 });
+  assert.deepEqual(calls, [5, 5]);
+});

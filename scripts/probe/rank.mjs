@@ -19,11 +19,11 @@ export async function perf(comm, { sizes, rowBytes, plans, zero }) {
       const args = { input, output, inSplits, outSplitsOffsets: oso, rowBytes, lane, plan: plan ?? undefined, sizeHintBytes: S };
       const one = () => comm.allToAllV(args);
       await comm.barrier(); comm.timeLoop(s, 3, one); await comm.barrier();
-      const eager = []; for (let k = 0; k < 3; k++) { await comm.barrier(); eager.push(comm.timeLoop(s, iters, one) / iters); }
+      const eager = []; for (let k = 0; k < 3; k++) { await comm.barrier(); eager.push(comm.timeLoop(s, iters, one, 1) / iters); }
       const per = Math.min(100, iters);
       const g = comm.capture(s, () => { for (let k = 0; k < per; k++) one(); });
       const reps = Math.max(1, Math.ceil(iters / per));
-      const graph = []; for (let k = 0; k < 3; k++) { await comm.barrier(); graph.push(comm.timeLoop(s, reps, () => g.launch(s)) / (reps * per)); }
+      const graph = []; for (let k = 0; k < 3; k++) { await comm.barrier(); graph.push(comm.timeLoop(s, reps, () => g.launch(s), 1) / (reps * per)); }
       // Wall time (host clock) over >= 1000 back-to-back calls: graph replays, then one host wait.
       await comm.barrier();
       const t0 = performance.now();

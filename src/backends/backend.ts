@@ -90,8 +90,12 @@ export interface Comm {
 
   /** Records `fn`'s work on `stream` for replay (CUDA graph capture). */
   capture(stream: Stream, fn: () => void): Replay;
-  /** Runs `fn` `iters` times back to back on `stream` and returns device time in ms. */
-  timeLoop(stream: Stream, iters: number, fn: () => void): number;
+  /**
+   * Runs `fn` `iters` times back to back on `stream` and returns device time in ms. `leadIn` calls
+   * run first, untimed: for a collective they line the ranks up on the device, so the clock starts
+   * without the host-side skew between ranks (threads that woke or launched later than others).
+   */
+  timeLoop(stream: Stream, iters: number, fn: () => void, leadIn?: number): number;
   /** Host barrier across ranks (rendezvous store). */
   barrier(): Promise<void>;
   /** Free memory for this rank's allocations, in bytes (shared between ranks on one device). */

@@ -232,8 +232,10 @@ function measure(comm: Comm, stream: Stream, fn: () => void, timing: { fixedIter
     const ms = comm.timeLoop(stream, iters, fn);
     spentMs += agree ? agree.max([ms])[0]! : ms;
   }
+  // One lead-in call per loop: the clock starts when every rank is on the device, not when this
+  // rank's thread got there (with W ranks in one process, launches queue on the driver).
   const samples: number[] = [];
-  for (let r = 0; r < timing.repeats; r++) samples.push((comm.timeLoop(stream, iters, fn) * 1000) / iters);
+  for (let r = 0; r < timing.repeats; r++) samples.push((comm.timeLoop(stream, iters, fn, 1) * 1000) / iters);
   return median(samples);
 }
 

@@ -42,3 +42,11 @@ export async function throwsTimeout(comm: Comm): Promise<void> {
   if (comm.rank === 1) return;
   comm.allToAllV({ input: comm.alloc(64), output: out, inSplits: comm.alloc(8 * W), outSplitsOffsets: comm.alloc(16 * W), rowBytes: 8 }).wait();
 }
+
+/** Calls timeLoop with lead-in calls; returns how often fn ran. */
+export async function countsLeadIn(comm: Comm, arg: { iters: number; leadIn: number }): Promise<number> {
+  let calls = 0;
+  const ms = comm.timeLoop(comm.lane(0).stream, arg.iters, () => void calls++, arg.leadIn);
+  if (!(ms >= 0)) throw new Error(`timeLoop returned ${ms}`);
+  return calls;
+}

@@ -194,14 +194,21 @@ export class CudaComm implements Comm, CheckContext {
   }
 
   /** The plan a call with this much input gets by default, and the limit any override must meet. */
-  planContext(inputBytes: number): PlanContext {
-    return { residentBlocks: (t) => this.#residentBlocks(t), ranksOnDevice: this.ranksOnDevice, inputBytes, allOnDevice: this.ranksOnDevice === this.worldSize, gridCopy: this.#gridCopy };
+  planContext(inputBytes: number, rowBytes?: number): PlanContext {
+    return {
+      residentBlocks: (t) => this.#residentBlocks(t),
+      ranksOnDevice: this.ranksOnDevice,
+      inputBytes,
+      rowBytes,
+      allOnDevice: this.ranksOnDevice === this.worldSize,
+      gridCopy: this.#gridCopy,
+    };
   }
 
   allToAllV(args: AllToAllVArgs): Handle {
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
     const lane = this.#lanes[checkAllToAllV(this, args)];
-    const ctx = this.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity));
+    const ctx = this.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity), args.rowBytes);
     const plan: LaunchPlan = args.plan ? validatePlan(args.plan, ctx) : defaultPlan(ctx);
     const input = args.input as GpuBuffer;
     const output = args.output as GpuBuffer;
@@ -272,14 +279,15 @@ export class CudaComm implements Comm, CheckContext {
     };
   }
 
-  timeLoop(stream: Stream, iters: number, fn: () => void): number {
+  timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
     const s = stream as CudaStream;
     this.#timing ??= [this.#device.createEvent(true), this.#device.createEvent(true)];
     const [start, end] = this.#timing;
+    for (let i = 0; i < leadIn; i++) fn();
     start.record(s);
     for (let i = 0; i < iters; i++) fn();
     end.record(s);
-    this.hostWait(end, 'timed loop', iters);
+    this.hostWait(end, 'timed loop', iters + leadIn);
     for (const lane of this.#lanes) this.raiseStatus(lane);
     return end.elapsedSince(start);
   }

@@ -226,14 +226,15 @@ export class NcclComm implements Comm, CheckContext {
       'on the host before it can queue a call, so a replay would reuse the captured sizes. Use the cuda backend for graphs.');
   }
 
-  timeLoop(stream: Stream, iters: number, fn: () => void): number {
+  timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
     const s = stream as CudaStream;
     this.#timing ??= [this.#device.createEvent(true), this.#device.createEvent(true)];
     const [start, end] = this.#timing;
+    for (let i = 0; i < leadIn; i++) fn();
     start.record(s);
     for (let i = 0; i < iters; i++) fn();
     end.record(s);
-    this.hostWait(end, 'timed loop', iters);
+    this.hostWait(end, 'timed loop', iters + leadIn);
     for (const lane of this.#lanes) {
       const err = lane.take();
       if (err) throw err;
