@@ -38,9 +38,9 @@ struct LaneHeader {
   i64 seq;
 };
 
-__device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int parity, int src) {
+__host__ __device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int parity, int src) {
   return (uint4*)(lane + A2AV_LANE_HEADER_BYTES) + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);
 }
-__device__ __forceinline__ i64* lane_done(u8* lane, int W) { return (i64*)lane_payload(lane, W, 2, 0); }
-__device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_done(lane, W) + W; }
-__device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return lane_send_plan(lane, W) + 3 * W; }
+__host__ __device__ __forceinline__ i64* lane_done(u8* lane, int W) { return (i64*)lane_payload(lane, W, 2, 0); }
+__host__ __device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_done(lane, W) + W; }
+__host__ __device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return lane_send_plan(lane, W) + 3 * W; }

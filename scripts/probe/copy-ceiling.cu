@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
     u8* pad;
     CK(cudaMalloc(&pad, padBytes));
     CK(cudaMemset(pad, 0, padBytes));
-    const u64 planOff = A2AV_LANE_HEADER_BYTES + 8ull * (2 * W + 2ull * W * (A2AV_PAYLOAD_HEADER + W));
+    const u64 planOff = (u64)((u8*)lane_send_plan(pad, W) - pad);
     std::vector<long long> h(3 * W);
     for (int k = 0; k < W; ++k) h[3 * k] = (long long)(bytes / W) * k, h[3 * k + 1] = (long long)(dst + (bytes / W) * k), h[3 * k + 2] = (long long)(bytes / W);
     CK(cudaMemcpy(pad + planOff, h.data(), 24 * W, cudaMemcpyHostToDevice));
