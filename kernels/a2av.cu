@@ -1,4 +1,4 @@
-// All-to-all-v with device-resident splits; per rank and call one launch of a2av_1d (three in grid mode):
+// All-to-all-v with device-resident splits; per rank and call, one launch (three in grid mode):
 //   1. publish: block 0 writes this rank's payload (splits, capacities) into every peer's pad as LL
 //      packets (each carries the call's flag: no fence, no separate arrival flag);
 //   2. every block waits for all payloads, then validates the whole split matrix (every rank reaches
