@@ -5,8 +5,8 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
 import type { BackendName } from './backends/backend.js';
 import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
-import type { BenchEvents } from './bench/run.js';
-import { SPLITS_KINDS, type SplitsKind } from './bench/splits.js';
+import type { BenchEvents, BenchOptions } from './bench/run.js';
+import { SPLITS_KINDS } from './bench/splits.js';
 import { formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
 import { formatBytes, parseSize } from './bench/units.js';
 import { UsageError } from './errors.js';
@@ -24,17 +24,12 @@ const DEFAULT_MAX = { cuda: '4G', nccl: '4G', cpu: '256M' } satisfies Record<Bac
 const BACKENDS = Object.keys(DEFAULT_MAX) as BackendName[];
 const DEFAULT_CPU_RANKS = 2;
 
-interface BenchFlags {
+/** commander's parse of `a2av bench`: runBench's options, with several backends and optional bounds. */
+interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' | 'iters' | 'repeats' | 'timeoutMs'> {
   backend?: BackendName[];
   ranks?: number;
   min: number;
   max?: number;
-  splits: SplitsKind;
-  rowBytes: number;
-  seed: number;
-  iters?: number;
-  repeats: number;
-  timeoutMs?: number;
   json?: boolean;
 }
 

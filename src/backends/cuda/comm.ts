@@ -5,6 +5,7 @@ import type { CommOptions } from '../create.js';
 import { hostname } from 'node:os';
 import { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import { exportIpcHandle, openIpcHandle } from '../../cuda/ipc.js';
+import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
 import { StatusCode, STATUS_BYTES, statusError } from '../../collectives/status.js';
@@ -83,7 +84,7 @@ export class CudaComm implements Comm, CheckContext {
   #barriers = 0;
   #aborted: Error | undefined;
   #capture: { stream: CudaStream; lanes: Set<CudaLane> } | undefined;
-  #timing: [CudaEvent, CudaEvent] | undefined;
+  readonly #timer: EventTimer;
   readonly #smem: number;
   /** Programmatic dependent launch (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
@@ -103,6 +104,7 @@ export class CudaComm implements Comm, CheckContext {
     this.laneCount = opts.lanes;
     this.ranksOnDevice = ranksOnDevice;
     this.#device = device;
+    this.#timer = new EventTimer(device);
     this.#module = module;
     this.#store = opts.store;
     this.deviceName = `${device.name} #${device.ordinal}`;
@@ -280,21 +282,14 @@ export class CudaComm implements Comm, CheckContext {
   }
 
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
-    const s = stream as CudaStream;
-    this.#timing ??= [this.#device.createEvent(true), this.#device.createEvent(true)];
-    const [start, end] = this.#timing;
-    for (let i = 0; i < leadIn; i++) fn();
-    start.record(s);
-    for (let i = 0; i < iters; i++) fn();
-    end.record(s);
-    this.hostWait(end, 'timed loop', iters + leadIn);
+    const ms = this.#timer.time(stream as CudaStream, iters, fn, leadIn, (end, calls) => this.hostWait(end, 'timed loop', calls));
     for (const lane of this.#lanes) this.raiseStatus(lane);
-    return end.elapsedSince(start);
+    return ms;
   }
 
   /** Waits on the host for `event`, bounded: a GPU that never finishes becomes a TimeoutError. */
   hostWait(event: CudaEvent, what: string, calls = 1): void {
-    const limitMs = this.timeoutMs * 1.5 * Math.max(1, calls / 16) + 5000;
+    const limitMs = hostWaitLimitMs(this.timeoutMs, calls);
     if (!waitForEvent(event, limitMs)) {
       this.#aborted = new TimeoutError(this.rank, -1, limitMs, `${what} did not finish on the device`);
       throw this.#aborted;
@@ -332,7 +327,7 @@ export class CudaComm implements Comm, CheckContext {
       for (const e of [...lane.done, ...lane.forks]) e.destroy();
       this.#device.destroyStream(lane.stream);
     }
-    for (const e of this.#timing ?? []) e.destroy();
+    this.#timer.destroy();
     this.#module.unload();
     for (const peer of this.#peerDevices) peer.release();
     this.#device.release();

@@ -21,6 +21,7 @@ import { NcclType } from '../../nccl/library.js';
 import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
+import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { uploadAsync } from './copies.js';
 import { EVENT_RING, type NcclLane } from './lane.js';
@@ -62,7 +63,7 @@ export class NcclComm implements Comm, CheckContext {
   #splitsSyncUs = 0;
   #aborted: Error | undefined;
   #closed = false;
-  #timing: [CudaEvent, CudaEvent] | undefined;
+  readonly #timer: EventTimer;
 
   constructor(opts: CommOptions, device: CudaDevice, lanes: NcclLane[], key: string) {
     this.rank = opts.rank;
@@ -70,6 +71,7 @@ export class NcclComm implements Comm, CheckContext {
     this.timeoutMs = opts.timeoutMs;
     this.laneCount = lanes.length;
     this.#device = device;
+    this.#timer = new EventTimer(device);
     this.#memory = new GpuMemory(device, this);
     this.#store = opts.store;
     this.#key = key;
@@ -227,24 +229,17 @@ export class NcclComm implements Comm, CheckContext {
   }
 
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
-    const s = stream as CudaStream;
-    this.#timing ??= [this.#device.createEvent(true), this.#device.createEvent(true)];
-    const [start, end] = this.#timing;
-    for (let i = 0; i < leadIn; i++) fn();
-    start.record(s);
-    for (let i = 0; i < iters; i++) fn();
-    end.record(s);
-    this.hostWait(end, 'timed loop', iters + leadIn);
+    const ms = this.#timer.time(stream as CudaStream, iters, fn, leadIn, (end, calls) => this.hostWait(end, 'timed loop', calls));
     for (const lane of this.#lanes) {
       const err = lane.take();
       if (err) throw err;
     }
-    return end.elapsedSince(start);
+    return ms;
   }
 
   /** Waits on the host for `event`; a stall becomes TimeoutError and aborts the communicator. */
   hostWait(event: CudaEvent, what: string, calls = 1): void {
-    const err = this.#waitEvent(event, this.timeoutMs * 1.5 * Math.max(1, calls / 16) + 5000, what);
+    const err = this.#waitEvent(event, hostWaitLimitMs(this.timeoutMs, calls), what);
     if (err) throw err;
   }
 
@@ -313,7 +308,7 @@ export class NcclComm implements Comm, CheckContext {
     if (!drained) return;
     this.#memory.freeAll();
     for (const lane of this.#lanes) lane.release(this.#device);
-    for (const e of this.#timing ?? []) e.destroy();
+    this.#timer.destroy();
     this.#device.release();
   }
 
