@@ -37,7 +37,24 @@ struct A2avParams {
   u8* pad;                  // 96: this rank's own signal pad (padPeers[rank], without the table load)
   int gridCopy;             // 104: 1: grid mode (see above)
 };
+// The offsets kernel-params.ts writes; tests/kernel-layout.test.ts reads these lines.
+static_assert(__builtin_offsetof(A2avParams, inputBytes) == 8, "A2avParams.inputBytes");
+static_assert(__builtin_offsetof(A2avParams, outPeers) == 16, "A2avParams.outPeers");
+static_assert(__builtin_offsetof(A2avParams, outputBytes) == 24, "A2avParams.outputBytes");
+static_assert(__builtin_offsetof(A2avParams, inSplits) == 32, "A2avParams.inSplits");
+static_assert(__builtin_offsetof(A2avParams, outSplitsOffsets) == 40, "A2avParams.outSplitsOffsets");
+static_assert(__builtin_offsetof(A2avParams, padPeers) == 48, "A2avParams.padPeers");
+static_assert(__builtin_offsetof(A2avParams, laneOffset) == 56, "A2avParams.laneOffset");
+static_assert(__builtin_offsetof(A2avParams, rowBytes) == 64, "A2avParams.rowBytes");
+static_assert(__builtin_offsetof(A2avParams, outId) == 72, "A2avParams.outId");
+static_assert(__builtin_offsetof(A2avParams, timeoutNs) == 80, "A2avParams.timeoutNs");
+static_assert(__builtin_offsetof(A2avParams, rank) == 88, "A2avParams.rank");
+static_assert(__builtin_offsetof(A2avParams, world) == 92, "A2avParams.world");
+static_assert(__builtin_offsetof(A2avParams, pad) == 96, "A2avParams.pad");
+static_assert(__builtin_offsetof(A2avParams, gridCopy) == 104, "A2avParams.gridCopy");
+static_assert(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
 
+// Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as overflow.
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
 
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
@@ -72,7 +89,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   if (tid == 0) {
     sSeq = ld_volatile(&h->seq) + 1;
     sAbort = 0;
-    sMismatch = sNegative = sInOver = sOutOver = 0x7fffffff;
+    sMismatch = sNegative = sInOver = sOutOver = A2AV_NONE;
   }
   for (int i = tid; i < W; i += nt) {
     peerLane[i] = p.padPeers[i] + p.laneOffset;
@@ -83,7 +100,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   const int parity = (int)(seq & 1);
 
   // 1. publish: one LL packet per value and peer, written straight into the peers' pads (no fence,
-  // no flag to raise after it: each packet carries its own).
+  // no flag to raise after it: each packet carries its own). Two parities suffice: a rank writes
+  // call seq + 2 into a peer's slot of parity seq & 1 only after completing call seq + 1, which
+  // needs that peer's done signals of seq + 1, sent after the peer has read all its payloads of seq.
   const u32 flag = ll_flag(seq);
   if (blockIdx.x == 0) {
     for (int i = tid; i < W * PW; i += nt) {
@@ -104,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     for (int i = tid; i < W * PW; i += nt) {
       const int q = i / PW;
       if (!ll_wait(lane_payload(lane, W, parity, q) + (i - q * PW), flag, deadline, &pay[i])) {
-        record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me);
+        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, 0});
         sAbort = 1;
       }
     }
@@ -149,16 +168,23 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     }
   }
   __syncthreads();
-  const bool bad = sMismatch != 0x7fffffff || sNegative != 0x7fffffff || sInOver != 0x7fffffff || sOutOver != 0x7fffffff;
+  const bool bad = sMismatch != A2AV_NONE || sNegative != A2AV_NONE || sInOver != A2AV_NONE || sOutOver != A2AV_NONE;
   if (bad && blockIdx.x == 0 && tid == 0) {
-    if (sMismatch != 0x7fffffff) {
+    StatusRecord rec{A2AV_OK, 0, 0, 0, 0, me, seq, 0};
+    if (sMismatch != A2AV_NONE) {
       const i64* pq = pay + sMismatch * PW;
       const bool rows = pq[2] != pay0[2];
-      record_status(h, A2AV_ERR_MISMATCH, sMismatch, 0, pq[rows ? 2 : 3], pay0[rows ? 2 : 3], me);
-    } else if (sNegative != 0x7fffffff) {
+      rec.code = A2AV_ERR_MISMATCH;
+      rec.rank = sMismatch;
+      rec.needed = pq[rows ? 2 : 3];
+      rec.available = pay0[rows ? 2 : 3];
+    } else if (sNegative != A2AV_NONE) {
       const int q = sNegative / W, r = sNegative % W;
-      record_status(h, A2AV_ERR_NEGATIVE, q, r, pay[q * PW + A2AV_PAYLOAD_HEADER + r], 0, me);
-    } else if (sInOver != 0x7fffffff) {
+      rec.code = A2AV_ERR_NEGATIVE;
+      rec.rank = q;
+      rec.peer = r;
+      rec.needed = pay[q * PW + A2AV_PAYLOAD_HEADER + r];
+    } else if (sInOver != A2AV_NONE) {
       const i64* pq = pay + sInOver * PW;
       const i64 cap = pq[0];
       i64 sum = 0, total = 0;
@@ -169,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
         if (peer < 0 && s > cap - sum) peer = r;
         else if (peer < 0) sum += s;
       }
-      record_status(h, A2AV_ERR_INPUT_OVERFLOW, sInOver, peer, total, cap, me);
+      rec = StatusRecord{A2AV_ERR_INPUT_OVERFLOW, sInOver, peer, total, cap, me, seq, 0};
     } else {
       const int r = sOutOver;
       const i64 cap = pay[r * PW + 1];
@@ -181,8 +207,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
         if (peer < 0 && s > cap - sum) peer = q;
         else if (peer < 0) sum += s;
       }
-      record_status(h, A2AV_ERR_OUTPUT_OVERFLOW, r, peer, total, cap, me);
+      rec = StatusRecord{A2AV_ERR_OUTPUT_OVERFLOW, r, peer, total, cap, me, seq, 0};
     }
+    record_refusal(h, lane, W, rec);
   }
 
   // 3. data (skipped on any validation failure: nothing is written)
@@ -313,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(cons
   __shared__ int sAbort;
   // Every block reads the same few words: through the read-only path, so each SM's L1 serves them
   // instead of one L2 line taking a request from every block. a2av_1d wrote them before this grid.
-  if (tid == 0) sAbort = __ldg(&((const LaneHeader*)lane)->status[0]) == A2AV_ERR_TIMEOUT;  // no plan was left
+  if (tid == 0) sAbort = __ldg(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;  // no plan was left
   const i64* src = lane_send_plan((u8*)lane, W);
   for (int i = tid; i < 3 * W; i += blockDim.x) plan[i] = __ldg(src + i);
   __syncthreads();
@@ -349,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A
   __shared__ int sAbort;
   __shared__ i64 sSeq;
   if (tid == 0) {
-    sAbort = ld_volatile(&h->status[0]) == A2AV_ERR_TIMEOUT;
+    sAbort = ld_volatile(&h->abort.code) != A2AV_OK;
     sSeq = ld_volatile(&h->seq) + 1;
   }
   __syncthreads();
@@ -359,6 +386,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A
   // to peers before the count that announces them.
   fence_peers();
   for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, 1);
+  // a2av_1d of this call has waited for every packet's flag (it finished before this kernel:
+  // griddepcontrol.wait), and no peer can overwrite the slot before this call completes (see the
+  // parities in a2av_1d), so the value can be read here without checking its flag again.
   const int parity = (int)(seq & 1);
   const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs,
                              [&](int q) { return ll_value(ll_load(lane_payload(lane, W, parity, q) + A2AV_PAY_SIGNALS)); });

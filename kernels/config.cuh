@@ -10,7 +10,7 @@ typedef unsigned long long u64;
 // 16-byte loads each thread keeps in flight before storing; a block's tile is threads * 16 * this.
 #define A2AV_COPY_UNROLL 4
 
-// Status record codes (int64[8] = code, rank, peer, needed, available, reportedBy, 0, 0).
+// Status record codes (StatusRecord below; decoded by src/collectives/status.ts).
 #define A2AV_OK 0
 #define A2AV_ERR_NEGATIVE 1
 #define A2AV_ERR_INPUT_OVERFLOW 2
@@ -18,9 +18,18 @@ typedef unsigned long long u64;
 #define A2AV_ERR_MISMATCH 4
 #define A2AV_ERR_TIMEOUT 5
 
+// Records of refused calls kept per lane, by sequence number modulo this: a handle reads its own
+// call's record as long as fewer than this many later calls were queued on its lane (the host's
+// event ring has the same length, src/backends/stream-lane.ts).
+#define A2AV_STATUS_RING 256
+// validation: "no offender found" in the per-category atomicMin reductions
+#define A2AV_NONE 0x7fffffff
+
 // One lane's region of a rank's signal pad, for a world of W ranks (PW = A2AV_PAYLOAD_HEADER + W):
-//   [0, 64)                 status record (local)
+//   [0, 64)                 abort record: the first timeout on this lane; it stays (the host
+//                           aborts the communicator), and later kernels of the lane see it and exit
 //   [64, 72)                sequence number of the last completed call on this lane (local)
+//   [72, 80)                refused calls on this lane so far (local)
 //   [128, 128+32*W*PW)      payload[parity][src][PW]: what src published for its call, one LL packet
 //                           (16 bytes: 8 data bytes and the call's flag twice) per int64
 //   then                    done[src]: completion signals src has sent here, ever (each call adds
@@ -28,15 +37,34 @@ typedef unsigned long long u64;
 //   then                    send plan[dst][3] (int64: source offset, destination address, bytes),
 //                           left by a2av_1d for a2av_copy in grid mode (local)
 //   then                    expect[src]: done[src] at the end of the last completed call (local)
+//   then                    status ring[A2AV_STATUS_RING]: the record of refused call seq is at
+//                           seq % A2AV_STATUS_RING, its seq field saying whose it is (local)
 // input rows, output rows, row bytes, output buffer id, completion signals sent to each peer per call
 #define A2AV_PAYLOAD_HEADER 5
 #define A2AV_PAY_SIGNALS 4
 #define A2AV_LANE_HEADER_BYTES 128
 
-struct LaneHeader {
-  i64 status[8];
-  i64 seq;
+// Why a call was refused, or why it gave up waiting; src/collectives/status.ts decodes it.
+struct StatusRecord {
+  i64 code;        // A2AV_ERR_*; A2AV_OK: no record
+  i64 rank;        // the rank at fault (splits), or the rank that waited (timeout)
+  i64 peer;        // the peer involved (splits), or the rank that never arrived (timeout)
+  i64 needed;      // rows needed (INT64_MAX: the sum overflows), or the call waited for (timeout)
+  i64 available;   // rows available, or the call the peer last reached (timeout)
+  i64 reportedBy;  // the rank whose kernel wrote it
+  i64 seq;         // the call's sequence number on its lane
+  i64 reserved;
 };
+static_assert(sizeof(StatusRecord) == 64, "StatusRecord: 8 int64 words (status.ts STATUS_WORDS)");
+static_assert(__builtin_offsetof(StatusRecord, seq) == 48, "StatusRecord.seq: word 6 (status.ts StatusField.seq)");
+
+struct LaneHeader {
+  StatusRecord abort;
+  i64 seq;
+  i64 refused;
+};
+static_assert(__builtin_offsetof(LaneHeader, seq) == 64 && __builtin_offsetof(LaneHeader, refused) == 72, "LaneHeader: layout.ts LaneHeaderField");
+static_assert(sizeof(LaneHeader) <= A2AV_LANE_HEADER_BYTES, "LaneHeader fits its region");
 
 __host__ __device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int parity, int src) {
   return (uint4*)(lane + A2AV_LANE_HEADER_BYTES) + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);
@@ -44,3 +72,4 @@ __host__ __device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int par
 __host__ __device__ __forceinline__ i64* lane_done(u8* lane, int W) { return (i64*)lane_payload(lane, W, 2, 0); }
 __host__ __device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_done(lane, W) + W; }
 __host__ __device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return lane_send_plan(lane, W) + 3 * W; }
+__host__ __device__ __forceinline__ StatusRecord* lane_status_ring(u8* lane, int W) { return (StatusRecord*)(lane_expect(lane, W) + W); }

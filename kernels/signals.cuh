@@ -85,16 +85,24 @@ __device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, 
   }
 }
 
-// First error wins; later ones are dropped so the host sees the root cause.
-__device__ __forceinline__ void record_status(LaneHeader* h, i64 code, i64 rank, i64 peer, i64 needed, i64 available,
-                                              i64 reportedBy) {
-  if (atomicCAS((u64*)&h->status[0], 0ull, (u64)code) != 0ull) return;
-  h->status[1] = rank;
-  h->status[2] = peer;
-  h->status[3] = needed;
-  h->status[4] = available;
-  h->status[5] = reportedBy;
+// A timeout: the first one on the lane wins (the root cause), and it stays: the host aborts the
+// communicator, and the lane's later kernels see it and exit.
+__device__ __forceinline__ void record_abort(LaneHeader* h, const StatusRecord& r) {
+  if (atomicCAS((u64*)&h->abort.code, 0ull, (u64)r.code) != 0ull) return;
+  h->abort.rank = r.rank;
+  h->abort.peer = r.peer;
+  h->abort.needed = r.needed;
+  h->abort.available = r.available;
+  h->abort.reportedBy = r.reportedBy;
+  h->abort.seq = r.seq;
   fence_peers();
+}
+
+// A refused call, by one thread: into its own slot of the lane's ring, so each call's handle finds
+// its own record (the seq field says whose a slot holds). Read by the host after the call's event.
+__device__ __forceinline__ void record_refusal(LaneHeader* h, u8* lane, int W, const StatusRecord& r) {
+  lane_status_ring(lane, W)[r.seq % A2AV_STATUS_RING] = r;
+  h->refused += 1;
 }
 
 // Completion, by one block: waits until every peer q has sent this lane the signals it announced for
@@ -111,7 +119,7 @@ __device__ __forceinline__ bool await_done(LaneHeader* h, u8* lane, int W, int m
     if (wait_at_least(done + q, target, deadline)) {
       expect[q] = target;
     } else {
-      record_status(h, A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me);
+      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, 0});
       ok = false;
     }
   }

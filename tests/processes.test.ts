@@ -64,6 +64,7 @@ describe('conformance on cpu processes', () => {
     [4, 'exchange', { calls: 20, budget: 4096 }],
     [3, 'replay', { launches: 8, budget: 8192 }],
     [3, 'splitsErrors', {}],
+    [3, 'ownOutcomes', { calls: 9 }],
     [2, 'lanes', { budget: 4096 }],
     [2, 'usage', {}],
   ];

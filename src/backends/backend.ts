@@ -2,6 +2,7 @@
 // runs the same program and makes the same collective calls in the same order).
 
 import type { LaunchPlan } from '../tune/plan.js';
+import type { Store } from '../world/store.js';
 
 export type BackendName = 'cpu' | 'cuda' | 'nccl';
 
@@ -26,9 +27,17 @@ export interface Lane {
   readonly stream: Stream;
 }
 
-/** What a collective returns: a point in stream order that the host or another stream can wait on. */
+/**
+ * What a collective returns: a point in stream order that the host or another stream can wait on.
+ * A handle reports its own call's outcome and no other's: a refused call's handle throws its
+ * SplitsError, a good call's handle never throws another call's error, in whatever order (or
+ * whether at all) the handles are waited. A handle can be waited any number of times.
+ */
 export interface Handle {
-  /** Blocks the host until the work is done; throws the device's error (SplitsError, TimeoutError). */
+  /**
+   * Blocks the host until the work is done, then throws its error (SplitsError; TimeoutError, after
+   * which the communicator is aborted). After it returns, `read` sees what the work wrote.
+   */
   wait(): void;
   /** Makes `stream` wait for the work, on the device, with no host synchronisation. */
   waitOn(stream: Stream): void;
@@ -58,10 +67,44 @@ export interface AllToAllVArgs {
   plan?: LaunchPlan;
 }
 
+/** Comm.copyToPeer's arguments. */
+export interface PeerCopyArgs {
+  /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */
+  dst: DeviceBuffer;
+  dstOffset?: number;
+  peer: number;
+  /** Any buffer of this rank, read from `srcOffset` (default 0). */
+  src: DeviceBuffer;
+  srcOffset?: number;
+  bytes: number;
+  /** Default lane 0's stream. */
+  stream?: Stream;
+}
+
 /** A recorded sequence of calls that can be replayed (a CUDA graph; on CPU, the closure itself). */
 export interface Replay {
-  launch(stream?: Stream): void;
+  /**
+   * Queues one replay on `stream` (default: the capture stream). The handle covers every replayed
+   * call: wait() throws the first refused call's error (in the order the calls were captured).
+   */
+  launch(stream?: Stream): Handle;
   close(): void;
+}
+
+/** What every backend needs to build one rank's communicator. */
+export interface CommOptions {
+  backend: BackendName;
+  rank: number;
+  worldSize: number;
+  /** Rendezvous store shared by the job's ranks. The cpu backend needs one that passes SharedArrayBuffers (the thread store). */
+  store: Store;
+  /** Bound on every wait, in milliseconds. */
+  timeoutMs: number;
+  /** Number of lanes (independent channels of collectives). */
+  lanes: number;
+  /** This rank's index among the ranks of its node, and their count (launcher jobs). Default: rank, worldSize. */
+  localRank?: number;
+  localWorldSize?: number;
 }
 
 export interface Comm {
@@ -83,6 +126,22 @@ export interface Comm {
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array;
   /** Stream-ordered device copy (the benchmark's reference). */
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void;
+  /**
+   * Stream-ordered copy-engine copy from this rank's `src` into peer `peer`'s copy of the symmetric
+   * buffer `dst`: the benchmark's reference across GPUs. Only where peers' buffers are addressable
+   * (cuda); absent on cpu and nccl. Nothing orders it against the peer's own work: the caller keeps
+   * the peer off those bytes (a barrier before and after).
+   */
+  copyToPeer?(args: PeerCopyArgs): void;
+
+  /**
+   * A handle for everything queued on `stream` so far (default: lane 0's stream): wait() blocks the
+   * host until it has run, so that `read` then sees what it wrote (and a `write` after it cannot
+   * overtake it); waitOn(other) orders `other` after it on the device. It orders, and reports no
+   * collective's error: a collective runs on its lane's stream, and only its own handle (or its
+   * replay's) reports its outcome.
+   */
+  record(stream?: Stream): Handle;
 
   lane(index: number): Lane;
   readonly laneCount: number;

@@ -1,24 +1,8 @@
 // Picks and builds a backend's communicator. Backends are loaded by dynamic import so the CPU path
 // never loads the CUDA bindings (and a machine without libcuda never tries to).
-import type { BackendName, Comm } from './backend.js';
-import type { Store } from '../world/store.js';
+export type { CommOptions } from './backend.js';
+import type { BackendName, Comm, CommOptions } from './backend.js';
 import { UsageError } from '../errors.js';
-
-/** What every backend needs to build one rank's communicator. */
-export interface CommOptions {
-  backend: BackendName;
-  rank: number;
-  worldSize: number;
-  /** Rendezvous store shared by the job's ranks. The cpu backend needs one that passes SharedArrayBuffers (the thread store). */
-  store: Store;
-  /** Bound on every wait, in milliseconds. */
-  timeoutMs: number;
-  /** Number of lanes (independent channels of collectives). */
-  lanes: number;
-  /** This rank's index among the ranks of its node, and their count (launcher jobs). Default: rank, worldSize. */
-  localRank?: number;
-  localWorldSize?: number;
-}
 
 interface CudaBackendModule {
   createCudaComm(opts: CommOptions): Promise<Comm>;
@@ -28,7 +12,7 @@ interface NcclBackendModule {
 }
 
 // Kept as variables so the type checker does not need the GPU backends to build the CPU one.
-const cudaBackendPath = './cuda/comm.js';
+const cudaBackendPath = './cuda/setup.js';
 const ncclBackendPath = './nccl/setup.js';
 
 export async function createComm(opts: CommOptions): Promise<Comm> {

@@ -1,22 +1,23 @@
-// The per-lane status record that a collective fills when it refuses to move data or gives up
-// waiting. Shared by every backend: the CUDA kernels write the same int64[8] layout into host-mapped
-// memory, the CPU backend into a BigInt64Array, and both decode it here so the errors are identical.
+// The status record of one call: why a collective refused to move data or gave up waiting. Shared
+// by every backend: the CUDA kernels write the int64[8] layout below into the lane's ring of call
+// records (kernels/config.cuh), the cpu and nccl backends build the same entry on the host, and all
+// decode it here so the errors are identical.
 //
 // Layout (int64 each):
 //   [0] code        one of StatusCode; 0 = ok
 //   [1] rank        the rank at fault (splits problems) or the rank that waited (timeout)
 //   [2] peer        the peer involved (splits problems) or the rank that never arrived (timeout)
-//   [3] needed      rows needed (splits problems); the lane sequence number waited for (timeout)
+//   [3] needed      rows needed (splits problems; INT64_MAX: the sum overflows int64); the lane
+//                   sequence number waited for (timeout)
 //   [4] available   rows available (splits problems); the flag value last seen (timeout)
 //   [5] reportedBy  the rank whose collective wrote the record
-//   [6], [7]        reserved, 0
-//
-// The first error sticks: a record is only written while its code is 0, and it stays until the
-// host reads it (clearStatus), so a later successful call cannot hide an earlier failure.
+//   [6] seq         the call's sequence number on its lane (1, 2, ...): whose record this is
+//   [7]             reserved, 0
 import { A2avError, SplitsError, TimeoutError, type SplitsProblem } from '../errors.js';
 
 export const STATUS_WORDS = 8;
 export const STATUS_BYTES = STATUS_WORDS * 8;
+export const INT64_MAX = 0x7fffffffffffffffn;
 
 export const StatusCode = {
   ok: 0,
@@ -35,6 +36,7 @@ export const StatusField = {
   needed: 3,
   available: 4,
   reportedBy: 5,
+  seq: 6,
 } as const;
 
 const problems: Record<number, SplitsProblem> = {
@@ -53,33 +55,26 @@ export interface StatusEntry {
   reportedBy: number;
 }
 
-/** Writes `entry` unless the record already holds an unread error (first error wins). */
-export function recordStatus(record: BigInt64Array, entry: StatusEntry): void {
-  if (record[StatusField.code] !== 0n) return;
-  record[StatusField.rank] = BigInt(entry.rank);
-  record[StatusField.peer] = BigInt(entry.peer);
-  record[StatusField.needed] = entry.needed;
-  record[StatusField.available] = entry.available;
-  record[StatusField.reportedBy] = BigInt(entry.reportedBy);
-  record[StatusField.code] = BigInt(entry.code);
+/** a + b for non-negative row counts, saturated at INT64_MAX as the kernel does (never wraps). */
+export const satAdd = (a: bigint, b: bigint): bigint => (a > INT64_MAX - b ? INT64_MAX : a + b);
+
+export function saturatingSum(xs: Iterable<bigint>): bigint {
+  let sum = 0n;
+  for (const x of xs) sum = satAdd(sum, x);
+  return sum;
 }
 
-/** Marks the record read, so the next error can be recorded. */
-export function clearStatus(record: BigInt64Array): void {
-  record.fill(0n, 0, STATUS_WORDS);
-}
-
-/** Decodes a record; undefined for ok. */
-export function readStatus(record: BigInt64Array): StatusEntry | undefined {
-  const code = Number(record[StatusField.code]) as StatusCode;
+/** Decodes the record at word `at` of `words`; undefined for ok. */
+export function readStatus(words: BigInt64Array, at = 0): StatusEntry | undefined {
+  const code = Number(words[at + StatusField.code]) as StatusCode;
   if (code === StatusCode.ok) return undefined;
   return {
     code,
-    rank: Number(record[StatusField.rank]),
-    peer: Number(record[StatusField.peer]),
-    needed: record[StatusField.needed],
-    available: record[StatusField.available],
-    reportedBy: Number(record[StatusField.reportedBy]),
+    rank: Number(words[at + StatusField.rank]),
+    peer: Number(words[at + StatusField.peer]),
+    needed: words[at + StatusField.needed],
+    available: words[at + StatusField.available],
+    reportedBy: Number(words[at + StatusField.reportedBy]),
   };
 }
 
@@ -93,23 +88,4 @@ export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'
     return new A2avError('A2AV_STATUS', `${what}: unknown status code ${e.code} reported by rank ${e.reportedBy} (corrupt status record)`);
   }
   return new SplitsError(problem, e.rank, e.peer, e.needed, e.available, e.reportedBy);
-}
-
-/** The error a non-zero record stands for, or undefined for ok. */
-export function statusError(record: BigInt64Array, timeoutMs: number, what = 'allToAllV'): Error | undefined {
-  const entry = readStatus(record);
-  return entry === undefined ? undefined : entryError(entry, timeoutMs, what);
-}
-
-/** Throws the SplitsError / TimeoutError a non-zero record stands for; returns for ok. */
-export function throwIfStatus(record: BigInt64Array, timeoutMs: number, what = 'allToAllV'): void {
-  const err = statusError(record, timeoutMs, what);
-  if (err !== undefined) throw err;
-}
-
-/** Reads the record, clears it if it held an error, and returns that error (what Handle.wait throws). */
-export function takeStatus(record: BigInt64Array, timeoutMs: number, what = 'allToAllV'): Error | undefined {
-  const err = statusError(record, timeoutMs, what);
-  if (err !== undefined) clearStatus(record);
-  return err;
 }

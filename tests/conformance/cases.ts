@@ -2,11 +2,13 @@
 // checks its own rank's results against the host reference and throws ConformanceError on a
 // difference; tests/conformance.test.ts runs them on every backend.
 import type { Comm } from '../../src/backends/backend.js';
+import { expectSplitsError } from './expect.js';
 import { Exchange, maxRowsFor, sizesFor } from './harness.js';
 import { makeSplits, PATTERNS, ROW_SIZES, Rng } from './reference.js';
 
 export { splitsErrors, timeout, usage } from './error-cases.js';
 export { lanes } from './lane-cases.js';
+export { ownOutcomes } from './outcome-cases.js';
 export { captureRefused } from './nccl-cases.js';
 
 export interface ExchangeArg {
@@ -40,10 +42,10 @@ export interface ReplayArg {
 
 /**
  * Graph replay: one call captured on a lane's stream, launched again and again after new splits
- * and rows are written into the same buffers (the kernel must read them when it runs). A direct
- * zero-row call on the same lane after each launch is the host's sync point (its wait() also
- * raises any error the replayed call recorded) and checks that replays and direct calls stay in
- * step on the lane.
+ * and rows are written into the same buffers (the kernel must read them when it runs). Each
+ * launch's handle is the host's sync point; every third launch has a negative split, which its
+ * handle must report (and nothing written). A direct zero-row call on the same lane after each
+ * launch checks that replays and direct calls stay in step on the lane.
  */
 export async function replay(comm: Comm, arg: ReplayArg): Promise<number> {
   const W = comm.worldSize;
@@ -61,10 +63,19 @@ export async function replay(comm: Comm, arg: ReplayArg): Promise<number> {
       const call = 1000 + i;
       const pattern = PATTERNS[i % PATTERNS.length];
       const S = makeSplits(new Rng(arg.seed, call), W, pattern, maxRowsFor(arg.budget, rowBytes));
-      ex.prepare(arg.seed, call, S, rowBytes);
-      graph.launch(lane.stream);
+      const label = `replay ${i} (${pattern} splits, rowBytes ${rowBytes}, W ${W})`;
+      if (i % 3 === 2) {
+        const [q, r] = [rng.int(W), rng.int(W)];
+        S[q][r] = -5;
+        ex.prepare(arg.seed, call, S, rowBytes);
+        expectSplitsError(graph.launch(lane.stream), { problem: 'negative', rank: q, peer: r, needed: -5, available: 0 }, comm.rank, `refused ${label}`);
+        ex.verifyUntouched(`refused ${label}`);
+      } else {
+        ex.prepare(arg.seed, call, S, rowBytes);
+        graph.launch(lane.stream).wait();
+        ex.verify(arg.seed, call, S, rowBytes, label);
+      }
       fence.call(1, lane).wait();
-      ex.verify(arg.seed, call, S, rowBytes, `replay ${i} (${pattern} splits, rowBytes ${rowBytes}, W ${W})`);
     }
   } finally {
     graph.close();

@@ -23,6 +23,12 @@ export const suite: Case[] = [
   })),
   ...[2, 3].map((W) => ({ name: `graph replay W=${W}: new splits in the same buffers`, fn: 'replay', ranks: W, arg: { launches: 10, budget: 8192 } })),
   ...[1, 3, 4].map((W) => ({ name: `splits errors W=${W}: named error, nothing written, lane still usable`, fn: 'splitsErrors', ranks: W, arg: {} })),
+  ...[1, 2, 3].map((W) => ({
+    name: `own outcomes W=${W}: 9 calls queued, every third refused, handles waited in order, in reverse, twice and not at all`,
+    fn: 'ownOutcomes',
+    ranks: W,
+    arg: { calls: 9 },
+  })),
   {
     name: `timeout W=3: a rank that never calls is named (${TIMEOUT_CASE_MS} ms)`,
     fn: 'timeout',

@@ -3,8 +3,7 @@
 // allocation is every rank's region handed to every peer through the rendezvous store.
 // Collectives run synchronously in the calling thread, so every Handle is complete when returned.
 import { Buffer } from 'node:buffer';
-import type { AllToAllVArgs, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
-import type { CommOptions } from '../create.js';
+import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
 import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
 import { CommAbortedError, StoreError, TimeoutError, UsageError } from '../../errors.js';
 import type { Store } from '../../world/store.js';
@@ -53,6 +52,8 @@ class CpuComm implements Comm, CheckContext {
   #buffers = new Set<CpuBuffer>();
   #nextSymmetricId = 0;
   #barriers = 0;
+  /** The handles of the calls a replay is making, while one runs. */
+  #replayed: Handle[] | undefined;
   /** Why the communicator is unusable (closed, or a peer timed out), else undefined. */
   #broken: Error | undefined;
 
@@ -136,14 +137,34 @@ class CpuComm implements Comm, CheckContext {
   allToAllV(args: AllToAllVArgs): Handle {
     this.#usable();
     const lane = this.#lanes[checkAllToAllV(this, args)];
-    lane.allToAllV(args as unknown as CpuCallArgs);
-    return lane.handle;
+    const handle = lane.allToAllV(args as unknown as CpuCallArgs);
+    this.#replayed?.push(handle);
+    return handle;
   }
 
   capture(_stream: Stream, fn: () => void): Replay {
     this.#usable();
     // Nothing to record on CPU: replaying is calling the closure again, which re-reads the splits.
-    return { launch: () => fn(), close: () => {} };
+    // The replay's handle reports the first refused call of the closure, as a graph's would.
+    return {
+      launch: () => {
+        this.#usable();
+        const calls: Handle[] = [];
+        this.#replayed = calls;
+        try {
+          fn();
+        } finally {
+          this.#replayed = undefined;
+        }
+        return { wait: () => calls.forEach((h) => h.wait()), waitOn: () => {} };
+      },
+      close: () => {},
+    };
+  }
+
+  record(_stream?: Stream): Handle {
+    // Work on cpu is done when its call returns: there is nothing left to wait for.
+    return { wait: () => {}, waitOn: () => {} };
   }
 
   timeLoop(_stream: Stream, iters: number, fn: () => void, leadIn = 0): number {

@@ -8,7 +8,7 @@
 // move data or none does); push this rank's rows straight into each peer's output, write its own
 // outSplitsOffsets, raise its done flag on every peer; wait for every peer's done flag here.
 import type { Handle, Lane, Stream } from '../backend.js';
-import { StatusCode, STATUS_WORDS, entryError, recordStatus, takeStatus, type StatusEntry } from '../../collectives/status.js';
+import { StatusCode, entryError, saturatingSum, type StatusEntry } from '../../collectives/status.js';
 import type { CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
 import { PadViews, SlotField, type PadLayout } from './pad.js';
@@ -47,10 +47,6 @@ export interface CpuLaneInit {
 export class CpuLane implements Lane {
   readonly index: number;
   readonly stream: Stream = { kind: 'stream' };
-  /** The lane's status record (layout in collectives/status.ts); first error sticks until read. */
-  readonly status = new BigInt64Array(STATUS_WORDS);
-  /** Calls complete before returning, so one handle per lane serves every call: it reads the record. */
-  readonly handle: Handle;
   #rank: number;
   #world: number;
   #timeoutMs: number;
@@ -79,17 +75,21 @@ export class CpuLane implements Lane {
     this.#header = [layout.headerF64(index, 0), layout.headerF64(index, 1)];
     this.#splits = [layout.splitsWord(index, 0), layout.splitsWord(index, 1)];
     this.#S = new Float64Array(this.#world * this.#world);
-    const timeoutMs = init.timeoutMs;
-    this.handle = {
+  }
+
+  /** Runs one call to completion; its handle reports exactly this call's outcome. */
+  allToAllV(a: CpuCallArgs): Handle {
+    const err = this.#run(a);
+    return {
       wait: () => {
-        const err = takeStatus(this.status, timeoutMs);
         if (err !== undefined) throw err;
       },
       waitOn: () => {},
     };
   }
 
-  allToAllV(a: CpuCallArgs): void {
+  /** The call's error (refused, or a peer timed out), else undefined. */
+  #run(a: CpuCallArgs): Error | undefined {
     const W = this.#world;
     const me = this.#rank;
     const pads = this.#pads;
@@ -122,7 +122,8 @@ export class CpuLane implements Lane {
       const pi = pads[p].i32;
       for (let r = 0; r < W; r++) S[p * W + r] = pi[spl + 2 * r + 1] * TWO32 + (pi[spl + 2 * r] >>> 0);
     }
-    if (this.#invalid(hdr, spl)) return;
+    const refused = this.#invalid(hdr, spl);
+    if (refused !== undefined) return refused;
 
     // Push this rank's rows: those for peer r are contiguous in the input, in peer order, and land
     // after the rows of lower source ranks in r's output.
@@ -157,13 +158,14 @@ export class CpuLane implements Lane {
     for (let p = 0; p < W; p++) {
       if (p !== me && !this.#waitFor(mine, done + p, seq)) return this.#timedOut(p, seq);
     }
+    return undefined;
   }
 
   /**
-   * Checks the split matrix in the kernel's order; on the first problem records it and returns
-   * true. Every rank sees the same matrix, so every rank records the same problem.
+   * Checks the split matrix in the kernel's order and returns the first problem as an error. Every
+   * rank sees the same matrix, so every rank refuses the call with the same error.
    */
-  #invalid(hdr: number, spl: number): boolean {
+  #invalid(hdr: number, spl: number): Error | undefined {
     const W = this.#world;
     const S = this.#S;
     const pads = this.#pads;
@@ -196,12 +198,11 @@ export class CpuLane implements Lane {
         if (sum > cap) return this.#fail(StatusCode.outputOverflow, r, p, this.#exactSum(spl, -1, r), BigInt(cap));
       }
     }
-    return false;
+    return undefined;
   }
 
-  #fail(code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): true {
-    recordStatus(this.status, { code, rank, peer, needed, available, reportedBy: this.#rank });
-    return true;
+  #fail(code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): Error {
+    return entryError({ code, rank, peer, needed, available, reportedBy: this.#rank }, this.#timeoutMs);
   }
 
   /** S[p][r] as published, exactly (the float copy in #S rounds past 2^53). */
@@ -209,11 +210,11 @@ export class CpuLane implements Lane {
     return this.#pads[p].i64[(spl >> 1) + r];
   }
 
-  /** Exact row sum (col < 0) or column sum (row < 0) of the published matrix. */
+  /** Row sum (col < 0) or column sum (row < 0) of the published matrix, saturated at INT64_MAX as on the device. */
   #exactSum(spl: number, row: number, col: number): bigint {
-    let sum = 0n;
-    for (let k = 0; k < this.#world; k++) sum += row >= 0 ? this.#exact(spl, row, k) : this.#exact(spl, k, col);
-    return sum;
+    const xs: bigint[] = [];
+    for (let k = 0; k < this.#world; k++) xs.push(row >= 0 ? this.#exact(spl, row, k) : this.#exact(spl, k, col));
+    return saturatingSum(xs);
   }
 
   /** Waits until word idx of `pad` >= seq (in wrapping int32 order); false when the call's deadline passed. */
@@ -241,7 +242,7 @@ export class CpuLane implements Lane {
     return true;
   }
 
-  #timedOut(peer: number, seq: number): void {
+  #timedOut(peer: number, seq: number): Error {
     const entry: StatusEntry = {
       code: StatusCode.timeout,
       rank: this.#rank,
@@ -250,7 +251,8 @@ export class CpuLane implements Lane {
       available: BigInt(this.#lastSeen),
       reportedBy: this.#rank,
     };
-    recordStatus(this.status, entry);
-    this.#onTimeout(entryError(entry, this.#timeoutMs));
+    const err = entryError(entry, this.#timeoutMs);
+    this.#onTimeout(err);
+    return err;
   }
 }

@@ -1,12 +1,25 @@
-// Signal-pad layout; mirrors kernels/config.cuh.
+// Signal-pad layout; mirrors kernels/config.cuh (tests/kernel-layout.test.ts compares the two).
+import { STATUS_BYTES } from '../../collectives/status.js';
+
 export const PAYLOAD_HEADER = 5;
 export const LANE_HEADER_BYTES = 128;
-export const STATUS_BYTES = 64;
+/** Refused-call records kept per lane (A2AV_STATUS_RING). */
+export const STATUS_RING = 256;
+/** Byte offsets in a lane's header (struct LaneHeader). */
+export const LaneHeaderField = {
+  /** The abort record: the lane's first timeout, a StatusRecord. */
+  abort: 0,
+  seq: 64,
+  refused: 72,
+} as const;
+
+/** Byte offset of the status ring in a lane's region: after header, payloads, done, send plan, expect. */
+export function statusRingOffset(world: number): number {
+  return LANE_HEADER_BYTES + 2 * world * (PAYLOAD_HEADER + world) * 16 + 8 * world + 24 * world + 8 * world;
+}
 
 export function laneBytes(world: number): number {
-  // header, payload packets of two parities (16 bytes per int64), done counts, the send plan of
-  // grid mode, expected done counts
-  const raw = LANE_HEADER_BYTES + 2 * world * (PAYLOAD_HEADER + world) * 16 + 8 * world + 24 * world + 8 * world;
+  const raw = statusRingOffset(world) + STATUS_RING * STATUS_BYTES;
   return Math.ceil(raw / 256) * 256;
 }
 

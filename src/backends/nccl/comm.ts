@@ -10,8 +10,7 @@
 //      straight into the output grouped by source.
 // One GPU per rank (NCCL's rule; setup.ts builds the communicator). Waits are bounded; a timeout
 // aborts the NCCL communicators.
-import type { AllToAllVArgs, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
-import type { CommOptions } from '../create.js';
+import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
 import { entryError } from '../../collectives/status.js';
@@ -24,28 +23,11 @@ import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { uploadAsync } from './copies.js';
-import { EVENT_RING, type NcclLane } from './lane.js';
+import type { NcclLane } from './lane.js';
+import { EventRing, type HostWaiter } from '../stream-lane.js';
 import { HEADER_WORDS, payloadWords, SplitPlan } from './plan.js';
 
-class NcclHandle implements Handle {
-  constructor(readonly comm: NcclComm, readonly lane: NcclLane, readonly call: number, readonly event: CudaEvent) {}
-  wait(): void {
-    this.#check();
-    this.comm.hostWait(this.event, `allToAllV on lane ${this.lane.index}, call ${this.call}`);
-    const err = this.lane.take();
-    if (err) throw err;
-  }
-  waitOn(stream: Stream): void {
-    this.#check();
-    (stream as CudaStream).waitEvent(this.event);
-  }
-  #check(): void {
-    if (this.lane.calls - this.call > EVENT_RING)
-      throw new UsageError(`rank ${this.comm.rank}: handle expired (more than ${EVENT_RING} later calls on lane ${this.lane.index})`);
-  }
-}
-
-export class NcclComm implements Comm, CheckContext {
+export class NcclComm implements Comm, CheckContext, HostWaiter {
   readonly backend = 'nccl' as const;
   readonly rank: number;
   readonly worldSize: number;
@@ -64,6 +46,10 @@ export class NcclComm implements Comm, CheckContext {
   #aborted: Error | undefined;
   #closed = false;
   readonly #timer: EventTimer;
+  /** Events of record(). */
+  readonly #marks: EventRing;
+  /** The errors of the calls a timed loop is making, while one runs. */
+  #loopErrors: Error[] | undefined;
 
   constructor(opts: CommOptions, device: CudaDevice, lanes: NcclLane[], key: string) {
     this.rank = opts.rank;
@@ -72,6 +58,7 @@ export class NcclComm implements Comm, CheckContext {
     this.laneCount = lanes.length;
     this.#device = device;
     this.#timer = new EventTimer(device);
+    this.#marks = new EventRing(device);
     this.#memory = new GpuMemory(device, this);
     this.#store = opts.store;
     this.#key = key;
@@ -150,26 +137,23 @@ export class NcclComm implements Comm, CheckContext {
     return lane;
   }
 
+  record(stream?: Stream): Handle {
+    this.#usable();
+    return this.#marks.handle(this, (stream as CudaStream | undefined) ?? this.#lanes[0].stream, 'the work recorded on a stream');
+  }
+
   allToAllV(args: AllToAllVArgs): Handle {
     this.#usable();
     const lane = this.#lanes[checkAllToAllV(this, args)];
-    const slot = lane.calls % EVENT_RING;
-    const caller = args.stream as CudaStream | undefined;
-    if (caller && caller !== lane.stream) {
-      lane.forks[slot].record(caller);
-      lane.stream.waitEvent(lane.forks[slot]);
-    }
+    lane.follow(args.stream as CudaStream | undefined);
     const started = performance.now();
     const failed = this.#exchangeSplits(lane, args);
     this.#splitsSyncUs += (performance.now() - started) * 1000;
     const problem = failed ? undefined : lane.plan.check(lane.gatheredHost, this.rank);
-    if (failed) lane.fail(failed);
-    else if (problem) lane.fail(entryError(problem, this.timeoutMs, `allToAllV on lane ${lane.index}`));
-    else this.#moveRows(lane, args);
-    const event = lane.done[slot];
-    event.record(lane.stream);
-    lane.calls++;
-    return new NcclHandle(this, lane, lane.calls, event);
+    // The host knows the outcome now: the handle keeps it, so it reports this call and no other.
+    const err = failed ?? (problem ? entryError(problem, this.timeoutMs, `allToAllV on lane ${lane.index}`) : this.#moveRows(lane, args));
+    if (err) this.#loopErrors?.push(err);
+    return lane.finish(this, `allToAllV on lane ${lane.index}, call ${lane.done.count + 1}`, () => err);
   }
 
   /** Steps 1-2: every rank's header and splits, on this host. Returns the failure, if any. */
@@ -195,8 +179,8 @@ export class NcclComm implements Comm, CheckContext {
     return undefined;
   }
 
-  /** Step 4: outSplitsOffsets, then the rows, as one NCCL group. */
-  #moveRows(lane: NcclLane, args: AllToAllVArgs): void {
+  /** Step 4: outSplitsOffsets, then the rows, as one NCCL group. Returns the failure, if any. */
+  #moveRows(lane: NcclLane, args: AllToAllVArgs): Error | undefined {
     const W = this.worldSize;
     const plan = lane.plan;
     plan.layout(lane.gatheredHost, this.rank, args.rowBytes);
@@ -216,8 +200,9 @@ export class NcclComm implements Comm, CheckContext {
     try {
       lane.nccl.settle('ncclSend/ncclRecv', status || ended, this.timeoutMs);
     } catch (err) {
-      lane.fail(this.#abort(err as Error));
+      return this.#abort(err as Error);
     }
+    return undefined;
   }
 
   capture(_stream: Stream, _fn: () => void): Replay {
@@ -229,12 +214,15 @@ export class NcclComm implements Comm, CheckContext {
   }
 
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
-    const ms = this.#timer.time(stream as CudaStream, iters, fn, leadIn, (end, calls) => this.hostWait(end, 'timed loop', calls));
-    for (const lane of this.#lanes) {
-      const err = lane.take();
-      if (err) throw err;
+    const errors: Error[] = [];
+    this.#loopErrors = errors;
+    try {
+      const ms = this.#timer.time(stream as CudaStream, iters, fn, leadIn, (end, calls) => this.hostWait(end, 'timed loop', calls));
+      if (errors.length > 0) throw errors[0];
+      return ms;
+    } finally {
+      this.#loopErrors = undefined;
     }
-    return ms;
   }
 
   /** Waits on the host for `event`; a stall becomes TimeoutError and aborts the communicator. */
@@ -308,6 +296,7 @@ export class NcclComm implements Comm, CheckContext {
     if (!drained) return;
     this.#memory.freeAll();
     for (const lane of this.#lanes) lane.release(this.#device);
+    this.#marks.destroy();
     this.#timer.destroy();
     this.#device.release();
   }

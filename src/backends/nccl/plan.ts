@@ -7,7 +7,7 @@
 // first negative split in row-major order, then the lowest rank whose splits pass its input, then
 // the lowest rank that would receive past its output. Every rank checks the same gathered matrix,
 // so all of them refuse a call, or none does.
-import { StatusCode, type StatusEntry } from '../../collectives/status.js';
+import { satAdd, StatusCode, type StatusEntry } from '../../collectives/status.js';
 
 /** Words before the splits in what every rank publishes (mirrors the kernel's payload header). */
 export const Header = { inRows: 0, outRows: 1, rowBytes: 2, outId: 3 } as const;
@@ -15,10 +15,6 @@ export const HEADER_WORDS = 4;
 
 /** int64 words one rank publishes: the header, then its W splits. */
 export const payloadWords = (world: number): number => HEADER_WORDS + world;
-
-const INT64_MAX = 0x7fffffffffffffffn;
-/** The kernel's saturating sum, so `needed` is the same number on every backend. */
-const satAdd = (a: bigint, b: bigint): bigint => (a > INT64_MAX - b ? INT64_MAX : a + b);
 
 /** One rank's share of a checked call: byte ranges per peer, and its outSplitsOffsets. */
 export class SplitPlan {

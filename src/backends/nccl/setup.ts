@@ -1,8 +1,8 @@
 // Builds one rank's nccl communicator: its GPU (one per rank, checked across the job), one NCCL
 // communicator per lane from unique ids shared through the rendezvous store, and a warm-up that
 // makes NCCL connect every path before the first real call.
+import type { CommOptions } from '../backend.js';
 import { hostname } from 'node:os';
-import type { CommOptions } from '../create.js';
 import { cu, outI32 } from '../../cuda/driver.js';
 import { CudaDevice } from '../../cuda/device.js';
 import { UsageError } from '../../errors.js';

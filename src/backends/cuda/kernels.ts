@@ -1,0 +1,92 @@
+// The cuda backend's kernel surface: the module's functions, the launch plan of a call, and the one
+// to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
+import type { CudaDevice, CudaStream } from '../../cuda/device.js';
+import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
+import { defaultPlan, gridCopyFromEnv, validatePlan, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
+import { copySharedBytes, kernelSharedBytes } from './layout.js';
+
+export interface KernelsInit {
+  module: KernelModule;
+  device: CudaDevice;
+  worldSize: number;
+  ranksOnDevice: number;
+}
+
+export class A2avKernels {
+  readonly #module: KernelModule;
+  readonly #device: CudaDevice;
+  readonly #launcher: StructLauncher;
+  readonly #copyFn: KernelFunction;
+  readonly #doneFn: KernelFunction;
+  readonly #gridCopy: GridCopy = gridCopyFromEnv();
+  readonly #residentCache = new Map<number, number>();
+  readonly #smem: number;
+  readonly #world: number;
+  readonly #ranksOnDevice: number;
+  /** Programmatic dependent launch (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
+  readonly #earlyLaunch: boolean;
+
+  constructor(init: KernelsInit) {
+    this.#module = init.module;
+    this.#device = init.device;
+    this.#world = init.worldSize;
+    this.#ranksOnDevice = init.ranksOnDevice;
+    this.#launcher = new StructLauncher(init.module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
+    this.#copyFn = init.module.fn('a2av_copy');
+    this.#doneFn = init.module.fn('a2av_done');
+    this.#smem = kernelSharedBytes(this.#world);
+    this.#earlyLaunch = init.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+    if (this.#smem > 48 * 1024) this.#launcher.fn.allowSharedBytes(this.#smem);
+  }
+
+  /** The plan a call with this much input gets by default, and the limit any override must meet. */
+  planContext(inputBytes: number, rowBytes?: number): PlanContext {
+    return {
+      residentBlocks: (t) => this.#residentBlocks(t),
+      ranksOnDevice: this.#ranksOnDevice,
+      inputBytes,
+      rowBytes,
+      allOnDevice: this.#ranksOnDevice === this.#world,
+      gridCopy: this.#gridCopy,
+    };
+  }
+
+  /** The plan of a call: the caller's override, validated, or the default for its size. */
+  plan(ctx: PlanContext, override: LaunchPlan | undefined): LaunchPlan {
+    return override ? validatePlan(override, ctx) : defaultPlan(ctx);
+  }
+
+  /** Queues one call on `stream` (params.gridCopy must agree with plan.grid). */
+  queue(stream: CudaStream, params: A2avParams, plan: LaunchPlan, ctx: PlanContext): void {
+    const launcher = this.#launcher;
+    writeA2avParams(launcher.view, params);
+    // An early launch keeps the next call's blocks resident beside this call's, so it is only safe
+    // (no rank starved of SMs while others wait on it) when twice the blocks of every rank here fit.
+    if (this.#earlyLaunch && 2 * plan.blocks <= Math.floor(ctx.residentBlocks(plan.threads) / this.#ranksOnDevice))
+      launcher.launchEarly(plan.blocks, plan.threads, stream, this.#smem);
+    else launcher.launch(plan.blocks, plan.threads, stream, this.#smem);
+    if (plan.grid) {
+      // The copy grid is sized from the hint; its blocks loop when the sends turn out larger. Early
+      // launches are safe here: a2av_1d lets them be scheduled only after every rank has arrived.
+      const t = plan.grid.threads;
+      const blocks = Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(ctx.inputBytes / (16 * t))));
+      const go = this.#earlyLaunch ? launcher.launchEarly.bind(launcher) : launcher.launch.bind(launcher);
+      go(blocks, t, stream, copySharedBytes(this.#world), this.#copyFn);
+      go(1, Math.min(1024, Math.max(32, Math.ceil(this.#world / 32) * 32)), stream, 0, this.#doneFn);
+    }
+  }
+
+  unload(): void {
+    this.#module.unload();
+  }
+
+  #residentBlocks(threads: number): number {
+    let n = this.#residentCache.get(threads);
+    if (n === undefined) {
+      n = this.#launcher.fn.maxActiveBlocksPerSm(threads, this.#smem) * this.#device.smCount;
+      this.#residentCache.set(threads, n);
+    }
+    return n;
+  }
+}

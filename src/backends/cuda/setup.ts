@@ -1,0 +1,49 @@
+// Builds one rank's cuda communicator: where every rank runs (process, host, GPU), peer access to
+// the other GPUs of this process, and the kernels, compiled once per job.
+import { hostname } from 'node:os';
+import type { CommOptions } from '../backend.js';
+import { CudaDevice } from '../../cuda/device.js';
+import { UsageError } from '../../errors.js';
+import { KernelModule } from '../../jit/module.js';
+import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
+import { storeBarrier } from '../../world/barrier.js';
+import { CudaComm } from './comm.js';
+
+/** Where a rank runs: peers in another process are reached through CUDA IPC mappings. */
+export interface RankPlace {
+  pid: number;
+  host: string;
+  ordinal: number;
+}
+
+export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
+  const count = CudaDevice.count();
+  if (count === 0) throw new UsageError('cuda backend: the driver reports no GPU');
+  const device = new CudaDevice((opts.localRank ?? opts.rank) % count);
+  const where = (
+    await allGather(opts.store, 'a2av/cuda/where', opts.rank, opts.worldSize, encodeJson({ pid: process.pid, host: hostname(), ordinal: device.ordinal }), opts.timeoutMs)
+  ).map((b) => decodeJson<RankPlace>(b));
+  const away = where.findIndex((w) => w.host !== hostname());
+  if (away >= 0)
+    throw new UsageError(`cuda backend: rank ${away} runs on ${where[away].host}; it reaches peers within one machine only (use nccl across machines)`);
+  // Peers in this process need peer access enabled here; peers in other processes get it when
+  // their memory is mapped (CUDA IPC, lazily enabled).
+  // Each peer GPU's context is retained once, for as long as this communicator lives.
+  const peerDevices = new Map<number, CudaDevice>();
+  for (const w of where) {
+    if (w.pid !== process.pid || w.ordinal === device.ordinal || peerDevices.has(w.ordinal)) continue;
+    const peer = new CudaDevice(w.ordinal);
+    peerDevices.set(w.ordinal, peer);
+    device.enablePeerAccess(peer);
+  }
+  device.makeCurrent();
+  // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
+  const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
+  if (opts.rank !== 0) await barrier('a2av/cuda/module');
+  const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
+  const module = new KernelModule('a2av.cu', device.arch, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`]);
+  if (opts.rank === 0) await barrier('a2av/cuda/module');
+  const comm = new CudaComm({ opts, device, module, places: where, peerDevices: [...peerDevices.values()] });
+  await comm.init();
+  return comm;
+}

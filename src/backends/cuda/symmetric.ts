@@ -1,0 +1,49 @@
+// Symmetric memory of the cuda backend: every rank allocates the same size and learns every
+// peer's address, directly (peers in this process: peer access) or through a CUDA IPC mapping
+// (peers in other processes). The addresses go into a device table the kernels index by rank.
+import type { CudaDevice } from '../../cuda/device.js';
+import { exportIpcHandle, openIpcHandle } from '../../cuda/ipc.js';
+import { UsageError } from '../../errors.js';
+import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
+import type { Store } from '../../world/store.js';
+import { GpuBuffer } from '../gpu-memory.js';
+import type { RankPlace } from './setup.js';
+
+export interface SymmetricContext {
+  device: CudaDevice;
+  store: Store;
+  rank: number;
+  worldSize: number;
+  timeoutMs: number;
+  places: RankPlace[];
+}
+
+/** Collective: allocates `bytes` here and maps every peer's allocation number `id`. */
+export async function allocSymmetric(ctx: SymmetricContext, bytes: number, id: number): Promise<GpuBuffer> {
+  const { device, rank } = ctx;
+  const crossProcess = ctx.places.some((p) => p.pid !== process.pid);
+  const ptr = device.alloc(bytes);
+  const mine = { ptr: ptr.toString(), bytes, ipc: crossProcess ? exportIpcHandle(ptr) : '' };
+  let peers: (typeof mine)[];
+  try {
+    peers = (await allGather(ctx.store, `a2av/cuda/sym/${id}`, rank, ctx.worldSize, encodeJson(mine), ctx.timeoutMs)).map((b) => decodeJson<typeof mine>(b));
+  } catch (err) {
+    device.free(ptr);
+    throw err;
+  }
+  const odd = peers.findIndex((p) => p.bytes !== bytes);
+  if (odd >= 0) {
+    device.free(ptr);
+    throw new UsageError(`allocSymmetric #${id}: rank ${rank} asked for ${bytes} bytes but rank ${odd} for ${peers[odd].bytes}`);
+  }
+  const mappings: bigint[] = [];
+  const addresses = peers.map((p, r) => {
+    if (ctx.places[r].pid === process.pid) return BigInt(p.ptr);
+    const mapped = openIpcHandle(p.ipc);
+    mappings.push(mapped);
+    return mapped;
+  });
+  const table = device.alloc(8 * ctx.worldSize);
+  device.upload(table, BigUint64Array.from(addresses));
+  return new GpuBuffer(ptr, bytes, id, table, mappings);
+}
