@@ -1,0 +1,92 @@
+// The TypeScript mirrors of the kernels' structures (src/backends/cuda/layout.ts, kernel-params.ts,
+// collectives/status.ts) against kernels/config.cuh and kernels/a2av.cu: the constants are read
+// from the sources, and the pad layout is computed by the headers themselves, compiled by nvcc
+// for the host (skipped with a message where nvcc is missing; CI has it).
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { StatusCode, StatusField, STATUS_BYTES } from '../src/collectives/status.js';
+import { A2AV_PARAMS_BYTES, writeA2avParams } from '../src/backends/cuda/kernel-params.js';
+import { LANE_HEADER_BYTES, LaneHeaderField, PAYLOAD_HEADER, STATUS_RING, statusRingOffset } from '../src/backends/cuda/layout.js';
+import { EVENT_RING } from '../src/backends/stream-lane.js';
+import { kernelsDir } from '../src/jit/module.js';
+
+const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
+const kernel = readFileSync(join(kernelsDir(), 'a2av.cu'), 'utf8');
+
+function define(name: string): number {
+  const m = new RegExp(`^#define ${name} (\\S+)`, 'm').exec(config);
+  assert.ok(m, `#define ${name} in config.cuh`);
+  return Number(m[1]);
+}
+
+describe('kernel structures mirrored in TypeScript', () => {
+  test('constants of config.cuh', () => {
+    assert.equal(PAYLOAD_HEADER, define('A2AV_PAYLOAD_HEADER'));
+    assert.equal(LANE_HEADER_BYTES, define('A2AV_LANE_HEADER_BYTES'));
+    assert.equal(STATUS_RING, define('A2AV_STATUS_RING'));
+    assert.equal(EVENT_RING, STATUS_RING, 'a handle outlives neither its event nor its status record');
+    for (const [name, code] of Object.entries({ NEGATIVE: 'negative', INPUT_OVERFLOW: 'inputOverflow', OUTPUT_OVERFLOW: 'outputOverflow', MISMATCH: 'mismatch', TIMEOUT: 'timeout' })) {
+      assert.equal(StatusCode[code as keyof typeof StatusCode], define(`A2AV_ERR_${name}`), `A2AV_ERR_${name}`);
+    }
+  });
+
+  test('A2avParams: kernel-params.ts writes every field at the offset a2av.cu asserts', () => {
+    const offsets = new Map<string, number>();
+    for (const m of kernel.matchAll(/static_assert\(__builtin_offsetof\(A2avParams, (\w+)\) == (\d+)/g)) offsets.set(m[1], Number(m[2]));
+    const size = /static_assert\(sizeof\(A2avParams\) == (\d+)/.exec(kernel);
+    assert.ok(size && offsets.size >= 14, 'a2av.cu asserts the size and every offset of A2avParams');
+    assert.equal(A2AV_PARAMS_BYTES, Number(size[1]));
+    const view = new DataView(new ArrayBuffer(A2AV_PARAMS_BYTES));
+    const p = {
+      input: 0x1111n, inputBytes: 0x2222, outPeers: 0x3333n, outputBytes: 0x4444, inSplits: 0x5555n, outSplitsOffsets: 0x6666n,
+      padPeers: 0x7777n, laneOffset: 0x8888, rowBytes: 0x9999, outId: 0xaaaa, timeoutNs: 0xbbbbn, rank: 0xcc, world: 0xdd, pad: 0xeeeen, gridCopy: true,
+    };
+    writeA2avParams(view, p);
+    const field = (name: string, bytes: 4 | 8): bigint => {
+      const at = offsets.get(name);
+      assert.ok(at !== undefined, `a2av.cu asserts the offset of ${name}`);
+      return bytes === 8 ? view.getBigUint64(at, true) : BigInt(view.getUint32(at, true));
+    };
+    assert.equal(field('inputBytes', 8), 0x2222n);
+    assert.equal(field('outPeers', 8), 0x3333n);
+    assert.equal(field('outputBytes', 8), 0x4444n);
+    assert.equal(field('inSplits', 8), 0x5555n);
+    assert.equal(field('outSplitsOffsets', 8), 0x6666n);
+    assert.equal(field('padPeers', 8), 0x7777n);
+    assert.equal(field('laneOffset', 8), 0x8888n);
+    assert.equal(field('rowBytes', 8), 0x9999n);
+    assert.equal(field('outId', 8), 0xaaaan);
+    assert.equal(field('timeoutNs', 8), 0xbbbbn);
+    assert.equal(field('rank', 4), 0xccn);
+    assert.equal(field('world', 4), 0xddn);
+    assert.equal(field('pad', 8), 0xeeeen);
+    assert.equal(field('gridCopy', 4), 1n);
+    assert.equal(view.getBigUint64(0, true), 0x1111n, 'input at 0');
+  });
+
+  test('pad layout: the headers compiled for the host give the offsets layout.ts computes', (t) => {
+    const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
+    if (nvcc === undefined) return t.skip('nvcc not found: the layout cannot be compiled here (CI has nvcc)');
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-layout-'));
+    try {
+      const worlds = [1, 2, 3, 8, 72, 160];
+      writeFileSync(
+        join(dir, 'layout.cu'),
+        `#include <cstdio>\n#include "config.cuh"\nint main() {\n` +
+          `  for (int W : {${worlds.join(', ')}}) printf("%lld\\n", (long long)((u8*)lane_status_ring((u8*)0, W) - (u8*)0));\n` +
+          `  printf("%zu %zu %zu\\n", __builtin_offsetof(LaneHeader, seq), __builtin_offsetof(LaneHeader, refused), sizeof(StatusRecord));\n}\n`,
+      );
+      execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
+      const lines = execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n');
+      assert.deepEqual(lines.slice(0, worlds.length).map(Number), worlds.map(statusRingOffset), 'status ring offset per world');
+      assert.deepEqual(lines[worlds.length].split(' ').map(Number), [LaneHeaderField.seq, LaneHeaderField.refused, STATUS_BYTES]);
+      assert.equal(StatusField.seq * 8, 48, 'StatusRecord.seq is word 6 (asserted in config.cuh)');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
