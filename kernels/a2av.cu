@@ -38,21 +38,21 @@ struct A2avParams {
   int gridCopy;             // 104: 1: grid mode (see above)
 };
 // The offsets kernel-params.ts writes; tests/kernel-layout.test.ts reads these lines.
-static_assert(__builtin_offsetof(A2avParams, inputBytes) == 8, "A2avParams.inputBytes");
-static_assert(__builtin_offsetof(A2avParams, outPeers) == 16, "A2avParams.outPeers");
-static_assert(__builtin_offsetof(A2avParams, outputBytes) == 24, "A2avParams.outputBytes");
-static_assert(__builtin_offsetof(A2avParams, inSplits) == 32, "A2avParams.inSplits");
-static_assert(__builtin_offsetof(A2avParams, outSplitsOffsets) == 40, "A2avParams.outSplitsOffsets");
-static_assert(__builtin_offsetof(A2avParams, padPeers) == 48, "A2avParams.padPeers");
-static_assert(__builtin_offsetof(A2avParams, laneOffset) == 56, "A2avParams.laneOffset");
-static_assert(__builtin_offsetof(A2avParams, rowBytes) == 64, "A2avParams.rowBytes");
-static_assert(__builtin_offsetof(A2avParams, outId) == 72, "A2avParams.outId");
-static_assert(__builtin_offsetof(A2avParams, timeoutNs) == 80, "A2avParams.timeoutNs");
-static_assert(__builtin_offsetof(A2avParams, rank) == 88, "A2avParams.rank");
-static_assert(__builtin_offsetof(A2avParams, world) == 92, "A2avParams.world");
-static_assert(__builtin_offsetof(A2avParams, pad) == 96, "A2avParams.pad");
-static_assert(__builtin_offsetof(A2avParams, gridCopy) == 104, "A2avParams.gridCopy");
-static_assert(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, inputBytes) == 8, "A2avParams.inputBytes");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, outPeers) == 16, "A2avParams.outPeers");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, outputBytes) == 24, "A2avParams.outputBytes");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, inSplits) == 32, "A2avParams.inSplits");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, outSplitsOffsets) == 40, "A2avParams.outSplitsOffsets");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, padPeers) == 48, "A2avParams.padPeers");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, laneOffset) == 56, "A2avParams.laneOffset");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, rowBytes) == 64, "A2avParams.rowBytes");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, outId) == 72, "A2avParams.outId");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, timeoutNs) == 80, "A2avParams.timeoutNs");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, rank) == 88, "A2avParams.rank");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, world) == 92, "A2avParams.world");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, pad) == 96, "A2avParams.pad");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, gridCopy) == 104, "A2avParams.gridCopy");
+A2AV_LAYOUT_CHECK(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
 
 // Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as overflow.
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }

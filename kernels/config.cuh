@@ -55,16 +55,22 @@ struct StatusRecord {
   i64 seq;         // the call's sequence number on its lane
   i64 reserved;
 };
-static_assert(sizeof(StatusRecord) == 64, "StatusRecord: 8 int64 words (status.ts STATUS_WORDS)");
-static_assert(__builtin_offsetof(StatusRecord, seq) == 48, "StatusRecord.seq: word 6 (status.ts StatusField.seq)");
+// Layout checks: NVRTC lacks offsetof, so they hold under nvcc (CI compile-checks every kernel).
+#ifndef __CUDACC_RTC__
+#define A2AV_LAYOUT_CHECK(cond, what) static_assert(cond, what)
+#else
+#define A2AV_LAYOUT_CHECK(cond, what)
+#endif
+A2AV_LAYOUT_CHECK(sizeof(StatusRecord) == 64, "StatusRecord: 8 int64 words (status.ts STATUS_WORDS)");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(StatusRecord, seq) == 48, "StatusRecord.seq: word 6 (status.ts StatusField.seq)");
 
 struct LaneHeader {
   StatusRecord abort;
   i64 seq;
   i64 refused;
 };
-static_assert(__builtin_offsetof(LaneHeader, seq) == 64 && __builtin_offsetof(LaneHeader, refused) == 72, "LaneHeader: layout.ts LaneHeaderField");
-static_assert(sizeof(LaneHeader) <= A2AV_LANE_HEADER_BYTES, "LaneHeader fits its region");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(LaneHeader, seq) == 64 && __builtin_offsetof(LaneHeader, refused) == 72, "LaneHeader: layout.ts LaneHeaderField");
+A2AV_LAYOUT_CHECK(sizeof(LaneHeader) <= A2AV_LANE_HEADER_BYTES, "LaneHeader fits its region");
 
 __host__ __device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int parity, int src) {
   return (uint4*)(lane + A2AV_LANE_HEADER_BYTES) + ((i64)parity * W + src) * (A2AV_PAYLOAD_HEADER + W);

@@ -36,8 +36,8 @@ describe('kernel structures mirrored in TypeScript', () => {
 
   test('A2avParams: kernel-params.ts writes every field at the offset a2av.cu asserts', () => {
     const offsets = new Map<string, number>();
-    for (const m of kernel.matchAll(/static_assert\(__builtin_offsetof\(A2avParams, (\w+)\) == (\d+)/g)) offsets.set(m[1], Number(m[2]));
-    const size = /static_assert\(sizeof\(A2avParams\) == (\d+)/.exec(kernel);
+    for (const m of kernel.matchAll(/A2AV_LAYOUT_CHECK\(__builtin_offsetof\(A2avParams, (\w+)\) == (\d+)/g)) offsets.set(m[1], Number(m[2]));
+    const size = /A2AV_LAYOUT_CHECK\(sizeof\(A2avParams\) == (\d+)/.exec(kernel);
     assert.ok(size && offsets.size >= 14, 'a2av.cu asserts the size and every offset of A2avParams');
     assert.equal(A2AV_PARAMS_BYTES, Number(size[1]));
     const view = new DataView(new ArrayBuffer(A2AV_PARAMS_BYTES));
