@@ -9,10 +9,62 @@ export class A2avError extends Error {
   }
 }
 
-/** A native library (libcuda, NVRTC, NCCL) could not be found or loaded. */
+/** What a search for a native library tried, for LibraryNotFoundError. */
+export interface LibrarySearch {
+  /** Human name, e.g. "libcuda (the NVIDIA driver)". */
+  library: string;
+  /** Every file tried, in order: paths, and bare names left to the loader's own search. */
+  searched: string[];
+  /** The variable that names the file outright, e.g. A2AV_LIBCUDA. */
+  overrideEnv: string;
+  /** What works without the library, e.g. "the cpu backend (--backend cpu)"; absent when nothing does. */
+  instead?: string;
+}
+
+/**
+ * A native library (libcuda, NVRTC, NCCL) could not be found or loaded. The message's first line is
+ * the way out (another backend, or the variable naming the file); every place searched follows,
+ * one per line.
+ */
 export class LibraryNotFoundError extends A2avError {
-  constructor(readonly library: string, readonly searched: string[], options?: { cause?: unknown }) {
-    super('A2AV_LIBRARY_NOT_FOUND', `${library} not found; searched: ${searched.join(', ') || '(nothing)'}`, options);
+  readonly library: string;
+  readonly searched: string[];
+  readonly overrideEnv: string;
+  constructor(search: LibrarySearch, options?: { cause?: unknown }) {
+    const ways = [search.instead && `use ${search.instead}`, `set ${search.overrideEnv} to the library's path`].filter(Boolean);
+    const places = search.searched.map((p) => `  ${p}${p.includes('/') ? '' : " (the loader's search path)"}`);
+    super('A2AV_LIBRARY_NOT_FOUND', `${search.library} not found: ${ways.join(', or ')}.\nsearched:\n${places.join('\n') || '  (nothing)'}`, options);
+    this.library = search.library;
+    this.searched = search.searched;
+    this.overrideEnv = search.overrideEnv;
+  }
+}
+
+/** The kernels/ folder (CUDA sources compiled at run time) is not next to the package. */
+export class KernelSourcesNotFoundError extends A2avError {
+  constructor(readonly searched: string[]) {
+    super('A2AV_KERNELS_NOT_FOUND', `kernels/ (the CUDA sources) not found next to the package; searched:\n${searched.map((p) => `  ${p}`).join('\n')}`);
+  }
+}
+
+/** A GPU lacks a capability a2av relies on (unified addressing). */
+export class UnsupportedDeviceError extends A2avError {
+  constructor(readonly device: number, readonly missing: string) {
+    super('A2AV_UNSUPPORTED_DEVICE', `GPU ${device} lacks ${missing}, which a2av needs`);
+  }
+}
+
+/** Two GPUs of one job cannot address each other's memory (no P2P path between them). */
+export class PeerAccessError extends A2avError {
+  constructor(readonly device: number, readonly peer: number) {
+    super('A2AV_NO_PEER_ACCESS', `GPU ${device} cannot access GPU ${peer} (no P2P path); the nccl backend works without one`);
+  }
+}
+
+/** A rank's worker thread ended (process.exit, a crash) without returning a result or an error. */
+export class RankExitedError extends A2avError {
+  constructor(readonly rank: number, readonly exitCode: number) {
+    super('A2AV_RANK_EXITED', `thread exited with code ${exitCode} before returning`);
   }
 }
 
@@ -60,10 +112,13 @@ export class TimeoutError extends A2avError {
 
 export type SplitsProblem = 'negative' | 'input-overflow' | 'output-overflow' | 'mismatch';
 
+const INT64_MAX = 0x7fffffffffffffffn;
+
 /**
  * Device-side validation of the split matrix failed; nothing was moved.
  * `rank` is the rank whose splits or capacity are at fault, `peer` the peer involved,
- * `needed` / `available` are in rows.
+ * `needed` / `available` are in rows; `needed` is INT64_MAX when the splits' sum overflows int64
+ * (`overflow`).
  */
 export class SplitsError extends A2avError {
   constructor(
@@ -77,15 +132,24 @@ export class SplitsError extends A2avError {
     super('A2AV_SPLITS', SplitsError.describe(problem, rank, peer, needed, available, reportedBy));
   }
 
+  /** The splits' sum does not fit int64 (`needed` is then INT64_MAX, not a row count). */
+  get overflow(): boolean {
+    return this.needed >= INT64_MAX;
+  }
+
   private static describe(p: SplitsProblem, rank: number, peer: number, needed: bigint, available: bigint, by: number): string {
     const at = `(reported by rank ${by})`;
     switch (p) {
       case 'negative':
         return `rank ${rank}: negative split ${needed} for peer ${peer} ${at}`;
       case 'input-overflow':
-        return `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (peer ${peer}) ${at}`;
+        return needed >= INT64_MAX
+          ? `rank ${rank}: splits overflow int64 (their sum passes 2^63-1 rows); the input holds ${available} rows, passed at peer ${peer} ${at}`
+          : `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (peer ${peer}) ${at}`;
       case 'output-overflow':
-        return `rank ${rank}: receives ${needed} rows (last from peer ${peer}) but the output holds ${available} ${at}`;
+        return needed >= INT64_MAX
+          ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at peer ${peer} ${at}`
+          : `rank ${rank}: receives ${needed} rows (last from peer ${peer}) but the output holds ${available} ${at}`;
       case 'mismatch':
         return `rank ${rank}: call does not match peer ${peer} (row size or output buffer differ: ${needed} vs ${available}) ${at}`;
     }

@@ -11,6 +11,7 @@ import {
   outI32,
   outU64,
 } from './driver.js';
+import { PeerAccessError, UnsupportedDeviceError } from '../errors.js';
 
 export class CudaStream {
   readonly kind = 'stream' as const;
@@ -89,7 +90,7 @@ export class CudaDevice {
     const get = (a: number) => outI32('cuDeviceGetAttribute', (o) => d.cuDeviceGetAttribute(o, a, dev));
     this.smCount = get(attr.multiprocessorCount);
     this.arch = get(attr.computeCapabilityMajor) * 10 + get(attr.computeCapabilityMinor);
-    if (get(attr.unifiedAddressing) !== 1) throw new Error(`device ${ordinal} lacks unified addressing`);
+    if (get(attr.unifiedAddressing) !== 1) throw new UnsupportedDeviceError(ordinal, 'unified addressing');
   }
 
   static count(): number {
@@ -104,7 +105,7 @@ export class CudaDevice {
   enablePeerAccess(peer: CudaDevice): void {
     if (peer.ordinal === this.ordinal) return;
     const can = outI32('cuDeviceCanAccessPeer', (o) => cu().cuDeviceCanAccessPeer(o, this.ordinal, peer.ordinal));
-    if (!can) throw new Error(`GPU ${this.ordinal} cannot access GPU ${peer.ordinal} (no P2P path)`);
+    if (!can) throw new PeerAccessError(this.ordinal, peer.ordinal);
     // Enables access from the current context: make it ours (constructing `peer` made its own current).
     this.makeCurrent();
     const s = cu().cuCtxEnablePeerAccess(peer.context, 0);
@@ -143,6 +144,13 @@ export class CudaDevice {
   }
   copyAsync(dst: bigint, src: bigint, bytes: number, stream: CudaStream): void {
     check('cuMemcpyDtoDAsync', cu().cuMemcpyDtoDAsync(dst, src, BigInt(bytes), stream.handle));
+  }
+  /**
+   * Stream-ordered copy between unified addresses on any GPUs: to a peer's allocation (peer access
+   * on) or to this process's IPC mapping of it. The copy engine moves the bytes over NVLink/PCIe.
+   */
+  copyPeerAsync(dst: bigint, src: bigint, bytes: number, stream: CudaStream): void {
+    check('cuMemcpyAsync', cu().cuMemcpyAsync(dst, src, BigInt(bytes), stream.handle));
   }
   memsetAsync(dst: bigint, value: number, bytes: number, stream: CudaStream): void {
     check('cuMemsetD8Async', cu().cuMemsetD8Async(dst, value, BigInt(bytes), stream.handle));

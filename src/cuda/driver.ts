@@ -26,6 +26,8 @@ const signatures = {
   cuMemcpyHtoD: 'int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes)',
   cuMemcpyDtoH: 'int cuMemcpyDtoH_v2(_Out_ void *dst, uint64_t src, size_t bytes)',
   cuMemcpyDtoDAsync: 'int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
+  // Unified addressing: the driver infers each pointer's device, so this copies to a peer GPU's memory too.
+  cuMemcpyAsync: 'int cuMemcpyAsync(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
   cuMemsetD8Async: 'int cuMemsetD8Async(uint64_t dst, uint8_t value, size_t n, uint64_t stream)',
   cuStreamCreate: 'int cuStreamCreate(_Out_ uint64_t *stream, uint32_t flags)',
   cuStreamDestroy: 'int cuStreamDestroy_v2(uint64_t stream)',
@@ -85,6 +87,7 @@ export function cu(): Driver {
     files: ['libcuda.so.1', 'libcuda.so'],
     folders: [...systemLibFolders, ...wheelFolders('cu13', 'cuda_runtime')],
     overrideEnv: 'A2AV_LIBCUDA',
+    instead: 'the cpu backend (--backend cpu)',
   });
   koffi.struct('CUipcMemHandle', { reserved: koffi.array('uint8_t', 64) });
   const d = {} as Driver;

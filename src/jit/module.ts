@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import koffi from 'koffi';
 import { check, cu, outI32, outU64 } from '../cuda/driver.js';
 import type { CudaStream } from '../cuda/device.js';
+import { KernelSourcesNotFoundError } from '../errors.js';
 import { cacheKey, cached } from './cache.js';
 
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
@@ -13,15 +14,18 @@ import { compileToCubin, nvrtcVersion } from './nvrtc.js';
 /** kernels/ at the package root (two levels above dist/src/jit or src/jit). */
 export function kernelsDir(): string {
   let dir = dirname(fileURLToPath(import.meta.url));
+  const searched: string[] = [];
   for (let i = 0; i < 5; i++) {
+    const kernels = join(dir, 'kernels');
     try {
-      if (readdirSync(join(dir, 'kernels')).some((f) => f.endsWith('.cu'))) return join(dir, 'kernels');
+      if (readdirSync(kernels).some((f) => f.endsWith('.cu'))) return kernels;
     } catch {
       /* keep climbing */
     }
+    searched.push(kernels);
     dir = dirname(dir);
   }
-  throw new Error('kernels/ folder not found next to the package');
+  throw new KernelSourcesNotFoundError(searched);
 }
 
 export function loadKernelSources(file: string): { source: string; headers: Record<string, string> } {

@@ -14,6 +14,8 @@ export interface LibrarySpec {
   folders: string[];
   /** Environment variable that names the file outright (e.g. A2AV_LIBCUDA). */
   overrideEnv: string;
+  /** What works without the library, said first when it is missing: "the cpu backend (--backend cpu)". */
+  instead?: string;
 }
 
 function pythonWheelLibFolders(subdirs: string[]): string[] {
@@ -70,5 +72,5 @@ export function loadLibrary(spec: LibrarySpec): ReturnType<typeof koffi.load> {
       lastError = err;
     }
   }
-  throw new LibraryNotFoundError(spec.name, [...new Set(tried)], { cause: lastError });
+  throw new LibraryNotFoundError({ library: spec.name, searched: [...new Set(tried)], overrideEnv: spec.overrideEnv, instead: spec.instead }, { cause: lastError });
 }

@@ -73,7 +73,7 @@ export type Nccl = { [K in keyof typeof signatures]: Fn } & {
 export function ncclLibrarySpec(env: NodeJS.ProcessEnv = process.env): LibrarySpec {
   const homes = [env.NCCL_HOME, env.NCCL_ROOT, env.CONDA_PREFIX].filter((h): h is string => !!h);
   return {
-    name: 'libnccl (NCCL; set A2AV_LIBNCCL to its path)',
+    name: 'libnccl (NCCL)',
     files: ['libnccl.so.2', 'libnccl.so'],
     folders: [
       ...homes.flatMap((h) => [join(h, 'lib'), join(h, 'lib64')]),
@@ -83,6 +83,7 @@ export function ncclLibrarySpec(env: NodeJS.ProcessEnv = process.env): LibrarySp
       ...wheelFolders('nccl'),
     ],
     overrideEnv: 'A2AV_LIBNCCL',
+    instead: 'the cuda or cpu backend (--backend cuda, --backend cpu)',
   };
 }
 

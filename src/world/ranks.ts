@@ -16,7 +16,8 @@ export interface RankContext {
 export type RankFn<A = unknown, R = unknown> = (comm: Comm, arg: A, ctx: RankContext) => Promise<R> | R;
 
 export interface RunRanksOptions {
-  backend: BackendName;
+  /** Default: 'cuda' when a GPU is visible, else 'cpu' (as init() picks). */
+  backend?: BackendName;
   ranks: number;
   /** Bound on every wait inside collectives and the store (default 60000). */
   timeoutMs?: number;

@@ -2,7 +2,8 @@
 // calls the same exported rank function, and the main thread brokers their rendezvous store.
 import { pathToFileURL } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
-import { UsageError } from '../errors.js';
+import { defaultBackend } from '../backends/create.js';
+import { RankExitedError, UsageError } from '../errors.js';
 import { reviveError } from './error-transfer.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
@@ -18,7 +19,8 @@ const GRACE_MS = 500;
 export type RankFailure = Error & { failedRank: number };
 
 /**
- * Calls `module`'s export `exportName(comm, arg, ctx)` on `opts.ranks` worker threads and returns
+ * Calls `module`'s export `exportName(comm, arg, ctx)` on `opts.ranks` worker threads (backend: as
+ * given, else cuda where a GPU is visible and cpu otherwise, as init() picks) and returns
  * the results in rank order. If a rank throws, rejects with that error (same class and fields,
  * message prefixed with the rank, `failedRank` set) once every thread has ended.
  */
@@ -27,8 +29,10 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
   if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${ranks}`);
   // Ranks sharing a GPU each drive their own streams; with the driver's default of 8 hardware
   // queues, streams of different ranks share queues and falsely serialise. Read at context creation,
-  // which happens in the rank threads, after this (the environment is the process's).
-  if (opts.backend === 'cuda') process.env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
+  // which happens in the rank threads, after this (the environment is the process's); and before
+  // the default backend's probe, which loads the driver.
+  if ((opts.backend ?? 'cuda') === 'cuda') process.env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
+  const backend = opts.backend ?? (await defaultBackend());
   const broker = new ThreadStoreBroker();
   const run = new RankRun<R>(ranks, opts.onReport);
   const workers: Worker[] = [];
@@ -37,7 +41,7 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
       const channel = new MessageChannel();
       broker.serve(channel.port1);
       const init: RankThreadInit = {
-        backend: opts.backend,
+        backend,
         rank,
         worldSize: ranks,
         timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
@@ -103,7 +107,7 @@ class RankRun<R> {
       end();
     });
     worker.on('exit', (code) => {
-      if (!done) this.fail(rank, new Error(`exited with code ${code} before returning`));
+      if (!done) this.fail(rank, new RankExitedError(rank, code));
       end();
     });
   }

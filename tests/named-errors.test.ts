@@ -1,0 +1,101 @@
+// Named errors: every class is exported with a stable code and survives the trip from a rank's
+// thread; a missing library says the way out first, then every place searched, one per line.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import * as api from '../src/index.js';
+import { A2avError, LibraryNotFoundError, PeerAccessError, RankExitedError } from '../src/errors.js';
+import { cudaUnavailableReason } from '../src/cuda/probe.js';
+import { loadLibrary } from '../src/native/find-library.js';
+import { reviveError, serializeError } from '../src/world/error-transfer.js';
+import { runRanks, type RankFailure } from '../src/world/threads.js';
+
+describe('error classes', () => {
+  it('are exported from the package, each with its own code', () => {
+    const classes = Object.entries(api).filter(([, v]) => typeof v === 'function' && v.prototype instanceof A2avError);
+    const names = classes.map(([name]) => name);
+    for (const name of ['KernelSourcesNotFoundError', 'PeerAccessError', 'RankExitedError', 'UnsupportedDeviceError', 'LibraryNotFoundError']) {
+      assert.ok(names.includes(name), `${name} exported`);
+    }
+    const samples: A2avError[] = [
+      new api.KernelSourcesNotFoundError(['/a/kernels']),
+      new api.PeerAccessError(0, 1),
+      new api.RankExitedError(2, 7),
+      new api.UnsupportedDeviceError(3, 'unified addressing'),
+    ];
+    assert.deepEqual(samples.map((e) => e.code), ['A2AV_KERNELS_NOT_FOUND', 'A2AV_NO_PEER_ACCESS', 'A2AV_RANK_EXITED', 'A2AV_UNSUPPORTED_DEVICE']);
+    assert.deepEqual(samples.map((e) => e.name), ['KernelSourcesNotFoundError', 'PeerAccessError', 'RankExitedError', 'UnsupportedDeviceError']);
+  });
+
+  it('keep their class and fields across threads', () => {
+    const back = reviveError(serializeError(new PeerAccessError(0, 1)));
+    assert.ok(back instanceof PeerAccessError);
+    assert.equal((back as PeerAccessError).peer, 1);
+    assert.match(back.message, /GPU 0 cannot access GPU 1 \(no P2P path\)/);
+  });
+
+  it('a rank thread that exits without returning rejects runRanks with RankExitedError', async () => {
+    const err = (await runRanks({ backend: 'cpu', ranks: 2 }, new URL('./fixtures/exit-rank.js', import.meta.url), 'exits', { code: 3 }).then(
+      () => assert.fail('expected a rejection'),
+      (e: unknown) => e,
+    )) as RankFailure & RankExitedError;
+    assert.ok(err instanceof RankExitedError, String(err));
+    assert.equal(err.code, 'A2AV_RANK_EXITED');
+    assert.equal(err.exitCode, 3);
+    assert.equal(err.rank, err.failedRank);
+    assert.match(err.message, /^rank [01] failed: thread exited with code 3 before returning$/);
+  });
+});
+
+describe('LibraryNotFoundError', () => {
+  const spec = {
+    name: 'libexample (a test library)',
+    files: ['liba2av-missing.so.1'],
+    folders: ['/nonexistent/a2av-a', '/nonexistent/a2av-b'],
+    overrideEnv: 'A2AV_TEST_MISSING_LIB',
+  };
+  const caught = (s: Parameters<typeof loadLibrary>[0]): LibraryNotFoundError => {
+    process.env.A2AV_TEST_MISSING_LIB = '/nonexistent/override/liba2av-missing.so.1';
+    try {
+      loadLibrary(s);
+    } catch (err) {
+      return err as LibraryNotFoundError;
+    } finally {
+      delete process.env.A2AV_TEST_MISSING_LIB;
+    }
+    return assert.fail('the library loaded');
+  };
+
+  it('says the way out first, then every place searched on a line of its own', () => {
+    const err = caught({ ...spec, instead: 'the cpu backend (--backend cpu)' });
+    assert.ok(err instanceof LibraryNotFoundError);
+    assert.equal(err.code, 'A2AV_LIBRARY_NOT_FOUND');
+    assert.equal(err.overrideEnv, 'A2AV_TEST_MISSING_LIB');
+    const searched = [
+      '/nonexistent/override/liba2av-missing.so.1',
+      'liba2av-missing.so.1',
+      '/nonexistent/a2av-a/liba2av-missing.so.1',
+      '/nonexistent/a2av-b/liba2av-missing.so.1',
+    ];
+    assert.deepEqual(err.searched, searched);
+    assert.deepEqual(err.message.split('\n'), [
+      "libexample (a test library) not found: use the cpu backend (--backend cpu), or set A2AV_TEST_MISSING_LIB to the library's path.",
+      'searched:',
+      '  /nonexistent/override/liba2av-missing.so.1',
+      "  liba2av-missing.so.1 (the loader's search path)",
+      '  /nonexistent/a2av-a/liba2av-missing.so.1',
+      '  /nonexistent/a2av-b/liba2av-missing.so.1',
+    ]);
+    assert.ok(err.cause instanceof Error, "the loader's own error is the cause");
+  });
+
+  it('offers no other backend for a library that every backend needs', () => {
+    const first = caught(spec).message.split('\n')[0];
+    assert.equal(first, "libexample (a test library) not found: set A2AV_TEST_MISSING_LIB to the library's path.");
+  });
+
+  it("libcuda's absence names --backend cpu and A2AV_LIBCUDA in one short line", (t) => {
+    const why = cudaUnavailableReason();
+    if (why === undefined || !why.includes('not found')) return t.skip(`libcuda is present here (${why ?? 'a GPU is visible'})`);
+    assert.match(why, /^libcuda .* not found: use the cpu backend \(--backend cpu\), or set A2AV_LIBCUDA to the library's path\.$/);
+  });
+});
