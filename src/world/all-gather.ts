@@ -1,19 +1,40 @@
 // Small collectives over the rendezvous store, for setup (never on the data path).
+import { StoreError, TimeoutError } from '../errors.js';
 import type { Store } from './store.js';
 
-/** Every rank contributes `value`; returns all ranks' values in rank order. */
-export async function allGather(
-  store: Store,
-  key: string,
-  rank: number,
-  worldSize: number,
-  value: Uint8Array,
-  timeoutMs: number,
-): Promise<Uint8Array[]> {
-  await store.set(`${key}/${rank}`, value);
+export interface AllGatherArgs {
+  store: Store;
+  /** Prefix of the keys: rank r publishes under `${key}/${r}`. */
+  key: string;
+  rank: number;
+  worldSize: number;
+  value: Uint8Array;
+  /** One deadline for the whole exchange. */
+  timeoutMs: number;
+}
+
+/**
+ * Every rank contributes `value`; returns all ranks' values in rank order. A rank that does not
+ * publish in time ends the wait in a TimeoutError naming it.
+ */
+export async function allGather(a: AllGatherArgs): Promise<Uint8Array[]> {
+  await a.store.set(`${a.key}/${a.rank}`, a.value);
+  const deadline = Date.now() + a.timeoutMs;
   const out: Uint8Array[] = [];
-  for (let r = 0; r < worldSize; r++) out.push(await store.get(`${key}/${r}`, timeoutMs));
+  for (let r = 0; r < a.worldSize; r++) {
+    try {
+      out.push(await a.store.get(`${a.key}/${r}`, Math.max(1, deadline - Date.now())));
+    } catch (err) {
+      if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(a.rank, r, a.timeoutMs, `set-up exchange ${a.key}`);
+      throw err;
+    }
+  }
   return out;
+}
+
+/** allGather of JSON values. */
+export async function allGatherJson<T>(a: Omit<AllGatherArgs, 'value'> & { value: T }): Promise<T[]> {
+  return (await allGather({ ...a, value: encodeJson(a.value) })).map((b) => decodeJson<T>(b));
 }
 
 export function encodeJson(v: unknown): Uint8Array {

@@ -5,7 +5,8 @@
 import { Buffer } from 'node:buffer';
 import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
 import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
-import { CommAbortedError, StoreError, TimeoutError, UsageError } from '../../errors.js';
+import { CommAbortedError, UsageError } from '../../errors.js';
+import { allGather } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
 import { closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
@@ -271,22 +272,8 @@ class Rendezvous {
   }
 
   /** Publishes `value` under `name`, then collects every rank's, in rank order. */
-  async #gather(name: string, value: Uint8Array, timeoutMs: number): Promise<Uint8Array[]> {
-    const key = (rank: number): string => `a2av/cpu/${name}/${rank}`;
-    await this.#store.set(key(this.#rank), value);
-    const deadline = Date.now() + timeoutMs;
-    const all: Uint8Array[] = [];
-    for (let p = 0; p < this.#world; p++) {
-      try {
-        all.push(await this.#store.get(key(p), Math.max(1, deadline - Date.now())));
-      } catch (err) {
-        if (err instanceof StoreError && err.reason === 'timeout') {
-          throw new TimeoutError(this.#rank, p, timeoutMs, `cpu backend ${name}`);
-        }
-        throw err;
-      }
-    }
-    return all;
+  #gather(name: string, value: Uint8Array, timeoutMs: number): Promise<Uint8Array[]> {
+    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs });
   }
 }
 

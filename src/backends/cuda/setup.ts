@@ -5,7 +5,7 @@ import type { CommOptions } from '../backend.js';
 import { CudaDevice } from '../../cuda/device.js';
 import { UsageError } from '../../errors.js';
 import { KernelModule } from '../../jit/module.js';
-import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
+import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import { CudaComm } from './comm.js';
 
@@ -20,9 +20,14 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const count = CudaDevice.count();
   if (count === 0) throw new UsageError('cuda backend: the driver reports no GPU');
   const device = new CudaDevice((opts.localRank ?? opts.rank) % count);
-  const where = (
-    await allGather(opts.store, 'a2av/cuda/where', opts.rank, opts.worldSize, encodeJson({ pid: process.pid, host: hostname(), ordinal: device.ordinal }), opts.timeoutMs)
-  ).map((b) => decodeJson<RankPlace>(b));
+  const where = await allGatherJson<RankPlace>({
+    store: opts.store,
+    key: 'a2av/cuda/where',
+    rank: opts.rank,
+    worldSize: opts.worldSize,
+    value: { pid: process.pid, host: hostname(), ordinal: device.ordinal },
+    timeoutMs: opts.timeoutMs,
+  });
   const away = where.findIndex((w) => w.host !== hostname());
   if (away >= 0)
     throw new UsageError(`cuda backend: rank ${away} runs on ${where[away].host}; it reaches peers within one machine only (use nccl across machines)`);

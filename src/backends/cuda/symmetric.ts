@@ -4,7 +4,7 @@
 import type { CudaDevice } from '../../cuda/device.js';
 import { exportIpcHandle, openIpcHandle } from '../../cuda/ipc.js';
 import { UsageError } from '../../errors.js';
-import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
+import { allGatherJson } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
 import { GpuBuffer } from '../gpu-memory.js';
 import type { RankPlace } from './setup.js';
@@ -26,7 +26,7 @@ export async function allocSymmetric(ctx: SymmetricContext, bytes: number, id: n
   const mine = { ptr: ptr.toString(), bytes, ipc: crossProcess ? exportIpcHandle(ptr) : '' };
   let peers: (typeof mine)[];
   try {
-    peers = (await allGather(ctx.store, `a2av/cuda/sym/${id}`, rank, ctx.worldSize, encodeJson(mine), ctx.timeoutMs)).map((b) => decodeJson<typeof mine>(b));
+    peers = await allGatherJson({ store: ctx.store, key: `a2av/cuda/sym/${id}`, rank, worldSize: ctx.worldSize, value: mine, timeoutMs: ctx.timeoutMs });
   } catch (err) {
     device.free(ptr);
     throw err;

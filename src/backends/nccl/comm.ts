@@ -17,7 +17,7 @@ import { entryError } from '../../collectives/status.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { groupEnd, groupStart, napMs } from '../../nccl/communicator.js';
 import { NcclType } from '../../nccl/library.js';
-import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
+import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
@@ -109,7 +109,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter {
     this.#usable();
     this.#memory.checkBytes(bytes);
     const id = this.#symmetricCount++;
-    const sizes = (await allGather(this.#store, `${this.#key}/sym/${id}`, this.rank, this.worldSize, encodeJson(bytes), this.timeoutMs)).map((b) => decodeJson<number>(b));
+    const sizes = await allGatherJson({ store: this.#store, key: `${this.#key}/sym/${id}`, rank: this.rank, worldSize: this.worldSize, value: bytes, timeoutMs: this.timeoutMs });
     const odd = sizes.findIndex((n) => n !== bytes);
     if (odd >= 0) throw new UsageError(`allocSymmetric #${id}: rank ${this.rank} asked for ${bytes} bytes but rank ${odd} for ${sizes[odd]}`);
     return this.#memory.alloc(bytes, id);

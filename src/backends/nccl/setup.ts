@@ -7,7 +7,7 @@ import { cu, outI32 } from '../../cuda/driver.js';
 import { CudaDevice } from '../../cuda/device.js';
 import { UsageError } from '../../errors.js';
 import { NcclCommunicator, shareUniqueId } from '../../nccl/communicator.js';
-import { allGather, decodeJson, encodeJson } from '../../world/all-gather.js';
+import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import { NcclComm } from './comm.js';
 import { NcclLane } from './lane.js';
@@ -31,7 +31,7 @@ export async function createNcclComm(opts: CommOptions): Promise<NcclComm> {
   try {
     const pci = PCI_ATTRS.map((a) => outI32('cuDeviceGetAttribute', (o) => cu().cuDeviceGetAttribute(o, a, device.ordinal)).toString(16)).join(':');
     const where = { host: hostname(), pci, ordinal: device.ordinal };
-    const all = (await allGather(store, `${key}/where`, rank, worldSize, encodeJson(where), setupMs)).map((b) => decodeJson<typeof where>(b));
+    const all = await allGatherJson({ store, key: `${key}/where`, rank, worldSize, value: where, timeoutMs: setupMs });
     const twin = all.findIndex((w, r) => r !== rank && w.host === where.host && w.pci === where.pci);
     if (twin >= 0) {
       throw new UsageError(`nccl backend: ranks ${Math.min(rank, twin)} and ${Math.max(rank, twin)} would share GPU ${device.ordinal} (${pci}) of ${where.host}; ` +
