@@ -72,16 +72,17 @@ const program = new Command('a2av')
 
 program
   .command('bench')
-  .description('Sweep all-to-all-v over input sizes and compare with a device copy of the same bytes')
+  .description('Sweep all-to-all-v over input sizes and compare with a same-run copy of the same bytes (across GPUs: ' +
+    'peer copies between them). Every size is checked first; a wrong result ends the run with exit status 1, naming the first wrong byte')
   .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
   .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
-  .addOption(new Option('--splits <kind>', 'rows to each peer: even, or zipf(1.1) over a per-sender permutation').choices(SPLITS_KINDS).default('uniform'))
+  .addOption(new Option('--splits <kind>', 'rows to each peer: uniform (an even share), or zipf (exponent 1.1 over a per-sender permutation of peers)').choices(SPLITS_KINDS).default('uniform'))
   .option('--row-bytes <n>', 'bytes per row', integer(1), DEFAULT_ROW_BYTES)
   .option('--seed <n>', 'seed of the split layouts', integer(0), 1)
   .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
-  .option('--repeats <n>', 'timed loops per size; the median is reported', integer(1), 5)
+  .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
   .action((flags: BenchFlags) => bench(flags));
@@ -125,7 +126,8 @@ async function bench(flags: BenchFlags): Promise<void> {
   const { runBench } = await import('./bench/run.js');
   const results: BenchResult[] = [];
   for (const backend of names) {
-    // With several backends, one that cannot run (no NCCL here) still leaves the others' table.
+    // With several backends, one that cannot run (no NCCL here) still leaves the others' table; a
+    // wrong result (WrongResultError, naming the first wrong byte) still makes the exit status 1.
     const progress = new Progress(names.length > 1 ? `${backend}: ` : '');
     try {
       const result = await runBench(
@@ -183,9 +185,13 @@ class Progress implements BenchEvents {
   }
 
   onRow({ row, index, count }: RowReport): void {
-    const line = `${this.#label}${formatBytes(row.bytes)}: ${formatMicros(row.timeUs)} µs, graph ${formatMicros(row.graphUs)} µs, ` +
-      `${row.algbwGBps.toFixed(1)} GB/s, ${row.refRatio.toFixed(2)}× the copy` +
-      (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`);
+    const line = `${this.#label}${formatBytes(row.bytes)}: ${formatMicros(row.timeUs)} µs ` +
+      `(${formatMicros(row.timeMinUs)}-${formatMicros(row.timeMaxUs)}), ` +
+      (Number.isFinite(row.graphUs) ? `graph ${formatMicros(row.graphUs)} µs, ` : '') +
+      `${row.algbwGBps.toFixed(1)} GB/s` +
+      (row.ref === 'none' ? '' : `, ${row.refRatio.toFixed(2)}× the ${row.ref}`) +
+      (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
+      `, checked ${row.checked.join('+')}`;
     if (this.#bar) this.#bar.increment({ last: line });
     else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);
   }

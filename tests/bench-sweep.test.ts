@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { runBench } from '../src/bench/run.js';
-import type { SweepArg } from '../src/bench/rank.js';
-import type { BenchRow } from '../src/bench/table.js';
+import type { SweepArg, SweepResult } from '../src/bench/rank.js';
+import { formatTable, type BenchRow } from '../src/bench/table.js';
 import { runRanks } from '../src/world/threads.js';
 
 describe('runBench on the cpu backend', () => {
@@ -10,7 +10,7 @@ describe('runBench on the cpu backend', () => {
     const progress: string[] = [];
     const streamed: BenchRow[] = [];
     const result = await runBench(
-      { backend: 'cpu', ranks: 3, minBytes: 4 << 10, maxBytes: 16 << 10, splits: 'zipf', rowBytes: 7, seed: 3, iters: 3, repeats: 2 },
+      { backend: 'cpu', ranks: 3, minBytes: 4 << 10, maxBytes: 16 << 10, splits: 'zipf', rowBytes: 7, seed: 3, iters: 3, repeats: 3 },
       {
         onPlan: ({ sizes }) => progress.push(`plan ${sizes.length}`),
         onProgress: ({ index, stage }) => progress.push(`${index} ${stage}`),
@@ -20,13 +20,42 @@ describe('runBench on the cpu backend', () => {
     assert.ok(result, 'threads of this process: this process is rank 0 and gets the result');
     assert.equal(result.backend, 'cpu');
     assert.equal(result.ranks, 3);
+    assert.equal(result.repeats, 3);
     assert.equal(result.device, 'cpu thread');
     assert.deepEqual(result.rows.map((r) => r.bytes), [585 * 7, 1170 * 7, 2340 * 7]);
     assert.deepEqual(streamed, result.rows);
     for (const r of result.rows) {
-      for (const v of [r.timeUs, r.graphUs, r.refUs, r.algbwGBps, r.busbwGBps, r.refRatio]) assert.ok(Number.isFinite(v) && v > 0, JSON.stringify(r));
+      for (const v of [r.timeUs, r.refUs, r.algbwGBps, r.busbwGBps, r.refRatio]) assert.ok(Number.isFinite(v) && v > 0, JSON.stringify(r));
+      assert.ok(r.timeMinUs <= r.timeUs && r.timeUs <= r.timeMaxUs, JSON.stringify(r));
+      assert.ok(r.refMinUs <= r.refUs && r.refUs <= r.refMaxUs, JSON.stringify(r));
+      // cpu: ranks share one device, so the reference is its copy; there is no graph to replay or check.
+      assert.equal(r.ref, 'copy');
+      assert.ok(Number.isNaN(r.graphUs), 'no graph time on cpu');
+      assert.deepEqual(r.checked, ['eager']);
     }
-    assert.deepEqual(progress.slice(0, 5), ['plan 3', '0 verify', '0 eager', '0 graph', '0 reference']);
+    assert.deepEqual(progress.slice(0, 4), ['plan 3', '0 verify', '0 eager', '0 reference']);
+
+    const lines = formatTable(result).trimEnd().split('\n');
+    assert.ok(lines.some((l) => /^# time µs = median of 3 timed loops/.test(l)));
+    assert.ok(lines.some((l) => /^# ref = copy: /.test(l)));
+    assert.ok(lines.some((l) => /^# checked = /.test(l)));
+    const titles = lines.find((l) => /^\s*bytes/.test(l))!;
+    assert.match(titles, /^\s*bytes\s+time µs\s+min-max µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio\s+checked$/);
+    const n = '\\d+\\.\\d+';
+    assert.match(lines.at(-1)!, new RegExp(`^\\s*16\\.0 KiB\\s+${n}\\s+${n}-${n}\\s+${n}\\s+${n}\\s+${n}\\s+${n}\\s+eager$`));
+  });
+
+  it('ranks on several devices: every rank times its peer copies at once, and the rows say peer-copy', async () => {
+    const arg: SweepArg = { sizes: [4 << 10, 8 << 10], splits: 'zipf', rowBytes: 8, seed: 2, dataKey: 9, iters: 2, repeats: 2 };
+    const results = await runRanks<SweepArg, SweepResult & { copies: number }>(
+      { backend: 'cpu', ranks: 4, timeoutMs: 30_000 }, new URL('./fixtures/bench-peer-rank.js', import.meta.url), 'peerSweep', arg);
+    const rows = results[0].rows;
+    assert.equal(rows.length, 2);
+    for (const r of rows) {
+      assert.equal(r.ref, 'peer-copy');
+      assert.ok(Number.isFinite(r.refUs) && r.refMinUs <= r.refUs && r.refUs <= r.refMaxUs, JSON.stringify(r));
+    }
+    for (const { copies } of results) assert.ok(copies > 0, 'every rank copied to its peers on the other device');
   });
 
   it('stops every rank when one finds a wrong result, and names it', async () => {
@@ -35,7 +64,7 @@ describe('runBench on the cpu backend', () => {
     await assert.rejects(
       runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 30_000 }, new URL('./fixtures/bench-faulty-rank.js', import.meta.url), 'faultySweep', arg),
       (err: Error & { code?: string }) =>
-        err.code === 'A2AV_BENCH_WRONG_RESULT' && /rank 1: eager all-to-all-v .* row 0 from rank 0 differs at byte 0/.test(err.message),
+        err.code === 'A2AV_BENCH_WRONG_RESULT' && /rank 1: eager all-to-all-v .*: output byte 0: row 0 from rank 0, byte 0 of the row, is 0x/.test(err.message),
     );
     assert.ok(Date.now() - started < 10_000, 'rank 0 waited for a timeout instead of stopping');
   });

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { formatJson, formatTable, makeRow, type BenchResult } from '../src/bench/table.js';
+import { spread } from '../src/bench/measure.js';
+import { formatJson, formatTable, makeRow, type BenchResult, type RefKind } from '../src/bench/table.js';
+
+const t = (medianUs: number, minUs = medianUs, maxUs = medianUs) => ({ medianUs, minUs, maxUs });
 
 const result: BenchResult = {
   backend: 'cuda',
@@ -9,28 +12,103 @@ const result: BenchResult = {
   rowBytes: 1024,
   device: 'H200 #0',
   date: '2025-01-01T00:00:00.000Z',
-  rows: [makeRow(4, 512 << 10, 25, 18.5, 2.5), makeRow(4, 4 * 2 ** 30, 11392.123, 11380, 9000)],
+  repeats: 5,
+  rows: [
+    makeRow({ ranks: 4, bytes: 512 << 10, time: t(25, 24.5, 26.25), graph: t(18.5), ref: 'copy', refTime: t(2.5), checked: ['eager', 'graph'] }),
+    makeRow({ ranks: 4, bytes: 4 * 2 ** 30, time: t(11392.123, 11390, 11400.5), graph: t(11380), ref: 'copy', refTime: t(9000), checked: ['eager', 'graph'] }),
+  ],
 };
 
+/** A one-row result of `backend` with reference `ref`, no graph. */
+function single(backend: string, ref: RefKind): BenchResult {
+  const refTime = ref === 'none' ? undefined : t(40);
+  return { ...result, backend, rows: [makeRow({ ranks: 2, bytes: 1 << 20, time: t(50, 49, 52), ref, refTime, checked: ['eager'] })] };
+}
+
 describe('bench table', () => {
-  it('derives bandwidths and the ratio from the times', () => {
+  it('derives bandwidths and the ratio from the median times', () => {
     const row = result.rows[0];
     assert.equal(row.algbwGBps, (512 * 1024) / 25e-6 / 1e9);
     assert.equal(row.busbwGBps, (row.algbwGBps * 3) / 4);
     assert.equal(row.refRatio, 0.1);
+    assert.deepEqual([row.timeMinUs, row.timeMaxUs], [24.5, 26.25]);
   });
 
-  it('aligns columns with human units', () => {
+  it('aligns columns with human units: time with its spread, graph, reference, what was checked', () => {
     const lines = formatTable(result).trimEnd().split('\n');
     assert.match(lines[0], /^# a2av bench: cuda, 4 ranks, uniform splits, 1024-byte rows, H200 #0, 2025-01-01/);
-    assert.equal(new Set(lines.slice(1).map((l) => l.length)).size, 1, 'all lines the same width');
-    assert.match(lines[2], /^\s*512 KiB\s+25\.00\s+18\.50\s+21\.0\s+15\.7\s+2\.50\s+0\.10$/);
-    assert.match(lines[3], /^\s*4 GiB\s+11392\.1\s+11380\.0\s+377\.0\s+282\.8\s+9000\.0\s+0\.79$/);
+    assert.match(lines[1], /^# time µs = median of 5 timed loops \(slowest rank in each\), min-max = the fastest and slowest loop$/);
+    assert.match(lines[2], /^# ref = copy: the device copying the bytes all its ranks send \(cuMemcpyDtoD/);
+    assert.match(lines[3], /^# checked = calls whose result matched a host reference .* exit status 1 and names the first wrong byte$/);
+    const table = lines.slice(4);
+    assert.match(table[0], /^\s*bytes\s+time µs\s+min-max µs\s+graph µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio\s+checked$/);
+    assert.equal(new Set(table.map((l) => l.length)).size, 1, 'all lines the same width');
+    assert.match(table[1], /^\s*512 KiB\s+25\.00\s+24\.50-26\.25\s+18\.50\s+21\.0\s+15\.7\s+2\.50\s+0\.10\s+eager\+graph$/);
+    assert.match(table[2], /^\s*4 GiB\s+11392\.1\s+11390\.0-11400\.5\s+11380\.0\s+377\.0\s+282\.8\s+9000\.0\s+0\.79\s+eager\+graph$/);
   });
 
   it('writes the JSON form with the documented keys', () => {
     const parsed = JSON.parse(formatJson(result));
-    assert.deepEqual(Object.keys(parsed), ['backend', 'ranks', 'splits', 'rowBytes', 'device', 'date', 'rows']);
-    assert.deepEqual(Object.keys(parsed.rows[0]), ['bytes', 'timeUs', 'graphUs', 'algbwGBps', 'busbwGBps', 'refUs', 'refRatio']);
+    assert.deepEqual(Object.keys(parsed), ['backend', 'ranks', 'splits', 'rowBytes', 'device', 'date', 'repeats', 'rows']);
+    assert.deepEqual(Object.keys(parsed.rows[0]), [
+      'bytes', 'timeUs', 'timeMinUs', 'timeMaxUs', 'graphUs', 'graphMinUs', 'graphMaxUs', 'algbwGBps', 'busbwGBps',
+      'ref', 'refUs', 'refMinUs', 'refMaxUs', 'refRatio', 'checked',
+    ]);
+    assert.equal(parsed.rows[0].ref, 'copy');
+    assert.deepEqual(parsed.rows[0].checked, ['eager', 'graph']);
+    assert.equal(formatTable(parsed), formatTable(result), 'the table of the JSON read back is the same table');
+  });
+
+  it('cpu: no graph column, and null graph times in JSON', () => {
+    const cpu = single('cpu', 'copy');
+    const lines = formatTable(cpu).trimEnd().split('\n');
+    const titles = lines.find((l) => /^\s*bytes/.test(l))!;
+    assert.doesNotMatch(titles, /graph/);
+    assert.match(titles, /^\s*bytes\s+time µs\s+min-max µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio\s+checked$/);
+    assert.match(lines.at(-1)!, /^\s*1 MiB\s+50\.00\s+49\.00-52\.00\s+21\.0\s+10\.5\s+40\.00\s+0\.80\s+eager$/);
+    const row = JSON.parse(formatJson(cpu)).rows[0];
+    assert.deepEqual([row.graphUs, row.graphMinUs, row.graphMaxUs], [null, null, null]);
+  });
+
+  it('names the peer-copy reference across GPUs in the header and the JSON', () => {
+    const multi = single('cuda', 'peer-copy');
+    const head = formatTable(multi).split('\n').filter((l) => l.startsWith('#'));
+    assert.ok(head.some((l) => /^# ref = peer-copy: every rank at once copying what it sends to ranks on other GPUs .*bound of the exchange$/.test(l)), head.join('\n'));
+    assert.ok(!head.some((l) => /ref = copy/.test(l)));
+    assert.equal(JSON.parse(formatJson(multi)).rows[0].ref, 'peer-copy');
+  });
+
+  it("without a reference (nccl across GPUs): '-' in the ref cells, null in JSON, and the header says why", () => {
+    const none = single('nccl', 'none');
+    const lines = formatTable(none).trimEnd().split('\n');
+    assert.ok(lines.some((l) => /^# ref = -: no same-run reference \(nccl across GPUs/.test(l)));
+    assert.match(lines.at(-1)!, /\s+-\s+-\s+eager$/);
+    const row = JSON.parse(formatJson(none)).rows[0];
+    assert.deepEqual([row.ref, row.refUs, row.refRatio], ['none', null, null]);
+  });
+
+  it('a table mixing references gets a ref column', () => {
+    const mixed: BenchResult = { ...result, rows: [...single('cuda', 'peer-copy').rows, ...single('nccl', 'none').rows] };
+    const titles = formatTable(mixed).split('\n').find((l) => /^\s*bytes/.test(l))!;
+    assert.match(titles, /busbw GB\/s\s+ref\s+ref µs/);
+    assert.doesNotMatch(formatTable(result), /GB\/s\s+ref\s+ref µs/, 'one reference: said once, in the header');
+  });
+
+  it('still prints results written before spread, reference and checks were recorded', () => {
+    const old = {
+      backend: 'cuda', ranks: 2, splits: 'uniform', rowBytes: 1024, device: 'NVIDIA H200 #0', date: '2026-11-29T11:55:11.781Z',
+      rows: [{ bytes: 512 << 10, timeUs: 6.78, graphUs: 6.05, algbwGBps: 77.4, busbwGBps: 38.7, refUs: 4.15, refRatio: 0.61 }],
+    } as unknown as BenchResult;
+    const lines = formatTable(old).trimEnd().split('\n');
+    assert.match(lines[1], /^# ref = copy: /);
+    assert.match(lines[2], /^\s*bytes\s+time µs\s+graph µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio$/);
+    assert.match(lines[3], /^\s*512 KiB\s+6\.78\s+6\.05\s+77\.4\s+38\.7\s+4\.15\s+0\.61$/);
+  });
+});
+
+describe('spread of the timed loops', () => {
+  it('median, fastest and slowest', () => {
+    assert.deepEqual(spread([5, 1, 4, 2, 3]), { medianUs: 3, minUs: 1, maxUs: 5 });
+    assert.deepEqual(spread([4, 1]), { medianUs: 2.5, minUs: 1, maxUs: 4 });
   });
 });

@@ -66,7 +66,33 @@ describe('ResultCheck', () => {
 
   it('rejects a call that wrote nothing (the armed poison is still there)', () => {
     const { check } = setup();
-    assert.throws(() => check.verify('eager'), (e: unknown) => e instanceof WrongResultError && /outSplitsOffsets\[0\]\[0\] is -1/.test(e.message));
+    assert.throws(
+      () => check.verify('eager'),
+      (e: unknown) => e instanceof WrongResultError && /outSplitsOffsets byte 0: outSplitsOffsets\[0\]\[0\] is -1, expected/.test(e.message),
+    );
+  });
+
+  it('names the first wrong byte: its offset in the output, its row and source, both values', () => {
+    const received = splits.rows.map((row) => row[ME]);
+    const { check, output, outSplitsOffsets } = setup();
+    deliver(output, outSplitsOffsets);
+    // Two wrong bytes: the check reports the one earlier in the output, whichever source it came from.
+    const last = received.length - 1 - [...received].reverse().findIndex((n) => n > 0);
+    const first = received.findIndex((n) => n > 0);
+    assert.ok(first < last, 'rows from two sources');
+    const startOf = (src: number) => received.slice(0, src).reduce((a, b) => a + b, 0) * ROW;
+    output.data[startOf(last) + 2] ^= 0xff;
+    const at = startOf(first) + 5;
+    const was = output.data[at];
+    output.data[at] ^= 0x0f;
+    const hex = (b: number) => `0x${b.toString(16).padStart(2, '0')}`;
+    assert.throws(() => check.verify('eager'), (e: unknown) => {
+      assert.ok(e instanceof WrongResultError);
+      assert.deepEqual(e.wrong, { buffer: 'output', offset: at, detail: `row 0 from rank ${first}, byte 5 of the row, is ${hex(was ^ 0x0f)}, expected ${hex(was)}` });
+      assert.equal(e.message, `rank ${ME}: eager all-to-all-v gave a wrong result at ${(splits.rowsPerRank * ROW)} B per rank: output byte ${at}: ${e.wrong.detail}`);
+      assert.equal(e.code, 'A2AV_BENCH_WRONG_RESULT');
+      return true;
+    });
   });
 
   it('rejects a wrong byte in the first or last row from a source', () => {
@@ -77,7 +103,7 @@ describe('ResultCheck', () => {
       deliver(output, outSplitsOffsets);
       const offset = received.slice(0, src).reduce((a, b) => a + b, 0);
       output.data[(offset + row) * ROW + 3] ^= 1;
-      assert.throws(() => check.verify('graph'), new RegExp(`graph all-to-all-v .* row ${row} from rank ${src} differs at byte 3`));
+      assert.throws(() => check.verify('graph'), new RegExp(`graph all-to-all-v .*: output byte ${(offset + row) * ROW + 3}: row ${row} from rank ${src}, byte 3 of the row`));
     }
   });
 
@@ -85,7 +111,7 @@ describe('ResultCheck', () => {
     const { check, output, outSplitsOffsets } = setup();
     deliver(output, outSplitsOffsets);
     outSplitsOffsets.data[8 * (W + 2)] += 1;
-    assert.throws(() => check.verify('eager'), /outSplitsOffsets\[1\]\[2\]/);
+    assert.throws(() => check.verify('eager'), new RegExp(`outSplitsOffsets byte ${8 * (W + 2)}: outSplitsOffsets\\[1\\]\\[2\\]`));
   });
 
   it('rejects a write past the last received row', () => {
@@ -93,7 +119,7 @@ describe('ResultCheck', () => {
     deliver(output, outSplitsOffsets);
     const end = splits.rows.reduce((sum, row) => sum + row[ME], 0) * ROW;
     output.data[end + 1] = 0;
-    assert.throws(() => check.verify('eager'), /wrote past the last received row/);
+    assert.throws(() => check.verify('eager'), new RegExp(`output byte ${end + 1}: written past the last received row \\(0x00 over the canary 0xa5\\)`));
   });
 });
 

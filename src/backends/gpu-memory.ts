@@ -1,6 +1,6 @@
 // One rank's GPU buffers, for the backends that keep data in CUDA device memory (cuda, nccl): the
 // registry that tells its own buffers from others', range checks, and host <-> device copies.
-import type { DeviceBuffer, Stream } from './backend.js';
+import type { DeviceBuffer, PeerCopyArgs, Stream } from './backend.js';
 import { checkBuffer, type CheckContext } from '../collectives/check.js';
 import type { CudaDevice, CudaStream } from '../cuda/device.js';
 import { closeIpcMapping } from '../cuda/ipc.js';
@@ -8,6 +8,8 @@ import { UsageError } from '../errors.js';
 
 export class GpuBuffer implements DeviceBuffer {
   freed = false;
+  /** Host copy of `peerTable`, read on the first copyToPeer. */
+  peerAddresses: BigUint64Array | undefined;
   constructor(
     readonly ptr: bigint,
     readonly bytes: number,
@@ -86,5 +88,27 @@ export class GpuMemory {
     this.checkRange(dst, 0, bytes, 'copy destination');
     this.checkRange(src, 0, bytes, 'copy source');
     this.device.copyAsync((dst as GpuBuffer).ptr, (src as GpuBuffer).ptr, bytes, stream as CudaStream);
+  }
+
+  /** Comm.copyToPeer: through the address of `peer`'s copy of `dst` that the kernels use too. */
+  copyToPeer(args: PeerCopyArgs, stream: Stream): void {
+    const { dst, peer, src, bytes, dstOffset = 0, srcOffset = 0 } = args;
+    const { rank, worldSize } = this.ctx;
+    this.checkRange(dst, dstOffset, bytes, 'peer copy destination'); // symmetric: every copy has this size
+    this.checkRange(src, srcOffset, bytes, 'peer copy source');
+    if (!Number.isInteger(peer) || peer < 0 || peer >= worldSize)
+      throw new UsageError(`rank ${rank}: peer ${peer} out of range (world of ${worldSize})`);
+    const target = dst as GpuBuffer;
+    if (target.peerTable === 0n)
+      throw new UsageError(`rank ${rank}: peer copy destination is not a peer-addressed symmetric buffer (allocSymmetric on cuda)`);
+    // The table was uploaded synchronously when the buffer was made; one read, then reuse.
+    if (target.peerAddresses === undefined) {
+      const table = new Uint8Array(8 * worldSize);
+      this.device.download(table, target.peerTable);
+      target.peerAddresses = new BigUint64Array(table.buffer);
+    }
+    if (bytes === 0) return;
+    const to = target.peerAddresses[peer] + BigInt(dstOffset);
+    this.device.copyPeerAsync(to, (src as GpuBuffer).ptr + BigInt(srcOffset), bytes, stream as CudaStream);
   }
 }

@@ -6,10 +6,11 @@ import { UsageError } from '../errors.js';
 import { rankEnv } from '../world/env.js';
 import { init } from '../world/init.js';
 import { runRanks } from '../world/threads.js';
-import { sweep, type PlanReport, type ProgressReport, type RowReport, type SweepArg, type SweepReport, type SweepResult } from './rank.js';
+import { sweep, type PlanReport, type ProgressReport, type RowReport, type SweepArg, type SweepReport, type SweepResult, type WrongElsewhere } from './rank.js';
 import type { SplitsKind } from './splits.js';
 import type { BenchResult } from './table.js';
 import { doublingSizes } from './units.js';
+import { WrongResultError } from './verify.js';
 
 export interface BenchOptions {
   backend: BackendName;
@@ -23,7 +24,7 @@ export interface BenchOptions {
   seed: number;
   /** Fixed iterations per timed loop; by default enough for a loop of >= 20 ms. */
   iters?: number;
-  /** Timed loops per size; the median is reported. */
+  /** Timed loops per size; the median is reported, with the fastest and slowest. */
   repeats: number;
   timeoutMs?: number;
 }
@@ -73,7 +74,14 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
         arg,
       ))[0];
   if (rank0 === undefined) return undefined;
-  return { backend: opts.backend, ranks: opts.ranks, splits: opts.splits, rowBytes: opts.rowBytes, device, date, rows: rank0.rows };
+  // Threads: the rank that found a wrong result threw, so runRanks has rejected with its error already.
+  if (rank0.stoppedBy) throw stoppedError(rank0.stoppedBy, 0);
+  return { backend: opts.backend, ranks: opts.ranks, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: rank0.rows };
+}
+
+/** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */
+function stoppedError(stop: WrongElsewhere, rank: number): WrongResultError {
+  return new WrongResultError({ ...stop, reportedBy: rank });
 }
 
 /** This process is one rank of a launched job: its part of the sweep; rank 0's result, else undefined. */
@@ -83,6 +91,7 @@ async function sweepThisProcess(opts: BenchOptions, arg: SweepArg, onReport: (ra
   const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs });
   try {
     const result = await sweep(comm, arg, { report: (message) => onReport(comm.rank, message) });
+    if (result.stoppedBy) throw stoppedError(result.stoppedBy, comm.rank);
     return comm.rank === 0 ? result : undefined;
   } finally {
     await comm.close();

@@ -1,21 +1,51 @@
 // The benchmark's result: the JSON form and an aligned text table of the same rows.
 import { formatBytes } from './units.js';
 
+/**
+ * The same-run reference a row's ratio is taken against. `copy`: one device's own copy of the bytes
+ * all ranks on it send (cuMemcpyDtoD; TypedArray.set on cpu), for ranks that share one device.
+ * `peer-copy`: ranks on several GPUs, every rank at once copying what it sends to ranks on other
+ * GPUs into their buffers with the copy engine, the bound of the exchange. `none`: no reference
+ * (nccl across GPUs, whose buffers peers cannot address).
+ */
+export type RefKind = 'copy' | 'peer-copy' | 'none';
+
+/** The forms of the call whose result was checked at a size before it was timed. */
+export type CheckedForm = 'eager' | 'graph';
+
+/** One timed quantity over the repeats: each repeat's figure is the slowest rank's. */
+export interface Timing {
+  medianUs: number;
+  minUs: number;
+  maxUs: number;
+}
+
 export interface BenchRow {
   /** Input bytes per rank (whole rows). */
   bytes: number;
-  /** Eager calls, back to back: median µs per call (slowest rank). */
+  /** Eager calls, back to back: median over the timed loops of µs per call (slowest rank). */
   timeUs: number;
-  /** The same call replayed from a captured graph; NaN (null in JSON) where the backend cannot capture (nccl). */
+  /** Fastest and slowest timed loop. */
+  timeMinUs: number;
+  timeMaxUs: number;
+  /** The same call replayed from a captured graph; NaN (null in JSON) where there is no graph (cpu, nccl). */
   graphUs: number;
+  graphMinUs: number;
+  graphMaxUs: number;
   /** bytes / timeUs (eager), in GB/s (1e9 B/s). */
   algbwGBps: number;
   /** algbw × (W−1)/W: the part that crosses between ranks (nccl-tests' convention). */
   busbwGBps: number;
-  /** The device's own copy of the bytes all ranks on it move, same run. */
+  /** Which reference refUs measures. */
+  ref: RefKind;
+  /** The reference's median µs per call, same run; NaN (null) for `none`. */
   refUs: number;
-  /** refUs / timeUs: >= 1 means the all-to-all-v beat the copy. */
+  refMinUs: number;
+  refMaxUs: number;
+  /** refUs / timeUs: >= 1 means the all-to-all-v beat the reference. */
   refRatio: number;
+  /** Forms whose result matched a host reference at this size (a wrong one ends the run instead). */
+  checked: CheckedForm[];
   /** nccl only: median µs the host waits per call for the device splits (copy to host, count exchange). */
   hostSyncUs?: number;
   /** Tables of several backends (compareBackends): whose row this is. */
@@ -32,36 +62,90 @@ export interface BenchResult {
   device: string;
   /** ISO 8601, when the sweep started. */
   date: string;
+  /** Timed loops per size (absent in results written before it was recorded). */
+  repeats?: number;
   rows: BenchRow[];
 }
 
-/** Derives the bandwidth columns from the measured times. */
-export function makeRow(ranks: number, bytes: number, timeUs: number, graphUs: number, refUs: number, hostSyncUs?: number): BenchRow {
-  const algbwGBps = bytes / timeUs / 1e3;
-  const row: BenchRow = { bytes, timeUs, graphUs, algbwGBps, busbwGBps: (algbwGBps * (ranks - 1)) / ranks, refUs, refRatio: refUs / timeUs };
-  if (hostSyncUs !== undefined) row.hostSyncUs = hostSyncUs;
+/** What one size measured; makeRow derives the rest. */
+export interface RowMeasurements {
+  ranks: number;
+  bytes: number;
+  time: Timing;
+  /** Absent where the backend has no graph. */
+  graph?: Timing;
+  ref: RefKind;
+  /** Absent for `none`. */
+  refTime?: Timing;
+  checked: CheckedForm[];
+  hostSyncUs?: number;
+}
+
+const NO_TIMING: Timing = { medianUs: NaN, minUs: NaN, maxUs: NaN };
+
+/** Derives the bandwidth columns and the ratio from the measured times. */
+export function makeRow(m: RowMeasurements): BenchRow {
+  const { time, graph = NO_TIMING, refTime = NO_TIMING } = m;
+  const algbwGBps = m.bytes / time.medianUs / 1e3;
+  const row: BenchRow = {
+    bytes: m.bytes,
+    timeUs: time.medianUs,
+    timeMinUs: time.minUs,
+    timeMaxUs: time.maxUs,
+    graphUs: graph.medianUs,
+    graphMinUs: graph.minUs,
+    graphMaxUs: graph.maxUs,
+    algbwGBps,
+    busbwGBps: (algbwGBps * (m.ranks - 1)) / m.ranks,
+    ref: m.ref,
+    refUs: refTime.medianUs,
+    refMinUs: refTime.minUs,
+    refMaxUs: refTime.maxUs,
+    refRatio: refTime.medianUs / time.medianUs,
+    checked: m.checked,
+  };
+  if (m.hostSyncUs !== undefined) row.hostSyncUs = m.hostSyncUs;
   return row;
 }
 
 interface Column {
   title: string;
   cell(row: BenchRow): string;
-  /** Shown only when some row has this field. */
-  optional?: keyof BenchRow;
+  /** Shown only when some row has a value here (JSON read back has null where a row had NaN). */
+  shown?(rows: readonly BenchRow[]): boolean;
 }
+
+const has = (key: keyof BenchRow) => (rows: readonly BenchRow[]) => rows.some((r) => r[key] !== undefined);
+const hasNumber = (key: keyof BenchRow) => (rows: readonly BenchRow[]) => rows.some((r) => Number.isFinite(r[key]));
 
 const COLUMNS: Column[] = [
   { title: 'bytes', cell: (r) => formatBytes(r.bytes) },
-  { title: 'backend', cell: (r) => r.backend ?? '-', optional: 'backend' },
+  { title: 'backend', cell: (r) => r.backend ?? '-', shown: has('backend') },
   { title: 'time µs', cell: (r) => formatMicros(r.timeUs) },
-  { title: 'graph µs', cell: (r) => formatMicros(r.graphUs) },
-  { title: 'sync µs', cell: (r) => formatMicros(r.hostSyncUs), optional: 'hostSyncUs' },
+  { title: 'min-max µs', cell: (r) => formatRange(r.timeMinUs, r.timeMaxUs), shown: hasNumber('timeMinUs') },
+  { title: 'graph µs', cell: (r) => formatMicros(r.graphUs), shown: hasNumber('graphUs') },
+  { title: 'sync µs', cell: (r) => formatMicros(r.hostSyncUs), shown: has('hostSyncUs') },
   { title: 'algbw GB/s', cell: (r) => r.algbwGBps.toFixed(1) },
   { title: 'busbw GB/s', cell: (r) => r.busbwGBps.toFixed(1) },
+  // Only a table mixing references (several backends) needs to say it per row.
+  { title: 'ref', cell: (r) => refOf(r), shown: (rows) => new Set(rows.map(refOf)).size > 1 },
   { title: 'ref µs', cell: (r) => formatMicros(r.refUs) },
-  { title: 'ref ratio', cell: (r) => r.refRatio.toFixed(2) },
-  { title: 'vs nccl', cell: (r) => (r.vsNccl === undefined ? '-' : r.vsNccl.toFixed(2)), optional: 'vsNccl' },
+  { title: 'ref ratio', cell: (r) => formatRatio(r.refRatio) },
+  { title: 'checked', cell: (r) => (r.checked?.length ? r.checked.join('+') : '-'), shown: has('checked') },
+  { title: 'vs nccl', cell: (r) => formatRatio(r.vsNccl), shown: has('vsNccl') },
 ];
+
+const REF_NOTES: Record<RefKind, string> = {
+  copy: 'ref = copy: the device copying the bytes all its ranks send (cuMemcpyDtoD; TypedArray.set on cpu), same run',
+  'peer-copy': 'ref = peer-copy: every rank at once copying what it sends to ranks on other GPUs into their buffers ' +
+    '(copy engine, cuMemcpyAsync), same run: the bound of the exchange',
+  none: "ref = -: no same-run reference (nccl across GPUs: peers' buffers are not addressable)",
+};
+
+/** Results written before rows named their reference all used the device's copy. */
+function refOf(row: BenchRow): RefKind {
+  return row.ref ?? 'copy';
+}
 
 /** Two decimals below 1000 µs, one above: enough digits to compare runs, no noise digits. '-' for none. */
 export function formatMicros(us: number | null | undefined): string {
@@ -69,19 +153,35 @@ export function formatMicros(us: number | null | undefined): string {
   return us.toFixed(us < 1000 ? 2 : 1);
 }
 
-/** A one-line description of the run, then the columns right-aligned. */
+function formatRange(min: number | null | undefined, max: number | null | undefined): string {
+  const [lo, hi] = [formatMicros(min), formatMicros(max)];
+  return lo === '-' || hi === '-' ? '-' : `${lo}-${hi}`;
+}
+
+function formatRatio(x: number | null | undefined): string {
+  return typeof x === 'number' && Number.isFinite(x) ? x.toFixed(2) : '-';
+}
+
+/** A line describing the run, a line per note on the columns, then the columns right-aligned. */
 export function formatTable(result: BenchResult): string {
-  let head = `# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${result.splits} splits, ` +
-    `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`;
-  const columns = COLUMNS.filter((c) => c.optional === undefined || result.rows.some((r) => r[c.optional!] !== undefined));
-  const notes: string[] = [];
-  if (columns.some((c) => c.optional === 'vsNccl')) notes.push("vs nccl = NCCL's time / this row's time (> 1: faster than NCCL)");
-  if (columns.some((c) => c.optional === 'hostSyncUs')) notes.push('sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');
-  if (notes.length > 0) head += `\n# ${notes.join('; ')}`;
-  const cells = [columns.map((c) => c.title), ...result.rows.map((r) => columns.map((c) => c.cell(r)))];
+  const { rows } = result;
+  const head = [`# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${result.splits} splits, ` +
+    `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
+  const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
+  const shown = (title: string) => columns.some((c) => c.title === title);
+  const loops = result.repeats === undefined ? 'timed loops' : `${result.repeats} timed loop${result.repeats === 1 ? '' : 's'}`;
+  if (shown('min-max µs')) head.push(`# time µs = median of ${loops} (slowest rank in each), min-max = the fastest and slowest loop`);
+  for (const kind of new Set(rows.map(refOf))) head.push(`# ${REF_NOTES[kind]}`);
+  if (shown('checked')) {
+    head.push('# checked = calls whose result matched a host reference before timing (outSplitsOffsets, sampled rows from ' +
+      'every source, a canary past the end); a wrong result ends the run with exit status 1 and names the first wrong byte');
+  }
+  if (shown('vs nccl')) head.push("# vs nccl = NCCL's time / this row's time (> 1: faster than NCCL)");
+  if (shown('sync µs')) head.push('# sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');
+  const cells = [columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))];
   const widths = columns.map((_, i) => Math.max(...cells.map((line) => line[i].length)));
   const lines = cells.map((line) => line.map((cell, i) => cell.padStart(widths[i])).join('  '));
-  return [head, ...lines].join('\n') + '\n';
+  return [...head, ...lines].join('\n') + '\n';
 }
 
 export function formatJson(result: BenchResult): string {

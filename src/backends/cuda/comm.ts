@@ -2,7 +2,7 @@
 // streams and its share of the SMs) or sit on different GPUs (peer access, or CUDA IPC across
 // processes). setup.ts builds it, symmetric.ts maps peers' memory, kernels.ts queues the kernels,
 // records.ts reads each call's outcome back.
-import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
+import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, PeerCopyArgs, Replay, Stream } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import type { KernelModule } from '../../jit/module.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
@@ -120,6 +120,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
     this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
+  }
+
+  copyToPeer(args: PeerCopyArgs): void {
+    this.#memory.copyToPeer(args, args.stream ?? this.#lanes[0].stream);
   }
 
   record(stream?: Stream): Handle {

@@ -1,0 +1,102 @@
+// The sweep's same-run reference, chosen once from where the ranks run.
+// Ranks on one device: that device's own copy of the bytes all its ranks send, timed on its lowest
+// rank while the others wait (`copy`). Ranks on several GPUs: a one-GPU copy says nothing about
+// NVLink (it read 0.30 on 2 H200s), so every rank at once copies what it sends to ranks on other
+// GPUs straight into their output buffers with the copy engine (`peer-copy`): the traffic an
+// exchange must carry between GPUs, at the rate the copy engines carry it. Backends whose buffers
+// peers cannot address (nccl) have no reference across GPUs (`none`).
+import { hostname } from 'node:os';
+import type { Comm, DeviceBuffer, Stream } from '../backends/backend.js';
+import type { Agreement } from './agree.js';
+import type { Splits } from './splits.js';
+import type { RefKind } from './table.js';
+
+/** The copy reference copies in chunks of at most this, so its buffers stay small next to the sweep's. */
+const MAX_COPY_BYTES = 1 << 30;
+
+export interface ReferencePlan {
+  kind: RefKind;
+  /** Per rank, the lowest rank on its device: ranks with the same value share a device. */
+  deviceOf: number[];
+  /** `copy`: this rank times its device's copy (it is the lowest rank there). */
+  timesCopy: boolean;
+}
+
+/**
+ * Collective. Ranks are matched by host and device name: which rank lands on which device is the
+ * backend's and the launcher's business.
+ */
+export function planReference(comm: Comm, agree: Agreement): ReferencePlan {
+  const keys = agree.gather([deviceKey(comm.deviceName)]).map(([key]) => key);
+  const deviceOf = keys.map((key) => keys.indexOf(key));
+  const oneDevice = deviceOf.every((d) => d === 0);
+  const kind: RefKind = oneDevice ? 'copy' : comm.copyToPeer ? 'peer-copy' : 'none';
+  return { kind, deviceOf, timesCopy: kind === 'copy' && deviceOf[comm.rank] === comm.rank };
+}
+
+/** Bytes of the copy reference's source and of its destination on the rank that times it. */
+export function copyBytes(kind: RefKind, inputBytes: number, ranksOnDevice: number): number {
+  return kind === 'copy' ? Math.min(ranksOnDevice * inputBytes, MAX_COPY_BYTES) : 0;
+}
+
+/** The buffers the reference reads and writes. */
+export interface ReferenceBuffers {
+  /** The sweep's input and (symmetric) output: the peer copies move input rows into peers' outputs. */
+  input: DeviceBuffer;
+  output: DeviceBuffer;
+  /** `copy` on the rank that times it: a source and a destination of `copyBytes` bytes. */
+  copy?: { src: DeviceBuffer; dst: DeviceBuffer };
+}
+
+/**
+ * The work one iteration of the reference queues on `stream` for this size; undefined where this
+ * rank times nothing. For `peer-copy` every rank gets one (maybe empty): every rank times it, at once.
+ */
+export function referenceWork(comm: Comm, plan: ReferencePlan, buffers: ReferenceBuffers, splits: Splits, rowBytes: number, stream: Stream): (() => void) | undefined {
+  if (plan.kind === 'copy' && plan.timesCopy) {
+    const { src, dst } = buffers.copy!;
+    const total = comm.ranksOnDevice * splits.rowsPerRank * rowBytes;
+    return () => {
+      for (let done = 0; done < total; done += src.bytes) comm.copy(dst, src, Math.min(src.bytes, total - done), stream);
+    };
+  }
+  if (plan.kind !== 'peer-copy') return undefined;
+  const copies = peerCopies(comm.rank, plan.deviceOf, splits, rowBytes);
+  const copyToPeer = comm.copyToPeer!.bind(comm);
+  return () => {
+    for (const c of copies) copyToPeer({ dst: buffers.output, dstOffset: c.dstOffset, peer: c.peer, src: buffers.input, srcOffset: c.srcOffset, bytes: c.bytes, stream });
+  };
+}
+
+/** One rank's rows for one peer: where they sit in its input and where they land in the peer's output. */
+export interface PeerCopy {
+  peer: number;
+  srcOffset: number;
+  dstOffset: number;
+  bytes: number;
+}
+
+/** What rank `me` sends to ranks on other devices, laid out as the exchange lays it out; empty sends left out. */
+export function peerCopies(me: number, deviceOf: readonly number[], splits: Splits, rowBytes: number): PeerCopy[] {
+  const { rows } = splits;
+  const copies: PeerCopy[] = [];
+  let sent = 0;
+  for (let peer = 0; peer < rows.length; peer++) {
+    const n = rows[me][peer];
+    if (n > 0 && deviceOf[peer] !== deviceOf[me]) {
+      // The peer's output holds the rows of sources 0..me-1 before ours.
+      let before = 0;
+      for (let src = 0; src < me; src++) before += rows[src][peer];
+      copies.push({ peer, srcOffset: sent * rowBytes, dstOffset: before * rowBytes, bytes: n * rowBytes });
+    }
+    sent += n;
+  }
+  return copies;
+}
+
+/** FNV-1a of host and device name: equal on ranks that share a device, distinct otherwise (but for 2^-32 odds). */
+function deviceKey(deviceName: string): number {
+  let h = 0x811c9dc5;
+  for (const c of `${hostname()}/${deviceName}`) h = Math.imul(h ^ c.codePointAt(0)!, 0x01000193);
+  return h >>> 0;
+}

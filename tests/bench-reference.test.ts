@@ -1,0 +1,92 @@
+// The sweep's reference, without a GPU: which one a placement of ranks gets, and what the
+// peer-copy reference moves (exactly the bytes each rank sends to ranks on other GPUs, to where the
+// exchange puts them) — the GPU run only adds the copies' speed.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Comm, DeviceBuffer, PeerCopyArgs, Stream } from '../src/backends/backend.js';
+import type { Agreement } from '../src/bench/agree.js';
+import { peerCopies, planReference, referenceWork, type ReferencePlan } from '../src/bench/reference.js';
+import { makeSplits } from '../src/bench/splits.js';
+
+const buffer = (bytes: number, symmetric = false): DeviceBuffer => ({ bytes, symmetric, symmetricId: symmetric ? 0 : -1, freed: false });
+const stream: Stream = { kind: 'stream' };
+
+/** Rank `rank` of ranks whose devices are named `devices` (one per rank); records its copies. */
+function fakeRank(rank: number, devices: string[], peerCopy: boolean) {
+  const calls: { peer?: PeerCopyArgs; local?: { bytes: number } }[] = [];
+  const comm = {
+    rank,
+    worldSize: devices.length,
+    deviceName: devices[rank],
+    ranksOnDevice: devices.filter((d) => d === devices[rank]).length,
+    copy: (_dst: DeviceBuffer, _src: DeviceBuffer, bytes: number) => calls.push({ local: { bytes } }),
+    ...(peerCopy ? { copyToPeer: (args: PeerCopyArgs) => calls.push({ peer: args }) } : {}),
+  } as unknown as Comm;
+  // The all-gather of device keys: equal names, equal keys.
+  const agree = { gather: () => devices.map((d) => [devices.indexOf(d)]) } as unknown as Agreement;
+  return { comm, agree, calls };
+}
+
+describe('planReference', () => {
+  it('ranks on one device: the copy, timed by its lowest rank only', () => {
+    const devices = ['H200 #0', 'H200 #0', 'H200 #0'];
+    const plans = devices.map((_, r) => planReference(fakeRank(r, devices, true).comm, fakeRank(r, devices, true).agree));
+    assert.deepEqual(plans.map((p) => p.kind), ['copy', 'copy', 'copy']);
+    assert.deepEqual(plans.map((p) => p.timesCopy), [true, false, false]);
+  });
+
+  it('ranks on several GPUs: peer copies where peers are addressable, else none', () => {
+    const devices = ['H200 #0', 'H200 #0', 'H200 #1', 'H200 #1'];
+    const { comm, agree } = fakeRank(2, devices, true);
+    assert.deepEqual(planReference(comm, agree), { kind: 'peer-copy', deviceOf: [0, 0, 2, 2], timesCopy: false });
+    const nccl = fakeRank(2, devices, false);
+    assert.equal(planReference(nccl.comm, nccl.agree).kind, 'none');
+  });
+});
+
+describe('the peer-copy reference', () => {
+  const rowBytes = 7;
+  const deviceOf = [0, 0, 2, 2, 4];
+  const w = deviceOf.length;
+
+  for (const kind of ['uniform', 'zipf'] as const) {
+    it(`${kind}: every rank copies what it sends to other GPUs, from where it sits to where the exchange puts it`, () => {
+      const splits = makeSplits({ kind, worldSize: w, bytesPerRank: 3000, rowBytes, seed: 11 });
+      const all = Array.from({ length: w }, (_, me) => peerCopies(me, deviceOf, splits, rowBytes).map((c) => ({ ...c, me })));
+      let crossing = 0;
+      for (let src = 0; src < w; src++) for (let dst = 0; dst < w; dst++) if (deviceOf[src] !== deviceOf[dst]) crossing += splits.rows[src][dst];
+      assert.equal(all.flat().reduce((sum, c) => sum + c.bytes, 0), crossing * rowBytes, 'all the crossing bytes, nothing else');
+      for (const c of all.flat()) {
+        assert.notEqual(deviceOf[c.peer], deviceOf[c.me], 'no copy within a device');
+        const row = splits.rows[c.me];
+        assert.equal(c.srcOffset, row.slice(0, c.peer).reduce((a, b) => a + b, 0) * rowBytes);
+        assert.equal(c.dstOffset, splits.rows.slice(0, c.me).reduce((sum, r) => sum + r[c.peer], 0) * rowBytes);
+        assert.equal(c.bytes, row[c.peer] * rowBytes);
+        assert.ok(c.bytes > 0, 'empty sends are left out');
+      }
+    });
+  }
+
+  it('queues each copy through Comm.copyToPeer into the output, from the input, on the stream', () => {
+    const splits = makeSplits({ kind: 'uniform', worldSize: 2, bytesPerRank: 700, rowBytes, seed: 1 });
+    const { comm, calls } = fakeRank(0, ['H200 #0', 'H200 #1'], true);
+    const plan: ReferencePlan = { kind: 'peer-copy', deviceOf: [0, 1], timesCopy: false };
+    const input = buffer(700);
+    const output = buffer(800, true);
+    const work = referenceWork(comm, plan, { input, output }, splits, rowBytes, stream);
+    assert.ok(work, 'every rank times the peer copies');
+    work();
+    assert.deepEqual(calls, [{ peer: { dst: output, dstOffset: 0, peer: 1, src: input, srcOffset: 350, bytes: 350, stream } }]);
+  });
+
+  it('the copy reference: the lowest rank copies all its device ranks\' bytes in chunks of its buffer', () => {
+    const splits = makeSplits({ kind: 'uniform', worldSize: 3, bytesPerRank: 700, rowBytes, seed: 1 });
+    const devices = ['cpu thread', 'cpu thread', 'cpu thread'];
+    const { comm, calls } = fakeRank(0, devices, false);
+    const plan: ReferencePlan = { kind: 'copy', deviceOf: [0, 0, 0], timesCopy: true };
+    referenceWork(comm, plan, { input: buffer(700), output: buffer(800, true), copy: { src: buffer(1000), dst: buffer(1000) } }, splits, rowBytes, stream)!();
+    assert.deepEqual(calls, [{ local: { bytes: 1000 } }, { local: { bytes: 1000 } }, { local: { bytes: 100 } }]);
+    const other = fakeRank(1, devices, false);
+    assert.equal(referenceWork(other.comm, { ...plan, timesCopy: false }, { input: buffer(700), output: buffer(800, true) }, splits, rowBytes, stream), undefined);
+  });
+});
