@@ -11,6 +11,7 @@ import { formatJson, formatMicros, formatTable, type BenchResult } from './bench
 import { formatBytes, parseSize } from './bench/units.js';
 import { UsageError } from './errors.js';
 import { rankEnv } from './world/env.js';
+import { recordExitError } from './world/exit-record.js';
 import type { LaunchOptions } from './launch/launcher.js';
 
 /**
@@ -227,5 +228,11 @@ try {
   // Errors are one line; a multi-line message (a compile log) is cut to its first line.
   const message = err instanceof Error ? err.message : String(err);
   process.stderr.write(`a2av: ${message.split('\n')[0]}\n`);
+  // Under a2av launch (or torchrun), the launcher reads this to name a rank that stopped answering.
+  try {
+    recordExitError(err);
+  } catch {
+    // The message above is what matters; a record that cannot be written only loses the naming.
+  }
   process.exitCode = 1;
 }

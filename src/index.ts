@@ -10,6 +10,7 @@ export { rankEnv, type RankEnv } from './world/env.js';
 export type { Store } from './world/store.js';
 export { TcpStoreClient, TcpStoreServer } from './world/tcp-store.js';
 export { launch, type LaunchOptions } from './launch/launcher.js';
+export { recordExitError } from './world/exit-record.js';
 export {
   A2avError,
   CommAbortedError,

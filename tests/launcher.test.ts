@@ -1,12 +1,18 @@
 // launch(): rank environment and store, output prefixes, teardown on failure, signal forwarding.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { UsageError } from '../src/errors.js';
+import { CommAbortedError, TimeoutError, UsageError } from '../src/errors.js';
+import { describeError, describeTimeouts } from '../src/launch/exit-report.js';
 import { launch } from '../src/launch/launcher.js';
+import { readExitRecord, recordExitError, type ExitRecord } from '../src/world/exit-record.js';
+import { TcpStoreServer } from '../src/world/tcp-store.js';
 import { linesOf, runLaunch } from './support/launch-capture.js';
 
 const T = { timeout: 5000 };
@@ -152,4 +158,96 @@ test('bad options throw UsageError before anything starts', T, async () => {
   await assert.rejects(launch({ nprocs: 1, nnodes: 2, nodeRank: 2, masterPort: 29500, command }), UsageError);
   await assert.rejects(launch({ nprocs: 1, nnodes: 2, command }), /explicit masterPort/);
   await assert.rejects(launch({ nprocs: 1, nnodes: 2, masterPort: 29500, command, env: { A2AV_STORE_TOKEN: undefined } }), /A2AV_STORE_TOKEN/);
+});
+
+/** The pid a hang-rank.mjs rank printed in its "ready <pid>" line. */
+const readyPid = (stdout: string, rank: number) => Number(linesOf(stdout, rank).find((l) => l.startsWith('ready '))!.split(' ')[1]);
+
+test('a rank that stops answering inside a collective is named, not the rank that timed out first', { timeout: 20_000 }, async () => {
+  // The survivors ignore SIGTERM so that both live to time out (and record it) after the first exits.
+  const command = [node, fixture('hang-rank.mjs'), '1000', '1', 'survivors-ignore-sigterm'];
+  const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 3, command, graceMs: 1000 });
+  assert.equal(code, 1, stderr);
+  const lines = stderr.trim().split('\n').filter((l) => l.startsWith('a2av launch:'));
+  assert.equal(lines.length, 1, stderr);
+  assert.match(lines[0]!, /^a2av launch: rank 1 stopped answering \(named by ranks 0, 2 in TimeoutError\); rank [02] \(pid \d+\) failed first: exit code 1; stopped the other ranks$/);
+  assert.ok(await gone(readyPid(stdout, 1)), 'the hung rank, deaf to SIGTERM, was killed');
+  assert.ok(ms < 10_000, `took ${ms} ms`);
+});
+
+test('a hung rank is named even when the launcher stops the other survivors before they time out', { timeout: 20_000 }, async () => {
+  const command = [node, fixture('hang-rank.mjs'), '1000', '1'];
+  const { code, stdout, stderr } = await runLaunch({ nprocs: 3, command, graceMs: 300 });
+  assert.equal(code, 1, stderr);
+  assert.match(stderr, /\na2av launch: rank 1 stopped answering \(named by (rank [02]|ranks 0, 2) in TimeoutError\); rank [02] \(pid \d+\) failed first: exit code 1; stopped the other ranks\n$/);
+  assert.ok(await gone(readyPid(stdout, 1)));
+});
+
+test("under torchrun's variables a rank that times out leaves torchrun's error file, naming the hung rank", { timeout: 20_000 }, async () => {
+  // torchrun serves no a2av store: the test does, and starts the ranks as torchrun would.
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-test-'));
+  const errorFile = (r: number) => join(dir, `error-${r}.json`);
+  let stderr = '';
+  const ranks = [0, 1, 2].map((r) => {
+    const torchrun = { RANK: `${r}`, WORLD_SIZE: '3', LOCAL_RANK: `${r}`, LOCAL_WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: `${server.port}` };
+    const env = { ...process.env, ...torchrun, A2AV_STORE_TOKEN: token, TORCHELASTIC_ERROR_FILE: errorFile(r) };
+    const child = spawn(node, [fixture('hang-rank.mjs'), '1000', '1'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+    return child;
+  });
+  try {
+    const codes = await Promise.all([0, 2].map(async (r) => (await once(ranks[r]!, 'exit'))[0]));
+    assert.deepEqual(codes, [1, 1], stderr);
+    for (const r of [0, 2]) {
+      assert.ok(readExitRecord(errorFile(r)), `rank ${r} left a record; stderr:\n${stderr}`);
+      const data = JSON.parse(readFileSync(errorFile(r), 'utf8'));
+      assert.match(data.message.message, new RegExp(`^TimeoutError: rank ${r}: timed out after 1000 ms waiting for rank 1 `));
+      assert.match(data.message.extraInfo.py_callstack, /^TimeoutError: [^\n]*\n +at /);
+      assert.match(data.message.extraInfo.timestamp, /^\d+$/);
+      assert.equal(data.a2av.code, 'A2AV_TIMEOUT');
+      assert.deepEqual(data.a2av.timeout, { rank: r, missingRank: 1, timeoutMs: 1000 });
+    }
+    assert.equal(readExitRecord(errorFile(1)), undefined, 'the hung rank wrote nothing');
+    const records = new Map([0, 2].map((r) => [r, readExitRecord(errorFile(r))!]));
+    assert.equal(describeTimeouts(records), 'rank 1 stopped answering (named by ranks 0, 2 in TimeoutError)');
+  } finally {
+    ranks.forEach((child) => child.kill('SIGKILL'));
+    rmSync(dir, { recursive: true, force: true });
+    await server.close();
+  }
+});
+
+test('the report lists every rank the survivors named, most-named first, and the failed rank\'s own error', () => {
+  const timedOut = (missingRank: number): ExitRecord => ({ name: 'TimeoutError', code: 'A2AV_TIMEOUT', message: '…', missingRank });
+  assert.equal(describeTimeouts(new Map()), undefined);
+  assert.equal(describeTimeouts(new Map([[0, timedOut(3)]])), 'rank 3 stopped answering (named by rank 0 in TimeoutError)');
+  const mixed = new Map([[5, timedOut(1)], [0, timedOut(3)], [2, timedOut(1)], [4, timedOut(-1)], [6, { name: 'UsageError', code: 'A2AV_USAGE', message: 'bad', missingRank: undefined }]]);
+  assert.equal(
+    describeTimeouts(mixed),
+    'ranks 1, 3 stopped answering (named in TimeoutError: rank 1 by ranks 2, 5; rank 3 by rank 0); rank 4 timed out waiting for a peer they could not name (TimeoutError)',
+  );
+  assert.equal(describeError(mixed.get(6)), 'UsageError: bad');
+  assert.equal(describeError(mixed.get(5)), undefined, 'a timeout is told by describeTimeouts');
+  assert.equal(describeError({ name: undefined, code: undefined, message: 'ValueError: x', missingRank: undefined }), 'ValueError: x');
+});
+
+test('exit records: a timeout behind a later CommAbortedError still names the rank; torch\'s format is read; a garbled or oversized file is ignored', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-test-'));
+  try {
+    const aborted = new CommAbortedError(2, { cause: new TimeoutError(2, 5, 100, 'allToAllV') });
+    recordExitError(aborted, join(dir, 'aborted.json'));
+    assert.deepEqual(readExitRecord(join(dir, 'aborted.json')), { name: 'CommAbortedError', code: 'A2AV_ABORTED', message: aborted.message, missingRank: 5 });
+    recordExitError('a string', join(dir, 'string.json'));
+    assert.equal(readExitRecord(join(dir, 'string.json'))?.message, 'non-error thrown: a string');
+    const file = (name: string, text: string) => (writeFileSync(join(dir, name), text), join(dir, name));
+    const torch = { message: { message: 'ValueError: bad input\nmore', extraInfo: { py_callstack: 'Traceback…', timestamp: '1' } } };
+    assert.deepEqual(readExitRecord(file('torch.json', JSON.stringify(torch))), { name: undefined, code: undefined, message: 'ValueError: bad input', missingRank: undefined });
+    assert.equal(readExitRecord(file('cut.json', '{"message": {"mess')), undefined);
+    assert.equal(readExitRecord(file('big.json', JSON.stringify({ message: 'x'.repeat(2 << 20) }))), undefined);
+    assert.equal(readExitRecord(join(dir, 'absent.json')), undefined);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -1,13 +1,17 @@
 // The launcher: one process per GPU, torchrun-style. Serves the job's rendezvous store (on node
 // rank 0), starts the ranks of this node with the torchrun variables, and tears the job down as a
-// unit: if one rank fails, or the launcher is signalled, no rank is left running.
+// unit: if one rank fails, or the launcher is signalled, no rank is left running. Its one line about
+// a failure names the rank that the ranks' TimeoutErrors named (their exit records), not only the
+// rank that failed first, which is usually one that gave up waiting for it.
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 import { UsageError } from '../errors.js';
 import { JOB_ID_ENV, STORE_TOKEN_ENV } from '../world/env.js';
+import { ERROR_FILE_ENV } from '../world/exit-record.js';
 import { removeShmFiles } from '../world/shm-files.js';
 import { TcpStoreServer } from '../world/tcp-store.js';
+import { describeError, describeTimeouts, ExitRecordDir } from './exit-report.js';
 import { RankProcess, type RankExit } from './rank-process.js';
 
 /** Options of `launch`, named after torchrun's flags (--nproc-per-node, --nnodes, --node-rank, ...). */
@@ -103,6 +107,8 @@ class Job {
   /** Names this node's part of the job: ranks prefix their shared-memory files with it. */
   #jobId = randomBytes(8).toString('hex');
   #ranks: RankProcess[] = [];
+  #records = new ExitRecordDir();
+  #exits: RankExit[] = [];
   #firstFailure: RankExit | undefined;
   #interrupt: NodeJS.Signals | undefined;
   #killTimer: NodeJS.Timeout | undefined;
@@ -119,6 +125,7 @@ class Job {
     const onProcessExit = () => {
       this.#ranks.forEach((r) => r.signal('SIGKILL'));
       removeShmFiles(this.#jobId);
+      this.#records.remove();
     };
     for (const signal of FORWARDED_SIGNALS) process.on(signal, onSignal);
     process.on('exit', onProcessExit);
@@ -139,15 +146,16 @@ class Job {
           }),
         );
       }
-      await Promise.all(this.#ranks.map((r) => r.done));
+      this.#exits = await Promise.all(this.#ranks.map((r) => r.done));
+      return this.#report();
     } finally {
       // Ranks unlink their shared memory once every peer has mapped it; one killed before that cannot.
       removeShmFiles(this.#jobId);
       clearTimeout(this.#killTimer);
       for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
       process.off('exit', onProcessExit);
+      this.#records.remove();
     }
-    return this.#report();
   }
 
   get #stopping(): boolean {
@@ -169,6 +177,8 @@ class Job {
       MASTER_PORT: String(this.#port),
       [STORE_TOKEN_ENV]: this.#token,
       [JOB_ID_ENV]: this.#jobId,
+      // torchrun's variable, so that a rank writes the same record under either launcher.
+      [ERROR_FILE_ENV]: this.#records.pathFor(nodeRank * nprocs + localRank),
     };
   }
 
@@ -206,11 +216,18 @@ class Job {
       say(`rank ${failure.rank} failed first: could not start ${JSON.stringify(this.#plan.command[0])}: ${failure.spawnError.message}${others}`);
       return 127;
     }
+    // Only failed ranks' records count: one that exited 0 recovered from whatever it recorded.
+    const failed = this.#exits.filter((e) => e.spawnError === undefined && (e.code !== 0 || e.signal !== null)).map((e) => e.rank);
+    const records = this.#records.read(failed);
+    const blame = describeTimeouts(records);
+    const own = describeError(records.get(failure.rank));
+    const first = `${blame === undefined ? '' : `${blame}; `}rank ${failure.rank} (pid ${failure.pid}) failed first`;
+    const why = own === undefined ? '' : ` (${own})`;
     if (failure.signal !== null) {
-      say(`rank ${failure.rank} (pid ${failure.pid}) failed first: killed by ${failure.signal}${others}`);
+      say(`${first}: killed by ${failure.signal}${why}${others}`);
       return 128 + (constants.signals[failure.signal] ?? 0);
     }
-    say(`rank ${failure.rank} (pid ${failure.pid}) failed first: exit code ${failure.code}${others}`);
+    say(`${first}: exit code ${failure.code}${why}${others}`);
     return failure.code ?? 1;
   }
 }

@@ -5,6 +5,7 @@ import type { BackendName, Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
 import { UsageError } from '../errors.js';
 import { rankEnv, STORE_TOKEN_ENV } from './env.js';
+import { recordUncaughtErrors } from './exit-record.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
 import { TcpStoreClient } from './tcp-store.js';
 
@@ -21,7 +22,9 @@ export interface InitOptions {
  * Builds this process's communicator: rank, world and local rank from the launcher's variables
  * (ours and torchrun's, Slurm's or Open MPI's), the store from MASTER_ADDR, MASTER_PORT and
  * A2AV_STORE_TOKEN. Collective: every rank of the job calls it. `close()` also closes the store
- * connection. Throws UsageError when no launcher started this process.
+ * connection. An error this process leaves uncaught is written to $TORCHELASTIC_ERROR_FILE (set by
+ * a2av launch and torchrun), so the launcher can name the rank a TimeoutError waited for. Throws
+ * UsageError when no launcher started this process.
  */
 export async function init(options: InitOptions = {}): Promise<Comm> {
   const place = rankEnv();
@@ -30,6 +33,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
       `start it with a2av launch -n N -- <command>, or torchrun/srun/mpirun with MASTER_ADDR, MASTER_PORT and ${STORE_TOKEN_ENV} set, ` +
       'or run ranks as threads with runRanks()');
   }
+  recordUncaughtErrors();
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const backend = options.backend ?? (await defaultBackend());
   const store = await TcpStoreClient.connectFromEnv({ timeoutMs });
