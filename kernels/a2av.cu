@@ -123,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     for (int i = tid; i < W * PW; i += nt) {
       const int q = i / PW;
       if (!ll_wait(lane_payload(lane, W, parity, q) + (i - q * PW), flag, deadline, &pay[i])) {
-        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, 0});
+        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, -1});
         sAbort = 1;
       }
     }
@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   __syncthreads();
   const bool bad = sMismatch != A2AV_NONE || sNegative != A2AV_NONE || sInOver != A2AV_NONE || sOutOver != A2AV_NONE;
   if (bad && blockIdx.x == 0 && tid == 0) {
-    StatusRecord rec{A2AV_OK, 0, 0, 0, 0, me, seq, 0};
+    StatusRecord rec{A2AV_OK, 0, 0, 0, 0, me, seq, -1};
     if (sMismatch != A2AV_NONE) {
       const i64* pq = pay + sMismatch * PW;
       const bool rows = pq[2] != pay0[2];
@@ -195,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
         if (peer < 0 && s > cap - sum) peer = r;
         else if (peer < 0) sum += s;
       }
-      rec = StatusRecord{A2AV_ERR_INPUT_OVERFLOW, sInOver, peer, total, cap, me, seq, 0};
+      rec = StatusRecord{A2AV_ERR_INPUT_OVERFLOW, sInOver, peer, total, cap, me, seq, -1};
     } else {
       const int r = sOutOver;
       const i64 cap = pay[r * PW + 1];
@@ -207,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
         if (peer < 0 && s > cap - sum) peer = q;
         else if (peer < 0) sum += s;
       }
-      rec = StatusRecord{A2AV_ERR_OUTPUT_OVERFLOW, r, peer, total, cap, me, seq, 0};
+      rec = StatusRecord{A2AV_ERR_OUTPUT_OVERFLOW, r, peer, total, cap, me, seq, -1};
     }
     record_refusal(h, lane, W, rec);
   }

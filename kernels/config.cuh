@@ -53,7 +53,7 @@ struct StatusRecord {
   i64 available;   // rows available, or the call the peer last reached (timeout)
   i64 reportedBy;  // the rank whose kernel wrote it
   i64 seq;         // the call's sequence number on its lane
-  i64 reserved;
+  i64 expert;      // the expert involved (MoE calls), else -1
 };
 // Layout checks: NVRTC lacks offsetof, so they hold under nvcc (CI compile-checks every kernel).
 #ifndef __CUDACC_RTC__

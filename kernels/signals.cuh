@@ -119,7 +119,7 @@ __device__ __forceinline__ bool await_done(LaneHeader* h, u8* lane, int W, int m
     if (wait_at_least(done + q, target, deadline)) {
       expect[q] = target;
     } else {
-      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, 0});
+      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, -1});
       ok = false;
     }
   }

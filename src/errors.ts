@@ -114,22 +114,47 @@ export type SplitsProblem = 'negative' | 'input-overflow' | 'output-overflow' | 
 
 const INT64_MAX = 0x7fffffffffffffffn;
 
+/** What SplitsError carries: the problem and where it is. */
+export interface SplitsFault {
+  problem: SplitsProblem;
+  /** The rank whose splits or capacity are at fault. */
+  rank: number;
+  /** The peer involved; -1 where none is (the padding of an expert's block). */
+  peer: number;
+  /** The expert involved (MoE calls); -1 for the 1-D call. */
+  expert?: number;
+  /** Rows needed (INT64_MAX: the sum overflows int64), or the value that differs (mismatch). */
+  needed: bigint;
+  /** Rows available, or rank 0's value (mismatch). */
+  available: bigint;
+  /** The rank whose collective found it (every rank reports the same problem). */
+  reportedBy: number;
+}
+
 /**
  * Device-side validation of the split matrix failed; nothing was moved.
- * `rank` is the rank whose splits or capacity are at fault, `peer` the peer involved,
- * `needed` / `available` are in rows; `needed` is INT64_MAX when the splits' sum overflows int64
- * (`overflow`).
+ * `rank` is the rank whose splits or capacity are at fault, `peer` the peer involved, `expert`
+ * the expert (MoE calls; -1 otherwise), `needed` / `available` are in rows; `needed` is INT64_MAX
+ * when the splits' sum overflows int64 (`overflow`).
  */
-export class SplitsError extends A2avError {
-  constructor(
-    readonly problem: SplitsProblem,
-    readonly rank: number,
-    readonly peer: number,
-    readonly needed: bigint,
-    readonly available: bigint,
-    readonly reportedBy: number,
-  ) {
-    super('A2AV_SPLITS', SplitsError.describe(problem, rank, peer, needed, available, reportedBy));
+export class SplitsError extends A2avError implements SplitsFault {
+  readonly problem: SplitsProblem;
+  readonly rank: number;
+  readonly peer: number;
+  readonly expert: number;
+  readonly needed: bigint;
+  readonly available: bigint;
+  readonly reportedBy: number;
+
+  constructor(f: SplitsFault) {
+    super('A2AV_SPLITS', SplitsError.describe({ ...f, expert: f.expert ?? -1 }));
+    this.problem = f.problem;
+    this.rank = f.rank;
+    this.peer = f.peer;
+    this.expert = f.expert ?? -1;
+    this.needed = f.needed;
+    this.available = f.available;
+    this.reportedBy = f.reportedBy;
   }
 
   /** The splits' sum does not fit int64 (`needed` is then INT64_MAX, not a row count). */
@@ -137,21 +162,23 @@ export class SplitsError extends A2avError {
     return this.needed >= INT64_MAX;
   }
 
-  private static describe(p: SplitsProblem, rank: number, peer: number, needed: bigint, available: bigint, by: number): string {
-    const at = `(reported by rank ${by})`;
-    switch (p) {
+  private static describe(f: Required<SplitsFault>): string {
+    const { rank, needed, available } = f;
+    const at = `(reported by rank ${f.reportedBy})`;
+    const where = (f.peer >= 0 ? `peer ${f.peer}` : 'the padding') + (f.expert >= 0 ? `, expert ${f.expert}` : '');
+    switch (f.problem) {
       case 'negative':
-        return `rank ${rank}: negative split ${needed} for peer ${peer} ${at}`;
+        return `rank ${rank}: negative split ${needed} for ${where} ${at}`;
       case 'input-overflow':
         return needed >= INT64_MAX
-          ? `rank ${rank}: splits overflow int64 (their sum passes 2^63-1 rows); the input holds ${available} rows, passed at peer ${peer} ${at}`
-          : `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (peer ${peer}) ${at}`;
+          ? `rank ${rank}: splits overflow int64 (their sum passes 2^63-1 rows); the input holds ${available} rows, passed at ${where} ${at}`
+          : `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (${where}) ${at}`;
       case 'output-overflow':
         return needed >= INT64_MAX
-          ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at peer ${peer} ${at}`
-          : `rank ${rank}: receives ${needed} rows (last from peer ${peer}) but the output holds ${available} ${at}`;
+          ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at ${where} ${at}`
+          : `rank ${rank}: receives ${needed} rows (passing the output at ${where}) but the output holds ${available} ${at}`;
       case 'mismatch':
-        return `rank ${rank}: call does not match peer ${peer} (row size or output buffer differ: ${needed} vs ${available}) ${at}`;
+        return `rank ${rank}: call does not match rank 0's (call kind, row size, output buffer, experts or alignment differ: ${needed} vs ${available}) ${at}`;
     }
   }
 }

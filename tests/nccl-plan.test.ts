@@ -28,7 +28,7 @@ function gathered(c: Call): BigInt64Array {
 /** The rules as the README and the CPU backend state them, written the obvious way. */
 function reference(c: Call, by: number): StatusEntry | undefined {
   const W = c.S.length;
-  const e = (code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): StatusEntry => ({ code, rank, peer, needed, available, reportedBy: by });
+  const e = (code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): StatusEntry => ({ code, rank, peer, needed, available, reportedBy: by, expert: -1 });
   for (let q = 0; q < W; q++) {
     if (c.rowBytes[q] !== c.rowBytes[0]) return e(StatusCode.mismatch, q, 0, c.rowBytes[q], c.rowBytes[0]);
     if (c.outId[q] !== c.outId[0]) return e(StatusCode.mismatch, q, 0, c.outId[q], c.outId[0]);
@@ -83,7 +83,7 @@ describe('nccl backend: host-side split check', () => {
   it('names the first row past the input, and the rows the splits need in all', () => {
     const plan = new SplitPlan(3);
     const c: Call = { S: [[1n, 5n, 9n], [0n, 0n, 0n], [0n, 0n, 0n]], inRows: [5n, 0n, 0n], outRows: [99n, 99n, 99n], rowBytes: [1n, 1n, 1n], outId: [0n, 0n, 0n] };
-    assert.deepEqual(plan.check(gathered(c), 2), { code: StatusCode.inputOverflow, rank: 0, peer: 1, needed: 15n, available: 5n, reportedBy: 2 });
+    assert.deepEqual(plan.check(gathered(c), 2), { code: StatusCode.inputOverflow, rank: 0, peer: 1, needed: 15n, available: 5n, reportedBy: 2, expert: -1 });
   });
 
   it('saturates the total like the kernel when splits sum past int64', () => {
@@ -95,7 +95,7 @@ describe('nccl backend: host-side split check', () => {
   it('a refused entry decodes like the other backends\' status records', () => {
     const c: Call = { S: [[-3n]], inRows: [0n], outRows: [0n], rowBytes: [8n], outId: [0n] };
     const entry = new SplitPlan(1).check(gathered(c), 0)!;
-    const record = new BigInt64Array([BigInt(entry.code), 0n, 0n, -3n, 0n, 0n, 0n, 0n]);
+    const record = new BigInt64Array([BigInt(entry.code), 0n, 0n, -3n, 0n, 0n, 0n, -1n]);
     assert.deepEqual(readStatus(record), entry);
   });
 });

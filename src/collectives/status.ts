@@ -12,7 +12,7 @@
 //   [4] available   rows available (splits problems); the flag value last seen (timeout)
 //   [5] reportedBy  the rank whose collective wrote the record
 //   [6] seq         the call's sequence number on its lane (1, 2, ...): whose record this is
-//   [7]             reserved, 0
+//   [7] expert      the expert involved (MoE calls), else -1
 import { A2avError, SplitsError, TimeoutError, type SplitsProblem } from '../errors.js';
 
 export const STATUS_WORDS = 8;
@@ -37,6 +37,7 @@ export const StatusField = {
   available: 4,
   reportedBy: 5,
   seq: 6,
+  expert: 7,
 } as const;
 
 const problems: Record<number, SplitsProblem> = {
@@ -53,6 +54,8 @@ export interface StatusEntry {
   needed: bigint;
   available: bigint;
   reportedBy: number;
+  /** The expert involved (MoE calls); -1 or absent otherwise. */
+  expert?: number;
 }
 
 /** a + b for non-negative row counts, saturated at INT64_MAX as the kernel does (never wraps). */
@@ -75,6 +78,7 @@ export function readStatus(words: BigInt64Array, at = 0): StatusEntry | undefine
     needed: words[at + StatusField.needed],
     available: words[at + StatusField.available],
     reportedBy: Number(words[at + StatusField.reportedBy]),
+    expert: Number(words[at + StatusField.expert]),
   };
 }
 
@@ -87,5 +91,5 @@ export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'
   if (problem === undefined) {
     return new A2avError('A2AV_STATUS', `${what}: unknown status code ${e.code} reported by rank ${e.reportedBy} (corrupt status record)`);
   }
-  return new SplitsError(problem, e.rank, e.peer, e.needed, e.available, e.reportedBy);
+  return new SplitsError({ problem, rank: e.rank, peer: e.peer, expert: e.expert ?? -1, needed: e.needed, available: e.available, reportedBy: e.reportedBy });
 }

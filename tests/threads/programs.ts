@@ -11,7 +11,7 @@ export async function echo(comm: Comm, arg: { tag: string }, ctx: RankContext): 
 
 /** Rank `arg.failing` throws a SplitsError; the others wait at a barrier that never completes. */
 export async function oneFails(comm: Comm, arg: { failing: number }): Promise<void> {
-  if (comm.rank === arg.failing) throw new SplitsError('output-overflow', 2, 1, 12n, 10n, comm.rank);
+  if (comm.rank === arg.failing) throw new SplitsError({ problem: 'output-overflow', rank: 2, peer: 1, needed: 12n, available: 10n, reportedBy: comm.rank });
   await comm.barrier();
 }
 

@@ -52,7 +52,7 @@ export class SplitPlan {
     const at = (q: number, i: number): bigint => all[q * PW + i];
     const split = (q: number, r: number): bigint => all[q * PW + HEADER_WORDS + r];
     const entry = (code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): StatusEntry => ({
-      code, rank, peer, needed, available, reportedBy,
+      code, rank, peer, needed, available, reportedBy, expert: -1,
     });
 
     for (let q = 0; q < W; q++) {
