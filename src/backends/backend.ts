@@ -67,6 +67,101 @@ export interface AllToAllVArgs {
   plan?: LaunchPlan;
 }
 
+/**
+ * MoE dispatch (PyTorch's all_to_all_vdev_2d): rows go to the ranks holding their experts and land
+ * grouped by expert. W ranks with E experts each; counts and offsets in rows, int64, on the device.
+ */
+export interface AllToAllV2dArgs {
+  /** Rows to send, packed rank-major then expert: all rows for (peer 0, expert 0), (0, 1), ... */
+  input: DeviceBuffer;
+  /** Rows received, expert-major: for each local expert its rows from rank 0..W-1. Symmetric. */
+  output: DeviceBuffer;
+  /** int64[W·E]: index peer·E + e = rows this rank sends to local expert e of peer. */
+  inSplits: DeviceBuffer;
+  /**
+   * int64[2][E·W], written on the device: index e·W + src, row 0 = rows received from src for my
+   * expert e, row 1 = where they start in `output`.
+   */
+  outSplitsOffsets: DeviceBuffer;
+  /** E, the same on every rank; at most MAX_EXPERTS_PER_RANK. */
+  expertsPerRank: number;
+  rowBytes: number;
+  /**
+   * Each expert's block starts at a multiple of this many rows, and an expert that receives nothing
+   * still takes this many (grouped GEMMs reject empty groups); row 0 keeps the true counts. Default 1.
+   */
+  majorAlign?: number;
+  lane?: Lane;
+  stream?: Stream;
+  /** As in AllToAllVArgs: bytes this rank usually sends, to size the launch. */
+  sizeHintBytes?: number;
+}
+
+/**
+ * MoE combine (PyTorch's all_to_all_vdev_2d_offset): dispatch's reverse permutation, no reduction.
+ * Dispatch then combine gives back the input exactly.
+ */
+export interface AllToAllV2dOffsetArgs {
+  /** Expert-major rows, as dispatch left them (padding between chunks is not sent). */
+  input: DeviceBuffer;
+  /** Rank-major rows: for each peer, the rows returned by each of its experts, packed. Symmetric. */
+  output: DeviceBuffer;
+  /** int64[2][E·W]: dispatch's outSplitsOffsets as it is (index e·W + dst: rows, where they start in `input`). */
+  inSplitsOffsets: DeviceBuffer;
+  /** int64[2][W·E], written on the device: index peer·E + e: rows returned by peer's expert e, where they start. */
+  outSplitsOffsets: DeviceBuffer;
+  expertsPerRank: number;
+  rowBytes: number;
+  lane?: Lane;
+  stream?: Stream;
+  sizeHintBytes?: number;
+}
+
+/** How many rows the payloads of an exchange plan may have, on this rank. */
+export interface PlanCapacity {
+  /** Rows every payload's input holds (at least): the splits are checked against it. */
+  inputRows: number;
+  /** Rows every payload's output holds (at least): the receives are checked against it. */
+  outputRows: number;
+}
+
+export type PlanAllToAllVArgs = Omit<AllToAllVArgs, 'input' | 'output' | 'rowBytes' | 'plan' | 'sizeHintBytes'> & PlanCapacity;
+export type PlanAllToAllV2dArgs = Omit<AllToAllV2dArgs, 'input' | 'output' | 'rowBytes' | 'sizeHintBytes'> & PlanCapacity;
+export type PlanAllToAllV2dOffsetArgs = Omit<AllToAllV2dOffsetArgs, 'input' | 'output' | 'rowBytes' | 'sizeHintBytes'> & PlanCapacity;
+
+/** One payload moved along an exchange plan's routing. */
+export interface PlanMoveArgs {
+  /** At least the plan's inputRows rows of rowBytes. */
+  input: DeviceBuffer;
+  /** Symmetric, at least the plan's outputRows rows of rowBytes. */
+  output: DeviceBuffer;
+  /** Any row size: each payload of a routing may have its own (tokens, indices, weights). */
+  rowBytes: number;
+  /** Default: the plan's lane stream, after the work queued so far on it. */
+  stream?: Stream;
+}
+
+/**
+ * The splits exchange of one routing, done once on the device and kept there, then reused for
+ * several payloads with no second exchange. Built and moved in stream order on the plan's lane;
+ * capturable into a graph (a replay redoes the exchange with the splits then in the buffers).
+ */
+export interface ExchangePlan {
+  /** The exchange itself: wait() throws its SplitsError if the routing was refused. */
+  readonly ready: Handle;
+  /**
+   * Moves one payload as the routing says (outSplitsOffsets was written by the exchange). A refused
+   * routing moves nothing: the handle throws the exchange's error. Ranks must agree on rowBytes
+   * and output (checked on the device: SplitsError 'mismatch').
+   */
+  move(args: PlanMoveArgs): Handle;
+  /** Frees the plan's device memory (after its last move has run). */
+  close(): void;
+}
+
+/** Experts per rank the MoE calls take at most (kernels/config.cuh A2AV_MAX_EXPERTS). */
+export const MAX_EXPERTS_PER_RANK = 256;
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */
@@ -142,6 +237,15 @@ export interface Comm {
    * replay's) reports its outcome.
    */
   record(stream?: Stream): Handle;
+
+  /** MoE dispatch: see AllToAllV2dArgs. */
+  allToAllV2d(args: AllToAllV2dArgs): Handle;
+  /** MoE combine: see AllToAllV2dOffsetArgs. */
+  allToAllV2dOffset(args: AllToAllV2dOffsetArgs): Handle;
+  /** Exchange plans: the splits exchange of allToAllV / allToAllV2d / allToAllV2dOffset, kept for several payloads. */
+  planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan;
+  planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan;
+  planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan;
 
   lane(index: number): Lane;
   readonly laneCount: number;

@@ -3,7 +3,22 @@
 // allocation is every rank's region handed to every peer through the rendezvous store.
 // Collectives run synchronously in the calling thread, so every Handle is complete when returned.
 import { Buffer } from 'node:buffer';
-import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
+import type {
+  AllToAllV2dArgs,
+  AllToAllV2dOffsetArgs,
+  AllToAllVArgs,
+  Comm,
+  CommOptions,
+  DeviceBuffer,
+  ExchangePlan,
+  Handle,
+  Lane,
+  PlanAllToAllV2dArgs,
+  PlanAllToAllV2dOffsetArgs,
+  PlanAllToAllVArgs,
+  Replay,
+  Stream,
+} from '../backend.js';
 import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
 import { CommAbortedError, UsageError } from '../../errors.js';
 import { allGather } from '../../world/all-gather.js';
@@ -127,6 +142,22 @@ class CpuComm implements Comm, CheckContext {
     checkRange(dst, 0, bytes, 'copy');
     checkRange(src, 0, bytes, 'copy');
     if (dst !== src) copyBytes((dst as CpuBuffer).u8, 0, (src as CpuBuffer).u8, 0, bytes);
+  }
+
+  allToAllV2d(_args: AllToAllV2dArgs): Handle {
+    throw new UsageError(`rank ${this.rank}: allToAllV2d is not available on the cpu backend yet`);
+  }
+  allToAllV2dOffset(_args: AllToAllV2dOffsetArgs): Handle {
+    throw new UsageError(`rank ${this.rank}: allToAllV2dOffset is not available on the cpu backend yet`);
+  }
+  planAllToAllV(_args: PlanAllToAllVArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cpu backend yet`);
+  }
+  planAllToAllV2d(_args: PlanAllToAllV2dArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cpu backend yet`);
+  }
+  planAllToAllV2dOffset(_args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cpu backend yet`);
   }
 
   lane(index: number): Lane {

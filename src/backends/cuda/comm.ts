@@ -2,7 +2,23 @@
 // streams and its share of the SMs) or sit on different GPUs (peer access, or CUDA IPC across
 // processes). setup.ts builds it, symmetric.ts maps peers' memory, kernels.ts queues the kernels,
 // records.ts reads each call's outcome back.
-import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, PeerCopyArgs, Replay, Stream } from '../backend.js';
+import type {
+  AllToAllV2dArgs,
+  AllToAllV2dOffsetArgs,
+  AllToAllVArgs,
+  Comm,
+  CommOptions,
+  DeviceBuffer,
+  ExchangePlan,
+  Handle,
+  Lane,
+  PeerCopyArgs,
+  PlanAllToAllV2dArgs,
+  PlanAllToAllV2dOffsetArgs,
+  PlanAllToAllVArgs,
+  Replay,
+  Stream,
+} from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import type { KernelModule } from '../../jit/module.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
@@ -129,6 +145,22 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   record(stream?: Stream): Handle {
     const s = (stream as CudaStream | undefined) ?? this.#lanes[0].stream;
     return this.#marks.handle(this, s, 'the work recorded on a stream');
+  }
+
+  allToAllV2d(_args: AllToAllV2dArgs): Handle {
+    throw new UsageError(`rank ${this.rank}: allToAllV2d is not available on the cuda backend yet`);
+  }
+  allToAllV2dOffset(_args: AllToAllV2dOffsetArgs): Handle {
+    throw new UsageError(`rank ${this.rank}: allToAllV2dOffset is not available on the cuda backend yet`);
+  }
+  planAllToAllV(_args: PlanAllToAllVArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cuda backend yet`);
+  }
+  planAllToAllV2d(_args: PlanAllToAllV2dArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cuda backend yet`);
+  }
+  planAllToAllV2dOffset(_args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cuda backend yet`);
   }
 
   lane(index: number): Lane {

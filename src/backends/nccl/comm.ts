@@ -10,7 +10,22 @@
 //      straight into the output grouped by source.
 // One GPU per rank (NCCL's rule; setup.ts builds the communicator). Waits are bounded; a timeout
 // aborts the NCCL communicators.
-import type { AllToAllVArgs, Comm, CommOptions, DeviceBuffer, Handle, Lane, Replay, Stream } from '../backend.js';
+import type {
+  AllToAllV2dArgs,
+  AllToAllV2dOffsetArgs,
+  AllToAllVArgs,
+  Comm,
+  CommOptions,
+  DeviceBuffer,
+  ExchangePlan,
+  Handle,
+  Lane,
+  PlanAllToAllV2dArgs,
+  PlanAllToAllV2dOffsetArgs,
+  PlanAllToAllVArgs,
+  Replay,
+  Stream,
+} from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
 import { entryError } from '../../collectives/status.js';
@@ -129,6 +144,22 @@ export class NcclComm implements Comm, CheckContext, HostWaiter {
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
     this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
+  }
+
+  allToAllV2d(_args: AllToAllV2dArgs): Handle {
+    throw new UsageError(`rank ${this.rank}: allToAllV2d is not available on the nccl backend yet`);
+  }
+  allToAllV2dOffset(_args: AllToAllV2dOffsetArgs): Handle {
+    throw new UsageError(`rank ${this.rank}: allToAllV2dOffset is not available on the nccl backend yet`);
+  }
+  planAllToAllV(_args: PlanAllToAllVArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the nccl backend yet`);
+  }
+  planAllToAllV2d(_args: PlanAllToAllV2dArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the nccl backend yet`);
+  }
+  planAllToAllV2dOffset(_args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the nccl backend yet`);
   }
 
   lane(index: number): Lane {
