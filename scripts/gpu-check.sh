@@ -1,29 +1,76 @@
 #!/usr/bin/env bash
 # On a GPU machine with Node.js (npm not required), from the package root after `npm run build`:
-# the whole test suite (GPU tests included), then the benchmark sweep for several rank counts.
-# Full logs and JSON go to $OUT (default ./gpu-out); the summary tables are printed last.
-#   scripts/gpu-check.sh [RANKS...]      default: 2 4 8 ranks on the visible GPUs
+#   1. the whole test suite (GPU tests included),
+#   2. the benchmark sweep for several rank counts,
+#   3. compute-sanitizer (memcheck, then synccheck) around a short conformance run on cuda
+#      (tests/conformance/short-run.ts: 1 to 4 ranks as threads, small sizes),
+#   4. the soak on cuda (scripts/soak.mjs, $A2AV_SOAK_CALLS calls, default 20000, 4 ranks).
+# Full logs and JSON go to $OUT (default ./gpu-out); the summaries are printed last. Steps 3 and 4
+# are recorded in docs/soak.md.
+#   scripts/gpu-check.sh [RANKS...]      default: 2 4 8 ranks on the visible GPUs (the sweep)
+# Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, sanitizers, soak), so the
+# steps can run as separate commands; A2AV_SANITIZERS="memcheck synccheck" (the tools to run),
+# A2AV_SANITIZER_TIMEOUT_S=540 (each), COMPUTE_SANITIZER=path; A2AV_SOAK_CALLS=20000.
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4 8)
+skip=" ${A2AV_GPU_SKIP:-} "
+rc=0
+runs() { [[ "$skip" != *" $1 "* ]]; }
 
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee "$OUT/commit.txt" || true
 
-echo "== tests"
-node scripts/run-tests.mjs --test-reporter=tap > "$OUT/test.log" 2>&1
-test_rc=$?
-grep -E '^# (tests|pass|fail|skipped)' "$OUT/test.log"
-grep -E 'not ok|skip' "$OUT/test.log" | head -20
+if runs tests; then
+  echo "== tests"
+  node scripts/run-tests.mjs --test-reporter=tap > "$OUT/test.log" 2>&1 || rc=1
+  grep -E '^# (tests|pass|fail|skipped)' "$OUT/test.log"
+  grep -E 'not ok|skip' "$OUT/test.log" | head -20
+fi
 
-echo "== bench"
-for w in "${ranks[@]}"; do
-  for splits in uniform zipf; do
-    node dist/src/cli.js bench --backend cuda --ranks "$w" --splits "$splits" --json \
-      > "$OUT/bench-w$w-$splits.json" 2> "$OUT/bench-w$w-$splits.err" || echo "bench W=$w $splits failed: $(tail -3 "$OUT/bench-w$w-$splits.err")"
+if runs bench; then
+  echo "== bench"
+  for w in "${ranks[@]}"; do
+    for splits in uniform zipf; do
+      node dist/src/cli.js bench --backend cuda --ranks "$w" --splits "$splits" --json \
+        > "$OUT/bench-w$w-$splits.json" 2> "$OUT/bench-w$w-$splits.err" || echo "bench W=$w $splits failed: $(tail -3 "$OUT/bench-w$w-$splits.err")"
+    done
   done
-done
-node scripts/print-bench.mjs "$OUT"/bench-*.json
-exit $test_rc
+  node scripts/print-bench.mjs "$OUT"/bench-*.json
+fi
+
+if runs sanitizers; then
+  echo "== compute-sanitizer"
+  sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
+  "$sanitizer" --version | tail -1 | tee "$OUT/sanitizer-version.txt"
+  : > "$OUT/sanitizers.txt"
+  # The tool wraps the node process; ranks are its threads. Its findings go to the log file, the
+  # run's own lines to .out. Not --force-blocking-launches: each rank's kernel spins until its
+  # peers' kernels arrive, so they must run side by side. memcheck also reports device memory
+  # still allocated at exit (--leak-check full).
+  limit=${A2AV_SANITIZER_TIMEOUT_S:-540}
+  for tool in ${A2AV_SANITIZERS:-memcheck synccheck}; do
+    extra=()
+    [ "$tool" = memcheck ] && extra=(--leak-check full)
+    timeout "$limit" "$sanitizer" --tool "$tool" ${extra[@]+"${extra[@]}"} --error-exitcode 97 --launch-timeout 120 \
+      --log-file "$OUT/sanitizer-$tool.log" "$(command -v node)" dist/tests/conformance/short-run.js cuda > "$OUT/sanitizer-$tool.out" 2>&1
+    status=$?
+    [ $status -eq 0 ] || rc=1
+    {
+      echo "$tool: exit $status$([ $status -eq 97 ] && echo ' (the tool found errors)')$([ $status -eq 124 ] && echo " (killed after $limit s)")"
+      grep -E 'ERROR SUMMARY|LEAK SUMMARY' "$OUT/sanitizer-$tool.log" | sed 's/^=* */  /'
+      grep -E '^(ok|FAILED|short conformance run)' "$OUT/sanitizer-$tool.out" | sed 's/^/  /'
+    } | tee -a "$OUT/sanitizers.txt"
+  done
+fi
+
+if runs soak; then
+  echo "== soak"
+  calls=${A2AV_SOAK_CALLS:-20000}
+  node scripts/soak.mjs --backend cuda --ranks 4 --calls "$calls" --json "$OUT/soak-cuda.json" \
+    > "$OUT/soak-cuda.txt" 2> "$OUT/soak-cuda.err" || rc=1
+  tail -1 "$OUT/soak-cuda.txt"
+fi
+exit $rc
