@@ -31,6 +31,8 @@ const picks: Pick[] = [
   // Refused calls must write nothing: memcheck sees any access outside the buffers.
   { fn: 'splitsErrors', ranks: 3 },
   { fn: 'lanes', ranks: 2, arg: { budget: 2048 } },
+  // Each handle reads its own call's record from the lane's ring.
+  { fn: 'ownOutcomes', ranks: 2, arg: { calls: 6 } },
 ];
 
 const backend = (process.argv[2] ?? 'cuda') as BackendName;
