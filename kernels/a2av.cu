@@ -18,6 +18,7 @@
 #include "config.cuh"
 #include "copy.cuh"
 #include "signals.cuh"
+#include "exchange.cuh"  // sat_add: the rules of the splits exchange
 
 // Mirrored by src/backends/cuda/kernel-params.ts (byte offsets in comments).
 struct A2avParams {
@@ -54,8 +55,6 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, pad) == 96, "A2avParams.pad");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, gridCopy) == 104, "A2avParams.gridCopy");
 A2AV_LAYOUT_CHECK(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
 
-// Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as overflow.
-__device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
 
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
   // Dynamic shared memory: every rank's payload, this rank's send plan in bytes, its splits and the

@@ -39,6 +39,11 @@ typedef unsigned long long u64;
 //   then                    expect[src]: done[src] at the end of the last completed call (local)
 //   then                    status ring[A2AV_STATUS_RING]: the record of refused call seq is at
 //                           seq % A2AV_STATUS_RING, its seq field saying whose it is (local)
+//   then                    MoE exchange (kernels/exchange.cu), LL packets, slots sized for
+//                           A2AV_MAX_EXPERTS so a peer that disagrees on E shifts nothing:
+//                           x1[parity][src][A2AV_X1_WORDS]: what src sends me in round 1
+//                           x2[parity][src][A2AV_X2_WORDS]: what receiver src answers in round 2
+//                           mv[parity][src][2]: row size and output id of a plan's move
 // input rows, output rows, row bytes, output buffer id, completion signals sent to each peer per call
 #define A2AV_PAYLOAD_HEADER 5
 #define A2AV_PAY_SIGNALS 4
@@ -79,3 +84,41 @@ __host__ __device__ __forceinline__ i64* lane_done(u8* lane, int W) { return (i6
 __host__ __device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_done(lane, W) + W; }
 __host__ __device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return lane_send_plan(lane, W) + 3 * W; }
 __host__ __device__ __forceinline__ StatusRecord* lane_status_ring(u8* lane, int W) { return (StatusRecord*)(lane_expect(lane, W) + W); }
+
+// MoE exchange limits and packet layout (src/backends/cuda/layout.ts mirrors them).
+#define A2AV_MAX_EXPERTS 256
+// round 1 header: kind, rowBytes, outId, experts, align, then the sender's own verdict
+// (key, rank, peer, expert, needed, available); the counts for the receiver's experts follow
+#define A2AV_X1_HEADER 11
+// round 2 header: the receiver's verdict (key, rank, peer, expert, needed, available); the rows
+// where the sender's chunk for each expert starts in the receiver's output follow
+#define A2AV_X2_HEADER 6
+#define A2AV_X1_WORDS (A2AV_X1_HEADER + A2AV_MAX_EXPERTS)
+#define A2AV_X2_WORDS (A2AV_X2_HEADER + A2AV_MAX_EXPERTS)
+__host__ __device__ __forceinline__ uint4* lane_x1(u8* lane, int W, int parity, int src) {
+  const u64 base = ((u64)(lane_status_ring(lane, W) + A2AV_STATUS_RING) + 15) & ~15ull;  // packets are 16-byte stores
+  return (uint4*)base + ((i64)parity * W + src) * A2AV_X1_WORDS;
+}
+__host__ __device__ __forceinline__ uint4* lane_x2(u8* lane, int W, int parity, int src) {
+  return lane_x1(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_X2_WORDS;
+}
+__host__ __device__ __forceinline__ uint4* lane_mv(u8* lane, int W, int parity, int src) {
+  return lane_x2(lane, W, 2, 0) + ((i64)parity * W + src) * 2;
+}
+__host__ __device__ __forceinline__ u8* lane_end(u8* lane, int W) { return (u8*)lane_mv(lane, W, 2, 0); }
+
+// A lane's local scratch for the MoE exchange (its own allocation, i64 words):
+//   [0]                            gate: non-zero while the current call must move nothing
+//   [8, 8 + W*A2AV_X1_WORDS)       xin: round-1 values received from each source
+//   then W*A2AV_MAX_EXPERTS        starts: receiver side, where (src, e) starts in my output
+//   then W*A2AV_X2_WORDS           answers: round-2 values received from each receiver
+//   then the plan of the current call (the layout below), for calls that keep no plan
+// An exchange plan (i64 words): [0] its status code (0: accepted), [1, 7) the verdict (key, rank,
+// peer, expert, needed, available) that its moves report when refused, [8] rows
+// this rank sends, [9] experts, [10] kind; from [16], four arrays of W*A2AV_MAX_EXPERTS indexed
+// peer*E + e: rows, source row, destination row in the peer's output, rows before (running sum).
+#define A2AV_PLAN_HEADER 16
+__host__ __device__ __forceinline__ i64 plan_words(int W) { return A2AV_PLAN_HEADER + 4 * (i64)W * A2AV_MAX_EXPERTS; }
+__host__ __device__ __forceinline__ i64 scratch_words(int W) {
+  return 8 + (i64)W * A2AV_X1_WORDS + (i64)W * A2AV_MAX_EXPERTS + (i64)W * A2AV_X2_WORDS + plan_words(W);
+}

@@ -10,12 +10,15 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { StatusCode, StatusField, STATUS_BYTES } from '../src/collectives/status.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from '../src/backends/cuda/kernel-params.js';
-import { LANE_HEADER_BYTES, LaneHeaderField, PAYLOAD_HEADER, STATUS_RING, statusRingOffset } from '../src/backends/cuda/layout.js';
+import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, PAYLOAD_HEADER, planBytes, scratchBytes, STATUS_RING, statusRingOffset, X1_HEADER, X2_HEADER } from '../src/backends/cuda/layout.js';
+import { MAX_EXPERTS_PER_RANK } from '../src/backends/backend.js';
+import { writeXParams, X_PARAMS_BYTES } from '../src/backends/cuda/kernel-params.js';
 import { EVENT_RING } from '../src/backends/stream-lane.js';
 import { kernelsDir } from '../src/jit/module.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
 const kernel = readFileSync(join(kernelsDir(), 'a2av.cu'), 'utf8');
+const exchange = readFileSync(join(kernelsDir(), 'exchange.cuh'), 'utf8');
 
 function define(name: string): number {
   const m = new RegExp(`^#define ${name} (\\S+)`, 'm').exec(config);
@@ -28,6 +31,10 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(PAYLOAD_HEADER, define('A2AV_PAYLOAD_HEADER'));
     assert.equal(LANE_HEADER_BYTES, define('A2AV_LANE_HEADER_BYTES'));
     assert.equal(STATUS_RING, define('A2AV_STATUS_RING'));
+    assert.equal(MAX_EXPERTS, define('A2AV_MAX_EXPERTS'));
+    assert.equal(MAX_EXPERTS_PER_RANK, MAX_EXPERTS);
+    assert.equal(X1_HEADER, define('A2AV_X1_HEADER'));
+    assert.equal(X2_HEADER, define('A2AV_X2_HEADER'));
     assert.equal(EVENT_RING, STATUS_RING, 'a handle outlives neither its event nor its status record');
     for (const [name, code] of Object.entries({ NEGATIVE: 'negative', INPUT_OVERFLOW: 'inputOverflow', OUTPUT_OVERFLOW: 'outputOverflow', MISMATCH: 'mismatch', TIMEOUT: 'timeout' })) {
       assert.equal(StatusCode[code as keyof typeof StatusCode], define(`A2AV_ERR_${name}`), `A2AV_ERR_${name}`);
@@ -68,6 +75,24 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(view.getBigUint64(0, true), 0x1111n, 'input at 0');
   });
 
+  test('XParams: kernel-params.ts writes the fields exchange.cuh asserts', () => {
+    const size = /A2AV_LAYOUT_CHECK\(sizeof\(XParams\) == (\d+)/.exec(exchange);
+    assert.ok(size, 'exchange.cuh asserts the size of XParams');
+    assert.equal(X_PARAMS_BYTES, Number(size[1]));
+    const view = new DataView(new ArrayBuffer(X_PARAMS_BYTES));
+    writeXParams(view, {
+      input: 1n, outPeers: 2n, splits: 3n, outSplitsOffsets: 4n, padPeers: 5n, pad: 6n, plan: 7n, scratch: 8n, laneOffset: 9,
+      rowBytes: 10, outId: 11, inRows: 12, outRows: 13, timeoutNs: 14n, align: 15, kind: 16, experts: 17, rank: 18, world: 19,
+    });
+    const at = new Map<string, number>();
+    for (const m of exchange.matchAll(/A2AV_LAYOUT_CHECK\(__builtin_offsetof\(XParams, (\w+)\) == (\d+)/g)) at.set(m[1], Number(m[2]));
+    assert.equal(view.getBigUint64(at.get('scratch')!, true), 8n);
+    assert.equal(view.getBigUint64(at.get('laneOffset')!, true), 9n);
+    assert.equal(view.getBigInt64(at.get('align')!, true), 15n);
+    assert.equal(view.getInt32(at.get('kind')!, true), 16);
+    assert.equal(view.getInt32(at.get('world')!, true), 19);
+  });
+
   test('pad layout: the headers compiled for the host give the offsets layout.ts computes', (t) => {
     const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
     if (nvcc === undefined) return t.skip('nvcc not found: the layout cannot be compiled here (CI has nvcc)');
@@ -78,12 +103,15 @@ describe('kernel structures mirrored in TypeScript', () => {
         join(dir, 'layout.cu'),
         `#include <cstdio>\n#include "config.cuh"\nint main() {\n` +
           `  for (int W : {${worlds.join(', ')}}) printf("%lld\\n", (long long)((u8*)lane_status_ring((u8*)0, W) - (u8*)0));\n` +
-          `  printf("%zu %zu %zu\\n", __builtin_offsetof(LaneHeader, seq), __builtin_offsetof(LaneHeader, refused), sizeof(StatusRecord));\n}\n`,
+          `  printf("%zu %zu %zu\\n", __builtin_offsetof(LaneHeader, seq), __builtin_offsetof(LaneHeader, refused), sizeof(StatusRecord));\n` +
+          `  for (int W : {${worlds.join(', ')}}) printf("%lld %lld %lld\\n", (long long)(lane_end((u8*)0, W) - (u8*)0), 8 * scratch_words(W), 8 * plan_words(W));\n}\n`,
       );
       execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
       const lines = execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n');
       assert.deepEqual(lines.slice(0, worlds.length).map(Number), worlds.map(statusRingOffset), 'status ring offset per world');
       assert.deepEqual(lines[worlds.length].split(' ').map(Number), [LaneHeaderField.seq, LaneHeaderField.refused, STATUS_BYTES]);
+      const moe = lines.slice(worlds.length + 1).map((l) => l.split(' ').map(Number));
+      assert.deepEqual(moe, worlds.map((W) => [laneEnd(W), scratchBytes(W), planBytes(W)]), 'MoE packets, scratch and plan per world');
       assert.equal(StatusField.seq * 8, 48, 'StatusRecord.seq is word 6 (asserted in config.cuh)');
     } finally {
       rmSync(dir, { recursive: true, force: true });

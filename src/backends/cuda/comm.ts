@@ -29,6 +29,8 @@ import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { A2avKernels } from './kernels.js';
+import { MoeCalls, type ExchangeCall, type Payload } from './moe.js';
+import { checkPlanMove, combineCall, dispatchCall, planCall, type MoeCall, type MoePlanCall } from './moe-args.js';
 import { CudaLane } from './lane.js';
 import { laneBytes, MAX_WORLD, STATUS_RING } from './layout.js';
 import { LaneRecords, type LaneCall } from './records.js';
@@ -40,6 +42,8 @@ export interface CudaCommInit {
   opts: CommOptions;
   device: CudaDevice;
   module: KernelModule;
+  /** The MoE kernels (kernels/exchange.cu). */
+  moeModule: KernelModule;
   places: RankPlace[];
   /** Other GPUs of this process, retained for as long as the communicator lives. */
   peerDevices: CudaDevice[];
@@ -62,6 +66,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   readonly #device: CudaDevice;
   readonly #store: Store;
   readonly #kernels: A2avKernels;
+  readonly #moe: MoeCalls;
   readonly #memory: GpuMemory;
   readonly #lanes: CudaLane[] = [];
   readonly #symmetric: SymmetricContext;
@@ -92,6 +97,21 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.deviceName = `${device.name} #${device.ordinal}`;
     this.#memory = new GpuMemory(device, this);
     this.#kernels = new A2avKernels({ module: init.module, device, worldSize: this.worldSize, ranksOnDevice: this.ranksOnDevice });
+    this.#moe = new MoeCalls(
+      {
+        rank: this.rank,
+        worldSize: this.worldSize,
+        timeoutMs: this.timeoutMs,
+        device,
+        pad: () => this.#pad,
+        follow: (lane, stream) => lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream),
+        finish: (lane, what) => this.#finish(lane, what),
+        usable: () => {
+          if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
+        },
+      },
+      init.moeModule,
+    );
     this.#symmetric = { device, store: opts.store, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs, places: init.places };
   }
 
@@ -147,20 +167,35 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     return this.#marks.handle(this, s, 'the work recorded on a stream');
   }
 
-  allToAllV2d(_args: AllToAllV2dArgs): Handle {
-    throw new UsageError(`rank ${this.rank}: allToAllV2d is not available on the cuda backend yet`);
+  allToAllV2d(args: AllToAllV2dArgs): Handle {
+    const { lane, x, payload } = this.#moeCall(dispatchCall(this, args));
+    return this.#moe.call(lane, x, payload, args.stream, 'allToAllV2d');
   }
-  allToAllV2dOffset(_args: AllToAllV2dOffsetArgs): Handle {
-    throw new UsageError(`rank ${this.rank}: allToAllV2dOffset is not available on the cuda backend yet`);
+  allToAllV2dOffset(args: AllToAllV2dOffsetArgs): Handle {
+    const { lane, x, payload } = this.#moeCall(combineCall(this, args));
+    return this.#moe.call(lane, x, payload, args.stream, 'allToAllV2dOffset');
   }
-  planAllToAllV(_args: PlanAllToAllVArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cuda backend yet`);
+  planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
+    return this.#planOf(planCall(this, '1d', args), args.stream, 'planAllToAllV');
   }
-  planAllToAllV2d(_args: PlanAllToAllV2dArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cuda backend yet`);
+  planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
+    return this.#planOf(planCall(this, 'dispatch', args), args.stream, 'planAllToAllV2d');
   }
-  planAllToAllV2dOffset(_args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cuda backend yet`);
+  planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    return this.#planOf(planCall(this, 'combine', args), args.stream, 'planAllToAllV2dOffset');
+  }
+
+  #moeCall(c: MoeCall): { lane: CudaLane; x: ExchangeCall; payload: Payload } {
+    return { lane: this.#lanes[c.lane], x: c.x, payload: { input: c.input as GpuBuffer, output: c.output as GpuBuffer, rowBytes: c.rowBytes } };
+  }
+
+  #planOf(c: MoePlanCall, stream: Stream | undefined, what: string): ExchangePlan {
+    const plan = this.#moe.plan(this.#lanes[c.lane], c.x, stream, what);
+    return {
+      ready: plan.ready,
+      move: (m) => plan.move(checkPlanMove(this, c, m)),
+      close: () => plan.close(),
+    };
   }
 
   lane(index: number): Lane {
@@ -199,15 +234,20 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       plan,
       ctx,
     );
+    return this.#finish(lane, 'allToAllV');
+  }
+
+  /** The handle of the call just queued on `lane`: it reads the call's own record once run. */
+  #finish(lane: CudaLane, what: string): Handle {
     if (this.#capture) {
       // Its sequence number is known only when a replay is launched: the replay's handle reports it.
       this.#capture.calls.push(lane);
-      return lane.finish(this, `a call captured on lane ${lane.index}`, () => {
+      return lane.finish(this, `${what} captured on lane ${lane.index}`, () => {
         return new UsageError(`rank ${this.rank}: a captured call has no outcome of its own; wait on the handle its replay's launch() returns`);
       });
     }
     const call: LaneCall = { lane, seq: ++lane.seq };
-    return lane.finish(this, `allToAllV on lane ${lane.index}, call ${call.seq}`, () => this.#outcome([call]));
+    return lane.finish(this, `${what} on lane ${lane.index}, call ${call.seq}`, () => this.#outcome([call]));
   }
 
   capture(stream: Stream, fn: () => void): Replay {
@@ -283,6 +323,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     // this job (timeout) never comes, so a failed meeting only delays the release, bounded.
     if (!this.#aborted) await this.barrier().catch(() => {});
     this.#device.synchronize();
+    this.#moe.release();
     this.#memory.freeAll();
     for (const lane of this.#lanes) lane.release(this.#device);
     this.#marks.destroy();

@@ -38,3 +38,52 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
   v.setBigUint64(96, p.pad, true);
   v.setInt32(104, p.gridCopy ? 1 : 0, true);
 }
+
+// Writes struct XParams (kernels/exchange.cuh).
+export const X_PARAMS_BYTES = 136;
+
+export interface XParams {
+  input: bigint;
+  outPeers: bigint;
+  /** 1d, dispatch: inSplits; combine: inSplitsOffsets. */
+  splits: bigint;
+  outSplitsOffsets: bigint;
+  padPeers: bigint;
+  pad: bigint;
+  plan: bigint;
+  scratch: bigint;
+  laneOffset: number;
+  rowBytes: number;
+  outId: number;
+  inRows: number;
+  outRows: number;
+  timeoutNs: bigint;
+  align: number;
+  /** ExchangeKind's number. */
+  kind: number;
+  experts: number;
+  rank: number;
+  world: number;
+}
+
+export function writeXParams(v: DataView, p: XParams): void {
+  v.setBigUint64(0, p.input, true);
+  v.setBigUint64(8, p.outPeers, true);
+  v.setBigUint64(16, p.splits, true);
+  v.setBigUint64(24, p.outSplitsOffsets, true);
+  v.setBigUint64(32, p.padPeers, true);
+  v.setBigUint64(40, p.pad, true);
+  v.setBigUint64(48, p.plan, true);
+  v.setBigUint64(56, p.scratch, true);
+  v.setBigUint64(64, BigInt(p.laneOffset), true);
+  v.setBigInt64(72, BigInt(p.rowBytes), true);
+  v.setBigInt64(80, BigInt(p.outId), true);
+  v.setBigInt64(88, BigInt(p.inRows), true);
+  v.setBigInt64(96, BigInt(p.outRows), true);
+  v.setBigInt64(104, p.timeoutNs, true);
+  v.setBigInt64(112, BigInt(p.align), true);
+  v.setInt32(120, p.kind, true);
+  v.setInt32(124, p.experts, true);
+  v.setInt32(128, p.rank, true);
+  v.setInt32(132, p.world, true);
+}

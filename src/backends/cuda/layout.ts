@@ -18,9 +18,41 @@ export function statusRingOffset(world: number): number {
   return LANE_HEADER_BYTES + 2 * world * (PAYLOAD_HEADER + world) * 16 + 8 * world + 24 * world + 8 * world;
 }
 
+/** MoE exchange (kernels/config.cuh): experts per rank at most, and the two rounds' header words. */
+export const MAX_EXPERTS = 256;
+export const X1_HEADER = 11;
+export const X2_HEADER = 6;
+const X1_WORDS = X1_HEADER + MAX_EXPERTS;
+const X2_WORDS = X2_HEADER + MAX_EXPERTS;
+const PLAN_HEADER = 16;
+
+/** Byte offset of the MoE packets (x1, then x2, then mv) in a lane's region: 16-byte aligned. */
+export function moeOffset(world: number): number {
+  return Math.ceil((statusRingOffset(world) + STATUS_RING * STATUS_BYTES) / 16) * 16;
+}
+
+/** Where a lane's region ends (lane_end). */
+export function laneEnd(world: number): number {
+  return moeOffset(world) + 2 * world * (X1_WORDS + X2_WORDS + 2) * 16;
+}
+
 export function laneBytes(world: number): number {
-  const raw = statusRingOffset(world) + STATUS_RING * STATUS_BYTES;
-  return Math.ceil(raw / 256) * 256;
+  return Math.ceil(laneEnd(world) / 256) * 256;
+}
+
+/** Bytes of an exchange plan (plan_words). */
+export function planBytes(world: number): number {
+  return 8 * (PLAN_HEADER + 4 * world * MAX_EXPERTS);
+}
+
+/** Bytes of a lane's MoE scratch (scratch_words); the plan of the current call is its tail. */
+export function scratchBytes(world: number): number {
+  return 8 * (8 + world * X1_WORDS + world * MAX_EXPERTS + world * X2_WORDS) + planBytes(world);
+}
+
+/** Byte offset of the current call's plan in a lane's scratch. */
+export function scratchPlanOffset(world: number): number {
+  return scratchBytes(world) - planBytes(world);
 }
 
 export function padBytes(world: number, lanes: number): number {

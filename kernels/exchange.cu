@@ -1,0 +1,201 @@
+// The MoE exchange (dispatch, combine) and exchange plans, with the splits kept on the device.
+// src/collectives/exchange-rules.ts states the rules; these kernels reach the same verdict and
+// layout from each rank's share of the split matrix, since with W ranks of E experts no rank can
+// hold all of it (72 x 72 x 256 counts). Per call, one block:
+//   x_exchange  round 1: every sender sends each receiver its counts for the receiver's experts
+//               and its own verdict (negative split, input overrun: only it sees its whole row);
+//               each receiver lays out its output and adds what only it sees (its output overrun,
+//               a mismatch with rank 0's call); round 2: each receiver answers every sender with
+//               its verdict and where the sender's chunks land. After round 2 every rank holds
+//               every receiver's verdict, which folds in every sender's: all take the same one
+//               (the least key: kernels/exchange.cuh), so all move data or none does.
+//   x_check     a plan's move: every rank's row size and output buffer, checked against rank 0's
+//               in one round, and the plan's own verdict.
+//   x_copy      the data, along the plan left by x_exchange (a grid; does nothing when gated).
+//   x_done      completion: one signal to every peer, then wait for theirs (as a2av_done).
+// A call is x_exchange + x_copy + x_done; building a plan x_exchange + x_done; a move
+// x_check + x_copy + x_done. Every wait is bounded (the lane's abort record, as in a2av.cu).
+#include "exchange.cuh"
+
+extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
+  __shared__ XBlockState st;
+  const int W = p.world, E = p.experts, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
+  u8* lane = p.pad + p.laneOffset;
+  LaneHeader* h = (LaneHeader*)lane;
+  i64* const gate = p.scratch;
+  i64* const xin = p.scratch + 8;
+  i64* const starts = xin + (i64)W * A2AV_X1_WORDS;
+  i64* const answers = starts + (i64)W * A2AV_MAX_EXPERTS;
+  const PlanArrays plan = plan_arrays(p.plan, W);
+  const i64 N = (i64)W * E;
+  if (!x_begin(st, h)) {
+    if (tid == 0) *gate = 1;
+    return;
+  }
+  const i64 seq = st.seq;
+  const int parity = (int)(seq & 1);
+  const u32 flag = ll_flag(seq);
+
+  // My row: counts, source rows, running sums; my own verdict (negative split, input overrun).
+  for (i64 i = tid; i < N; i += nt) {
+    const int r = (int)(i / E), e = (int)(i % E);
+    plan.rows[i] = p.kind == X_COMBINE ? p.splits[(i64)e * W + r] : p.splits[i];
+    if (p.kind == X_COMBINE) plan.src[i] = p.splits[N + (i64)e * W + r];
+  }
+  __syncthreads();
+  const i64 sent = block_scan_sat(plan.rows, plan.cum, N, st.scan);
+  for (i64 i = tid; i < N; i += nt) {
+    const i64 c = plan.rows[i];
+    if (c < 0) atomicMin(&st.at, (unsigned long long)i);
+    if (p.kind != X_COMBINE) plan.src[i] = plan.cum[i];
+  }
+  __syncthreads();
+  if (st.at != X_NONE) {
+    if (tid == 0) {
+      const i64 i = (i64)st.at;
+      st.mine = XVerdict{x_key(X_PRIO_NEGATIVE, (i64)me * N + i), me, (int)(i / E), (int)(i % E), plan.rows[i], 0};
+    }
+  } else {
+    for (i64 i = tid; i < N; i += nt) {
+      const i64 c = plan.rows[i], s = plan.src[i];
+      const bool out = p.kind == X_COMBINE ? (s < 0 || sat_add(s, c) > p.inRows) : c > p.inRows - plan.cum[i];
+      if (out) atomicMin(&st.at, (unsigned long long)i);
+    }
+    __syncthreads();
+    if (tid == 0 && st.at != X_NONE) {
+      const i64 i = (i64)st.at, s = plan.src[i];
+      const i64 needed = p.kind == X_COMBINE ? (s < 0 ? s : sat_add(s, plan.rows[i])) : sent;
+      st.mine = XVerdict{x_key(X_PRIO_INPUT, (i64)me * N + i), me, (int)(i / E), (int)(i % E), needed, p.inRows};
+    }
+  }
+  __syncthreads();
+
+  // Round 1: to every receiver, my call, my verdict, my counts for its experts.
+  for (i64 k = tid; k < (i64)W * (A2AV_X1_HEADER + E); k += nt) {
+    const int r = (int)(k / (A2AV_X1_HEADER + E)), j = (int)(k % (A2AV_X1_HEADER + E));
+    i64 v;
+    if (j >= A2AV_X1_HEADER) v = plan.rows[(i64)r * E + (j - A2AV_X1_HEADER)];
+    else if (j < 5) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
+    else v = verdict_word(st.mine, j - 5);
+    ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
+  }
+  const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
+  // Headers first: a sender's count of experts says how many packets it sent.
+  receive(st, h, xin, A2AV_X1_WORDS, [&](int src) { return lane_x1(lane, W, parity, src); }, W, 0, A2AV_X1_HEADER, flag, deadline, me, seq);
+  if (st.abort) return;
+  receive(st, h, xin, A2AV_X1_WORDS, [&](int src) { return lane_x1(lane, W, parity, src); }, W, A2AV_X1_HEADER, -1, flag, deadline, me, seq);
+  if (st.abort) return;
+
+  // As a receiver: rank 0's call against everyone's, every sender's verdict, my own layout.
+  receiver_verdict(st, p, xin, starts);
+
+  // Round 2: to every sender, my verdict and where its chunks land in my output.
+  for (i64 k = tid; k < (i64)W * (A2AV_X2_HEADER + E); k += nt) {
+    const int s = (int)(k / (A2AV_X2_HEADER + E)), j = (int)(k % (A2AV_X2_HEADER + E));
+    const i64 v = j < A2AV_X2_HEADER ? verdict_word(st.mine, j) : starts[(i64)s * A2AV_MAX_EXPERTS + (j - A2AV_X2_HEADER)];
+    ll_store(lane_x2(p.padPeers[s] + p.laneOffset, W, parity, me) + j, v, flag);
+  }
+  // Every receiver's verdict; then, if all accept, where my chunks land.
+  receive(st, h, answers, A2AV_X2_WORDS, [&](int r) { return lane_x2(lane, W, parity, r); }, W, 0, A2AV_X2_HEADER, flag, deadline, me, seq);
+  if (st.abort) return;
+  for (int r = tid; r < W; r += nt) atomicMin(&st.fin, (unsigned long long)answers[(i64)r * A2AV_X2_WORDS]);
+  __syncthreads();
+  for (int r = tid; r < W; r += nt)
+    if ((unsigned long long)answers[(i64)r * A2AV_X2_WORDS] == st.fin) st.all = read_verdict(answers + (i64)r * A2AV_X2_WORDS);
+  __syncthreads();
+  if (st.all.key != X_NONE) {
+    if (tid == 0) refuse(h, lane, W, p, gate, st.all, seq, me, true);
+    return;
+  }
+  receive(st, h, answers, A2AV_X2_WORDS, [&](int r) { return lane_x2(lane, W, parity, r); }, W, A2AV_X2_HEADER, A2AV_X2_HEADER + E, flag, deadline, me, seq);
+  if (st.abort) return;
+  for (i64 i = tid; i < N; i += nt) plan.dst[i] = answers[(i / E) * A2AV_X2_WORDS + A2AV_X2_HEADER + (i % E)];
+  accept(p, xin, starts, gate, sent);
+}
+
+// A plan's move: one round of (row size, output buffer) against rank 0's; the plan's own verdict.
+extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
+  __shared__ XBlockState st;
+  const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
+  u8* lane = p.pad + p.laneOffset;
+  LaneHeader* h = (LaneHeader*)lane;
+  i64* const gate = p.scratch;
+  i64* const got = p.scratch + 8;
+  if (!x_begin(st, h)) {
+    if (tid == 0) *gate = 1;
+    return;
+  }
+  const i64 seq = st.seq;
+  const int parity = (int)(seq & 1);
+  const u32 flag = ll_flag(seq);
+  for (int k = tid; k < 2 * W; k += nt) ll_store(lane_mv(p.padPeers[k / 2] + p.laneOffset, W, parity, me) + (k & 1), (k & 1) ? p.outId : p.rowBytes, flag);
+  const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
+  receive(st, h, got, 2, [&](int src) { return lane_mv(lane, W, parity, src); }, W, 0, 2, flag, deadline, me, seq);
+  if (st.abort) return;
+  for (int q = tid; q < W; q += nt)
+    if (got[2 * q] != got[0] || got[2 * q + 1] != got[1]) atomicMin(&st.at, (unsigned long long)q);
+  __syncthreads();
+  if (tid != 0) return;
+  if (p.plan[0] != A2AV_OK) {
+    refuse(h, lane, W, p, gate, read_plan_verdict(p.plan), seq, me, false);
+  } else if (st.at != X_NONE) {
+    const int q = (int)st.at;
+    const bool rows = got[2 * q] != got[0];
+    refuse(h, lane, W, p, gate, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, got[2 * q + (rows ? 0 : 1)], got[rows ? 0 : 1]}, seq, me, false);
+  } else {
+    *gate = 0;
+  }
+}
+
+// The data: block b takes tiles b, b + B, ... of this rank's send bytes, in plan order.
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XParams p) {
+  const u8* lane = p.pad + p.laneOffset;
+  __shared__ int sSkip;
+  if (threadIdx.x == 0) sSkip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
+  __syncthreads();
+  if (sSkip) return;
+  const int W = p.world, E = (int)p.plan[9];
+  const PlanArrays plan = plan_arrays(p.plan, W);
+  const i64 N = (i64)W * E, rb = p.rowBytes;
+  const i64 total = p.plan[8] * rb;
+  const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
+  for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) {
+    const i64 hi = lo + tile < total ? lo + tile : total;
+    // the last chunk starting at or before byte lo (running sums ascend)
+    i64 a = 0, b = N - 1;
+    while (a < b) {
+      const i64 m = (a + b + 1) >> 1;
+      if (plan.cum[m] * rb <= lo) a = m;
+      else b = m - 1;
+    }
+    for (i64 i = a; i < N && plan.cum[i] * rb < hi; ++i) {
+      const i64 cs = plan.cum[i] * rb, ce = cs + plan.rows[i] * rb;
+      const i64 x = cs > lo ? cs : lo, y = ce < hi ? ce : hi;
+      if (x >= y) continue;
+      u8* dst = p.outPeers[i / E] + plan.dst[i] * rb + (x - cs);
+      copy_bytes(dst, p.input + plan.src[i] * rb + (x - cs), (u64)(y - x));
+    }
+  }
+}
+
+// Completion, as a2av_done: every rank sends each peer one signal per call.
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) {
+  const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
+  u8* lane = p.pad + p.laneOffset;
+  LaneHeader* h = (LaneHeader*)lane;
+  __shared__ int sAbort;
+  __shared__ i64 sSeq;
+  if (tid == 0) {
+    sAbort = ld_volatile(&h->abort.code) != A2AV_OK;
+    sSeq = ld_volatile(&h->seq) + 1;
+  }
+  __syncthreads();
+  if (sAbort) return;
+  // The copy grid has finished (stream order); the release makes its stores visible to the peers
+  // before the count that announces them.
+  fence_peers();
+  for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, 1);
+  if (!await_done(h, lane, W, me, sSeq, p.timeoutNs, [](int) { return (i64)1; })) sAbort = 1;
+  __syncthreads();
+  if (tid == 0 && !sAbort) st_volatile(&h->seq, sSeq);
+}

@@ -1,0 +1,267 @@
+// The MoE exchange's pieces (kernels/exchange.cu): parameters, verdicts, block-wide scans, the
+// bounded receive of a round's packets, and the receiver's layout.
+#pragma once
+#include "config.cuh"
+#include "copy.cuh"
+#include "signals.cuh"
+
+// Call kinds, as src/collectives/exchange-rules.ts numbers them.
+#define X_1D 1
+#define X_DISPATCH 2
+#define X_COMBINE 3
+
+// Mirrored by src/backends/cuda/kernel-params.ts (byte offsets in comments).
+struct XParams {
+  const u8* input;         // 0
+  u8* const* outPeers;     // 8: output base on every rank (device table [W])
+  const i64* splits;       // 16: 1d, dispatch: inSplits [W*E]; combine: inSplitsOffsets [2][E*W]
+  i64* outSplitsOffsets;   // 24: [2][W*E]
+  u8* const* padPeers;     // 32
+  u8* pad;                 // 40: this rank's own signal pad
+  i64* plan;               // 48: where the exchange leaves its plan (config.cuh: plan layout)
+  i64* scratch;            // 56: the lane's scratch (config.cuh)
+  u64 laneOffset;          // 64
+  i64 rowBytes;            // 72
+  i64 outId;               // 80
+  i64 inRows;              // 88
+  i64 outRows;             // 96
+  i64 timeoutNs;           // 104
+  i64 align;               // 112
+  int kind;                // 120
+  int experts;             // 124
+  int rank;                // 128
+  int world;               // 132
+};
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, align) == 112, "XParams.align");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, kind) == 120, "XParams.kind");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, world) == 132, "XParams.world");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 136, "XParams: X_PARAMS_BYTES");
+
+// Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as
+// overflow (the 1-D kernel's rules use it too).
+__device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
+__device__ __forceinline__ i64 clamp0(i64 v) { return v < 0 ? 0 : v; }
+
+// A verdict's key orders it as the rules do: the problem's priority on top, then the position the
+// rules scan in (rank, then peer and expert). The least key over all ranks is the call's verdict.
+#define X_NONE 0x7fffffffffffffffULL
+#define X_PRIO_MISMATCH 0
+#define X_PRIO_NEGATIVE 1
+#define X_PRIO_INPUT 2
+#define X_PRIO_OUTPUT 3
+__device__ __forceinline__ i64 x_key(int prio, i64 index) { return ((i64)prio << 56) | index; }
+
+struct XVerdict {
+  i64 key;
+  int rank, peer, expert;
+  i64 needed, available;
+};
+__device__ __forceinline__ i64 verdict_word(const XVerdict& v, int j) {
+  return j == 0 ? v.key : j == 1 ? v.rank : j == 2 ? v.peer : j == 3 ? v.expert : j == 4 ? v.needed : v.available;
+}
+__device__ __forceinline__ XVerdict read_verdict(const i64* w) { return XVerdict{w[0], (int)w[1], (int)w[2], (int)w[3], w[4], w[5]}; }
+// A plan's verdict: [0] the status code (0: accepted), [1, 7) the verdict's words.
+__device__ __forceinline__ XVerdict read_plan_verdict(const i64* plan) { return read_verdict(plan + 1); }
+
+struct PlanArrays {
+  i64 *rows, *src, *dst, *cum;
+};
+__device__ __forceinline__ PlanArrays plan_arrays(i64* plan, int W) {
+  const i64 n = (i64)W * A2AV_MAX_EXPERTS;
+  i64* a = plan + A2AV_PLAN_HEADER;
+  return PlanArrays{a, a + n, a + 2 * n, a + 3 * n};
+}
+
+// Shared state of the one block that runs an exchange.
+struct XBlockState {
+  i64 seq, total;
+  int abort;
+  unsigned long long at, at2, mis, out, fin;
+  XVerdict mine, all;
+  i64 scan[33];
+  i64 tmp[A2AV_MAX_EXPERTS];  // per expert block lengths, or per source totals (W <= 256)
+};
+
+__device__ __forceinline__ bool x_begin(XBlockState& st, LaneHeader* h) {
+  if (threadIdx.x == 0) {
+    st.abort = ld_volatile(&h->abort.code) != A2AV_OK;
+    st.seq = ld_volatile(&h->seq) + 1;
+    st.at = st.at2 = st.mis = st.out = st.fin = X_NONE;
+    st.mine = st.all = XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};
+  }
+  __syncthreads();
+  return !st.abort;
+}
+
+// Exclusive running sums of in[0, n) into out (negative values count as 0; sums saturate);
+// returns the total. Every thread of the block calls it; blockDim.x is a multiple of 32.
+__device__ i64 block_scan_sat(const i64* in, i64* out, i64 n, i64* sh) {
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, warps = nt >> 5;
+  const i64 chunk = (n + nt - 1) / nt, lo = (i64)tid * chunk, hi = lo + chunk < n ? lo + chunk : n;
+  i64 s = 0;
+  for (i64 i = lo; i < hi; ++i) s = sat_add(s, clamp0(in[i]));
+  i64 v = s;
+  for (int d = 1; d < 32; d <<= 1) {
+    const i64 t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v = sat_add(v, t);
+  }
+  i64 before = __shfl_up_sync(0xffffffffu, v, 1);
+  if (lane == 0) before = 0;
+  if (lane == 31) sh[warp] = v;
+  __syncthreads();
+  if (tid == 0) {
+    i64 run = 0;
+    for (int w = 0; w < warps; ++w) {
+      const i64 t = sh[w];
+      sh[w] = run;
+      run = sat_add(run, t);
+    }
+    sh[32] = run;
+  }
+  __syncthreads();
+  i64 run = sat_add(sh[warp], before);
+  for (i64 i = lo; i < hi; ++i) {
+    out[i] = run;
+    run = sat_add(run, clamp0(in[i]));
+  }
+  const i64 total = sh[32];
+  __syncthreads();
+  return total;
+}
+
+// Waits for packets [from, to) of every source's slot and unpacks them into dst[src * stride + j].
+// to < 0: each source's header says how many it sent (from + its experts). A wait past the
+// deadline records the timeout in the lane's abort record and sets st.abort.
+template <typename Slot>
+__device__ void receive(XBlockState& st, LaneHeader* h, i64* dst, int stride, Slot slot, int W, int from, int to, u32 flag, u64 deadline,
+                        int me, i64 seq) {
+  const int span = to >= 0 ? to - from : A2AV_MAX_EXPERTS;
+  for (i64 k = threadIdx.x; k < (i64)W * span; k += blockDim.x) {
+    const int src = (int)(k / span), j = from + (int)(k % span);
+    if (to < 0) {
+      const i64 e = dst[(i64)src * stride + 3];
+      if (j >= from + (e < 0 ? 0 : e > A2AV_MAX_EXPERTS ? A2AV_MAX_EXPERTS : e)) continue;
+    }
+    i64 v;
+    if (!ll_wait(slot(src) + j, flag, deadline, &v)) {
+      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, src, seq, seq - 1, me, seq, -1});
+      st.abort = 1;
+      break;
+    }
+    dst[(i64)src * stride + j] = v;
+  }
+  __syncthreads();
+}
+
+// The receiver's verdict: a mismatch with rank 0's call, else the least of every sender's own
+// verdict and this receiver's output overrun. Fills starts[src * A2AV_MAX_EXPERTS + e] with where
+// each source's chunk for each expert lands (when the calls match).
+__device__ void receiver_verdict(XBlockState& st, const XParams& p, const i64* xin, i64* starts) {
+  const int W = p.world, E = p.experts, tid = threadIdx.x, nt = blockDim.x;
+  const i64 cap = p.outRows;
+  const auto count = [&](int src, int e) { return clamp0(xin[(i64)src * A2AV_X1_WORDS + A2AV_X1_HEADER + e]); };
+  for (int q = tid; q < W; q += nt) {
+    const i64* a = xin + (i64)q * A2AV_X1_WORDS;
+    if (a[0] != xin[0] || a[1] != xin[1] || a[2] != xin[2] || a[3] != xin[3] || a[4] != xin[4]) atomicMin(&st.mis, (unsigned long long)q);
+    atomicMin(&st.at2, (unsigned long long)a[5]);
+  }
+  __syncthreads();
+  if (st.mis == X_NONE) {
+    const bool byExpert = p.kind == X_DISPATCH;
+    const int groups = byExpert ? E : W, members = byExpert ? W : E;
+    for (int g = tid; g < groups; g += nt) {
+      i64 t = 0;
+      for (int m = 0; m < members; ++m) t = sat_add(t, byExpert ? count(m, g) : count(g, m));
+      // an expert's block: a multiple of align rows, and at least align rows
+      st.tmp[g] = !byExpert ? t : t == 0 ? p.align : sat_add(t, (p.align - t % p.align) % p.align);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      i64 pos = 0;
+      for (int g = 0; g < groups; ++g) {
+        const i64 len = st.tmp[g];
+        st.tmp[g] = pos;
+        pos = sat_add(pos, len);
+      }
+      st.total = pos;
+    }
+    __syncthreads();
+    for (int g = tid; g < groups; g += nt) {
+      i64 pos = st.tmp[g], at = (i64)X_NONE;
+      for (int m = 0; m < members; ++m) {
+        const int src = byExpert ? m : g, e = byExpert ? g : m;
+        const i64 c = count(src, e);
+        if (at == (i64)X_NONE && c > cap - pos) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
+        starts[(i64)src * A2AV_MAX_EXPERTS + e] = pos;
+        pos = sat_add(pos, c);
+      }
+      const i64 end = g + 1 < groups ? st.tmp[g + 1] : st.total;
+      if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
+      if (at != (i64)X_NONE) atomicMin(&st.out, (unsigned long long)at);
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    XVerdict v{(i64)X_NONE, 0, 0, 0, 0, 0};
+    if (st.mis != X_NONE) {
+      const int q = (int)st.mis;
+      int j = 0;
+      while (xin[(i64)q * A2AV_X1_WORDS + j] == xin[j]) ++j;
+      v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, xin[(i64)q * A2AV_X1_WORDS + j], xin[j]};
+    } else {
+      if (st.at2 != X_NONE)
+        for (int q = 0; q < W; ++q)
+          if ((unsigned long long)xin[(i64)q * A2AV_X1_WORDS + 5] == st.at2) {
+            v = read_verdict(xin + (i64)q * A2AV_X1_WORDS + 5);
+            break;
+          }
+      const i64 key = x_key(X_PRIO_OUTPUT, p.rank);
+      if (st.out != X_NONE && key < v.key) {
+        const i64 at = (i64)st.out;
+        const bool byExpert = p.kind == X_DISPATCH;
+        const int peer = byExpert ? (int)(at % (W + 1)) : (int)(at / E), e = byExpert ? (int)(at / (W + 1)) : (int)(at % E);
+        v = XVerdict{key, p.rank, peer == W && byExpert ? -1 : peer, e, st.total, cap};
+      }
+    }
+    st.mine = v;
+  }
+  __syncthreads();
+}
+
+// A refused call, by one thread: its record in the lane's ring; the plan (when the exchange makes
+// one) keeps the verdict for its moves; the gate keeps x_copy from moving anything.
+__device__ void refuse(LaneHeader* h, u8* lane, int W, const XParams& p, i64* gate, const XVerdict& v, i64 seq, int me, bool intoPlan) {
+  const int prio = (int)(v.key >> 56);
+  const i64 code = prio == X_PRIO_MISMATCH   ? A2AV_ERR_MISMATCH
+                   : prio == X_PRIO_NEGATIVE ? A2AV_ERR_NEGATIVE
+                   : prio == X_PRIO_INPUT    ? A2AV_ERR_INPUT_OVERFLOW
+                                             : A2AV_ERR_OUTPUT_OVERFLOW;
+  record_refusal(h, lane, W, StatusRecord{code, v.rank, v.peer, v.needed, v.available, me, seq, p.kind == X_1D ? -1 : v.expert});
+  if (intoPlan) {
+    for (int j = 0; j < 6; ++j) p.plan[1 + j] = verdict_word(v, j);
+    p.plan[0] = code;
+    p.plan[8] = 0;
+  }
+  *gate = 1;
+}
+
+// An accepted exchange: outSplitsOffsets, and the plan's header. Every thread of the block calls it.
+__device__ void accept(const XParams& p, const i64* xin, const i64* starts, i64* gate, i64 sent) {
+  const int W = p.world, E = p.experts;
+  const i64 n = (i64)W * E;
+  const bool byExpert = p.kind == X_DISPATCH;
+  for (i64 k = threadIdx.x; k < n; k += blockDim.x) {
+    const int src = byExpert ? (int)(k % W) : (int)(k / E), e = byExpert ? (int)(k / W) : (int)(k % E);
+    p.outSplitsOffsets[k] = xin[(i64)src * A2AV_X1_WORDS + A2AV_X1_HEADER + e];
+    p.outSplitsOffsets[n + k] = starts[(i64)src * A2AV_MAX_EXPERTS + e];
+  }
+  if (threadIdx.x == 0) {
+    p.plan[0] = A2AV_OK;
+    p.plan[8] = sent;
+    p.plan[9] = E;
+    p.plan[10] = p.kind;
+    *gate = 0;
+  }
+}

@@ -1,0 +1,167 @@
+// The cuda backend's MoE calls and exchange plans (kernels/exchange.cu): what each call queues on
+// its lane. A call is x_exchange + x_copy + x_done, a plan's exchange x_exchange + x_done, a move
+// x_check + x_copy + x_done; each is one call on the lane (x_done numbers it), so handles,
+// records, replays and timeouts work as for allToAllV.
+import type { DeviceBuffer, ExchangePlan, Handle, PlanMoveArgs, Stream } from '../backend.js';
+import type { CudaDevice, CudaStream } from '../../cuda/device.js';
+import { ExchangeKind } from '../../collectives/exchange-rules.js';
+import { UsageError } from '../../errors.js';
+import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
+import type { GpuBuffer } from '../gpu-memory.js';
+import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
+import type { CudaLane } from './lane.js';
+import { planBytes, scratchBytes, scratchPlanOffset } from './layout.js';
+
+/** What the MoE calls need from their communicator. */
+export interface MoeHost {
+  readonly rank: number;
+  readonly worldSize: number;
+  readonly timeoutMs: number;
+  readonly device: CudaDevice;
+  /** The signal pad (symmetric: its peer table). */
+  pad(): GpuBuffer;
+  /** Orders the lane after `stream` (or the capture's), as allToAllV does. */
+  follow(lane: CudaLane, stream: Stream | undefined): void;
+  /** Ends the call just queued on the lane: its handle. */
+  finish(lane: CudaLane, what: string): Handle;
+  /** Throws CommAbortedError after a timeout. */
+  usable(): void;
+}
+
+/** One exchange as the kernels take it: the call's kind and its buffers, counts in rows. */
+export interface ExchangeCall {
+  kind: ExchangeKind;
+  /** 1d, dispatch: inSplits; combine: inSplitsOffsets. */
+  splits: DeviceBuffer;
+  outSplitsOffsets: DeviceBuffer;
+  experts: number;
+  align: number;
+  inRows: number;
+  outRows: number;
+}
+
+/** A payload: its buffers and row size (a plan's exchange has none: rowBytes 0, outId -1). */
+export interface Payload {
+  input?: GpuBuffer;
+  output?: GpuBuffer;
+  rowBytes: number;
+}
+
+const EXCHANGE_THREADS = 1024;
+const COPY_THREADS = 512;
+
+export class MoeCalls {
+  readonly #host: MoeHost;
+  readonly #module: KernelModule;
+  readonly #launcher: StructLauncher;
+  readonly #fns: Record<'check' | 'copy' | 'done', KernelFunction>;
+  readonly #scratch = new Map<CudaLane, bigint>();
+
+  /** `module`: kernels/exchange.cu, loaded before any rank launches (setup.ts says why). */
+  constructor(host: MoeHost, module: KernelModule) {
+    this.#host = host;
+    this.#module = module;
+    // Looking the functions up loads them now, not at a first launch beside a peer's spinning kernel.
+    this.#launcher = new StructLauncher(module.fn('x_exchange'), X_PARAMS_BYTES);
+    this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), done: module.fn('x_done') };
+  }
+
+  /** Queues one whole call (exchange and data) on `lane`. */
+  call(lane: CudaLane, x: ExchangeCall, payload: Payload, stream: Stream | undefined, what: string): Handle {
+    this.#host.usable();
+    const scratch = this.#scratchOf(lane);
+    this.#host.follow(lane, stream);
+    const params = this.#paramsOf(lane, x, payload, scratch + BigInt(scratchPlanOffset(this.#host.worldSize)));
+    this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
+    return this.#host.finish(lane, what);
+  }
+
+  /** Builds an exchange plan on `lane`: the exchange now, moves later. */
+  plan(lane: CudaLane, x: ExchangeCall, stream: Stream | undefined, what: string): ExchangePlan {
+    this.#host.usable();
+    const scratch = this.#scratchOf(lane);
+    const host = this.#host;
+    const buf = host.device.alloc(planBytes(host.worldSize));
+    host.follow(lane, stream);
+    this.#queue(lane.stream, this.#paramsOf(lane, x, { rowBytes: 0 }, buf, scratch), ['exchange', 'done'], { rowBytes: 0 });
+    const ready = host.finish(lane, what);
+    let closed = false;
+    return {
+      ready,
+      move: (m: PlanMoveArgs): Handle => {
+        if (closed) throw new UsageError(`rank ${host.rank}: this exchange plan is closed`);
+        host.usable();
+        const payload = { input: m.input as GpuBuffer, output: m.output as GpuBuffer, rowBytes: m.rowBytes };
+        host.follow(lane, m.stream);
+        this.#queue(lane.stream, this.#paramsOf(lane, x, payload, buf, scratch), ['check', 'copy', 'done'], payload);
+        return host.finish(lane, `a move of ${what}`);
+      },
+      close: () => {
+        if (closed) return;
+        closed = true;
+        // Its moves may still be queued: the buffer goes once the lane has run them.
+        lane.stream.synchronize();
+        host.device.free(buf);
+      },
+    };
+  }
+
+  /** Frees the lanes' scratch (the communicator has synchronised the device). */
+  release(): void {
+    for (const ptr of this.#scratch.values()) this.#host.device.free(ptr);
+    this.#scratch.clear();
+    this.#module.unload();
+  }
+
+  #scratchOf(lane: CudaLane): bigint {
+    let ptr = this.#scratch.get(lane);
+    if (ptr === undefined) {
+      ptr = this.#host.device.alloc(scratchBytes(this.#host.worldSize));
+      this.#scratch.set(lane, ptr);
+    }
+    return ptr;
+  }
+
+  #paramsOf(lane: CudaLane, x: ExchangeCall, payload: Payload, plan: bigint, scratch = plan - BigInt(scratchPlanOffset(this.#host.worldSize))): XParams {
+    const host = this.#host;
+    const pad = host.pad();
+    return {
+      input: payload.input?.ptr ?? 0n,
+      outPeers: payload.output?.peerTable ?? 0n,
+      splits: (x.splits as GpuBuffer).ptr,
+      outSplitsOffsets: (x.outSplitsOffsets as GpuBuffer).ptr,
+      padPeers: pad.peerTable,
+      pad: pad.ptr,
+      plan,
+      scratch,
+      laneOffset: lane.offset,
+      rowBytes: payload.rowBytes,
+      outId: payload.output?.symmetricId ?? -1,
+      inRows: x.inRows,
+      outRows: x.outRows,
+      timeoutNs: BigInt(Math.round(host.timeoutMs * 1e6)),
+      align: x.align,
+      kind: ExchangeKind[x.kind],
+      experts: x.experts,
+      rank: host.rank,
+      world: host.worldSize,
+    };
+  }
+
+  #queue(stream: CudaStream, params: XParams, steps: ('exchange' | 'check' | 'copy' | 'done')[], payload: Payload): void {
+    const launcher = this.#launcher;
+    writeXParams(launcher.view, params);
+    const device = this.#host.device;
+    for (const step of steps) {
+      if (step === 'exchange') launcher.launch(1, EXCHANGE_THREADS, stream);
+      else if (step === 'check') launcher.launch(1, 32 * Math.min(32, Math.ceil((2 * this.#host.worldSize) / 32)), stream, 0, this.#fns.check);
+      else if (step === 'done') launcher.launch(1, Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32)), stream, 0, this.#fns.done);
+      else {
+        // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
+        const bytes = (payload.input?.bytes ?? 0) || 1;
+        const blocks = Math.max(1, Math.min(4 * device.smCount, Math.ceil(bytes / (COPY_THREADS * 64))));
+        launcher.launch(blocks, COPY_THREADS, stream, 0, this.#fns.copy);
+      }
+    }
+  }
+}
