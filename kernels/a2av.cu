@@ -122,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     for (int i = tid; i < W * PW; i += nt) {
       const int q = i / PW;
       if (!ll_wait(lane_payload(lane, W, parity, q) + (i - q * PW), flag, deadline, &pay[i])) {
-        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, -1});
+        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, pay[i], me, seq, A2AV_WAIT_ARRIVAL});
         sAbort = 1;
       }
     }
@@ -208,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       }
       rec = StatusRecord{A2AV_ERR_OUTPUT_OVERFLOW, r, peer, total, cap, me, seq, -1};
     }
-    record_refusal(h, lane, W, rec);
+    record_refusal(h, rec);
   }
 
   // 3. data (skipped on any validation failure: nothing is written)

@@ -17,11 +17,20 @@ typedef unsigned long long u64;
 #define A2AV_ERR_OUTPUT_OVERFLOW 3
 #define A2AV_ERR_MISMATCH 4
 #define A2AV_ERR_TIMEOUT 5
+// Which wait ran out, in a timeout's record (its expert word; src/collectives/status.ts names them).
+#define A2AV_WAIT_ARRIVAL 1  // a2av_1d: a peer's payload
+#define A2AV_WAIT_DONE 2     // completion: a peer's done signals
+#define A2AV_WAIT_ROUND1 3   // MoE exchange: a sender's counts
+#define A2AV_WAIT_ROUND2 4   // MoE exchange: a receiver's answer
+#define A2AV_WAIT_MOVE 5     // a plan's move: a peer's row size and output
 
 // Records of refused calls kept per lane, by sequence number modulo this: a handle reads its own
 // call's record as long as fewer than this many later calls were queued on its lane (the host's
 // event ring has the same length, src/backends/stream-lane.ts).
 #define A2AV_STATUS_RING 256
+// A lane's status area is in pinned host memory, which the host reads with no driver call: a
+// synchronous device-to-host copy of the records, made while peers already spin in the next call,
+// was measured to stall until their timeout (8 ranks on one GPU, at the start of a timed loop).
 // validation: "no offender found" in the per-category atomicMin reductions
 #define A2AV_NONE 0x7fffffff
 
@@ -29,7 +38,7 @@ typedef unsigned long long u64;
 //   [0, 64)                 abort record: the first timeout on this lane; it stays (the host
 //                           aborts the communicator), and later kernels of the lane see it and exit
 //   [64, 72)                sequence number of the last completed call on this lane (local)
-//   [72, 80)                refused calls on this lane so far (local)
+//   [72, 80)                the lane's status area in host memory (StatusArea, set by the host)
 //   [128, 128+32*W*PW)      payload[parity][src][PW]: what src published for its call, one LL packet
 //                           (16 bytes: 8 data bytes and the call's flag twice) per int64
 //   then                    done[src]: completion signals src has sent here, ever (each call adds
@@ -37,8 +46,6 @@ typedef unsigned long long u64;
 //   then                    send plan[dst][3] (int64: source offset, destination address, bytes),
 //                           left by a2av_1d for a2av_copy in grid mode (local)
 //   then                    expect[src]: done[src] at the end of the last completed call (local)
-//   then                    status ring[A2AV_STATUS_RING]: the record of refused call seq is at
-//                           seq % A2AV_STATUS_RING, its seq field saying whose it is (local)
 //   then                    MoE exchange (kernels/exchange.cu), LL packets, slots sized for
 //                           A2AV_MAX_EXPERTS so a peer that disagrees on E shifts nothing:
 //                           x1[parity][src][A2AV_X1_WORDS]: what src sends me in round 1
@@ -58,7 +65,7 @@ struct StatusRecord {
   i64 available;   // rows available, or the call the peer last reached (timeout)
   i64 reportedBy;  // the rank whose kernel wrote it
   i64 seq;         // the call's sequence number on its lane
-  i64 expert;      // the expert involved (MoE calls), else -1
+  i64 expert;      // the expert involved (MoE calls), else -1; a timeout: the wait (A2AV_WAIT_*)
 };
 // Layout checks: NVRTC lacks offsetof, so they hold under nvcc (CI compile-checks every kernel).
 #ifndef __CUDACC_RTC__
@@ -69,12 +76,23 @@ struct StatusRecord {
 A2AV_LAYOUT_CHECK(sizeof(StatusRecord) == 64, "StatusRecord: 8 int64 words (status.ts STATUS_WORDS)");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(StatusRecord, seq) == 48, "StatusRecord.seq: word 6 (status.ts StatusField.seq)");
 
+// A lane's status area (host memory): the abort record again, for the host, the count of refused
+// calls, and the ring: the record of refused call seq is at seq % A2AV_STATUS_RING, its seq field
+// saying whose it is.
+struct StatusArea {
+  StatusRecord abort;
+  i64 refused;
+  i64 reserved[7];
+  StatusRecord ring[A2AV_STATUS_RING];
+};
+A2AV_LAYOUT_CHECK(__builtin_offsetof(StatusArea, refused) == 64 && __builtin_offsetof(StatusArea, ring) == 128, "StatusArea: layout.ts StatusAreaField");
+
 struct LaneHeader {
   StatusRecord abort;
   i64 seq;
-  i64 refused;
+  StatusArea* status;
 };
-A2AV_LAYOUT_CHECK(__builtin_offsetof(LaneHeader, seq) == 64 && __builtin_offsetof(LaneHeader, refused) == 72, "LaneHeader: layout.ts LaneHeaderField");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(LaneHeader, seq) == 64 && __builtin_offsetof(LaneHeader, status) == 72, "LaneHeader: layout.ts LaneHeaderField");
 A2AV_LAYOUT_CHECK(sizeof(LaneHeader) <= A2AV_LANE_HEADER_BYTES, "LaneHeader fits its region");
 
 __host__ __device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int parity, int src) {
@@ -83,7 +101,6 @@ __host__ __device__ __forceinline__ uint4* lane_payload(u8* lane, int W, int par
 __host__ __device__ __forceinline__ i64* lane_done(u8* lane, int W) { return (i64*)lane_payload(lane, W, 2, 0); }
 __host__ __device__ __forceinline__ i64* lane_send_plan(u8* lane, int W) { return lane_done(lane, W) + W; }
 __host__ __device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return lane_send_plan(lane, W) + 3 * W; }
-__host__ __device__ __forceinline__ StatusRecord* lane_status_ring(u8* lane, int W) { return (StatusRecord*)(lane_expect(lane, W) + W); }
 
 // MoE exchange limits and packet layout (src/backends/cuda/layout.ts mirrors them).
 #define A2AV_MAX_EXPERTS 256
@@ -96,7 +113,7 @@ __host__ __device__ __forceinline__ StatusRecord* lane_status_ring(u8* lane, int
 #define A2AV_X1_WORDS (A2AV_X1_HEADER + A2AV_MAX_EXPERTS)
 #define A2AV_X2_WORDS (A2AV_X2_HEADER + A2AV_MAX_EXPERTS)
 __host__ __device__ __forceinline__ uint4* lane_x1(u8* lane, int W, int parity, int src) {
-  const u64 base = ((u64)(lane_status_ring(lane, W) + A2AV_STATUS_RING) + 15) & ~15ull;  // packets are 16-byte stores
+  const u64 base = ((u64)(lane_expect(lane, W) + W) + 15) & ~15ull;  // packets are 16-byte stores
   return (uint4*)base + ((i64)parity * W + src) * A2AV_X1_WORDS;
 }
 __host__ __device__ __forceinline__ uint4* lane_x2(u8* lane, int W, int parity, int src) {

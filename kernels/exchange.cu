@@ -79,11 +79,12 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     else v = verdict_word(st.mine, j - 5);
     ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
   }
-  const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
+  const XWait wait{h, flag, global_timer_ns() + (u64)p.timeoutNs, me, W, seq};
   // Headers first: a sender's count of experts says how many packets it sent.
-  receive(st, h, xin, A2AV_X1_WORDS, [&](int src) { return lane_x1(lane, W, parity, src); }, W, 0, A2AV_X1_HEADER, flag, deadline, me, seq);
+  const auto round1 = [&](int src) { return lane_x1(lane, W, parity, src); };
+  receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, 0, A2AV_X1_HEADER, A2AV_WAIT_ROUND1});
   if (st.abort) return;
-  receive(st, h, xin, A2AV_X1_WORDS, [&](int src) { return lane_x1(lane, W, parity, src); }, W, A2AV_X1_HEADER, -1, flag, deadline, me, seq);
+  receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, A2AV_X1_HEADER, -1, A2AV_WAIT_ROUND1});
   if (st.abort) return;
 
   // As a receiver: rank 0's call against everyone's, every sender's verdict, my own layout.
@@ -96,7 +97,8 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     ll_store(lane_x2(p.padPeers[s] + p.laneOffset, W, parity, me) + j, v, flag);
   }
   // Every receiver's verdict; then, if all accept, where my chunks land.
-  receive(st, h, answers, A2AV_X2_WORDS, [&](int r) { return lane_x2(lane, W, parity, r); }, W, 0, A2AV_X2_HEADER, flag, deadline, me, seq);
+  const auto round2 = [&](int r) { return lane_x2(lane, W, parity, r); };
+  receive(st, wait, round2, XInbox{answers, A2AV_X2_WORDS, 0, A2AV_X2_HEADER, A2AV_WAIT_ROUND2});
   if (st.abort) return;
   for (int r = tid; r < W; r += nt) atomicMin(&st.fin, (unsigned long long)answers[(i64)r * A2AV_X2_WORDS]);
   __syncthreads();
@@ -104,10 +106,10 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     if ((unsigned long long)answers[(i64)r * A2AV_X2_WORDS] == st.fin) st.all = read_verdict(answers + (i64)r * A2AV_X2_WORDS);
   __syncthreads();
   if (st.all.key != X_NONE) {
-    if (tid == 0) refuse(h, lane, W, p, gate, st.all, seq, me, true);
+    if (tid == 0) refuse(XCall{p, h, lane, gate, seq}, st.all, true);
     return;
   }
-  receive(st, h, answers, A2AV_X2_WORDS, [&](int r) { return lane_x2(lane, W, parity, r); }, W, A2AV_X2_HEADER, A2AV_X2_HEADER + E, flag, deadline, me, seq);
+  receive(st, wait, round2, XInbox{answers, A2AV_X2_WORDS, A2AV_X2_HEADER, A2AV_X2_HEADER + E, A2AV_WAIT_ROUND2});
   if (st.abort) return;
   for (i64 i = tid; i < N; i += nt) plan.dst[i] = answers[(i / E) * A2AV_X2_WORDS + A2AV_X2_HEADER + (i % E)];
   accept(p, xin, starts, gate, sent);
@@ -128,20 +130,21 @@ extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
-  for (int k = tid; k < 2 * W; k += nt) ll_store(lane_mv(p.padPeers[k / 2] + p.laneOffset, W, parity, me) + (k & 1), (k & 1) ? p.outId : p.rowBytes, flag);
-  const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-  receive(st, h, got, 2, [&](int src) { return lane_mv(lane, W, parity, src); }, W, 0, 2, flag, deadline, me, seq);
+  for (int k = tid; k < 2 * W; k += nt)
+    ll_store(lane_mv(p.padPeers[k / 2] + p.laneOffset, W, parity, me) + (k & 1), (k & 1) ? p.outId : p.rowBytes, flag);
+  const XWait wait{h, flag, global_timer_ns() + (u64)p.timeoutNs, me, W, seq};
+  receive(st, wait, [&](int src) { return lane_mv(lane, W, parity, src); }, XInbox{got, 2, 0, 2, A2AV_WAIT_MOVE});
   if (st.abort) return;
   for (int q = tid; q < W; q += nt)
     if (got[2 * q] != got[0] || got[2 * q + 1] != got[1]) atomicMin(&st.at, (unsigned long long)q);
   __syncthreads();
   if (tid != 0) return;
   if (p.plan[0] != A2AV_OK) {
-    refuse(h, lane, W, p, gate, read_plan_verdict(p.plan), seq, me, false);
+    refuse(XCall{p, h, lane, gate, seq}, read_plan_verdict(p.plan), false);
   } else if (st.at != X_NONE) {
     const int q = (int)st.at;
     const bool rows = got[2 * q] != got[0];
-    refuse(h, lane, W, p, gate, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, got[2 * q + (rows ? 0 : 1)], got[rows ? 0 : 1]}, seq, me, false);
+    refuse(XCall{p, h, lane, gate, seq}, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, got[2 * q + (rows ? 0 : 1)], got[rows ? 0 : 1]}, false);
   } else {
     *gate = 0;
   }

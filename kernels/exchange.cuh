@@ -131,26 +131,40 @@ __device__ i64 block_scan_sat(const i64* in, i64* out, i64 n, i64* sh) {
   return total;
 }
 
-// Waits for packets [from, to) of every source's slot and unpacks them into dst[src * stride + j].
-// to < 0: each source's header says how many it sent (from + its experts). A wait past the
-// deadline records the timeout in the lane's abort record and sets st.abort.
+// What a round's waits share: the lane, the call's flag and the deadline.
+struct XWait {
+  LaneHeader* h;
+  u32 flag;
+  u64 deadline;
+  int me, world;
+  i64 seq;
+};
+
+// Where a round's packets go: packets [from, to) of every source's slot into dst[src * stride + j]
+// (to < 0: as many as each source's header says: from + its experts); site names the wait.
+struct XInbox {
+  i64* dst;
+  int stride, from, to, site;
+};
+
+// Waits for a round's packets and unpacks them. A wait past the deadline records the timeout in
+// the lane's abort record (with how far the writer got) and sets st.abort.
 template <typename Slot>
-__device__ void receive(XBlockState& st, LaneHeader* h, i64* dst, int stride, Slot slot, int W, int from, int to, u32 flag, u64 deadline,
-                        int me, i64 seq) {
-  const int span = to >= 0 ? to - from : A2AV_MAX_EXPERTS;
-  for (i64 k = threadIdx.x; k < (i64)W * span; k += blockDim.x) {
-    const int src = (int)(k / span), j = from + (int)(k % span);
-    if (to < 0) {
-      const i64 e = dst[(i64)src * stride + 3];
-      if (j >= from + (e < 0 ? 0 : e > A2AV_MAX_EXPERTS ? A2AV_MAX_EXPERTS : e)) continue;
+__device__ void receive(XBlockState& st, const XWait& w, Slot slot, const XInbox& in) {
+  const int span = in.to >= 0 ? in.to - in.from : A2AV_MAX_EXPERTS;
+  for (i64 k = threadIdx.x; k < (i64)w.world * span; k += blockDim.x) {
+    const int src = (int)(k / span), j = in.from + (int)(k % span);
+    if (in.to < 0) {
+      const i64 e = in.dst[(i64)src * in.stride + 3];
+      if (j >= in.from + (e < 0 ? 0 : e > A2AV_MAX_EXPERTS ? A2AV_MAX_EXPERTS : e)) continue;
     }
     i64 v;
-    if (!ll_wait(slot(src) + j, flag, deadline, &v)) {
-      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, src, seq, seq - 1, me, seq, -1});
+    if (!ll_wait(slot(src) + j, w.flag, w.deadline, &v)) {
+      record_abort(w.h, StatusRecord{A2AV_ERR_TIMEOUT, w.me, src, w.seq, v, w.me, w.seq, in.site});
       st.abort = 1;
       break;
     }
-    dst[(i64)src * stride + j] = v;
+    in.dst[(i64)src * in.stride + j] = v;
   }
   __syncthreads();
 }
@@ -230,21 +244,31 @@ __device__ void receiver_verdict(XBlockState& st, const XParams& p, const i64* x
   __syncthreads();
 }
 
+// The call a kernel serves: its parameters, its lane, its gate and its sequence number.
+struct XCall {
+  const XParams& p;
+  LaneHeader* h;
+  u8* lane;
+  i64* gate;
+  i64 seq;
+};
+
 // A refused call, by one thread: its record in the lane's ring; the plan (when the exchange makes
 // one) keeps the verdict for its moves; the gate keeps x_copy from moving anything.
-__device__ void refuse(LaneHeader* h, u8* lane, int W, const XParams& p, i64* gate, const XVerdict& v, i64 seq, int me, bool intoPlan) {
+__device__ void refuse(const XCall& c, const XVerdict& v, bool intoPlan) {
   const int prio = (int)(v.key >> 56);
   const i64 code = prio == X_PRIO_MISMATCH   ? A2AV_ERR_MISMATCH
                    : prio == X_PRIO_NEGATIVE ? A2AV_ERR_NEGATIVE
                    : prio == X_PRIO_INPUT    ? A2AV_ERR_INPUT_OVERFLOW
                                              : A2AV_ERR_OUTPUT_OVERFLOW;
-  record_refusal(h, lane, W, StatusRecord{code, v.rank, v.peer, v.needed, v.available, me, seq, p.kind == X_1D ? -1 : v.expert});
+  const XParams& p = c.p;
+  record_refusal(c.h, StatusRecord{code, v.rank, v.peer, v.needed, v.available, p.rank, c.seq, p.kind == X_1D ? -1 : v.expert});
   if (intoPlan) {
     for (int j = 0; j < 6; ++j) p.plan[1 + j] = verdict_word(v, j);
     p.plan[0] = code;
     p.plan[8] = 0;
   }
-  *gate = 1;
+  *c.gate = 1;
 }
 
 // An accepted exchange: outSplitsOffsets, and the plan's header. Every thread of the block calls it.

@@ -69,7 +69,8 @@ __device__ __forceinline__ bool wait_at_least(const i64* flag, i64 target, u64 d
   return true;
 }
 
-// Spins until the packet at p carries flag; false when deadline (globaltimer ns) passes first.
+// Spins until the packet at p carries flag; false when deadline (globaltimer ns) passes first,
+// with *out the call whose packet is there instead (0: none yet): how far the writer got.
 __device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, i64* out) {
   int spins = 0;
   for (;;) {
@@ -80,29 +81,29 @@ __device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, 
     }
     if (++spins == 64) {
       spins = 0;
-      if (global_timer_ns() > deadline) return false;
+      if (global_timer_ns() > deadline) {
+        *out = v.y == 0 ? 0 : (i64)v.y - 1;
+        return false;
+      }
     }
   }
 }
 
 // A timeout: the first one on the lane wins (the root cause), and it stays: the host aborts the
-// communicator, and the lane's later kernels see it and exit.
+// communicator, and the lane's later kernels see it (the copy in the lane's header) and exit.
 __device__ __forceinline__ void record_abort(LaneHeader* h, const StatusRecord& r) {
   if (atomicCAS((u64*)&h->abort.code, 0ull, (u64)r.code) != 0ull) return;
-  h->abort.rank = r.rank;
-  h->abort.peer = r.peer;
-  h->abort.needed = r.needed;
-  h->abort.available = r.available;
-  h->abort.reportedBy = r.reportedBy;
-  h->abort.seq = r.seq;
-  fence_peers();
+  h->status->abort = r;
+  __threadfence_system();
 }
 
 // A refused call, by one thread: into its own slot of the lane's ring, so each call's handle finds
 // its own record (the seq field says whose a slot holds). Read by the host after the call's event.
-__device__ __forceinline__ void record_refusal(LaneHeader* h, u8* lane, int W, const StatusRecord& r) {
-  lane_status_ring(lane, W)[r.seq % A2AV_STATUS_RING] = r;
-  h->refused += 1;
+__device__ __forceinline__ void record_refusal(LaneHeader* h, const StatusRecord& r) {
+  StatusArea* a = h->status;
+  a->ring[r.seq % A2AV_STATUS_RING] = r;
+  a->refused += 1;
+  __threadfence_system();
 }
 
 // Completion, by one block: waits until every peer q has sent this lane the signals it announced for
@@ -119,7 +120,7 @@ __device__ __forceinline__ bool await_done(LaneHeader* h, u8* lane, int W, int m
     if (wait_at_least(done + q, target, deadline)) {
       expect[q] = target;
     } else {
-      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, -1});
+      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, seq - 1, me, seq, A2AV_WAIT_DONE});
       ok = false;
     }
   }

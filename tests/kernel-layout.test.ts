@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { StatusCode, StatusField, STATUS_BYTES } from '../src/collectives/status.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from '../src/backends/cuda/kernel-params.js';
-import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, PAYLOAD_HEADER, planBytes, scratchBytes, STATUS_RING, statusRingOffset, X1_HEADER, X2_HEADER } from '../src/backends/cuda/layout.js';
+import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, moeOffset, PAYLOAD_HEADER, planBytes, scratchBytes, STATUS_AREA_BYTES, STATUS_RING, StatusAreaField, X1_HEADER, X2_HEADER } from '../src/backends/cuda/layout.js';
 import { MAX_EXPERTS_PER_RANK } from '../src/backends/backend.js';
 import { writeXParams, X_PARAMS_BYTES } from '../src/backends/cuda/kernel-params.js';
 import { EVENT_RING } from '../src/backends/stream-lane.js';
@@ -102,14 +102,17 @@ describe('kernel structures mirrored in TypeScript', () => {
       writeFileSync(
         join(dir, 'layout.cu'),
         `#include <cstdio>\n#include "config.cuh"\nint main() {\n` +
-          `  for (int W : {${worlds.join(', ')}}) printf("%lld\\n", (long long)((u8*)lane_status_ring((u8*)0, W) - (u8*)0));\n` +
-          `  printf("%zu %zu %zu\\n", __builtin_offsetof(LaneHeader, seq), __builtin_offsetof(LaneHeader, refused), sizeof(StatusRecord));\n` +
+          `  for (int W : {${worlds.join(', ')}}) printf("%lld\\n", (long long)((u8*)lane_x1((u8*)0, W, 0, 0) - (u8*)0));\n` +
+          `  printf("%zu %zu %zu %zu %zu %zu\\n", __builtin_offsetof(LaneHeader, seq), __builtin_offsetof(LaneHeader, status), sizeof(StatusRecord),\n` +
+          `         __builtin_offsetof(StatusArea, refused), __builtin_offsetof(StatusArea, ring), sizeof(StatusArea));\n` +
           `  for (int W : {${worlds.join(', ')}}) printf("%lld %lld %lld\\n", (long long)(lane_end((u8*)0, W) - (u8*)0), 8 * scratch_words(W), 8 * plan_words(W));\n}\n`,
       );
       execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
       const lines = execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n');
-      assert.deepEqual(lines.slice(0, worlds.length).map(Number), worlds.map(statusRingOffset), 'status ring offset per world');
-      assert.deepEqual(lines[worlds.length].split(' ').map(Number), [LaneHeaderField.seq, LaneHeaderField.refused, STATUS_BYTES]);
+      assert.deepEqual(lines.slice(0, worlds.length).map(Number), worlds.map(moeOffset), 'MoE packets offset per world');
+      assert.deepEqual(lines[worlds.length].split(' ').map(Number), [
+        LaneHeaderField.seq, LaneHeaderField.status, STATUS_BYTES, StatusAreaField.refused, StatusAreaField.ring, STATUS_AREA_BYTES,
+      ]);
       const moe = lines.slice(worlds.length + 1).map((l) => l.split(' ').map(Number));
       assert.deepEqual(moe, worlds.map((W) => [laneEnd(W), scratchBytes(W), planBytes(W)]), 'MoE packets, scratch and plan per world');
       assert.equal(StatusField.seq * 8, 48, 'StatusRecord.seq is word 6 (asserted in config.cuh)');

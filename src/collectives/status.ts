@@ -12,7 +12,8 @@
 //   [4] available   rows available (splits problems); the flag value last seen (timeout)
 //   [5] reportedBy  the rank whose collective wrote the record
 //   [6] seq         the call's sequence number on its lane (1, 2, ...): whose record this is
-//   [7] expert      the expert involved (MoE calls), else -1
+//   [7] expert      the expert involved (MoE calls), else -1; for a timeout, which wait ran out
+//                   (WaitSite)
 import { A2avError, SplitsError, TimeoutError, type SplitsProblem } from '../errors.js';
 
 export const STATUS_WORDS = 8;
@@ -39,6 +40,15 @@ export const StatusField = {
   seq: 6,
   expert: 7,
 } as const;
+
+/** The waits a timeout names (kernels/config.cuh A2AV_WAIT_*). */
+export const WaitSite: Record<number, string> = {
+  1: "waiting for the peer's splits",
+  2: "waiting for the peer's completion signals",
+  3: "MoE exchange, round 1: waiting for the sender's counts",
+  4: "MoE exchange, round 2: waiting for the receiver's answer",
+  5: "a plan's move: waiting for the peer's row size and output",
+};
 
 const problems: Record<number, SplitsProblem> = {
   [StatusCode.negative]: 'negative',
@@ -85,7 +95,8 @@ export function readStatus(words: BigInt64Array, at = 0): StatusEntry | undefine
 /** The named error a status entry stands for. */
 export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'): Error {
   if (e.code === StatusCode.timeout) {
-    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane; the peer got no further than call ${e.available}`);
+    const site = WaitSite[e.expert ?? -1];
+    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane${site ? `, ${site}` : ''}; the peer got no further than call ${e.available}`);
   }
   const problem = problems[e.code];
   if (problem === undefined) {

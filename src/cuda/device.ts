@@ -1,9 +1,11 @@
 // One GPU as seen from one thread: its primary context, streams, events, memory and graphs.
+import koffi from 'koffi';
 import {
   attr,
   check,
   cu,
   CU_EVENT_DISABLE_TIMING,
+  CU_MEMHOSTREGISTER_DEVICEMAP,
   CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
   CU_STREAM_NON_BLOCKING,
   CUDA_ERROR_NOT_READY,
@@ -12,6 +14,13 @@ import {
   outU64,
 } from './driver.js';
 import { PeerAccessError, UnsupportedDeviceError } from '../errors.js';
+
+/** Pinned host memory mapped for the GPU: `view` on the host, `device` the GPU's address of it. */
+export interface HostMapped {
+  readonly view: ArrayBuffer;
+  readonly device: bigint;
+  release(): void;
+}
 
 export class CudaStream {
   readonly kind = 'stream' as const;
@@ -126,6 +135,29 @@ export class CudaDevice {
 
   alloc(bytes: number): bigint {
     return outU64('cuMemAlloc', (o) => cu().cuMemAlloc(o, BigInt(Math.max(bytes, 1))));
+  }
+  /**
+   * Host memory the GPU writes directly (pinned and mapped): what kernels leave there, the host reads
+   * as plain memory, with no driver call that could queue behind other streams' work.
+   */
+  hostMapped(bytes: number): HostMapped {
+    const mem = koffi.alloc('uint8_t', bytes);
+    const host = BigInt(koffi.address(mem));
+    const view = koffi.view(mem, bytes);
+    new Uint8Array(view).fill(0);
+    check('cuMemHostRegister', cu().cuMemHostRegister(host, BigInt(bytes), CU_MEMHOSTREGISTER_DEVICEMAP));
+    const device = outU64('cuMemHostGetDevicePointer', (o) => cu().cuMemHostGetDevicePointer(o, host, 0));
+    let registered = true;
+    return {
+      view,
+      device,
+      release: () => {
+        if (!registered) return;
+        registered = false;
+        check('cuMemHostUnregister', cu().cuMemHostUnregister(host));
+        void mem; // the allocation lives as long as this closure
+      },
+    };
   }
   free(ptr: bigint): void {
     check('cuMemFree', cu().cuMemFree(ptr));

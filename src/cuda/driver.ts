@@ -28,6 +28,9 @@ const signatures = {
   cuMemcpyDtoDAsync: 'int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
   // Unified addressing: the driver infers each pointer's device, so this copies to a peer GPU's memory too.
   cuMemcpyAsync: 'int cuMemcpyAsync(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
+  cuMemHostRegister: 'int cuMemHostRegister_v2(uint64_t p, size_t bytes, uint32_t flags)',
+  cuMemHostUnregister: 'int cuMemHostUnregister(uint64_t p)',
+  cuMemHostGetDevicePointer: 'int cuMemHostGetDevicePointer_v2(_Out_ uint64_t *dptr, uint64_t p, uint32_t flags)',
   cuMemsetD8Async: 'int cuMemsetD8Async(uint64_t dst, uint8_t value, size_t n, uint64_t stream)',
   cuStreamCreate: 'int cuStreamCreate(_Out_ uint64_t *stream, uint32_t flags)',
   cuStreamDestroy: 'int cuStreamDestroy_v2(uint64_t stream)',
@@ -69,6 +72,8 @@ export const CUDA_ERROR_NOT_READY = 600;
 export const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704;
 export const CU_STREAM_NON_BLOCKING = 1;
 export const CU_EVENT_DISABLE_TIMING = 2;
+/** cuMemHostRegister: the memory is mapped into the device's address space. */
+export const CU_MEMHOSTREGISTER_DEVICEMAP = 2;
 export const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;
 export const attr = {
   multiprocessorCount: 16,

@@ -32,7 +32,7 @@ import { A2avKernels } from './kernels.js';
 import { MoeCalls, type ExchangeCall, type Payload } from './moe.js';
 import { checkPlanMove, combineCall, dispatchCall, planCall, type MoeCall, type MoePlanCall } from './moe-args.js';
 import { CudaLane } from './lane.js';
-import { laneBytes, MAX_WORLD, STATUS_RING } from './layout.js';
+import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';
 import { LaneRecords, type LaneCall } from './records.js';
 import type { RankPlace } from './setup.js';
 import { allocSymmetric, type SymmetricContext } from './symmetric.js';
@@ -118,11 +118,16 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   async init(): Promise<void> {
     const stride = laneBytes(this.worldSize);
     this.#pad = this.#memory.adopt(await allocSymmetric(this.#symmetric, stride * this.laneCount, -2));
-    this.#records = new LaneRecords(this.#device, this.#pad.ptr, this.worldSize, this.timeoutMs, (err) => (this.#aborted ??= err));
+    const areas = this.#device.hostMapped(STATUS_AREA_BYTES * this.laneCount);
+    this.#records = new LaneRecords(areas, this.laneCount, this.timeoutMs, (err) => (this.#aborted ??= err));
     for (let i = 0; i < this.laneCount; i++) this.#lanes.push(new CudaLane(i, this.#device.createStream(), i * stride, this.#device));
-    // Pads must be zero on every rank before any peer raises a flag in them.
+    // Pads must be zero on every rank before any peer raises a flag in them; each lane's header
+    // says where its status area is.
     this.#device.memsetAsync(this.#pad.ptr, 0, this.#pad.bytes, this.#lanes[0].stream);
     this.#lanes[0].stream.synchronize();
+    for (const lane of this.#lanes) {
+      this.#device.upload(this.#pad.ptr + BigInt(lane.offset + LaneHeaderField.status), BigUint64Array.of(this.#records.deviceAddress(lane.index)));
+    }
     await this.barrier();
   }
 
@@ -325,6 +330,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#device.synchronize();
     this.#moe.release();
     this.#memory.freeAll();
+    this.#records.release();
     for (const lane of this.#lanes) lane.release(this.#device);
     this.#marks.destroy();
     this.#timer.destroy();

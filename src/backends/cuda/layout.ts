@@ -7,14 +7,19 @@ export const LANE_HEADER_BYTES = 128;
 export const STATUS_RING = 256;
 /** Byte offsets in a lane's header (struct LaneHeader). */
 export const LaneHeaderField = {
-  /** The abort record: the lane's first timeout, a StatusRecord. */
+  /** The abort record's code: the lane's first timeout (the record itself is in the status area). */
   abort: 0,
   seq: 64,
-  refused: 72,
+  /** The lane's status area, as the GPU addresses it. */
+  status: 72,
 } as const;
 
-/** Byte offset of the status ring in a lane's region: after header, payloads, done, send plan, expect. */
-export function statusRingOffset(world: number): number {
+/** Byte offsets in a lane's status area (struct StatusArea, pinned host memory). */
+export const StatusAreaField = { abort: 0, refused: 64, ring: 128 } as const;
+export const STATUS_AREA_BYTES = StatusAreaField.ring + STATUS_RING * STATUS_BYTES;
+
+/** Byte offset where the 1-D call's part of a lane's region ends: header, payloads, done, send plan, expect. */
+export function oneDimEnd(world: number): number {
   return LANE_HEADER_BYTES + 2 * world * (PAYLOAD_HEADER + world) * 16 + 8 * world + 24 * world + 8 * world;
 }
 
@@ -28,7 +33,7 @@ const PLAN_HEADER = 16;
 
 /** Byte offset of the MoE packets (x1, then x2, then mv) in a lane's region: 16-byte aligned. */
 export function moeOffset(world: number): number {
-  return Math.ceil((statusRingOffset(world) + STATUS_RING * STATUS_BYTES) / 16) * 16;
+  return Math.ceil(oneDimEnd(world) / 16) * 16;
 }
 
 /** Where a lane's region ends (lane_end). */
