@@ -1,0 +1,19 @@
+#!/usr/bin/env node
+// The probe behind docs/perf.md's first MoE figures: W ranks as threads on the visible GPUs,
+// uniform routing (rowsPer rows to each expert of each peer), dispatch, combine and the 1-D call of
+// the same bytes timed back to back (device events, median of 5 loops), and in graphs of 20 calls
+// up to 4 MiB per rank.
+//   node scripts/probe/moe-timing.mjs 2 '[{"E":16,"rowsPer":4,"rb":4096},{"E":16,"rowsPer":2048,"rb":4096}]'
+import { runRanks } from '../../dist/src/world/threads.js';
+
+const W = Number(process.argv[2] ?? 8);
+const configs = JSON.parse(process.argv[3] ?? '[{"E":16,"rowsPer":4,"rb":4096}]');
+const rows = await runRanks({ backend: 'cuda', ranks: W, timeoutMs: 30_000 }, new URL('./moe-timing-rank.mjs', import.meta.url), 'timing', { configs });
+const f = (x) => (x === undefined ? '-' : x.toFixed(2));
+for (const x of rows[0]) {
+  console.log(
+    `W=${W} E=${x.E} rows/expert/source=${x.rowsPer} rowBytes=${x.rb} align=${x.align} ${x.MiB.toFixed(2)} MiB/rank: ` +
+      `dispatch ${f(x.d)} µs (graph ${f(x.dg)}), combine ${f(x.c)} (graph ${f(x.cg)}), 1-D ${f(x.one)} (graph ${f(x.oneg)}); ` +
+      `1-D/dispatch ${(x.one / x.d).toFixed(3)}, 1-D/combine ${(x.one / x.c).toFixed(3)}`,
+  );
+}
