@@ -4,6 +4,17 @@ export { init, type InitOptions } from './world/init.js';
 export type { RankContext, RankFn, RunRanksOptions } from './world/ranks.js';
 export { createComm, defaultBackend, type CommOptions } from './backends/create.js';
 export type { AllToAllVArgs, BackendName, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from './backends/backend.js';
+export {
+  MAX_EXPERTS_PER_RANK,
+  type AllToAllV2dArgs,
+  type AllToAllV2dOffsetArgs,
+  type ExchangePlan,
+  type PlanAllToAllV2dArgs,
+  type PlanAllToAllV2dOffsetArgs,
+  type PlanAllToAllVArgs,
+  type PlanCapacity,
+  type PlanMoveArgs,
+} from './backends/backend.js';
 export type { LaunchPlan } from './tune/plan.js';
 export { cudaDeviceCount } from './cuda/probe.js';
 export { rankEnv, type RankEnv } from './world/env.js';

@@ -1,9 +1,15 @@
-// The nccl backend's host-side check and layout (src/backends/nccl/plan.ts) against a plain
-// reference of the documented rules, on random matrices with every kind of fault. Needs no GPU.
+// The nccl backend's host side, with no GPU: the 1-D call's records gathered as ncclAllGather lays
+// them out, judged by the shared rules (src/collectives/exchange-rules.ts) against a plain reference
+// of the 1-D rules; and the copies and send/receive pairs of src/backends/nccl/transfers.ts, run on
+// host memory for every rank of random dispatch, combine and 1-D calls, against the rows the
+// routing says should land.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { HEADER_WORDS, payloadWords, SplitPlan } from '../src/backends/nccl/plan.js';
+import { routingOf, type RankCall } from '../src/collectives/exchange-calls.js';
+import { judge, RECORD_HEADER_WORDS, Records, writeHeader } from '../src/collectives/exchange-rules.js';
+import { Routing } from '../src/collectives/exchange-routing.js';
 import { readStatus, StatusCode, type StatusEntry } from '../src/collectives/status.js';
+import { firstGatherWords, INLINE_EXPERTS, transfers, type TransferPlan } from '../src/backends/nccl/transfers.js';
 import { Rng } from './conformance/reference.js';
 
 interface Call {
@@ -14,18 +20,23 @@ interface Call {
   outId: bigint[];
 }
 
-/** What every rank's ncclAllGather delivers: each rank's header, then its splits. */
-function gathered(c: Call): BigInt64Array {
+/** What every rank's ncclAllGather delivers for a 1-D call: each rank's record, W + 7 words apart. */
+function gathered(c: Call): Records {
   const W = c.S.length;
-  const PW = payloadWords(W);
+  const PW = firstGatherWords('1d', W);
   const all = new BigInt64Array(W * PW);
+  const w = new Int32Array(all.buffer);
+  const m = new Records(W);
   for (let q = 0; q < W; q++) {
-    all.set([c.inRows[q], c.outRows[q], c.rowBytes[q], c.outId[q], ...c.S[q]], q * PW);
+    writeHeader(w, 2 * q * PW, { kind: '1d', rowBytes: Number(c.rowBytes[q]), outId: Number(c.outId[q]), experts: 1, align: 1, inRows: Number(c.inRows[q]), outRows: Number(c.outRows[q]) });
+    all.set(c.S[q], q * PW + RECORD_HEADER_WORDS);
+    m.words[q] = w;
+    m.base[q] = 2 * q * PW;
   }
-  return all;
+  return m;
 }
 
-/** The rules as the README and the CPU backend state them, written the obvious way. */
+/** The 1-D rules as the README states them, written the obvious way. */
 function reference(c: Call, by: number): StatusEntry | undefined {
   const W = c.S.length;
   const e = (code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): StatusEntry => ({ code, rank, peer, needed, available, reportedBy: by, expert: -1 });
@@ -34,15 +45,16 @@ function reference(c: Call, by: number): StatusEntry | undefined {
     if (c.outId[q] !== c.outId[0]) return e(StatusCode.mismatch, q, 0, c.outId[q], c.outId[0]);
   }
   for (let q = 0; q < W; q++) for (let r = 0; r < W; r++) if (c.S[q][r] < 0n) return e(StatusCode.negative, q, r, c.S[q][r], 0n);
+  const cap = (x: bigint) => (x > 0x7fffffffffffffffn ? 0x7fffffffffffffffn : x);
   for (let q = 0; q < W; q++) {
     let sum = 0n;
     const total = c.S[q].reduce((a, b) => a + b, 0n);
-    for (let r = 0; r < W; r++) if ((sum += c.S[q][r]) > c.inRows[q]) return e(StatusCode.inputOverflow, q, r, total, c.inRows[q]);
+    for (let r = 0; r < W; r++) if ((sum += c.S[q][r]) > c.inRows[q]) return e(StatusCode.inputOverflow, q, r, cap(total), c.inRows[q]);
   }
   for (let r = 0; r < W; r++) {
     let sum = 0n;
     const total = c.S.reduce((a, row) => a + row[r], 0n);
-    for (let q = 0; q < W; q++) if ((sum += c.S[q][r]) > c.outRows[r]) return e(StatusCode.outputOverflow, r, q, total, c.outRows[r]);
+    for (let q = 0; q < W; q++) if ((sum += c.S[q][r]) > c.outRows[r]) return e(StatusCode.outputOverflow, r, q, cap(total), c.outRows[r]);
   }
   return undefined;
 }
@@ -50,10 +62,11 @@ function reference(c: Call, by: number): StatusEntry | undefined {
 function randomCall(rng: Rng): Call {
   const W = 1 + rng.int(6);
   const S = Array.from({ length: W }, () => Array.from({ length: W }, () => BigInt(rng.int(4) === 0 ? 0 : rng.int(9))));
-  const fault = rng.int(8);
+  const fault = rng.int(9);
   if (fault === 0) S[rng.int(W)][rng.int(W)] = -BigInt(1 + rng.int(3));
-  const rowSum = (q: number) => S[q].reduce((a, b) => a + (b > 0n ? b : 0n), 0n);
-  const colSum = (r: number) => S.reduce((a, row) => a + (row[r] > 0n ? row[r] : 0n), 0n);
+  if (fault === 5) S[rng.int(W)][rng.int(W)] = 0x7fffffffffffffffn;
+  const rowSum = (q: number) => S[q].reduce((a, b) => a + (b > 0n && b < 1n << 40n ? b : 0n), 0n);
+  const colSum = (r: number) => S.reduce((a, row) => a + (row[r] > 0n && row[r] < 1n << 40n ? row[r] : 0n), 0n);
   // Capacities at, just below or above what the matrix needs.
   const slack = () => BigInt(rng.int(5) - (fault === 1 || fault === 2 ? 2 : 0));
   const inRows = Array.from({ length: W }, (_, q) => { const v = rowSum(q) + slack(); return v < 0n ? 0n : v; });
@@ -65,72 +78,104 @@ function randomCall(rng: Rng): Call {
   return { S, inRows, outRows, rowBytes, outId };
 }
 
-describe('nccl backend: host-side split check', () => {
+describe('nccl backend: the 1-D call\'s gathered records, judged by the shared rules', () => {
   it('refuses exactly what the reference refuses, with the same fields, on 5000 random calls', () => {
     const rng = new Rng(20260601);
     const seen = new Set<number>();
     for (let i = 0; i < 5000; i++) {
       const c = randomCall(rng);
       const by = rng.int(c.S.length);
-      const got = new SplitPlan(c.S.length).check(gathered(c), by);
-      const want = reference(c, by);
-      assert.deepEqual(got, want, `call ${i}: ${JSON.stringify(c, (_, v) => (typeof v === 'bigint' ? Number(v) : v))}`);
+      const got = judge(gathered(c), by);
+      assert.deepEqual(got, reference(c, by), `call ${i}: ${JSON.stringify(c, (_, v) => (typeof v === 'bigint' ? Number(v) : v))}`);
       seen.add(got?.code ?? 0);
     }
     assert.deepEqual([...seen].sort(), [0, 1, 2, 3, 4], 'every outcome was exercised');
   });
 
-  it('names the first row past the input, and the rows the splits need in all', () => {
-    const plan = new SplitPlan(3);
-    const c: Call = { S: [[1n, 5n, 9n], [0n, 0n, 0n], [0n, 0n, 0n]], inRows: [5n, 0n, 0n], outRows: [99n, 99n, 99n], rowBytes: [1n, 1n, 1n], outId: [0n, 0n, 0n] };
-    assert.deepEqual(plan.check(gathered(c), 2), { code: StatusCode.inputOverflow, rank: 0, peer: 1, needed: 15n, available: 5n, reportedBy: 2, expert: -1 });
-  });
-
-  it('saturates the total like the kernel when splits sum past int64', () => {
-    const big = 0x7fffffffffffffffn;
-    const c: Call = { S: [[big, big], [0n, 0n]], inRows: [1n, 0n], outRows: [0n, 0n], rowBytes: [1n, 1n], outId: [0n, 0n] };
-    assert.equal(new SplitPlan(2).check(gathered(c), 0)?.needed, big);
-  });
-
   it('a refused entry decodes like the other backends\' status records', () => {
     const c: Call = { S: [[-3n]], inRows: [0n], outRows: [0n], rowBytes: [8n], outId: [0n] };
-    const entry = new SplitPlan(1).check(gathered(c), 0)!;
+    const entry = judge(gathered(c), 0)!;
     const record = new BigInt64Array([BigInt(entry.code), 0n, 0n, -3n, 0n, 0n, 0n, -1n]);
     assert.deepEqual(readStatus(record), entry);
   });
-});
 
-describe('nccl backend: layout of a valid call', () => {
-  it('sends each peer its contiguous rows and receives by source in rank order', () => {
-    const rng = new Rng(7);
-    for (let i = 0; i < 500; i++) {
-      const W = 1 + rng.int(8);
-      const rowBytes = 1 + rng.int(40);
-      const S = Array.from({ length: W }, () => Array.from({ length: W }, () => BigInt(rng.int(6))));
-      const c: Call = { S, inRows: Array(W).fill(1000n), outRows: Array(W).fill(1000n), rowBytes: Array(W).fill(BigInt(rowBytes)), outId: Array(W).fill(0n) };
-      const me = rng.int(W);
-      const plan = new SplitPlan(W);
-      const all = gathered(c);
-      assert.equal(plan.check(all, me), undefined);
-      plan.layout(all, me, rowBytes);
-      let src = 0;
-      let dst = 0;
-      for (let k = 0; k < W; k++) {
-        assert.equal(plan.sendOffset[k], src * rowBytes);
-        assert.equal(plan.sendBytes[k], Number(S[me][k]) * rowBytes);
-        assert.equal(plan.recvOffset[k], dst * rowBytes);
-        assert.equal(plan.recvBytes[k], Number(S[k][me]) * rowBytes);
-        assert.equal(plan.splitsOffsets[k], S[k][me]);
-        assert.equal(plan.splitsOffsets[W + k], BigInt(dst));
-        src += Number(S[me][k]);
-        dst += Number(S[k][me]);
-      }
+  it('a MoE call\'s first gather holds the counts of up to 16 experts of combine, 32 of dispatch', () => {
+    for (const W of [1, 2, 8, 72]) {
+      assert.equal(firstGatherWords('moe', W) - RECORD_HEADER_WORDS, 2 * W * INLINE_EXPERTS);
+      assert.equal(firstGatherWords('1d', W), RECORD_HEADER_WORDS + W);
+      assert.equal(firstGatherWords('move', W), RECORD_HEADER_WORDS);
     }
   });
+});
 
-  it('publishes the capacities in whole rows', () => {
-    const payload = new BigInt64Array(HEADER_WORDS + 2);
-    SplitPlan.header(payload, { inputBytes: 100, outputBytes: 29, rowBytes: 7, outId: 5 });
-    assert.deepEqual([...payload.subarray(0, HEADER_WORDS)], [14n, 4n, 7n, 5n]);
+/** Runs every rank's transfer plan on host memory: copies, then each send matched with its receive. */
+function simulate(plans: TransferPlan[], inputs: Uint8Array[], outputs: Uint8Array[]): void {
+  const scratch = plans.map((t) => new Uint8Array(t.scratchBytes));
+  const copy = (dst: Uint8Array, src: Uint8Array, c: { dst: number; src: number; bytes: number }) => dst.set(src.subarray(c.src, c.src + c.bytes), c.dst);
+  plans.forEach((t, q) => {
+    for (const c of t.gather) copy(scratch[q], inputs[q], c);
+    for (const c of t.local) copy(outputs[q], inputs[q], c);
+  });
+  plans.forEach((t, q) => {
+    for (const s of t.sends) {
+      const matches = plans[s.peer].recvs.filter((r) => r.peer === q);
+      assert.equal(matches.length, 1, `rank ${s.peer} posts one receive from rank ${q}`);
+      const r = matches[0];
+      assert.equal(r.bytes, s.bytes, `rank ${q} -> ${s.peer}: send and receive sizes`);
+      const from = (s.scratch ? scratch[q] : inputs[q]).subarray(s.offset, s.offset + s.bytes);
+      (r.scratch ? scratch[s.peer] : outputs[s.peer]).set(from, r.offset);
+    }
+    for (const r of t.recvs) assert.ok(plans[r.peer].sends.some((s) => s.peer === q), `rank ${r.peer} sends what rank ${q} receives`);
+  });
+  plans.forEach((t, q) => {
+    for (const c of t.scatter) copy(outputs[q], scratch[q], c);
+  });
+}
+
+/** A random accepted call of `kind` on every rank: dispatch's offsets feed combine. */
+function randomMoe(rng: Rng, kind: '1d' | 'dispatch' | 'combine'): RankCall[] {
+  const W = 1 + rng.int(5);
+  const E = kind === '1d' ? 1 : rng.pick([1, 2, 3, 5]);
+  const align = kind === 'dispatch' ? rng.pick([1, 4]) : 1;
+  const C = Array.from({ length: W }, () => Array.from({ length: W }, () => Array.from({ length: E }, () => (rng.int(3) === 0 ? 0 : rng.int(4)))));
+  const big = 1 << 20;
+  if (kind !== 'combine') return C.map((rows) => ({ kind, rowBytes: 1, outId: 0, experts: E, align, inRows: big, outRows: big, count: (r, e) => BigInt(rows[r][e]) }));
+  // combine: rank q returns what it received in a dispatch of C, from dispatch's padded offsets.
+  const dispatched = randomMoeFrom(C, E, rng.pick([1, 4]));
+  return Array.from({ length: W }, (_, q) => ({ kind, rowBytes: 1, outId: 0, experts: E, align: 1, inRows: big, outRows: big, count: (r, e) => dispatched[q].counts[e * W + r], offset: (r, e) => dispatched[q].starts[e * W + r] }));
+}
+
+function randomMoeFrom(C: number[][][], E: number, align: number): { counts: bigint[]; starts: bigint[] }[] {
+  const W = C.length;
+  const calls: RankCall[] = C.map((rows) => ({ kind: 'dispatch', rowBytes: 1, outId: 0, experts: E, align, inRows: 1 << 20, outRows: 1 << 20, count: (r, e) => BigInt(rows[r][e]) }));
+  return Array.from({ length: W }, (_, r) => {
+    const t = routingOf(calls, r);
+    return { counts: [...t.outCounts.subarray(0, W * E)].map(BigInt), starts: [...t.outStarts.subarray(0, W * E)].map(BigInt) };
+  });
+}
+
+describe('nccl backend: rows moved by copies and one send/receive pair per peer', () => {
+  it('land where the routing says, for 1500 random dispatch, combine and 1-D calls and row sizes', () => {
+    const rng = new Rng(77);
+    for (let i = 0; i < 1500; i++) {
+      const kind = rng.pick(['1d', 'dispatch', 'combine'] as const);
+      const calls = randomMoe(rng, kind);
+      const W = calls.length;
+      const rowBytes = rng.pick([1, 3, 16]);
+      const routings: Routing[] = calls.map((_, q) => routingOf(calls, q));
+      const inputs = calls.map(() => Uint8Array.from({ length: 64 * rowBytes * W * 6 }, () => rng.int(256)));
+      const outputs = calls.map(() => new Uint8Array(64 * rowBytes * W * 6).fill(0xee));
+      const want = outputs.map((o) => o.slice());
+      routings.forEach((t, q) => {
+        for (let k = 0; k < t.chunks; k++) want[t.peer[k]].set(inputs[q].subarray(t.srcRow[k] * rowBytes, (t.srcRow[k] + t.rows[k]) * rowBytes), t.dstRow[k] * rowBytes);
+      });
+      const plans = routings.map((t) => transfers(t, rowBytes));
+      simulate(plans, inputs, outputs);
+      for (let r = 0; r < W; r++) assert.deepEqual(outputs[r], want[r], `call ${i} (${kind}, W ${W}, rowBytes ${rowBytes}): rank ${r}'s output`);
+      for (const [q, t] of plans.entries()) {
+        assert.ok(t.sends.length <= W - 1 && t.recvs.length <= W - 1, `rank ${q}: at most one send and one receive per peer`);
+        if (kind === '1d') assert.equal(t.scratchBytes, 0, '1-D rows go straight from the input into the output');
+      }
+    }
   });
 });

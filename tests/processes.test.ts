@@ -67,6 +67,15 @@ describe('conformance on cpu processes', () => {
     [3, 'ownOutcomes', { calls: 9 }],
     [2, 'lanes', { budget: 4096 }],
     [2, 'usage', {}],
+    [2, 'moeExchange', { calls: 10, experts: [8], aligns: [1, 8, 16], maxRows: 9, budget: 4096 }],
+    [3, 'moeExchange', { calls: 8, experts: [1, 16, 64, 256], aligns: [1, 4], maxRows: 2, budget: 1024, rowSizes: [1, 7, 48, 1000] }],
+    [3, 'moeErrors', {}],
+    [2, 'moeMismatch', {}],
+    [3, 'moePlans', { experts: 8, align: 8, maxRows: 3 }],
+    [2, 'planRefusals', { experts: 4, align: 4, maxRows: 3 }],
+    [2, 'moeReplay', { launches: 7, experts: 8, align: 8, maxRows: 4 }],
+    [2, 'moeLanes', { rounds: 4, experts: 8, align: 4, maxRows: 4 }],
+    [2, 'moeUsage', {}],
   ];
   for (const [world, fn, arg] of suite) {
     test(`${fn} W=${world} (seed ${seed})`, { timeout: 30_000 }, async () => {

@@ -1,8 +1,22 @@
 // Host-side argument checks shared by every backend: misuse throws UsageError before anything is
 // queued, so a bad call on one rank never leaves its peers waiting on a collective half-issued.
-// Runs on every call, so it only compares; it allocates nothing unless it throws.
-import type { AllToAllVArgs, DeviceBuffer, Lane } from '../backends/backend.js';
+// Runs on every call, so it only compares; it allocates nothing unless it throws (a plan's
+// creation excepted: once per routing).
+import {
+  MAX_EXPERTS_PER_RANK,
+  type AllToAllV2dArgs,
+  type AllToAllV2dOffsetArgs,
+  type AllToAllVArgs,
+  type DeviceBuffer,
+  type Lane,
+  type PlanCapacity,
+  type PlanMoveArgs,
+} from '../backends/backend.js';
 import { UsageError } from '../errors.js';
+import type { ExchangeKind } from './exchange-rules.js';
+
+/** majorAlign at most: 2^20 rows per expert block, far past any GEMM tile, keeps padding sums small. */
+export const MAX_MAJOR_ALIGN = 1 << 20;
 
 /** What the checks need to know about the calling communicator. */
 export interface CheckContext {
@@ -40,22 +54,100 @@ export function checkLane(ctx: CheckContext, lane: Lane | undefined): number {
 
 /** Checks an allToAllV call; returns the lane index to run it on. */
 export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
-  const { rowBytes } = args;
-  if (!Number.isSafeInteger(rowBytes) || rowBytes < 1) {
-    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer, got ${rowBytes}`);
-  }
+  checkRowBytes(ctx, args.rowBytes);
   const w = ctx.worldSize;
-  checkBuffer(ctx, 'input', args.input);
-  checkBuffer(ctx, 'output', args.output);
   // Constant labels: this runs on every call and must not build strings unless it throws.
   checkBuffer(ctx, 'inSplits (int64[W])', args.inSplits, 8 * w);
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W])', args.outSplitsOffsets, 16 * w);
-  if (!args.output.symmetric) {
+  checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
+  return checkLane(ctx, args.lane);
+}
+
+/** Checks an allToAllV2d (dispatch) call; returns the lane index to run it on. */
+export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): number {
+  checkRowBytes(ctx, args.rowBytes);
+  const n = ctx.worldSize * checkExperts(ctx, args.expertsPerRank);
+  checkMajorAlign(ctx, args.majorAlign);
+  checkBuffer(ctx, 'inSplits (int64[W*E])', args.inSplits, 8 * n);
+  checkBuffer(ctx, 'outSplitsOffsets (int64[2][E*W])', args.outSplitsOffsets, 16 * n);
+  checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
+  return checkLane(ctx, args.lane);
+}
+
+/** Checks an allToAllV2dOffset (combine) call; returns the lane index to run it on. */
+export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffsetArgs): number {
+  checkRowBytes(ctx, args.rowBytes);
+  const n = ctx.worldSize * checkExperts(ctx, args.expertsPerRank);
+  checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
+  checkBuffer(ctx, 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
+  checkPayload(ctx, args.input, args.output, args.inSplitsOffsets, args.outSplitsOffsets);
+  return checkLane(ctx, args.lane);
+}
+
+/** What an exchange plan's creation takes, whichever kind (the fields a kind lacks are absent). */
+export interface PlanCheckArgs extends PlanCapacity {
+  inSplits?: DeviceBuffer;
+  inSplitsOffsets?: DeviceBuffer;
+  outSplitsOffsets: DeviceBuffer;
+  expertsPerRank?: number;
+  majorAlign?: number;
+  lane?: Lane;
+}
+
+/** Checks the creation of an exchange plan of `kind`; returns the lane index to run it on. */
+export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheckArgs): number {
+  for (const [what, rows] of [['inputRows', args.inputRows], ['outputRows', args.outputRows]] as const) {
+    if (!Number.isSafeInteger(rows) || rows < 0) throw new UsageError(`rank ${ctx.rank}: plan ${what} must be a non-negative integer, got ${rows}`);
+  }
+  const n = ctx.worldSize * (kind === '1d' ? 1 : checkExperts(ctx, args.expertsPerRank));
+  if (kind === 'dispatch') checkMajorAlign(ctx, args.majorAlign);
+  if (kind === 'combine') checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
+  else checkBuffer(ctx, kind === '1d' ? 'inSplits (int64[W])' : 'inSplits (int64[W*E])', args.inSplits, 8 * n);
+  checkBuffer(ctx, kind === 'dispatch' ? 'outSplitsOffsets (int64[2][E*W])' : 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
+  return checkLane(ctx, args.lane);
+}
+
+/** Checks one payload of an exchange plan against the plan's capacity. */
+export function checkPlanMove(ctx: CheckContext, capacity: PlanCapacity, args: PlanMoveArgs): void {
+  checkRowBytes(ctx, args.rowBytes);
+  checkPayload(ctx, args.input, args.output);
+  checkRows(ctx, 'input', args.input, capacity.inputRows, args.rowBytes);
+  checkRows(ctx, 'output', args.output, capacity.outputRows, args.rowBytes);
+}
+
+function checkRows(ctx: CheckContext, what: string, buf: DeviceBuffer, rows: number, rowBytes: number): void {
+  if (buf.bytes < rows * rowBytes) {
+    throw new UsageError(`rank ${ctx.rank}: plan ${what} holds ${buf.bytes} bytes, needs the plan's ${rows} rows of ${rowBytes} bytes`);
+  }
+}
+
+function checkRowBytes(ctx: CheckContext, rowBytes: number): void {
+  if (!Number.isSafeInteger(rowBytes) || rowBytes < 1) {
+    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer, got ${rowBytes}`);
+  }
+}
+
+function checkExperts(ctx: CheckContext, experts: number | undefined): number {
+  if (!Number.isInteger(experts) || experts! < 1 || experts! > MAX_EXPERTS_PER_RANK) {
+    throw new UsageError(`rank ${ctx.rank}: expertsPerRank must be an integer in 1..${MAX_EXPERTS_PER_RANK}, got ${experts}`);
+  }
+  return experts!;
+}
+
+function checkMajorAlign(ctx: CheckContext, align: number | undefined): void {
+  if (align === undefined) return;
+  if (!Number.isInteger(align) || align < 1 || align > MAX_MAJOR_ALIGN) {
+    throw new UsageError(`rank ${ctx.rank}: majorAlign must be an integer in 1..${MAX_MAJOR_ALIGN}, got ${align}`);
+  }
+}
+
+/** The payload buffers: ours, a symmetric output that is neither the input nor a splits buffer. */
+function checkPayload(ctx: CheckContext, input: DeviceBuffer, output: DeviceBuffer, splitsA?: DeviceBuffer, splitsB?: DeviceBuffer): void {
+  checkBuffer(ctx, 'input', input);
+  checkBuffer(ctx, 'output', output);
+  if (!output.symmetric) {
     throw new UsageError(`rank ${ctx.rank}: output must be a symmetric buffer (allocSymmetric) so peers can write it`);
   }
-  if (args.output === args.input) throw new UsageError(`rank ${ctx.rank}: output and input are the same buffer`);
-  if (args.outSplitsOffsets === args.output || args.inSplits === args.output) {
-    throw new UsageError(`rank ${ctx.rank}: output must not also hold splits`);
-  }
-  return checkLane(ctx, args.lane);
+  if (output === input) throw new UsageError(`rank ${ctx.rank}: output and input are the same buffer`);
+  if (output === splitsA || output === splitsB) throw new UsageError(`rank ${ctx.rank}: output must not also hold splits`);
 }

@@ -23,176 +23,254 @@
 //             expert) where it does, peer -1 when an expert's padding does (needed = the whole
 //             layout's rows).
 // Sums saturate at INT64_MAX: an overflowing sum is reported as INT64_MAX, never wrapped.
+//
+// Each rank publishes its call as a record (exchange-records.ts: a header, then its counts). A
+// plan's exchange publishes rowBytes 0 and outId -1 (no payload yet); its moves compare only the
+// header (mismatchOf).
+//
+// Cost: the backends run this on every call, W·W·E counts per rank. Counts are read as doubles:
+// exact below 2^53, and past it still ordered, so every comparison against a capacity (a safe
+// integer) comes out as with exact arithmetic. Only the numbers an error reports are recomputed
+// exactly, with BigInt. Each receiver's layout is walked once per call, and the walk also records
+// where this rank's chunks land (Routing).
 import { INT64_MAX, satAdd, StatusCode, type StatusEntry } from './status.js';
+import type { Routing } from './exchange-routing.js';
+import { exact, num, RecordField, TWO32, type Records } from './exchange-records.js';
 
-export const ExchangeKind = { '1d': 1, dispatch: 2, combine: 3 } as const;
-export type ExchangeKind = keyof typeof ExchangeKind;
+export { ExchangeKind, putInt64, RECORD_HEADER_WORDS, recordDataWords, RecordField, Records, writeHeader, type RecordHeader } from './exchange-records.js';
 
-/** What rank q publishes for a call: its header and its row of the split matrix. */
-export interface RankCall {
-  kind: ExchangeKind;
-  rowBytes: number;
-  /** The output buffer's symmetric id. */
-  outId: number;
-  experts: number;
-  align: number;
-  inRows: number;
-  outRows: number;
-  /** count(r, e): rows this rank sends to expert e of rank r, exactly. */
-  count(r: number, e: number): bigint;
-  /** combine: offset(r, e), the row where that chunk starts in this rank's input. */
-  offset?(r: number, e: number): bigint;
+/** The fields ranks must agree on, in the order the mismatch rule compares them. */
+const AGREED = [RecordField.kind, RecordField.rowBytes, RecordField.outId, RecordField.experts, RecordField.align];
+
+type Entry = (code: StatusCode, rank: number, peer: number, expert: number, needed: bigint, available: bigint) => StatusEntry;
+
+function entryMaker(m: Records, reportedBy: number): Entry {
+  const oneD = m.kind(0) === '1d';
+  return (code, rank, peer, expert, needed, available) => ({ code, rank, peer, needed, available, reportedBy, expert: oneD ? -1 : expert });
 }
 
-/** Where one chunk of rows goes: `rows` from source row `srcRow` to row `dstRow` of rank `peer`'s output. */
-export interface Chunk {
-  peer: number;
-  expert: number;
-  rows: number;
-  srcRow: number;
-  dstRow: number;
-}
-
-const HEADER: (keyof RankCall)[] = ['kind', 'rowBytes', 'outId', 'experts', 'align'];
-const headerValue = (c: RankCall, k: keyof RankCall): bigint => (k === 'kind' ? BigInt(ExchangeKind[c.kind]) : BigInt(c[k] as number));
-
-/** The verdict on the call every rank published (`calls`, by rank), or undefined when it may run. */
-export function verdict(calls: readonly RankCall[], reportedBy: number): StatusEntry | undefined {
-  const W = calls.length;
-  const entry = (code: StatusCode, rank: number, peer: number, expert: number, needed: bigint, available: bigint): StatusEntry => ({
-    code, rank, peer, needed, available, reportedBy, expert: calls[0].kind === '1d' ? -1 : expert,
-  });
-  for (let q = 1; q < W; q++) {
-    const k = HEADER.find((f) => headerValue(calls[q], f) !== headerValue(calls[0], f));
-    if (k !== undefined) return entry(StatusCode.mismatch, q, 0, -1, headerValue(calls[q], k), headerValue(calls[0], k));
-  }
-  const E = calls[0].experts;
-  for (let q = 0; q < W; q++) {
-    for (let r = 0; r < W; r++) {
-      for (let e = 0; e < E; e++) {
-        const c = calls[q].count(r, e);
-        if (c < 0n) return entry(StatusCode.negative, q, r, e, c, 0n);
-      }
+/** The mismatch rule alone: the lowest rank whose header differs from rank 0's, else undefined. */
+export function mismatchOf(m: Records, reportedBy: number): StatusEntry | undefined {
+  for (let q = 1; q < m.world; q++) {
+    for (let i = 0; i < AGREED.length; i++) {
+      const f = AGREED[i];
+      if (m.header(q, f) === m.header(0, f)) continue;
+      const [mine, zero] = [exact(m.words[q], m.base[q] + 2 * f), exact(m.words[0], m.base[0] + 2 * f)];
+      return entryMaker(m, reportedBy)(StatusCode.mismatch, q, 0, -1, mine, zero);
     }
-  }
-  for (let q = 0; q < W; q++) {
-    const fault = inputFault(calls[q], W);
-    if (fault) return entry(StatusCode.inputOverflow, q, fault.peer, fault.expert, fault.needed, BigInt(calls[q].inRows));
-  }
-  for (let r = 0; r < W; r++) {
-    const fault = outputFault(calls, r);
-    if (fault) return entry(StatusCode.outputOverflow, r, fault.peer, fault.expert, fault.needed, BigInt(calls[r].outRows));
   }
   return undefined;
 }
 
-interface Fault {
-  peer: number;
-  expert: number;
-  needed: bigint;
+/**
+ * The verdict on the call every rank published, or undefined when it may run. When it may, and
+ * `routing` is given, fills it with what rank `me` sends and receives.
+ */
+export function judge(m: Records, reportedBy: number, routing?: Routing): StatusEntry | undefined {
+  const refused = mismatchOf(m, reportedBy) ?? negativeOf(m, reportedBy) ?? inputOf(m, reportedBy) ?? layOut(m, reportedBy, routing);
+  if (refused === undefined && routing !== undefined) routing.finish(m);
+  return refused;
 }
 
-/** Rank q's own input check (its counts are all >= 0). */
-export function inputFault(call: RankCall, W: number): Fault | undefined {
-  const E = call.experts;
-  const cap = BigInt(call.inRows);
-  if (call.kind === 'combine') {
-    for (let r = 0; r < W; r++) {
+function negativeOf(m: Records, reportedBy: number): StatusEntry | undefined {
+  const W = m.world;
+  const E = m.header(0, RecordField.experts);
+  const n = W * E;
+  for (let q = 0; q < W; q++) {
+    const w = m.words[q];
+    const first = m.countAt(q, 0, 0, false, E);
+    // Every kind keeps its n counts first: a quick scan, then the lowest (r, e) if one is negative.
+    let i = 0;
+    while (i < n && w[first + 2 * i + 1] >= 0) i++;
+    if (i < n) return lowestNegative(m, q, reportedBy);
+  }
+  return undefined;
+}
+
+function lowestNegative(m: Records, q: number, reportedBy: number): StatusEntry {
+  const E = m.header(0, RecordField.experts);
+  const combine = m.kind(0) === 'combine';
+  const w = m.words[q];
+  for (let r = 0; r < m.world; r++) {
+    for (let e = 0; e < E; e++) {
+      const at = m.countAt(q, r, e, combine, E);
+      if (w[at + 1] < 0) return entryMaker(m, reportedBy)(StatusCode.negative, q, r, e, exact(w, at), 0n);
+    }
+  }
+  throw new Error('exchange rules: a negative count vanished');
+}
+
+function inputOf(m: Records, reportedBy: number): StatusEntry | undefined {
+  const W = m.world;
+  const E = m.header(0, RecordField.experts);
+  const combine = m.kind(0) === 'combine';
+  const n = W * E;
+  for (let q = 0; q < W; q++) {
+    const w = m.words[q];
+    const cap = m.header(q, RecordField.inRows);
+    const first = m.countAt(q, 0, 0, false, E);
+    if (combine) {
+      // Offsets follow the counts, index for index: any chunk outside? Then find the lowest (r, e).
+      const offsets = first + 2 * n;
+      let k = 0;
+      while (k < n && w[offsets + 2 * k + 1] >= 0 && num(w, offsets + 2 * k) + num(w, first + 2 * k) <= cap) k++;
+      if (k < n) return combineInputFault(m, q, reportedBy);
+      continue;
+    }
+    // Packed in (r, e) order, the record's own order.
+    let sum = 0;
+    for (let i = 0; i < n; i++) {
+      const c = w[first + 2 * i + 1] * TWO32 + (w[first + 2 * i] >>> 0);
+      if (c > cap - sum) {
+        let total = 0n;
+        for (let k = 0; k < n; k++) total = satAdd(total, exact(w, first + 2 * k));
+        return entryMaker(m, reportedBy)(StatusCode.inputOverflow, q, Math.floor(i / E), i % E, total, BigInt(cap));
+      }
+      sum += c;
+    }
+  }
+  return undefined;
+}
+
+function combineInputFault(m: Records, q: number, reportedBy: number): StatusEntry {
+  const E = m.header(0, RecordField.experts);
+  const w = m.words[q];
+  const cap = m.header(q, RecordField.inRows);
+  for (let r = 0; r < m.world; r++) {
+    for (let e = 0; e < E; e++) {
+      const oAt = m.offsetAt(q, r, e, E);
+      const cAt = m.countAt(q, r, e, true, E);
+      const negative = w[oAt + 1] < 0;
+      if (!negative && num(w, oAt) + num(w, cAt) <= cap) continue;
+      const needed = negative ? exact(w, oAt) : satAdd(exact(w, oAt), exact(w, cAt));
+      return entryMaker(m, reportedBy)(StatusCode.inputOverflow, q, r, e, needed, BigInt(cap));
+    }
+  }
+  throw new Error('exchange rules: a chunk outside the input vanished');
+}
+
+/**
+ * Walks every receiver's layout once: the output rule, and (routing) where this rank's chunks land
+ * in each receiver's output and where each source's land in its own. Sums first, in the records'
+ * own order; only a receiver whose total passes its output is walked again, in layout order, to
+ * find where.
+ */
+function layOut(m: Records, reportedBy: number, routing: Routing | undefined): StatusEntry | undefined {
+  const W = m.world;
+  const E = m.header(0, RecordField.experts);
+  const dispatch = m.kind(0) === 'dispatch';
+  const combine = m.kind(0) === 'combine';
+  const me = routing?.rank ?? -1;
+  routing?.begin(m);
+  const dstOf = routing?.dstOf;
+  const used = dispatch ? new Float64Array(E) : undefined;
+  for (let r = 0; r < W; r++) {
+    const cap = m.header(r, RecordField.outRows);
+    let total = 0;
+    if (used !== undefined) {
+      // Expert-major: each source's counts for r are contiguous (r·E ..); sum them per expert.
+      used.fill(0);
+      for (let src = 0; src < W; src++) {
+        const w = m.words[src];
+        const at = m.countAt(src, r, 0, false, E);
+        if (src === me) for (let e = 0; e < E; e++) dstOf![r * E + e] = used[e];
+        for (let e = 0; e < E; e++) used[e] += w[at + 2 * e + 1] * TWO32 + (w[at + 2 * e] >>> 0);
+      }
+      const align = m.header(r, RecordField.align);
       for (let e = 0; e < E; e++) {
-        const off = call.offset!(r, e);
-        const end = off < 0n ? off : satAdd(off, call.count(r, e));
-        if (off < 0n || end > cap) return { peer: r, expert: e, needed: end };
+        const u = used[e];
+        if (me >= 0) dstOf![r * E + e] += total; // the block's start
+        total += u === 0 ? align : u + ((align - (u % align)) % align);
+      }
+      if (total <= cap && r === me) receivedDispatch(m, routing!, E);
+    } else {
+      const mine = r === me;
+      for (let src = 0; src < W; src++) {
+        const w = m.words[src];
+        for (let e = 0; e < E; e++) {
+          const c = num(w, m.countAt(src, r, e, combine, E));
+          if (src === me) dstOf![r * E + e] = total;
+          if (mine) routing!.received(src, e, c, total);
+          total += c;
+        }
       }
     }
-    return undefined;
+    if (total > cap) return outputFault(m, r, reportedBy);
   }
-  let sum = 0n;
-  let at: Fault | undefined;
-  for (let r = 0; r < W; r++) {
-    for (let e = 0; e < E; e++) {
-      const c = call.count(r, e);
-      if (at === undefined && c > cap - sum) at = { peer: r, expert: e, needed: 0n };
-      sum = satAdd(sum, c);
-    }
-  }
-  return at && { ...at, needed: sum };
+  return undefined;
 }
 
-/**
- * Receiver r's layout: where each source's chunk for each expert starts in r's output, and the
- * rows it needs in all (saturated). `start(src, e)`; `total`.
- */
-export function receiveLayout(calls: readonly RankCall[], r: number): { start: (src: number, e: number) => bigint; total: bigint; fault?: Fault } {
-  const W = calls.length;
-  const E = calls[r].experts;
-  const cap = BigInt(calls[r].outRows);
-  const starts = new Array<bigint>(W * E);
-  let pos = 0n;
-  let fault: Fault | undefined;
-  const place = (src: number, e: number): void => {
-    const c = calls[src].count(r, e);
-    if (fault === undefined && c > cap - pos) fault = { peer: src, expert: e, needed: 0n };
-    starts[src * E + e] = pos;
-    pos = satAdd(pos, c);
-  };
-  if (calls[r].kind === 'dispatch') {
-    const align = BigInt(calls[r].align);
+/** Rank me's own output of an accepted dispatch: where each (src, e) starts. */
+function receivedDispatch(m: Records, routing: Routing, E: number): void {
+  const W = m.world;
+  const me = routing.rank;
+  const align = m.header(me, RecordField.align);
+  let pos = 0;
+  for (let e = 0; e < E; e++) {
+    const blockStart = pos;
+    for (let src = 0; src < W; src++) {
+      const c = num(m.words[src], m.countAt(src, me, e, false, E));
+      routing.received(src, e, c, pos);
+      pos += c;
+    }
+    const u = pos - blockStart;
+    pos = blockStart + (u === 0 ? align : u + ((align - (u % align)) % align));
+  }
+}
+
+/** Receiver r's layout passes its output: the first (source, expert) where it does, in layout order. */
+function outputFault(m: Records, r: number, reportedBy: number): StatusEntry {
+  const W = m.world;
+  const E = m.header(0, RecordField.experts);
+  const kind = m.kind(0);
+  const cap = m.header(r, RecordField.outRows);
+  const fault = (peer: number, expert: number): StatusEntry =>
+    entryMaker(m, reportedBy)(StatusCode.outputOverflow, r, peer, expert, layoutTotal(m, r), BigInt(cap));
+  let pos = 0;
+  if (kind === 'dispatch') {
+    const align = m.header(r, RecordField.align);
     for (let e = 0; e < E; e++) {
       const blockStart = pos;
-      for (let src = 0; src < W; src++) place(src, e);
-      const used = pos - blockStart;
-      const len = used === 0n ? align : satAdd(used, (align - (used % align)) % align);
-      const end = satAdd(blockStart, len);
-      if (fault === undefined && end > cap) fault = { peer: -1, expert: e, needed: 0n };
-      pos = end;
+      for (let src = 0; src < W; src++) {
+        const c = num(m.words[src], m.countAt(src, r, e, false, E));
+        if (c > cap - pos) return fault(src, e);
+        pos += c;
+      }
+      const u = pos - blockStart;
+      pos = blockStart + (u === 0 ? align : u + ((align - (u % align)) % align));
+      if (pos > cap) return fault(-1, e);
     }
   } else {
-    for (let src = 0; src < W; src++) for (let e = 0; e < E; e++) place(src, e);
-  }
-  return { start: (src, e) => starts[src * E + e], total: pos, fault: fault && { ...fault, needed: pos } };
-}
-
-/** Receiver r's output check (the counts are all >= 0). */
-export function outputFault(calls: readonly RankCall[], r: number): Fault | undefined {
-  return receiveLayout(calls, r).fault;
-}
-
-/**
- * outSplitsOffsets of receiver r for an accepted call, int64[2][n] in the kind's order: dispatch
- * expert-major (e·W + src), 1d and combine source-major (src·E + e).
- */
-export function splitsOffsets(calls: readonly RankCall[], r: number): BigInt64Array {
-  const W = calls.length;
-  const E = calls[r].experts;
-  const n = W * E;
-  const out = new BigInt64Array(2 * n);
-  const { start } = receiveLayout(calls, r);
-  for (let src = 0; src < W; src++) {
-    for (let e = 0; e < E; e++) {
-      const i = calls[r].kind === 'dispatch' ? e * W + src : src * E + e;
-      out[i] = calls[src].count(r, e);
-      out[n + i] = start(src, e);
+    for (let src = 0; src < W; src++) {
+      for (let e = 0; e < E; e++) {
+        const c = num(m.words[src], m.countAt(src, r, e, kind === 'combine', E));
+        if (c > cap - pos) return fault(src, e);
+        pos += c;
+      }
     }
   }
-  return out;
+  throw new Error(`exchange rules: receiver ${r}'s total passes its output but no chunk does`);
 }
 
-/** What rank q sends for an accepted call: one chunk per (peer, expert) with rows, in (peer, expert) order. */
-export function sendChunks(calls: readonly RankCall[], q: number): Chunk[] {
-  const W = calls.length;
-  const E = calls[q].experts;
-  const chunks: Chunk[] = [];
-  const layouts = calls.map((_, r) => receiveLayout(calls, r));
-  let src = 0;
-  for (let r = 0; r < W; r++) {
-    for (let e = 0; e < E; e++) {
-      const rows = Number(calls[q].count(r, e));
-      const srcRow = calls[q].kind === 'combine' ? Number(calls[q].offset!(r, e)) : src;
-      src += rows;
-      if (rows > 0) chunks.push({ peer: r, expert: e, rows, srcRow, dstRow: Number(layouts[r].start(q, e)) });
-    }
+/** Rows receiver r's layout takes in all, exactly (saturated): what an output refusal reports. */
+export function layoutTotal(m: Records, r: number): bigint {
+  const W = m.world;
+  const E = m.header(0, RecordField.experts);
+  const kind = m.kind(0);
+  const at = (src: number, e: number): bigint => exact(m.words[src], m.countAt(src, r, e, kind === 'combine', E));
+  let pos = 0n;
+  if (kind !== 'dispatch') {
+    for (let src = 0; src < W; src++) for (let e = 0; e < E; e++) pos = satAdd(pos, at(src, e));
+    return pos;
   }
-  return chunks;
+  const align = BigInt(m.header(r, RecordField.align));
+  for (let e = 0; e < E; e++) {
+    const blockStart = pos;
+    for (let src = 0; src < W; src++) pos = satAdd(pos, at(src, e));
+    const used = pos - blockStart;
+    pos = satAdd(blockStart, used === 0n ? align : satAdd(used, (align - (used % align)) % align));
+  }
+  return pos;
 }
 
 /** INT64_MAX, for callers that build counts: what a saturated sum reads as. */

@@ -10,6 +10,10 @@ export { splitsErrors, timeout, usage } from './error-cases.js';
 export { lanes } from './lane-cases.js';
 export { ownOutcomes } from './outcome-cases.js';
 export { captureRefused } from './nccl-cases.js';
+export { moeExchange, moeLanes, moeReplay } from './moe-cases.js';
+export { moeErrors, moeMismatch } from './moe-error-cases.js';
+export { moePlans, planRefusals } from './moe-plan-cases.js';
+export { moeUsage } from './moe-usage-cases.js';
 
 export interface ExchangeArg {
   seed: number;

@@ -7,6 +7,8 @@ export interface ExpectedSplitsError {
   problem: SplitsProblem;
   rank: number;
   peer: number;
+  /** The expert involved; default -1 (the 1-D call, a mismatch). */
+  expert?: number;
   needed: bigint | number;
   available: bigint | number;
 }
@@ -15,8 +17,8 @@ export interface ExpectedSplitsError {
 export function expectSplitsError(handle: Handle, want: ExpectedSplitsError, me: number, label: string): void {
   const err = thrownBy(() => handle.wait(), `${label}: expected SplitsError '${want.problem}'`);
   if (!(err instanceof SplitsError)) throw new ConformanceError(`${label}: expected SplitsError '${want.problem}', got ${describe(err)}`, { cause: err });
-  const got = { problem: err.problem, rank: err.rank, peer: err.peer, needed: err.needed, available: err.available, reportedBy: err.reportedBy };
-  const exp = { ...want, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
+  const got = { problem: err.problem, rank: err.rank, peer: err.peer, expert: err.expert, needed: err.needed, available: err.available, reportedBy: err.reportedBy };
+  const exp = { ...want, expert: want.expert ?? -1, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
   for (const key of Object.keys(exp) as (keyof typeof exp)[]) {
     if (got[key] !== exp[key]) {
       throw new ConformanceError(`${label}: SplitsError ${key} is ${got[key]}, expected ${exp[key]} (${err.message})`, { cause: err });

@@ -2,6 +2,7 @@
 // ranks with what argument. Run as threads by tests/conformance.test.ts on every backend, and as
 // launched processes, one per GPU, by tests/multi-gpu/conformance-rank.ts.
 import type { BackendName } from '../../src/backends/backend.js';
+import { moeSuite } from './moe-suite.js';
 
 export const TIMEOUT_CASE_MS = 300;
 
@@ -12,6 +13,8 @@ export interface Case {
   arg: Record<string, unknown>;
   timeoutMs?: number;
   lanes?: number;
+  /** A case for one backend only, and why. */
+  only?: { backend: BackendName; why: string };
 }
 
 export const suite: Case[] = [
@@ -39,12 +42,14 @@ export const suite: Case[] = [
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: a second lane works while the first holds an error`, fn: 'lanes', ranks: W, arg: { budget: 4096 } })),
   { name: 'usage W=2: host-side misuse throws UsageError at once', fn: 'usage', ranks: 2, arg: {} },
   { name: 'capture refused W=1: nccl cannot replay a call with new splits, so capture() throws UsageError', fn: 'captureRefused', ranks: 1, arg: {} },
+  ...moeSuite,
 ];
 
 /** Cases that only make sense on some backends, and why the others skip them. */
 export function notFor(backend: BackendName, c: Case): string | undefined {
-  if (c.fn === 'replay' && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
+  if ((c.fn === 'replay' || c.fn === 'moeReplay') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
   if (c.fn === 'captureRefused' && backend !== 'nccl') return 'only nccl refuses capture';
+  if (c.only !== undefined && c.only.backend !== backend) return c.only.why;
   return undefined;
 }
 

@@ -19,15 +19,17 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkAllToAllV, checkBuffer, type CheckContext } from '../../collectives/check.js';
+import { checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkPlan, type CheckContext } from '../../collectives/check.js';
+import { directRecord, planRecord } from '../../collectives/call-records.js';
+import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { CommAbortedError, UsageError } from '../../errors.js';
-import { allGather } from '../../world/all-gather.js';
-import type { Store } from '../../world/store.js';
 import { closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
-import { CpuLane, type CpuCallArgs } from './lane.js';
+import { CpuLane, doneHandle } from './lane.js';
 import { threadMemory, type SharedMemory, type SharedRegion } from './memory.js';
 import { PadLayout, PadViews } from './pad.js';
+import { CpuPlan } from './plan.js';
+import { Rendezvous } from './rendezvous.js';
 
 /**
  * Waits during set-up (the pad exchange) get at least this long: starting W threads can take
@@ -101,7 +103,7 @@ class CpuComm implements Comm, CheckContext {
     this.#usable();
     checkSize(bytes);
     // Only this rank touches a local buffer, so it needs no shared mapping.
-    return this.#track(new CpuBuffer(this, new SharedArrayBuffer(bytes)));
+    return this.#keep(new CpuBuffer(this, new SharedArrayBuffer(bytes)));
   }
 
   async allocSymmetric(bytes: number): Promise<DeviceBuffer> {
@@ -113,7 +115,7 @@ class CpuComm implements Comm, CheckContext {
       closeAll(regions); // closed while the peers were being mapped
       this.#usable();
     }
-    return this.#track(new CpuBuffer(this, regions[this.rank].buffer, id, regions));
+    return this.#keep(new CpuBuffer(this, regions[this.rank].buffer, id, regions));
   }
 
   free(buf: DeviceBuffer): void {
@@ -144,20 +146,26 @@ class CpuComm implements Comm, CheckContext {
     if (dst !== src) copyBytes((dst as CpuBuffer).u8, 0, (src as CpuBuffer).u8, 0, bytes);
   }
 
-  allToAllV2d(_args: AllToAllV2dArgs): Handle {
-    throw new UsageError(`rank ${this.rank}: allToAllV2d is not available on the cpu backend yet`);
+  allToAllV2d(args: AllToAllV2dArgs): Handle {
+    this.#usable();
+    return this.#direct('dispatch', this.#lanes[checkAllToAllV2d(this, args)], args);
   }
-  allToAllV2dOffset(_args: AllToAllV2dOffsetArgs): Handle {
-    throw new UsageError(`rank ${this.rank}: allToAllV2dOffset is not available on the cpu backend yet`);
+
+  allToAllV2dOffset(args: AllToAllV2dOffsetArgs): Handle {
+    this.#usable();
+    return this.#direct('combine', this.#lanes[checkAllToAllV2dOffset(this, args)], args);
   }
-  planAllToAllV(_args: PlanAllToAllVArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cpu backend yet`);
+
+  planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
+    return this.#plan('1d', args);
   }
-  planAllToAllV2d(_args: PlanAllToAllV2dArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cpu backend yet`);
+
+  planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
+    return this.#plan('dispatch', args);
   }
-  planAllToAllV2dOffset(_args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the cpu backend yet`);
+
+  planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    return this.#plan('combine', args);
   }
 
   lane(index: number): Lane {
@@ -168,8 +176,30 @@ class CpuComm implements Comm, CheckContext {
 
   allToAllV(args: AllToAllVArgs): Handle {
     this.#usable();
-    const lane = this.#lanes[checkAllToAllV(this, args)];
-    const handle = lane.allToAllV(args as unknown as CpuCallArgs);
+    return this.#direct('1d', this.#lanes[checkAllToAllV(this, args)], args);
+  }
+
+  /** Runs a checked direct call to completion; its handle reports exactly this call's outcome. */
+  #direct(kind: ExchangeKind, lane: CpuLane, args: AllToAllVArgs | AllToAllV2dArgs | AllToAllV2dOffsetArgs): Handle {
+    const { x, p } = directRecord(kind, this.worldSize, args);
+    return this.#track(doneHandle(lane.call(x, p)));
+  }
+
+  #plan(kind: ExchangeKind, args: PlanAllToAllVArgs | PlanAllToAllV2dArgs | PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    this.#usable();
+    const lane = this.#lanes[checkPlan(this, kind, args)];
+    return new CpuPlan({
+      ctx: this,
+      lane,
+      exchange: planRecord(kind, this.worldSize, args),
+      capacity: { inputRows: args.inputRows, outputRows: args.outputRows },
+      usable: () => this.#usable(),
+      track: (h) => this.#track(h),
+    });
+  }
+
+  /** A capture in progress collects the handles of the calls its closure makes. */
+  #track(handle: Handle): Handle {
     this.#replayed?.push(handle);
     return handle;
   }
@@ -235,7 +265,7 @@ class CpuComm implements Comm, CheckContext {
     if (first !== undefined) throw first;
   }
 
-  #track(buf: CpuBuffer): CpuBuffer {
+  #keep(buf: CpuBuffer): CpuBuffer {
     this.#buffers.add(buf);
     return buf;
   }
@@ -248,63 +278,6 @@ class CpuComm implements Comm, CheckContext {
 class ClosedError extends UsageError {
   constructor(rank: number) {
     super(`rank ${rank}: communicator is closed`);
-  }
-}
-
-/** Set-up exchanges over the rendezvous store; a peer that does not show up is named. */
-class Rendezvous {
-  readonly memory: SharedMemory;
-  #store: Store;
-  #rank: number;
-  #world: number;
-
-  constructor(store: Store, memory: SharedMemory, rank: number, world: number) {
-    this.#store = store;
-    this.memory = memory;
-    this.#rank = rank;
-    this.#world = world;
-  }
-
-  /**
-   * Allocates `bytes` of shareable memory, publishes it under `name`, and maps every rank's, in rank
-   * order (this rank's own region included). Named memory is unpublished once every peer has
-   * mapped it. On failure nothing stays allocated or mapped here.
-   */
-  async share(name: string, bytes: number, timeoutMs: number): Promise<SharedRegion[]> {
-    const own = this.memory.allocate(bytes);
-    const regions: SharedRegion[] = [];
-    try {
-      const handles = await this.#gather(name, own.handle, timeoutMs);
-      for (const [p, handle] of handles.entries()) {
-        const region = p === this.#rank ? own : this.memory.map(handle, p);
-        regions.push(region);
-        if (region.bytes !== bytes) {
-          throw new UsageError(`rank ${this.#rank}: ${name} is ${bytes} bytes here but ${region.bytes} on rank ${p} (every rank must ask for the same size)`);
-        }
-      }
-      if (this.memory.named) {
-        await this.#gather(`${name}/mapped`, new Uint8Array(0), timeoutMs);
-        own.unpublish();
-      }
-      return regions;
-    } catch (err) {
-      try {
-        closeAll(regions.includes(own) ? regions : [own, ...regions]);
-      } catch {
-        // The set-up error is the one worth reporting.
-      }
-      throw err;
-    }
-  }
-
-  /** Every rank reaches `name` (a host barrier). */
-  async meet(name: string, timeoutMs: number): Promise<void> {
-    await this.#gather(name, new Uint8Array(0), timeoutMs);
-  }
-
-  /** Publishes `value` under `name`, then collects every rank's, in rank order. */
-  #gather(name: string, value: Uint8Array, timeoutMs: number): Promise<Uint8Array[]> {
-    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs });
   }
 }
 

@@ -1,17 +1,22 @@
-// One lane of the CPU backend and its allToAllV: the same protocol and validation as the CUDA
-// kernel, run synchronously in the rank's thread, so both backends fail the same way. Ranks are
-// threads or processes: the pads and outputs are SharedRegions (memory.ts), the same code for both.
+// One lane of the CPU backend: the same protocol and rules as the CUDA kernels, run synchronously in
+// the rank's thread, so every backend fails the same way. Ranks are threads or processes: the pads
+// and outputs are SharedRegions (memory.ts), the same code for both.
 //
-// A call on sequence number s: publish this rank's description (splits read now, capacities, row
-// size, output id) into its pad slot s & 1, raise its arrive flag to s; wait for every peer's
-// arrive flag; validate the whole split matrix (every rank reaches the same verdict, so either all
-// move data or none does); push this rank's rows straight into each peer's output, write its own
-// outSplitsOffsets, raise its done flag on every peer; wait for every peer's done flag here.
+// A call on sequence number s: publish this rank's record (collectives/exchange-rules.ts: the call's
+// header, and its splits as they are in the buffer now) into its pad slot s & 1, raise its arrive
+// flag to s; wait for every peer's arrive flag; judge every rank's record (every rank reaches the
+// same verdict, so either all move data or none does); push this rank's rows straight into each
+// peer's output, write its own outSplitsOffsets, raise its done flag on every peer; wait for every
+// peer's done flag here. A plan's exchange stops before the rows; a plan's move publishes only the
+// header and pushes along the plan's routing.
 import type { Handle, Lane, Stream } from '../backend.js';
-import { StatusCode, entryError, saturatingSum, type StatusEntry } from '../../collectives/status.js';
+import { judge, mismatchOf, RECORD_HEADER_WORDS, Records, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
+import { Routing } from '../../collectives/exchange-routing.js';
+import { StatusCode, entryError, type StatusEntry } from '../../collectives/status.js';
+import type { CallRecord, Payload } from '../../collectives/call-records.js';
 import type { CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
-import { PadViews, SlotField, type PadLayout } from './pad.js';
+import type { PadLayout, PadViews } from './pad.js';
 
 /**
  * How long a wait spins on a flag before it sleeps. A peer on another core usually arrives within
@@ -23,15 +28,7 @@ const SPIN_MS = 0.1;
 const SPIN_CHECK = 256;
 /** Longest single sleep; only bounds how late the deadline is noticed (a peer's store wakes sleepers). */
 const MAX_SLEEP_MS = 20;
-const TWO32 = 4294967296;
 
-export interface CpuCallArgs {
-  input: CpuBuffer;
-  output: CpuBuffer;
-  inSplits: CpuBuffer;
-  outSplitsOffsets: CpuBuffer;
-  rowBytes: number;
-}
 
 export interface CpuLaneInit {
   index: number;
@@ -44,6 +41,16 @@ export interface CpuLaneInit {
   onTimeout: (err: Error) => void;
 }
 
+/** A handle for work that already ran: it reports `err`, or nothing. */
+export function doneHandle(err: Error | undefined): Handle {
+  return {
+    wait: () => {
+      if (err !== undefined) throw err;
+    },
+    waitOn: () => {},
+  };
+}
+
 export class CpuLane implements Lane {
   readonly index: number;
   readonly stream: Stream = { kind: 'stream' };
@@ -54,11 +61,11 @@ export class CpuLane implements Lane {
   #onTimeout: (err: Error) => void;
   #arrive: number;
   #done: number;
-  #header: [number, number];
-  #splits: [number, number];
+  /** Every rank's record in slot 0 and slot 1. */
+  #records: [Records, Records];
+  /** The routing of the current direct call (reused). */
+  #routing: Routing;
   #seq = 0;
-  /** Split matrix of the current call, S[p·W + r] = rows p sends r (scratch, reused). */
-  #S: Float64Array;
   #deadline = NaN;
   #lastSeen = 0;
 
@@ -72,149 +79,104 @@ export class CpuLane implements Lane {
     const { layout, index } = init;
     this.#arrive = layout.arriveWord(index);
     this.#done = layout.doneWord(index);
-    this.#header = [layout.headerF64(index, 0), layout.headerF64(index, 1)];
-    this.#splits = [layout.splitsWord(index, 0), layout.splitsWord(index, 1)];
-    this.#S = new Float64Array(this.#world * this.#world);
+    this.#records = [0, 1].map((slot) => {
+      const m = new Records(this.#world);
+      init.pads.forEach((pad, q) => {
+        m.words[q] = pad.i32;
+        m.base[q] = layout.recordWord(index, slot);
+      });
+      return m;
+    }) as [Records, Records];
+    this.#routing = new Routing(this.#rank, this.#world);
   }
 
-  /** Runs one call to completion; its handle reports exactly this call's outcome. */
-  allToAllV(a: CpuCallArgs): Handle {
-    const err = this.#run(a);
-    return {
-      wait: () => {
-        if (err !== undefined) throw err;
-      },
-      waitOn: () => {},
-    };
+  /** A direct call (allToAllV, allToAllV2d, allToAllV2dOffset): its error (refused, or a peer timed out), else undefined. */
+  call(x: CallRecord, p: Payload): Error | undefined {
+    const seq = this.#publish(x.header, x.splits as CpuBuffer, x.words);
+    const err = this.#arrived(seq, x.what) ?? this.#judge(seq, x, this.#routing);
+    if (err !== undefined) return err;
+    this.#push(this.#routing, p);
+    this.#routing.writeSplitsOffsets((x.outSplitsOffsets as CpuBuffer).i32);
+    return this.#finish(seq, x.what);
   }
 
-  /** The call's error (refused, or a peer timed out), else undefined. */
-  #run(a: CpuCallArgs): Error | undefined {
-    const W = this.#world;
-    const me = this.#rank;
-    const pads = this.#pads;
+  /** A plan's exchange: judged into `routing` (kept by the plan), outSplitsOffsets written, no rows. */
+  plan(x: CallRecord, routing: Routing): Error | undefined {
+    const seq = this.#publish(x.header, x.splits as CpuBuffer, x.words);
+    const err = this.#arrived(seq, x.what) ?? this.#judge(seq, x, routing);
+    if (err === undefined) routing.writeSplitsOffsets((x.outSplitsOffsets as CpuBuffer).i32);
+    return err;
+  }
+
+  /** A plan's move: the ranks' headers must agree (row size, output), then the rows along `routing`. */
+  move(header: RecordHeader, routing: Routing, p: Payload): Error | undefined {
+    const what = 'an exchange plan\'s move';
+    const seq = this.#publish(header, undefined, 0);
+    const err = this.#arrived(seq, what);
+    if (err !== undefined) return err;
+    const refused = mismatchOf(this.#records[seq & 1], this.#rank);
+    if (refused !== undefined) return entryError(refused, this.#timeoutMs, what);
+    this.#push(routing, p);
+    return this.#finish(seq, what);
+  }
+
+  /** Writes this rank's record for the next call into its slot and arrives; returns the call's sequence number. */
+  #publish(header: RecordHeader, splits: CpuBuffer | undefined, words: number): number {
     const seq = (this.#seq + 1) | 0;
     this.#seq = seq;
-    const slot = seq & 1;
-    const hdr = this.#header[slot];
-    const spl = this.#splits[slot];
     this.#deadline = NaN;
-
-    // Publish: the splits as they are in the buffer now, and what the peers must agree on.
-    const mine = pads[me];
-    const rowBytes = a.rowBytes;
-    mine.f64[hdr + SlotField.inRows] = Math.floor(a.input.bytes / rowBytes);
-    mine.f64[hdr + SlotField.outRows] = Math.floor(a.output.bytes / rowBytes);
-    mine.f64[hdr + SlotField.rowBytes] = rowBytes;
-    mine.f64[hdr + SlotField.outId] = a.output.symmetricId;
-    const sp = a.inSplits.i32;
-    const mi = mine.i32;
-    for (let i = 0; i < 2 * W; i++) mi[spl + i] = sp[i];
-    Atomics.store(mi, this.#arrive, seq);
+    const m = this.#records[seq & 1];
+    const mine = this.#pads[this.#rank];
+    const at = m.base[this.#rank];
+    writeHeader(mine.i32, at, header);
+    if (splits !== undefined) {
+      const from = splits.i32;
+      const to = mine.i32;
+      const data = at + 2 * RECORD_HEADER_WORDS;
+      for (let i = 0; i < 2 * words; i++) to[data + i] = from[i];
+    }
+    Atomics.store(mine.i32, this.#arrive, seq);
     mine.wake(this.#arrive);
+    return seq;
+  }
 
-    for (let p = 0; p < W; p++) {
-      if (p !== me && !this.#waitFor(pads[p], this.#arrive, seq)) return this.#timedOut(p, seq);
+  /** Waits for every peer's record of call `seq`; the timeout's error if one never comes. */
+  #arrived(seq: number, what: string): Error | undefined {
+    for (let p = 0; p < this.#world; p++) {
+      if (p !== this.#rank && !this.#waitFor(this.#pads[p], this.#arrive, seq)) return this.#timedOut(p, seq, what);
     }
+    return undefined;
+  }
 
-    const S = this.#S;
-    for (let p = 0; p < W; p++) {
-      const pi = pads[p].i32;
-      for (let r = 0; r < W; r++) S[p * W + r] = pi[spl + 2 * r + 1] * TWO32 + (pi[spl + 2 * r] >>> 0);
-    }
-    const refused = this.#invalid(hdr, spl);
-    if (refused !== undefined) return refused;
+  #judge(seq: number, x: CallRecord, routing: Routing): Error | undefined {
+    const refused = judge(this.#records[seq & 1], this.#rank, routing);
+    return refused && entryError(refused, this.#timeoutMs, x.what);
+  }
 
-    // Push this rank's rows: those for peer r are contiguous in the input, in peer order, and land
-    // after the rows of lower source ranks in r's output.
-    const src = a.input.u8;
-    let srcRow = 0;
-    for (let r = 0; r < W; r++) {
-      const rows = S[me * W + r];
-      if (rows > 0) {
-        let dstRow = 0;
-        for (let q = 0; q < me; q++) dstRow += S[q * W + r];
-        copyBytes(a.output.peer(r), dstRow * rowBytes, src, srcRow * rowBytes, rows * rowBytes);
-      }
-      srcRow += rows;
+  /** Pushes this rank's chunks straight into each peer's output. */
+  #push(routing: Routing, p: Payload): void {
+    const rb = p.rowBytes;
+    const src = (p.input as CpuBuffer).u8;
+    const output = p.output as CpuBuffer;
+    for (let k = 0; k < routing.chunks; k++) {
+      copyBytes(output.peer(routing.peer[k]), routing.dstRow[k] * rb, src, routing.srcRow[k] * rb, routing.rows[k] * rb);
     }
-    const o = a.outSplitsOffsets.i32;
-    let offset = 0;
-    for (let q = 0; q < W; q++) {
-      const rows = S[q * W + me];
-      o[2 * q] = rows >>> 0;
-      o[2 * q + 1] = Math.floor(rows / TWO32);
-      o[2 * (W + q)] = offset >>> 0;
-      o[2 * (W + q) + 1] = Math.floor(offset / TWO32);
-      offset += rows;
-    }
+  }
 
+  /** Raises this rank's done flag on every peer, then waits for theirs. */
+  #finish(seq: number, what: string): Error | undefined {
+    const me = this.#rank;
+    const pads = this.#pads;
     const done = this.#done;
-    for (let r = 0; r < W; r++) {
+    for (let r = 0; r < this.#world; r++) {
       if (r === me) continue;
       Atomics.store(pads[r].i32, done + me, seq);
       pads[r].wake(done + me);
     }
-    for (let p = 0; p < W; p++) {
-      if (p !== me && !this.#waitFor(mine, done + p, seq)) return this.#timedOut(p, seq);
+    for (let p = 0; p < this.#world; p++) {
+      if (p !== me && !this.#waitFor(pads[me], done + p, seq)) return this.#timedOut(p, seq, what);
     }
     return undefined;
-  }
-
-  /**
-   * Checks the split matrix in the kernel's order and returns the first problem as an error. Every
-   * rank sees the same matrix, so every rank refuses the call with the same error.
-   */
-  #invalid(hdr: number, spl: number): Error | undefined {
-    const W = this.#world;
-    const S = this.#S;
-    const pads = this.#pads;
-    const f0 = pads[0].f64;
-    for (let p = 0; p < W; p++) {
-      const fp = pads[p].f64;
-      const rb = hdr + SlotField.rowBytes;
-      if (fp[rb] !== f0[rb]) return this.#fail(StatusCode.mismatch, p, 0, BigInt(fp[rb]), BigInt(f0[rb]));
-      const id = hdr + SlotField.outId;
-      if (fp[id] !== f0[id]) return this.#fail(StatusCode.mismatch, p, 0, BigInt(fp[id]), BigInt(f0[id]));
-    }
-    for (let p = 0; p < W; p++) {
-      for (let r = 0; r < W; r++) {
-        if (S[p * W + r] < 0) return this.#fail(StatusCode.negative, p, r, this.#exact(spl, p, r), 0n);
-      }
-    }
-    for (let p = 0; p < W; p++) {
-      const cap = pads[p].f64[hdr + SlotField.inRows];
-      let sum = 0;
-      for (let r = 0; r < W; r++) {
-        sum += S[p * W + r];
-        if (sum > cap) return this.#fail(StatusCode.inputOverflow, p, r, this.#exactSum(spl, p, -1), BigInt(cap));
-      }
-    }
-    for (let r = 0; r < W; r++) {
-      const cap = pads[r].f64[hdr + SlotField.outRows];
-      let sum = 0;
-      for (let p = 0; p < W; p++) {
-        sum += S[p * W + r];
-        if (sum > cap) return this.#fail(StatusCode.outputOverflow, r, p, this.#exactSum(spl, -1, r), BigInt(cap));
-      }
-    }
-    return undefined;
-  }
-
-  #fail(code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): Error {
-    return entryError({ code, rank, peer, needed, available, reportedBy: this.#rank }, this.#timeoutMs);
-  }
-
-  /** S[p][r] as published, exactly (the float copy in #S rounds past 2^53). */
-  #exact(spl: number, p: number, r: number): bigint {
-    return this.#pads[p].i64[(spl >> 1) + r];
-  }
-
-  /** Row sum (col < 0) or column sum (row < 0) of the published matrix, saturated at INT64_MAX as on the device. */
-  #exactSum(spl: number, row: number, col: number): bigint {
-    const xs: bigint[] = [];
-    for (let k = 0; k < this.#world; k++) xs.push(row >= 0 ? this.#exact(spl, row, k) : this.#exact(spl, k, col));
-    return saturatingSum(xs);
   }
 
   /** Waits until word idx of `pad` >= seq (in wrapping int32 order); false when the call's deadline passed. */
@@ -242,7 +204,7 @@ export class CpuLane implements Lane {
     return true;
   }
 
-  #timedOut(peer: number, seq: number): Error {
+  #timedOut(peer: number, seq: number, what: string): Error {
     const entry: StatusEntry = {
       code: StatusCode.timeout,
       rank: this.#rank,
@@ -251,7 +213,7 @@ export class CpuLane implements Lane {
       available: BigInt(this.#lastSeen),
       reportedBy: this.#rank,
     };
-    const err = entryError(entry, this.#timeoutMs);
+    const err = entryError(entry, this.#timeoutMs, what);
     this.#onTimeout(err);
     return err;
   }

@@ -1,26 +1,27 @@
 // Layout of a CPU rank's signal pad: one shared region per rank (a SharedArrayBuffer for threads,
 // shared memory for processes), one region per lane after a header line. Peers read a rank's
-// published call description and flags from it, and write their "done" flags into it.
+// published call record and flags from it, and write their "done" flags into it.
 //
 // Header line: int32 sleepers: how many ranks sleep on a word of this pad (wakes are skipped
 // while it is 0: a wake is a system call when ranks are processes).
 // Lane region (bytes from the lane's base; regions are 64-byte aligned so lanes never share a line):
 //   0                 arrive flag (int32): the lane sequence number of this rank's latest call
 //   64 + k·slotBytes  slot k = seq & 1 (double-buffered, so a peer that races ahead to the next call
-//                     cannot overwrite a description still being read for this one):
-//                       f64 inRows, outRows, rowBytes, outId; then int64 inSplits[W]
+//                     cannot overwrite a record still being read for this one): the call's record
+//                     (collectives/exchange-rules.ts), sized for the largest, combine's with
+//                     MAX_EXPERTS_PER_RANK experts: int64[7 + 2·W·256]. Ranks are processes, so
+//                     the splits must be copied here for peers to read them.
 //   doneOffset        int32 done[W]: done[p] = last sequence number whose data rank p has pushed here
 // The "done" words sit on their own line: peers write them while the owner writes its slots.
+import { MAX_EXPERTS_PER_RANK } from '../backend.js';
+import { RECORD_HEADER_WORDS, recordDataWords } from '../../collectives/exchange-rules.js';
 import type { SharedRegion } from './memory.js';
 
 const LINE = 64;
-const HEADER_BYTES = 32;
 /** Int32 index of the sleepers count. */
 const SLEEPERS = 0;
 
 const align = (n: number, to: number): number => Math.ceil(n / to) * to;
-
-export const SlotField = { inRows: 0, outRows: 1, rowBytes: 2, outId: 3 } as const;
 
 export class PadLayout {
   readonly worldSize: number;
@@ -32,7 +33,7 @@ export class PadLayout {
   constructor(worldSize: number, lanes: number) {
     this.worldSize = worldSize;
     this.lanes = lanes;
-    this.slotBytes = align(HEADER_BYTES + 8 * worldSize, 8);
+    this.slotBytes = align(8 * (RECORD_HEADER_WORDS + recordDataWords('combine', worldSize, MAX_EXPERTS_PER_RANK)), LINE);
     this.doneOffset = align(LINE + 2 * this.slotBytes, LINE);
     this.laneBytes = align(this.doneOffset + 4 * worldSize, LINE);
   }
@@ -51,14 +52,9 @@ export class PadLayout {
     return (this.#base(lane) + this.doneOffset) >> 2;
   }
 
-  /** Float64 index of slot `slot`'s header in lane `lane`. */
-  headerF64(lane: number, slot: number): number {
-    return (this.#base(lane) + LINE + slot * this.slotBytes) >> 3;
-  }
-
-  /** Int32 index of slot `slot`'s inSplits[0] (low half) in lane `lane`. */
-  splitsWord(lane: number, slot: number): number {
-    return (this.#base(lane) + LINE + slot * this.slotBytes + HEADER_BYTES) >> 2;
+  /** Int32 index of slot `slot`'s record in lane `lane`. */
+  recordWord(lane: number, slot: number): number {
+    return (this.#base(lane) + LINE + slot * this.slotBytes) >> 2;
   }
 
   /** Byte offset of lane `lane`'s region: after the header line. */
@@ -70,16 +66,11 @@ export class PadLayout {
 /** Typed views of one rank's pad, made once, and sleeping on and waking its words. */
 export class PadViews {
   readonly i32: Int32Array;
-  readonly f64: Float64Array;
-  /** Exact int64 reads, used only to report an error's numbers. */
-  readonly i64: BigInt64Array;
   readonly region: SharedRegion;
 
   constructor(region: SharedRegion) {
     this.region = region;
     this.i32 = new Int32Array(region.buffer);
-    this.f64 = new Float64Array(region.buffer);
-    this.i64 = new BigInt64Array(region.buffer);
   }
 
   /**

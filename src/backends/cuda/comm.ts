@@ -24,13 +24,13 @@ import type { KernelModule } from '../../jit/module.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
+import { checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { A2avKernels } from './kernels.js';
-import { MoeCalls, type ExchangeCall, type Payload } from './moe.js';
-import { checkPlanMove, combineCall, dispatchCall, planCall, type MoeCall, type MoePlanCall } from './moe-args.js';
+import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
 import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';
 import { LaneRecords, type LaneCall } from './records.js';
@@ -173,32 +173,34 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   allToAllV2d(args: AllToAllV2dArgs): Handle {
-    const { lane, x, payload } = this.#moeCall(dispatchCall(this, args));
-    return this.#moe.call(lane, x, payload, args.stream, 'allToAllV2d');
+    const lane = this.#lanes[checkAllToAllV2d(this, args)];
+    const x = exchangeCall('dispatch', { ...args, splits: args.inSplits }, rowsOf(args));
+    return this.#moe.call(lane, x, payloadOf(args), args.stream, 'allToAllV2d');
   }
   allToAllV2dOffset(args: AllToAllV2dOffsetArgs): Handle {
-    const { lane, x, payload } = this.#moeCall(combineCall(this, args));
-    return this.#moe.call(lane, x, payload, args.stream, 'allToAllV2dOffset');
+    const lane = this.#lanes[checkAllToAllV2dOffset(this, args)];
+    const x = exchangeCall('combine', { ...args, splits: args.inSplitsOffsets }, rowsOf(args));
+    return this.#moe.call(lane, x, payloadOf(args), args.stream, 'allToAllV2dOffset');
   }
   planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
-    return this.#planOf(planCall(this, '1d', args), args.stream, 'planAllToAllV');
+    return this.#planOf('1d', { ...args, splits: args.inSplits }, 'planAllToAllV');
   }
   planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
-    return this.#planOf(planCall(this, 'dispatch', args), args.stream, 'planAllToAllV2d');
+    return this.#planOf('dispatch', { ...args, splits: args.inSplits }, 'planAllToAllV2d');
   }
   planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
-    return this.#planOf(planCall(this, 'combine', args), args.stream, 'planAllToAllV2dOffset');
+    return this.#planOf('combine', { ...args, splits: args.inSplitsOffsets }, 'planAllToAllV2dOffset');
   }
 
-  #moeCall(c: MoeCall): { lane: CudaLane; x: ExchangeCall; payload: Payload } {
-    return { lane: this.#lanes[c.lane], x: c.x, payload: { input: c.input as GpuBuffer, output: c.output as GpuBuffer, rowBytes: c.rowBytes } };
-  }
-
-  #planOf(c: MoePlanCall, stream: Stream | undefined, what: string): ExchangePlan {
-    const plan = this.#moe.plan(this.#lanes[c.lane], c.x, stream, what);
+  #planOf(kind: ExchangeKind, args: PlanCheckArgs & { splits: DeviceBuffer; stream?: Stream }, what: string): ExchangePlan {
+    const lane = this.#lanes[checkPlan(this, kind, args)];
+    const plan = this.#moe.plan(lane, exchangeCall(kind, args, { inRows: args.inputRows, outRows: args.outputRows }), args.stream, what);
     return {
       ready: plan.ready,
-      move: (m) => plan.move(checkPlanMove(this, c, m)),
+      move: (m) => {
+        checkPlanMove(this, args, m);
+        return plan.move(m);
+      },
       close: () => plan.close(),
     };
   }

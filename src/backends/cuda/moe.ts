@@ -47,6 +47,25 @@ export interface Payload {
   rowBytes: number;
 }
 
+/** The kernels' view of a call: its kind, split buffers, experts, alignment and capacities in rows. */
+export function exchangeCall(
+  kind: ExchangeKind,
+  a: { splits: DeviceBuffer; outSplitsOffsets: DeviceBuffer; expertsPerRank?: number; majorAlign?: number },
+  rows: { inRows: number; outRows: number },
+): ExchangeCall {
+  const experts = kind === '1d' ? 1 : (a.expertsPerRank as number);
+  return { kind, splits: a.splits, outSplitsOffsets: a.outSplitsOffsets, experts, align: kind === 'dispatch' ? (a.majorAlign ?? 1) : 1, ...rows };
+}
+
+/** A direct call's capacities: whole rows of its input and output. */
+export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number }): { inRows: number; outRows: number } {
+  return { inRows: Math.floor(a.input.bytes / a.rowBytes), outRows: Math.floor(a.output.bytes / a.rowBytes) };
+}
+
+export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number }): Payload {
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes };
+}
+
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
 

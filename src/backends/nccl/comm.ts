@@ -1,13 +1,15 @@
-// The nccl backend: allToAllV the way NCCL users run it today, as the baseline for the cuda backend
-// and the engine across machines. Per call, on the lane's stream:
-//   1. publish this rank's header (capacities, row size, output id) and its device splits, and
-//      ncclAllGather every rank's: the whole split matrix;
-//   2. wait on the host for it and copy it down: the round trip a2av's own kernel avoids, timed in
+// The nccl backend: allToAllV, the MoE dispatch and combine, and exchange plans the way NCCL users
+// run them today, as the baseline for the cuda backend and the engine across machines. Per call, on
+// the lane's stream (exchange.ts):
+//   1. publish this rank's record (collectives/exchange-rules.ts: its header, then its device
+//      splits) and ncclAllGather every rank's: the whole split matrix;
+//   2. wait on the host for it and copy it down: the round trip a2av's own kernels avoid, timed in
 //      `splitsSyncUs`;
-//   3. check the matrix on the host with the kernel's rules (plan.ts): every rank sees the same
+//   3. judge the matrix on the host with the rules every backend shares: every rank sees the same
 //      matrix, so either all refuse the call (SplitsError from wait(), nothing written) or none;
-//   4. write outSplitsOffsets, then one NCCL group of ncclSend/ncclRecv of each peer's bytes,
-//      straight into the output grouped by source.
+//   4. write outSplitsOffsets, then the rows: one NCCL group of ncclSend/ncclRecv, one of each per
+//      peer, with device copies where a side's chunks are not contiguous (transfers.ts).
+// A plan runs 1-3 once; each move gathers only the ranks' headers (row size, output), then does 4.
 // One GPU per rank (NCCL's rule; setup.ts builds the communicator). Waits are bounded; a timeout
 // aborts the NCCL communicators.
 import type {
@@ -27,22 +29,23 @@ import type {
   Stream,
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
-import { checkAllToAllV, type CheckContext } from '../../collectives/check.js';
+import { directRecord, planRecord } from '../../collectives/call-records.js';
+import { checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, type CheckContext } from '../../collectives/check.js';
+import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
-import { groupEnd, groupStart, napMs } from '../../nccl/communicator.js';
-import { NcclType } from '../../nccl/library.js';
+import { napMs } from '../../nccl/communicator.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
-import { uploadAsync } from './copies.js';
+import { deliver, exchangeRecords, type NcclHost } from './exchange.js';
+import { NcclPlan } from './exchange-plan.js';
 import type { NcclLane } from './lane.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { HEADER_WORDS, payloadWords, SplitPlan } from './plan.js';
 
-export class NcclComm implements Comm, CheckContext, HostWaiter {
+export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   readonly backend = 'nccl' as const;
   readonly rank: number;
   readonly worldSize: number;
@@ -86,27 +89,6 @@ export class NcclComm implements Comm, CheckContext, HostWaiter {
     return this.#splitsSyncUs;
   }
 
-  /**
-   * One split exchange and a one-byte send to and receive from every peer on each lane, so NCCL
-   * connects every path the calls use now, bounded, rather than inside the first timed call.
-   */
-  warmUp(timeoutMs: number): void {
-    const W = this.worldSize;
-    for (const lane of this.#lanes) {
-      const s = lane.stream.handle;
-      lane.nccl.settle('ncclAllGather', lane.nccl.allGather(lane.payload, lane.gathered, payloadWords(W), NcclType.int64, s), timeoutMs);
-      groupStart();
-      for (let peer = 0; peer < W; peer++) {
-        lane.nccl.send(lane.payload, 1, NcclType.uint8, peer, s);
-        lane.nccl.recv(lane.gathered + BigInt(peer), 1, NcclType.uint8, peer, s);
-      }
-      lane.nccl.settle('ncclGroupEnd', groupEnd(), timeoutMs);
-      lane.exchanged.record(lane.stream);
-      const err = this.#waitEvent(lane.exchanged, timeoutMs, 'NCCL warm-up');
-      if (err) throw err;
-    }
-  }
-
   owns(buf: DeviceBuffer): boolean {
     return this.#memory.owns(buf);
   }
@@ -146,20 +128,26 @@ export class NcclComm implements Comm, CheckContext, HostWaiter {
     this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
   }
 
-  allToAllV2d(_args: AllToAllV2dArgs): Handle {
-    throw new UsageError(`rank ${this.rank}: allToAllV2d is not available on the nccl backend yet`);
+  allToAllV2d(args: AllToAllV2dArgs): Handle {
+    this.#usable();
+    return this.#direct('dispatch', this.#lanes[checkAllToAllV2d(this, args)], args);
   }
-  allToAllV2dOffset(_args: AllToAllV2dOffsetArgs): Handle {
-    throw new UsageError(`rank ${this.rank}: allToAllV2dOffset is not available on the nccl backend yet`);
+
+  allToAllV2dOffset(args: AllToAllV2dOffsetArgs): Handle {
+    this.#usable();
+    return this.#direct('combine', this.#lanes[checkAllToAllV2dOffset(this, args)], args);
   }
-  planAllToAllV(_args: PlanAllToAllVArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the nccl backend yet`);
+
+  planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
+    return this.#plan('1d', args);
   }
-  planAllToAllV2d(_args: PlanAllToAllV2dArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the nccl backend yet`);
+
+  planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
+    return this.#plan('dispatch', args);
   }
-  planAllToAllV2dOffset(_args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
-    throw new UsageError(`rank ${this.rank}: exchange plans are not available on the nccl backend yet`);
+
+  planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    return this.#plan('combine', args);
   }
 
   lane(index: number): Lane {
@@ -175,72 +163,61 @@ export class NcclComm implements Comm, CheckContext, HostWaiter {
 
   allToAllV(args: AllToAllVArgs): Handle {
     this.#usable();
-    const lane = this.#lanes[checkAllToAllV(this, args)];
+    return this.#direct('1d', this.#lanes[checkAllToAllV(this, args)], args);
+  }
+
+  /** Steps 1-4 of a checked direct call; its handle keeps the outcome, so it reports this call and no other. */
+  #direct(kind: ExchangeKind, lane: NcclLane, args: AllToAllVArgs | AllToAllV2dArgs | AllToAllV2dOffsetArgs): Handle {
     lane.follow(args.stream as CudaStream | undefined);
+    const { x, p } = directRecord(kind, this.worldSize, args);
+    const what = `${x.what} on lane ${lane.index}`;
     const started = performance.now();
-    const failed = this.#exchangeSplits(lane, args);
+    const m = exchangeRecords(this, lane, { header: x.header, splits: (x.splits as GpuBuffer).ptr, words: x.words }, x.what);
     this.#splitsSyncUs += (performance.now() - started) * 1000;
-    const problem = failed ? undefined : lane.plan.check(lane.gatheredHost, this.rank);
-    // The host knows the outcome now: the handle keeps it, so it reports this call and no other.
-    const err = failed ?? (problem ? entryError(problem, this.timeoutMs, `allToAllV on lane ${lane.index}`) : this.#moveRows(lane, args));
+    let err: Error | undefined;
+    if (m instanceof Error) err = m;
+    else {
+      const refused = judge(m, this.rank, lane.routing);
+      const payload = { input: (p.input as GpuBuffer).ptr, output: (p.output as GpuBuffer).ptr, rowBytes: p.rowBytes };
+      err = refused ? entryError(refused, this.timeoutMs, what) : deliver(this, lane, lane.routing, payload, (x.outSplitsOffsets as GpuBuffer).ptr);
+    }
     if (err) this.#loopErrors?.push(err);
-    return lane.finish(this, `allToAllV on lane ${lane.index}, call ${lane.done.count + 1}`, () => err);
+    return lane.finish(this, `${what}, call ${lane.done.count + 1}`, () => err);
   }
 
-  /** Steps 1-2: every rank's header and splits, on this host. Returns the failure, if any. */
-  #exchangeSplits(lane: NcclLane, args: AllToAllVArgs): Error | undefined {
-    const W = this.worldSize;
-    const h = lane.header;
-    SplitPlan.header(h, { inputBytes: args.input.bytes, outputBytes: args.output.bytes, rowBytes: args.rowBytes, outId: args.output.symmetricId });
-    const u = lane.uploadedHeader;
-    if (h[0] !== u[0] || h[1] !== u[1] || h[2] !== u[2] || h[3] !== u[3]) {
-      uploadAsync(lane.payload, h, lane.stream);
-      u.set(h);
-    }
-    this.#device.copyAsync(lane.payload + BigInt(8 * HEADER_WORDS), (args.inSplits as GpuBuffer).ptr, 8 * W, lane.stream);
-    try {
-      lane.nccl.settle('ncclAllGather', lane.nccl.allGather(lane.payload, lane.gathered, payloadWords(W), NcclType.int64, lane.stream.handle), this.timeoutMs);
-    } catch (err) {
-      return this.#abort(err as Error);
-    }
-    lane.exchanged.record(lane.stream);
-    const err = this.#waitEvent(lane.exchanged, this.timeoutMs, `allToAllV on lane ${lane.index}: split exchange`);
-    if (err) return err;
-    this.#device.download(lane.gatheredHost, lane.gathered);
-    return undefined;
+  #plan(kind: ExchangeKind, args: PlanAllToAllVArgs | PlanAllToAllV2dArgs | PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    this.#usable();
+    const lane = this.#lanes[checkPlan(this, kind, args)];
+    return new NcclPlan({
+      host: this,
+      lane,
+      exchange: planRecord(kind, this.worldSize, args),
+      capacity: { inputRows: args.inputRows, outputRows: args.outputRows },
+      stream: args.stream,
+      usable: () => this.#usable(),
+      outcome: (err) => {
+        if (err) this.#loopErrors?.push(err);
+      },
+    });
   }
 
-  /** Step 4: outSplitsOffsets, then the rows, as one NCCL group. Returns the failure, if any. */
-  #moveRows(lane: NcclLane, args: AllToAllVArgs): Error | undefined {
-    const W = this.worldSize;
-    const plan = lane.plan;
-    plan.layout(lane.gatheredHost, this.rank, args.rowBytes);
-    // The lane's stream is idle here (step 2 waited for it), so this upload queues without delay.
-    uploadAsync((args.outSplitsOffsets as GpuBuffer).ptr, plan.splitsOffsets, lane.stream);
-    const input = (args.input as GpuBuffer).ptr;
-    const output = (args.output as GpuBuffer).ptr;
-    const s = lane.stream.handle;
-    let status = 0;
-    groupStart();
-    // NCCL p2p moves bytes whatever the element type, so uint8 costs nothing over wider types.
-    for (let peer = 0; peer < W && status === 0; peer++) {
-      if (plan.sendBytes[peer] > 0) status = lane.nccl.send(input + BigInt(plan.sendOffset[peer]), plan.sendBytes[peer], NcclType.uint8, peer, s);
-      if (status === 0 && plan.recvBytes[peer] > 0) status = lane.nccl.recv(output + BigInt(plan.recvOffset[peer]), plan.recvBytes[peer], NcclType.uint8, peer, s);
-    }
-    const ended = groupEnd(); // always close the group, even after a failed enqueue
-    try {
-      lane.nccl.settle('ncclSend/ncclRecv', status || ended, this.timeoutMs);
-    } catch (err) {
-      return this.#abort(err as Error);
-    }
-    return undefined;
+  get device(): CudaDevice {
+    return this.#device;
+  }
+
+  waitFor(event: CudaEvent, what: string, limitMs = this.timeoutMs): Error | undefined {
+    return this.#waitEvent(event, limitMs, what);
+  }
+
+  fail(cause: Error): Error {
+    return this.#abort(cause);
   }
 
   capture(_stream: Stream, _fn: () => void): Replay {
     // A graph replays what was queued at capture. NCCL's calls carry the byte counts as host values,
     // read from the splits before queueing, so a replay would move the captured call's sizes
     // whatever the split buffers hold by then: wrong results, not an error. Refuse instead.
-    throw new UsageError(`rank ${this.rank}: the nccl backend cannot capture allToAllV into a CUDA graph: NCCL needs the split sizes ` +
+    throw new UsageError(`rank ${this.rank}: the nccl backend cannot capture collectives into a CUDA graph: NCCL needs the split sizes ` +
       'on the host before it can queue a call, so a replay would reuse the captured sizes. Use the cuda backend for graphs.');
   }
 

@@ -1,40 +1,116 @@
 // One lane of the nccl backend: its own CUDA stream and its own NCCL communicator (NCCL runs one
 // communicator's operations in issue order, so independent lanes need independent communicators),
-// and the device and host buffers of the split exchange.
+// and the device and host buffers of the split exchange and of the rows' scratch. Buffers grow on
+// demand: a 1-D call gathers W + 7 words a rank, a MoE call up to 2·W·256 + 7, so a 1-D job never
+// holds the MoE sizes. They grow only while the lane's stream is idle (after a host wait).
 import type { CudaDevice, CudaEvent } from '../../cuda/device.js';
 import type { NcclCommunicator } from '../../nccl/communicator.js';
+import { RECORD_HEADER_WORDS, Records, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
+import { Routing } from '../../collectives/exchange-routing.js';
 import { StreamLane } from '../stream-lane.js';
-import { payloadWords, SplitPlan } from './plan.js';
+import { firstGatherWords, maxRecordWords } from './transfers.js';
+
+/** A device allocation that grows (freeing the old one) when asked for more. */
+class Growing {
+  ptr = 0n;
+  bytes = 0;
+  reserve(device: CudaDevice, bytes: number): bigint {
+    if (bytes > this.bytes) {
+      if (this.ptr !== 0n) device.free(this.ptr);
+      this.ptr = 0n;
+      this.bytes = 0;
+      this.ptr = device.alloc(bytes);
+      this.bytes = bytes;
+    }
+    return this.ptr;
+  }
+  release(device: CudaDevice): void {
+    if (this.ptr !== 0n) device.free(this.ptr);
+    this.ptr = 0n;
+    this.bytes = 0;
+  }
+}
 
 export class NcclLane extends StreamLane {
   readonly nccl: NcclCommunicator;
+  readonly world: number;
   /** Recorded after the split exchange: the host waits for it before it can queue the data. */
   readonly exchanged: CudaEvent;
-  /** Device: this rank's payload (header, then its splits), and every rank's, gathered. */
+  /** Device: this rank's record (sized for the largest), and every rank's, gathered. */
   readonly payload: bigint;
-  readonly gathered: bigint;
-  /** Host: the header to publish, the header last uploaded (skipped when unchanged), the gathered payloads. */
-  readonly header = new BigInt64Array(4);
-  readonly uploadedHeader = new BigInt64Array(4).fill(-1n);
-  readonly gatheredHost: BigInt64Array;
-  readonly plan: SplitPlan;
+  readonly #gathered = new Growing();
+  /** Device: rows between the input and a send, or a receive and the output (transfers.ts). */
+  readonly #scratch = new Growing();
+  /** Host: the header to publish, and the one last uploaded (skipped when unchanged). */
+  readonly header = new BigInt64Array(RECORD_HEADER_WORDS);
+  readonly #headerWords = new Int32Array(this.header.buffer);
+  readonly #uploaded = new BigInt64Array(RECORD_HEADER_WORDS).fill(-2n);
+  /** Host: the gathered records, as int32 pairs for Records. */
+  #gatheredHost = new Int32Array(0);
+  /** Every rank's record, over the gathered host copy. */
+  readonly records: Records;
+  /** The current direct call's routing (reused). */
+  readonly routing: Routing;
+  /** Host: outSplitsOffsets to upload. */
+  #offsets = new BigInt64Array(0);
 
-  constructor(index: number, world: number, device: CudaDevice, nccl: NcclCommunicator) {
+  constructor(index: number, world: number, rank: number, device: CudaDevice, nccl: NcclCommunicator) {
     super(index, device.createStream(), device);
     this.nccl = nccl;
+    this.world = world;
     this.exchanged = device.createEvent();
-    const words = payloadWords(world);
-    this.payload = device.alloc(8 * words);
-    this.gathered = device.alloc(8 * world * words);
-    this.gatheredHost = new BigInt64Array(world * words);
-    this.plan = new SplitPlan(world);
+    this.payload = device.alloc(8 * maxRecordWords(world));
+    this.#gathered.reserve(device, 8 * world * firstGatherWords('1d', world));
+    this.records = new Records(world);
+    this.routing = new Routing(rank, world);
+  }
+
+  /** Device buffer for every rank's `words`-word record, grown if need be (the lane's stream must be idle). */
+  gathered(device: CudaDevice, words: number): bigint {
+    return this.#gathered.reserve(device, 8 * this.world * words);
+  }
+
+  scratch(device: CudaDevice, bytes: number): bigint {
+    return this.#scratch.reserve(device, bytes);
+  }
+
+  /** Writes `h` as the header to publish; true when it differs from the one on the device. */
+  setHeader(h: RecordHeader): boolean {
+    writeHeader(this.#headerWords, 0, h);
+    for (let i = 0; i < RECORD_HEADER_WORDS; i++) {
+      if (this.header[i] !== this.#uploaded[i]) {
+        this.#uploaded.set(this.header);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Host copy for every rank's `words`-word record; `records` is pointed at it. */
+  gatheredHost(words: number): Int32Array {
+    const n = 2 * this.world * words;
+    if (this.#gatheredHost.length < n) this.#gatheredHost = new Int32Array(n);
+    for (let q = 0; q < this.world; q++) {
+      this.records.words[q] = this.#gatheredHost;
+      this.records.base[q] = 2 * q * words;
+    }
+    return this.#gatheredHost.subarray(0, n);
+  }
+
+  /** Host outSplitsOffsets of `routing`, ready to upload. */
+  offsetsOf(routing: Routing): BigInt64Array {
+    const n = routing.splitsOffsetsWords;
+    if (this.#offsets.length < n) this.#offsets = new BigInt64Array(n);
+    routing.writeSplitsOffsets(new Int32Array(this.#offsets.buffer, 0, 2 * n));
+    return this.#offsets.subarray(0, n);
   }
 
   /** Frees what the constructor made; the communicator is the caller's to end first. */
   override release(device: CudaDevice): void {
     this.exchanged.destroy();
     device.free(this.payload);
-    device.free(this.gathered);
+    this.#gathered.release(device);
+    this.#scratch.release(device);
     super.release(device);
   }
 }

@@ -10,6 +10,7 @@ import { NcclCommunicator, shareUniqueId } from '../../nccl/communicator.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import { NcclComm } from './comm.js';
+import { warmUp } from './exchange.js';
 import { NcclLane } from './lane.js';
 
 /** Set-up (store exchanges, NCCL init, warm-up) gets at least this long: NCCL init takes seconds. */
@@ -46,14 +47,14 @@ export async function createNcclComm(opts: CommOptions): Promise<NcclComm> {
     for (let i = 0; i < opts.lanes; i++) {
       const nccl = NcclCommunicator.init({ rank, nranks: worldSize, id: ids[i], blocking: true, timeoutMs: setupMs });
       try {
-        lanes.push(new NcclLane(i, worldSize, device, nccl));
+        lanes.push(new NcclLane(i, worldSize, rank, device, nccl));
       } catch (err) {
         nccl.abort();
         throw err;
       }
     }
     const comm = new NcclComm(opts, device, lanes, key);
-    comm.warmUp(setupMs);
+    warmUp(comm, lanes, setupMs);
     await comm.barrier();
     return comm;
   } catch (err) {

@@ -1,0 +1,51 @@
+// An exchange plan on the cpu backend: the splits exchange runs once, when the plan is made (its
+// outcome is `ready`), and the routing it judged is kept for every move. A move is a lane call of
+// its own: every rank publishes its row size and output, all check they agree (SplitsError
+// 'mismatch', nothing written, when they do not), then push rows along the kept chunks.
+import type { ExchangePlan, Handle, PlanCapacity, PlanMoveArgs } from '../backend.js';
+import { checkPlanMove, type CheckContext } from '../../collectives/check.js';
+import { Routing } from '../../collectives/exchange-routing.js';
+import { UsageError } from '../../errors.js';
+import { moveHeader, type CallRecord } from '../../collectives/call-records.js';
+import { doneHandle, type CpuLane } from './lane.js';
+
+export interface CpuPlanInit {
+  ctx: CheckContext;
+  lane: CpuLane;
+  exchange: CallRecord;
+  capacity: PlanCapacity;
+  /** Throws when the communicator can no longer be used (closed, or a peer timed out). */
+  usable: () => void;
+  /** Hands a call's handle to a capture in progress, if any; returns it. */
+  track: (h: Handle) => Handle;
+}
+
+export class CpuPlan implements ExchangePlan {
+  readonly ready: Handle;
+  #init: CpuPlanInit;
+  #routing: Routing;
+  /** The exchange's error (refused, or timed out): every move reports it and moves nothing. */
+  #error: Error | undefined;
+  #closed = false;
+
+  constructor(init: CpuPlanInit) {
+    this.#init = init;
+    this.#routing = new Routing(init.ctx.rank, init.ctx.worldSize);
+    this.#error = init.lane.plan(init.exchange, this.#routing);
+    this.ready = init.track(doneHandle(this.#error));
+  }
+
+  move(args: PlanMoveArgs): Handle {
+    const { ctx, lane, exchange, capacity, usable, track } = this.#init;
+    usable();
+    if (this.#closed) throw new UsageError(`rank ${ctx.rank}: this exchange plan is closed`);
+    checkPlanMove(ctx, capacity, args);
+    if (this.#error !== undefined) return track(doneHandle(this.#error));
+    const p = { input: args.input, output: args.output, rowBytes: args.rowBytes };
+    return track(doneHandle(lane.move(moveHeader(exchange.header, p), this.#routing, p)));
+  }
+
+  close(): void {
+    this.#closed = true;
+  }
+}

@@ -1,0 +1,64 @@
+// Set-up exchanges of the cpu backend over the rendezvous store: shared memory every rank maps
+// (pads, symmetric buffers), and host barriers.
+import { UsageError } from '../../errors.js';
+import { allGather } from '../../world/all-gather.js';
+import type { Store } from '../../world/store.js';
+import { closeAll } from './buffer.js';
+import type { SharedMemory, SharedRegion } from './memory.js';
+
+/** Set-up exchanges over the rendezvous store; a peer that does not show up is named. */
+export class Rendezvous {
+  readonly memory: SharedMemory;
+  #store: Store;
+  #rank: number;
+  #world: number;
+
+  constructor(store: Store, memory: SharedMemory, rank: number, world: number) {
+    this.#store = store;
+    this.memory = memory;
+    this.#rank = rank;
+    this.#world = world;
+  }
+
+  /**
+   * Allocates `bytes` of shareable memory, publishes it under `name`, and maps every rank's, in rank
+   * order (this rank's own region included). Named memory is unpublished once every peer has
+   * mapped it. On failure nothing stays allocated or mapped here.
+   */
+  async share(name: string, bytes: number, timeoutMs: number): Promise<SharedRegion[]> {
+    const own = this.memory.allocate(bytes);
+    const regions: SharedRegion[] = [];
+    try {
+      const handles = await this.#gather(name, own.handle, timeoutMs);
+      for (const [p, handle] of handles.entries()) {
+        const region = p === this.#rank ? own : this.memory.map(handle, p);
+        regions.push(region);
+        if (region.bytes !== bytes) {
+          throw new UsageError(`rank ${this.#rank}: ${name} is ${bytes} bytes here but ${region.bytes} on rank ${p} (every rank must ask for the same size)`);
+        }
+      }
+      if (this.memory.named) {
+        await this.#gather(`${name}/mapped`, new Uint8Array(0), timeoutMs);
+        own.unpublish();
+      }
+      return regions;
+    } catch (err) {
+      try {
+        closeAll(regions.includes(own) ? regions : [own, ...regions]);
+      } catch {
+        // The set-up error is the one worth reporting.
+      }
+      throw err;
+    }
+  }
+
+  /** Every rank reaches `name` (a host barrier). */
+  async meet(name: string, timeoutMs: number): Promise<void> {
+    await this.#gather(name, new Uint8Array(0), timeoutMs);
+  }
+
+  /** Publishes `value` under `name`, then collects every rank's, in rank order. */
+  #gather(name: string, value: Uint8Array, timeoutMs: number): Promise<Uint8Array[]> {
+    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs });
+  }
+}

@@ -1,0 +1,124 @@
+// Rank programs for exchange plans: one splits exchange kept for several payloads of one routing
+// (tokens, indices, weights: each its own row size), for dispatch, combine and the 1-D call; moves
+// that disagree across ranks, and refused plans, write nothing.
+import type { Comm, ExchangePlan } from '../../src/backends/backend.js';
+import { expectSplitsError, type ExpectedSplitsError } from './expect.js';
+import { ConformanceError, Exchange } from './harness.js';
+import { Moe } from './moe-harness.js';
+import { combineOffsets, dispatchLayout, dispatchOffsets, dispatchOutputFault, expectedDispatch, makeMoeSplits, moeInput, moeInputKey, type MoeSplits } from './moe-reference.js';
+import { expectedOutput, expectedSplitsOffsets, inputKey, makeSplits, patternBytes, poisonBytes, rowSum, Rng } from './reference.js';
+
+export interface MoePlansArg {
+  seed: number;
+  experts: number;
+  align: number;
+  maxRows: number;
+}
+
+/** Three payloads, each its row size (tokens, top-k indices, weights). */
+const PAYLOAD_ROWS = [4099, 8, 2] as const;
+
+/** A dispatch plan and the combine plan of its output, each moving three payloads; then moves that disagree. */
+export async function moePlans(comm: Comm, arg: MoePlansArg): Promise<number> {
+  const W = comm.worldSize;
+  const me = comm.rank;
+  const E = arg.experts;
+  const A = arg.align;
+  const inputRows = W * E * arg.maxRows;
+  const outputRows = inputRows + E * A;
+  const maxRb = Math.max(...PAYLOAD_ROWS);
+  const moe = await Moe.create(comm, { experts: E, inputBytes: inputRows * maxRb, outputBytes: outputRows * maxRb });
+  const alt = await comm.allocSymmetric(moe.mid.bytes);
+  const C = makeMoeSplits(new Rng(arg.seed, 7000), W, E, 'random', arg.maxRows);
+  moe.writeSplits(C.row(me));
+  moe.poison(7000);
+  const there = comm.planAllToAllV2d({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, inputRows, outputRows });
+  there.ready.wait();
+  moe.verifyOffsets('midOffsets', dispatchOffsets(C, me, A), 'dispatch plan');
+  moe.verifyUntouched('dispatch plan (no payload yet)', ['mid', 'back', 'backOffsets']);
+  const back = comm.planAllToAllV2dOffset({ inSplitsOffsets: moe.midOffsets, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, inputRows: outputRows, outputRows: inputRows });
+  back.ready.wait();
+  moe.verifyOffsets('backOffsets', combineOffsets(C, me), 'combine plan');
+  for (const [i, rowBytes] of PAYLOAD_ROWS.entries()) {
+    const key = (q: number): number => moeInputKey(arg.seed, 7000, q, i);
+    const label = `payload ${i} (rowBytes ${rowBytes}, W ${W}, E ${E}, majorAlign ${A})`;
+    comm.write(moe.input, moeInput(key(me), C, me, rowBytes));
+    moe.poison(i, ['mid', 'back']);
+    there.move({ input: moe.input, output: moe.mid, rowBytes }).wait();
+    moe.compare('mid', expectedDispatch(key, C, me, A, rowBytes, moe.poisonOf('mid')), `dispatch plan, ${label}`, rowBytes);
+    back.move({ input: moe.mid, output: moe.back, rowBytes }).wait();
+    const want = moe.poisonOf('back');
+    want.set(moeInput(key(me), C, me, rowBytes));
+    moe.compare('back', want, `combine plan, ${label}`, rowBytes);
+  }
+  if (W >= 2) {
+    // Rank q moves with another row size, then into another output: refused on every rank.
+    const q = new Rng(arg.seed, 7001).int(W);
+    const p = q === 0 ? 1 : q;
+    const at = (rank: number, mine: number, theirs: number): number => (rank === q ? mine : theirs);
+    const refusedMove = (label: string, rowBytes: number, output: typeof alt, want: ExpectedSplitsError) => {
+      const poison = poisonBytes(9, alt.bytes);
+      moe.poison(9, ['mid']);
+      comm.write(alt, poison);
+      expectSplitsError(there.move({ input: moe.input, output, rowBytes }), want, me, label);
+      moe.verifyUntouched(label, ['mid']);
+      if (comm.read(alt, 0, alt.bytes).some((b, k) => b !== poison[k])) throw new ConformanceError(`${label}: the other output was written`);
+    };
+    refusedMove(`rank ${q} moves with another row size`, at(me, 9, 8), moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, 9, 8), available: at(0, 9, 8) });
+    const [idAlt, idMid] = [alt.symmetricId, moe.mid.symmetricId];
+    refusedMove(`rank ${q} moves into another output`, 8, me === q ? alt : moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, idAlt, idMid), available: at(0, idAlt, idMid) });
+  }
+  for (const plan of [there, back]) plan.close();
+  return PAYLOAD_ROWS.length;
+}
+
+/** A 1-D plan moving three payloads, then refused plans: a negative split, and a capacity too small. */
+export async function planRefusals(comm: Comm, arg: MoePlansArg): Promise<number> {
+  const W = comm.worldSize;
+  const me = comm.rank;
+  const rows = arg.maxRows;
+  const ex = await Exchange.create(comm, { inputBytes: W * rows * 4099, outputBytes: W * rows * 4099 + 61 });
+  const S = makeSplits(new Rng(arg.seed, 7100), W, 'random', rows);
+  ex.writeSplits(S[me]);
+  ex.poison(1);
+  const flat = comm.planAllToAllV({ inSplits: ex.inSplits, outSplitsOffsets: ex.outSplitsOffsets, inputRows: W * rows, outputRows: W * rows });
+  flat.ready.wait();
+  const offs = new BigInt64Array(comm.read(ex.outSplitsOffsets, 0, 16 * W).buffer);
+  if (offs.some((x, i) => x !== expectedSplitsOffsets(S, me)[i])) throw new ConformanceError(`1-D plan: outSplitsOffsets [${offs.join(', ')}]`);
+  for (const [i, rowBytes] of PAYLOAD_ROWS.entries()) {
+    const call = 7100 + i;
+    comm.write(ex.input, patternBytes(inputKey(arg.seed, call, me), 0, rowSum(S, me) * rowBytes));
+    const poison = poisonBytes(i, ex.output.bytes);
+    comm.write(ex.output, poison);
+    flat.move({ input: ex.input, output: ex.output, rowBytes }).wait();
+    const want = poison.slice();
+    want.set(expectedOutput(arg.seed, call, S, me, rowBytes));
+    const got = comm.read(ex.output, 0, ex.output.bytes);
+    const k = got.findIndex((b, j) => b !== want[j]);
+    if (k >= 0) throw new ConformanceError(`1-D plan, payload ${i} (rowBytes ${rowBytes}): rank ${me} output byte ${k} is ${got[k]}, expected ${want[k]}`);
+  }
+  flat.close();
+
+  const E = arg.experts;
+  const moe = await Moe.create(comm, { experts: E, inputBytes: W * E * rows * 16, outputBytes: (W * E * rows + E * arg.align) * 16 });
+  const rng = new Rng(arg.seed, 7200);
+  const refused = (label: string, C: MoeSplits, capacity: { inputRows: number; outputRows: number }, want: ExpectedSplitsError): void => {
+    moe.writeSplits(C.row(me));
+    moe.poison(3);
+    const plan: ExchangePlan = comm.planAllToAllV2d({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: arg.align, ...capacity });
+    expectSplitsError(plan.ready, want, me, label);
+    expectSplitsError(plan.move({ input: moe.input, output: moe.mid, rowBytes: 16 }), want, me, `a move of the ${label}`);
+    moe.verifyUntouched(label);
+    plan.close();
+  };
+  const C = makeMoeSplits(rng, W, E, 'random', rows);
+  const [q, r, e] = [rng.int(W), rng.int(W), rng.int(E)];
+  const full = { inputRows: W * E * rows, outputRows: W * E * rows + E * arg.align };
+  const bad = C.copy().set(q, r, e, -4);
+  refused(`plan with a negative split on rank ${q}`, bad, full, { problem: 'negative', rank: q, peer: r, expert: e, needed: -4, available: 0 });
+  // Every rank's capacity one row short of the smallest layout: receiver 0 is the first past it.
+  const cap = Math.min(...Array.from({ length: W }, (_, r2) => dispatchLayout(C, r2, arg.align).total)) - 1;
+  const fault = dispatchOutputFault(C, 0, arg.align, cap)!;
+  refused('plan whose capacity is one row short', C, { ...full, outputRows: cap }, { problem: 'output-overflow', rank: 0, ...fault, available: cap });
+  return PAYLOAD_ROWS.length + 2;
+}
