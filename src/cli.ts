@@ -3,7 +3,8 @@
 import { readFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
-import type { BackendName } from './backends/backend.js';
+import { MAX_EXPERTS_PER_RANK, type BackendName } from './backends/backend.js';
+import { BENCH_OPS } from './bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
 import type { BenchEvents, BenchOptions } from './bench/run.js';
 import { SPLITS_KINDS } from './bench/splits.js';
@@ -24,13 +25,18 @@ const DEFAULT_MIN = '512K';
 const DEFAULT_MAX = { cuda: '4G', nccl: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
 const BACKENDS = Object.keys(DEFAULT_MAX) as BackendName[];
 const DEFAULT_CPU_RANKS = 2;
+/** The MoE ops' experts per rank unless --experts says: the issue's small MoE step (and a common EP layout). */
+const DEFAULT_EXPERTS = 16;
 
 /** commander's parse of `a2av bench`: runBench's options, with several backends and optional bounds. */
-interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' | 'iters' | 'repeats' | 'timeoutMs'> {
+interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' | 'iters' | 'repeats' | 'timeoutMs' | 'align'> {
   backend?: BackendName[];
   ranks?: number;
   min: number;
   max?: number;
+  op: NonNullable<BenchOptions['op']>;
+  experts?: number;
+  rowsPerExpert?: number;
   json?: boolean;
 }
 
@@ -73,20 +79,28 @@ const program = new Command('a2av')
 
 program
   .command('bench')
-  .description('Sweep all-to-all-v over input sizes and compare with a same-run copy of the same bytes (across GPUs: ' +
-    'peer copies between them). Every size is checked first; a wrong result ends the run with exit status 1, naming the first wrong byte')
+  .description('Sweep all-to-all-v (or, with --op, the MoE dispatch and combine) over input sizes and compare with a same-run copy ' +
+    'of the same bytes (across GPUs: peer copies between them); the MoE ops also with the 1-D call of the same bytes. Every size is ' +
+    'checked first; a wrong result ends the run with exit status 1, naming the first wrong byte')
   .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
   .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
-  .addOption(new Option('--splits <kind>', 'rows to each peer: uniform (an even share), or zipf (exponent 1.1 over a per-sender permutation of peers)').choices(SPLITS_KINDS).default('uniform'))
+  .addOption(new Option('--splits <kind>', 'rows to each peer (MoE ops: to each (peer, expert) chunk): uniform (an even share), or zipf (exponent 1.1 over a per-sender permutation of them)').choices(SPLITS_KINDS).default('uniform'))
   .option('--row-bytes <n>', 'bytes per row', integer(1), DEFAULT_ROW_BYTES)
+  .addOption(new Option('--op <op>', 'what is timed: alltoallv (the 1-D call), or the MoE ops: dispatch (allToAllV2d), combine ' +
+    '(allToAllV2dOffset, fed by one untimed dispatch), roundtrip (dispatch then combine); the MoE ops show the 1-D call of the same bytes beside them')
+    .choices(BENCH_OPS).default('alltoallv'))
+  .option('--experts <E>', `MoE ops: experts per rank; each rank's input is split over W×E (peer, expert) chunks (default ${DEFAULT_EXPERTS})`, integer(1))
+  .option('--align <A>', "MoE ops: the dispatch's majorAlign, rows each expert's block is aligned to (default 1)", integer(1))
+  .option('--rows-per-expert <n>', 'one size instead of --min/--max: W×E×n×row-bytes per rank, n rows per (peer, expert) chunk with uniform splits ' +
+    '(the small MoE step: --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096; its graph µs is µs per dispatch in a CUDA graph)', integer(1))
   .option('--seed <n>', 'seed of the split layouts', integer(0), 1)
   .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
-  .action((flags: BenchFlags) => bench(flags));
+  .action((flags: BenchFlags, cmd: Command) => bench(flags, cmd));
 
 program
   .command('launch')
@@ -116,14 +130,23 @@ function backends(text: string): BackendName[] {
   return names as BackendName[];
 }
 
-async function bench(flags: BenchFlags): Promise<void> {
+async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
+  const moe = flags.op !== 'alltoallv';
+  if (!moe && (flags.experts !== undefined || flags.align !== undefined)) fail('--experts and --align need --op dispatch, combine or roundtrip');
+  const experts = moe ? flags.experts ?? DEFAULT_EXPERTS : 1;
+  if (experts > MAX_EXPERTS_PER_RANK) fail(`--experts ${experts}: at most ${MAX_EXPERTS_PER_RANK} experts per rank`);
+  const explicitSizes = ['min', 'max'].filter((name) => cmd.getOptionValueSource(name) === 'cli');
+  if (flags.rowsPerExpert !== undefined && explicitSizes.length > 0) fail(`--rows-per-expert sets the size: leave out --${explicitSizes.join(' and --')}`);
   const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
   const gpu = names.some((n) => n !== 'cpu');
   // Under a launcher the job's processes are the ranks.
   const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
-  const maxBytes = flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
-  if (flags.min > maxBytes) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(maxBytes)}`);
-  if (flags.min < flags.rowBytes) fail(`--min ${formatBytes(flags.min)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
+  // --rows-per-expert: one size, every (peer, expert) chunk n rows (uniform splits).
+  const stepBytes = flags.rowsPerExpert === undefined ? undefined : ranks * experts * flags.rowsPerExpert * flags.rowBytes;
+  const minBytes = stepBytes ?? flags.min;
+  const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
+  if (minBytes > maxBytes) fail(`--min ${formatBytes(minBytes)} is larger than --max ${formatBytes(maxBytes)}`);
+  if (minBytes < flags.rowBytes) fail(`--min ${formatBytes(minBytes)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
   const { runBench } = await import('./bench/run.js');
   const results: BenchResult[] = [];
   for (const backend of names) {
@@ -132,8 +155,9 @@ async function bench(flags: BenchFlags): Promise<void> {
     const progress = new Progress(names.length > 1 ? `${backend}: ` : '');
     try {
       const result = await runBench(
-        { backend, ranks, minBytes: flags.min, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
-          iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
+        { backend, ranks, minBytes, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
+          iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs,
+          ...(moe ? { op: flags.op, experts, align: flags.align ?? 1 } : {}) },
         progress,
       );
       if (result) results.push(result);
@@ -192,6 +216,7 @@ class Progress implements BenchEvents {
       `${row.algbwGBps.toFixed(1)} GB/s` +
       (row.ref === 'none' ? '' : `, ${row.refRatio.toFixed(2)}× the ${row.ref}`) +
       (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
+      (row.vsOneD === undefined ? '' : `, ${row.vsOneD.toFixed(2)}× the 1-D call`) +
       `, checked ${row.checked.join('+')}`;
     if (this.#bar) this.#bar.increment({ last: line });
     else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);

@@ -67,3 +67,59 @@ describe('makeSplits', () => {
     for (const row of s.rows) assert.deepEqual(row, [1000, 1000, 1000, 1000]);
   });
 });
+
+describe('makeSplits with experts (the MoE ops)', () => {
+  const sum = (xs: readonly number[]) => xs.reduce((a, b) => a + b, 0);
+
+  it('E = 1 is the 1-D matrix: chunks are the rows', () => {
+    for (const kind of SPLITS_KINDS) {
+      const opts: SplitsOptions = { kind, worldSize: 5, bytesPerRank: 1 << 20, rowBytes: 7, seed: 4 };
+      const s = makeSplits({ ...opts, experts: 1 });
+      assert.equal(s.experts, 1);
+      assert.deepEqual(s.chunks, s.rows);
+      assert.deepEqual(makeSplits(opts), s, 'experts defaults to 1');
+    }
+  });
+
+  it('splits every rank\'s rows over W×E (peer, expert) chunks; rows are the sums per peer', () => {
+    for (const kind of SPLITS_KINDS) {
+      for (const [worldSize, experts] of [[2, 16], [8, 16], [3, 5], [4, 256]]) {
+        const s = makeSplits({ kind, worldSize, bytesPerRank: 3 << 20, rowBytes: 1024, seed: 6, experts });
+        assert.equal(s.experts, experts);
+        assert.equal(s.chunks.length, worldSize);
+        s.chunks.forEach((chunks, src) => {
+          assert.equal(chunks.length, worldSize * experts);
+          assert.ok(chunks.every((n) => Number.isInteger(n) && n >= 0));
+          assert.equal(sum(chunks), s.rowsPerRank);
+          for (let peer = 0; peer < worldSize; peer++) assert.equal(s.rows[src][peer], sum(chunks.slice(peer * experts, (peer + 1) * experts)));
+        });
+        const received = Array.from({ length: worldSize }, (_, dst) => sum(s.rows.map((row) => row[dst])));
+        assert.equal(s.maxRowsReceived, Math.max(...received));
+      }
+    }
+  });
+
+  it('uniform: the same rows to every chunk (the small MoE step: 4 rows per expert per source)', () => {
+    const s = makeSplits({ kind: 'uniform', worldSize: 8, bytesPerRank: 8 * 16 * 4 * 4096, rowBytes: 4096, seed: 1, experts: 16 });
+    for (const chunks of s.chunks) assert.ok(chunks.every((n) => n === 4));
+    // A remainder spreads over chunks, one row at most each, starting at the sender's own chunks.
+    const odd = makeSplits({ kind: 'uniform', worldSize: 3, bytesPerRank: 3 * 4 * 10 + 5, rowBytes: 1, seed: 1, experts: 4 });
+    odd.chunks.forEach((chunks, src) => {
+      assert.ok(chunks.every((n) => n === 10 || n === 11));
+      assert.deepEqual(chunks.map((n, k) => (n === 11 ? k : -1)).filter((k) => k >= 0), [0, 1, 2, 3, 4].map((k) => (src * 4 + k) % 12).sort((a, b) => a - b));
+    });
+  });
+
+  it('zipf: deterministic from the seed, hot (peer, expert) chunks differ between senders', () => {
+    const opts: SplitsOptions = { kind: 'zipf', worldSize: 4, bytesPerRank: 16 << 20, rowBytes: 1024, seed: 3, experts: 8 };
+    assert.deepEqual(makeSplits(opts), makeSplits({ ...opts }));
+    const s = makeSplits(opts);
+    const hottest = s.chunks.map((row) => row.indexOf(Math.max(...row)));
+    assert.ok(new Set(hottest).size > 1, `every sender favours the same chunk: ${hottest}`);
+    assert.ok(s.chunks.every((row) => row.some((n) => n > s.rowsPerRank / 8)), 'a hot chunk takes far more than an even 1/32');
+  });
+
+  it('rejects experts < 1', () => {
+    assert.throws(() => makeSplits({ kind: 'uniform', worldSize: 2, bytesPerRank: 100, rowBytes: 1, seed: 1, experts: 0 }), /experts must be a positive integer/);
+  });
+});

@@ -52,7 +52,7 @@ function setup() {
   const comm = fakeComm(ME, W);
   const output = new HostBuffer(splits.maxRowsReceived * ROW + CANARY_BYTES);
   const outSplitsOffsets = new HostBuffer(16 * W);
-  const check = new ResultCheck(comm, { output, outSplitsOffsets }, splits, ROW, patterns, 5);
+  const check = ResultCheck.allToAllV(comm, { output, outSplitsOffsets }, splits, ROW, patterns, 5);
   check.arm();
   return { check, output, outSplitsOffsets };
 }

@@ -1,5 +1,5 @@
 // Timing for the sweep: timed loops of device work after a warm-up, and their spread.
-import type { AllToAllVArgs, Comm, Stream } from '../backends/backend.js';
+import type { Comm, Handle, Stream } from '../backends/backend.js';
 import type { Agreement } from './agree.js';
 import type { Timing } from './table.js';
 
@@ -77,11 +77,11 @@ export function spread(samples: readonly number[]): Timing {
  * Median µs per call the host waits for the device splits (nccl), each call waited for before the
  * next, so the figure is the round trip alone, not the previous call's data still in flight.
  */
-export function splitsSync(comm: Comm, args: AllToAllVArgs): number {
+export function splitsSync(comm: Comm, call: () => Handle): number {
   const samples: number[] = [];
   for (let i = 0; i < SYNC_SAMPLES; i++) {
     const before = comm.splitsSyncUs!;
-    const done = comm.allToAllV(args);
+    const done = call();
     samples.push(comm.splitsSyncUs! - before);
     done.wait();
   }

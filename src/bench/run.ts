@@ -6,6 +6,7 @@ import { UsageError } from '../errors.js';
 import { rankEnv } from '../world/env.js';
 import { init } from '../world/init.js';
 import { runRanks } from '../world/threads.js';
+import type { BenchOp } from './ops.js';
 import { sweep, type PlanReport, type ProgressReport, type RowReport, type SweepArg, type SweepReport, type SweepResult, type WrongElsewhere } from './rank.js';
 import type { SplitsKind } from './splits.js';
 import type { BenchResult } from './table.js';
@@ -20,6 +21,10 @@ export interface BenchOptions {
   maxBytes: number;
   splits: SplitsKind;
   rowBytes: number;
+  /** What is timed (default alltoallv); the MoE ops take experts per rank and the dispatch's majorAlign (default 1 each). */
+  op?: BenchOp;
+  experts?: number;
+  align?: number;
   /** Picks the split layouts: the same seed measures the same layouts. */
   seed: number;
   /** Fixed iterations per timed loop; by default enough for a loop of >= 20 ms. */
@@ -48,6 +53,9 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
     sizes: doublingSizes(opts.minBytes, opts.maxBytes),
     splits: opts.splits,
     rowBytes: opts.rowBytes,
+    op: opts.op,
+    experts: opts.experts,
+    align: opts.align,
     seed: opts.seed,
     dataKey: randomBytes(4).readUInt32LE(0),
     iters: opts.iters,
@@ -76,7 +84,9 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   if (rank0 === undefined) return undefined;
   // Threads: the rank that found a wrong result threw, so runRanks has rejected with its error already.
   if (rank0.stoppedBy) throw stoppedError(rank0.stoppedBy, 0);
-  return { backend: opts.backend, ranks: opts.ranks, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: rank0.rows };
+  // The 1-D call's results keep the keys they always had.
+  const moe = opts.op !== undefined && opts.op !== 'alltoallv' ? { op: opts.op, experts: opts.experts ?? 1, align: opts.align ?? 1 } : {};
+  return { backend: opts.backend, ranks: opts.ranks, ...moe, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: rank0.rows };
 }
 
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */

@@ -1,4 +1,5 @@
 // The benchmark's result: the JSON form and an aligned text table of the same rows.
+import type { BenchOp } from './ops.js';
 import { formatBytes } from './units.js';
 
 /**
@@ -52,11 +53,22 @@ export interface BenchRow {
   backend?: string;
   /** Tables of several backends: NCCL's time at this size / this row's time (> 1: faster than NCCL). */
   vsNccl?: number;
+  /** MoE ops: the 1-D allToAllV of the same bytes in the same run, eager, median µs per call (a round trip: there and back). */
+  oneDUs?: number;
+  /** oneDUs / timeUs: >= 1 means the MoE op is as fast as the 1-D call. */
+  vsOneD?: number;
+  /** MoE ops on cuda: the 1-D calls replayed from a graph, and oneDGraphUs / graphUs. */
+  oneDGraphUs?: number;
+  graphVsOneD?: number;
 }
 
 export interface BenchResult {
   backend: string;
   ranks: number;
+  /** The MoE ops (absent for the 1-D alltoallv): which, experts per rank, the dispatch's majorAlign. */
+  op?: BenchOp;
+  experts?: number;
+  align?: number;
   splits: string;
   rowBytes: number;
   device: string;
@@ -79,6 +91,8 @@ export interface RowMeasurements {
   refTime?: Timing;
   checked: CheckedForm[];
   hostSyncUs?: number;
+  /** MoE ops: the 1-D call of the same bytes, same run (graph: cuda). */
+  oneD?: { time: Timing; graph?: Timing };
 }
 
 const NO_TIMING: Timing = { medianUs: NaN, minUs: NaN, maxUs: NaN };
@@ -105,6 +119,14 @@ export function makeRow(m: RowMeasurements): BenchRow {
     checked: m.checked,
   };
   if (m.hostSyncUs !== undefined) row.hostSyncUs = m.hostSyncUs;
+  if (m.oneD) {
+    row.oneDUs = m.oneD.time.medianUs;
+    row.vsOneD = row.oneDUs / time.medianUs;
+    if (m.oneD.graph) {
+      row.oneDGraphUs = m.oneD.graph.medianUs;
+      row.graphVsOneD = row.oneDGraphUs / graph.medianUs;
+    }
+  }
   return row;
 }
 
@@ -131,6 +153,10 @@ const COLUMNS: Column[] = [
   { title: 'ref', cell: (r) => refOf(r), shown: (rows) => new Set(rows.map(refOf)).size > 1 },
   { title: 'ref µs', cell: (r) => formatMicros(r.refUs) },
   { title: 'ref ratio', cell: (r) => formatRatio(r.refRatio) },
+  { title: '1d µs', cell: (r) => formatMicros(r.oneDUs), shown: has('oneDUs') },
+  { title: 'vs 1d', cell: (r) => formatRatio(r.vsOneD), shown: has('vsOneD') },
+  { title: '1d graph µs', cell: (r) => formatMicros(r.oneDGraphUs), shown: hasNumber('oneDGraphUs') },
+  { title: 'graph vs 1d', cell: (r) => formatRatio(r.graphVsOneD), shown: hasNumber('graphVsOneD') },
   { title: 'checked', cell: (r) => (r.checked?.length ? r.checked.join('+') : '-'), shown: has('checked') },
   { title: 'vs nccl', cell: (r) => formatRatio(r.vsNccl), shown: has('vsNccl') },
 ];
@@ -140,6 +166,16 @@ const REF_NOTES: Record<RefKind, string> = {
   'peer-copy': 'ref = peer-copy: every rank at once copying what it sends to ranks on other GPUs into their buffers ' +
     '(copy engine, cuMemcpyAsync), same run: the bound of the exchange',
   none: "ref = -: no same-run reference (nccl across GPUs: peers' buffers are not addressable)",
+};
+
+const OP_BYTES: Partial<Record<BenchOp, string>> = {
+  combine: 'which the combine gives back',
+  roundtrip: 'moved there by the dispatch and back by the combine',
+};
+const ONE_D_DIRECTIONS: Partial<Record<BenchOp, string>> = {
+  dispatch: "the dispatch's rows per peer",
+  combine: 'the transposed matrix: the rows going back',
+  roundtrip: 'there and back: two calls',
 };
 
 /** Results written before rows named their reference all used the device's copy. */
@@ -165,7 +201,8 @@ function formatRatio(x: number | null | undefined): string {
 /** A line describing the run, a line per note on the columns, then the columns right-aligned. */
 export function formatTable(result: BenchResult): string {
   const { rows } = result;
-  const head = [`# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${result.splits} splits, ` +
+  const op = result.op === undefined || result.op === 'alltoallv' ? '' : `${result.op}, ${result.experts} experts per rank, align ${result.align}, `;
+  const head = [`# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${op}${result.splits} splits, ` +
     `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
   const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
   const shown = (title: string) => columns.some((c) => c.title === title);
@@ -175,6 +212,11 @@ export function formatTable(result: BenchResult): string {
   if (shown('checked')) {
     head.push('# checked = calls whose result matched a host reference before timing (outSplitsOffsets, sampled rows from ' +
       'every source, a canary past the end); a wrong result ends the run with exit status 1 and names the first wrong byte');
+  }
+  if (op) head.push(`# bytes = each rank's dispatch input${result.op === 'dispatch' ? '' : ` (${OP_BYTES[result.op!]})`}; algbw = bytes / time`);
+  if (shown('1d µs')) {
+    head.push(`# 1d µs = allToAllV of the same rows between the same ranks, same run (${ONE_D_DIRECTIONS[result.op!]}); ` +
+      'vs 1d = 1d µs / time µs (>= 1: as fast as the 1-D call)' + (shown('graph vs 1d') ? '; graph vs 1d = 1d graph µs / graph µs' : ''));
   }
   if (shown('vs nccl')) head.push("# vs nccl = NCCL's time / this row's time (> 1: faster than NCCL)");
   if (shown('sync µs')) head.push('# sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');
