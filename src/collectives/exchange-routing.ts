@@ -2,7 +2,7 @@
 // each lands in its receiver's output, and its own outSplitsOffsets. Arrays are reused from call to
 // call (grown to W·E), so a call allocates nothing. Rows are doubles: an accepted call's rows all
 // fit capacities that are safe integers.
-import { putInt64, RecordField, type ExchangeKind, type Records } from './exchange-rules.js';
+import { putInt64, RecordField, type ExchangeKind, type Records } from './exchange-records.js';
 
 export class Routing {
   readonly rank: number;

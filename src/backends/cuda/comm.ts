@@ -34,8 +34,7 @@ import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
 import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';
 import { LaneRecords, type LaneCall } from './records.js';
-import type { RankPlace } from './setup.js';
-import { allocSymmetric, type SymmetricContext } from './symmetric.js';
+import { allocSymmetric, type RankPlace, type SymmetricContext } from './symmetric.js';
 import { waitForEvent } from './wait.js';
 
 export interface CudaCommInit {

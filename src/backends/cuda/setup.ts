@@ -8,13 +8,8 @@ import { KernelModule } from '../../jit/module.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import { CudaComm } from './comm.js';
+import type { RankPlace } from './symmetric.js';
 
-/** Where a rank runs: peers in another process are reached through CUDA IPC mappings. */
-export interface RankPlace {
-  pid: number;
-  host: string;
-  ordinal: number;
-}
 
 export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const count = CudaDevice.count();

@@ -7,7 +7,13 @@ import { UsageError } from '../../errors.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
 import { GpuBuffer } from '../gpu-memory.js';
-import type { RankPlace } from './setup.js';
+
+/** Where a rank runs: peers in another process are reached through CUDA IPC mappings. */
+export interface RankPlace {
+  pid: number;
+  host: string;
+  ordinal: number;
+}
 
 export interface SymmetricContext {
   device: CudaDevice;
