@@ -120,6 +120,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     const areas = this.#device.hostMapped(STATUS_AREA_BYTES * this.laneCount);
     this.#records = new LaneRecords(areas, this.laneCount, this.timeoutMs, (err) => (this.#aborted ??= err));
     for (let i = 0; i < this.laneCount; i++) this.#lanes.push(new CudaLane(i, this.#device.createStream(), i * stride, this.#device));
+    this.#moe.prepare(this.#lanes);
     // Pads must be zero on every rank before any peer raises a flag in them; each lane's header
     // says where its status area is.
     this.#device.memsetAsync(this.#pad.ptr, 0, this.#pad.bytes, this.#lanes[0].stream);

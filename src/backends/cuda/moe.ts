@@ -132,12 +132,17 @@ export class MoeCalls {
     this.#module.unload();
   }
 
+  /**
+   * Gives each lane its scratch, at set-up: allocating (and freeing) device memory may wait for the
+   * kernels running on the GPU, and once calls run, a peer's kernel may be spinning on this rank.
+   */
+  prepare(lanes: readonly CudaLane[]): void {
+    for (const lane of lanes) if (!this.#scratch.has(lane)) this.#scratch.set(lane, this.#host.device.alloc(scratchBytes(this.#host.worldSize)));
+  }
+
   #scratchOf(lane: CudaLane): bigint {
-    let ptr = this.#scratch.get(lane);
-    if (ptr === undefined) {
-      ptr = this.#host.device.alloc(scratchBytes(this.#host.worldSize));
-      this.#scratch.set(lane, ptr);
-    }
+    const ptr = this.#scratch.get(lane);
+    if (ptr === undefined) throw new UsageError(`rank ${this.#host.rank}: lane ${lane.index} has no MoE scratch (prepare() was not called)`);
     return ptr;
   }
 
