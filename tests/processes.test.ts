@@ -76,6 +76,9 @@ describe('conformance on cpu processes', () => {
     [2, 'moeReplay', { launches: 7, experts: 8, align: 8, maxRows: 4 }],
     [2, 'moeLanes', { rounds: 4, experts: 8, align: 4, maxRows: 4 }],
     [2, 'moeUsage', {}],
+    [2, 'allReduce', { counts: [0, 1, 7, 4099, 1_000_003] }],
+    [3, 'allReduce', { counts: [0, 1, 4099, 70_001] }],
+    [2, 'allReduceLanes', { rounds: 4, maxCount: 50_001 }],
   ];
   for (const [world, fn, arg] of suite) {
     test(`${fn} W=${world} (seed ${seed})`, { timeout: 30_000 }, async () => {
@@ -90,14 +93,16 @@ describe('conformance on cpu processes', () => {
     });
   }
 
-  test('timeout W=3: a rank that never calls is named', { timeout: 30_000 }, async () => {
-    const absent = seed % 3;
-    const { code, stdout, stderr } = await runProgram(3, 'timeout', { absent, timeoutMs: 500 }, 500);
-    for (const [rank, line] of rankLines(stdout, 3).entries()) {
-      assert.equal(line?.error, undefined, `rank ${rank}: ${line?.error?.message}; ${stderr}`);
-    }
-    assert.equal(code, 0, stderr);
-  });
+  for (const fn of ['timeout', 'allReduceTimeout']) {
+    test(`${fn} W=3: a rank that never calls is named`, { timeout: 30_000 }, async () => {
+      const absent = seed % 3;
+      const { code, stdout, stderr } = await runProgram(3, fn, { absent, timeoutMs: 500 }, 500);
+      for (const [rank, line] of rankLines(stdout, 3).entries()) {
+        assert.equal(line?.error, undefined, `rank ${rank}: ${line?.error?.message}; ${stderr}`);
+      }
+      assert.equal(code, 0, stderr);
+    });
+  }
 });
 
 describe('faults', () => {

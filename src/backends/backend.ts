@@ -117,6 +117,37 @@ export interface AllToAllV2dOffsetArgs {
   sizeHintBytes?: number;
 }
 
+/** Element types allReduce sums. bf16 is summed in f32 and rounded once (see AllReduceArgs). */
+export type ReduceDtype = 'f32' | 'bf16';
+/** Reductions allReduce does. */
+export type ReduceOp = 'sum';
+
+/**
+ * All-reduce: every rank's `output` gets the elementwise sum of every rank's `input`, with the same
+ * bits on every rank and every run. The cpu backend sums in rank order 0..W-1 in f32 (bf16: each
+ * input widened to f32, summed in that order, rounded once to bf16, nearest-even);
+ * collectives/reduce.ts is that reference. nccl sums in NCCL's own order (the same on every rank for
+ * a given job, not rank order past W = 2).
+ */
+export interface AllReduceArgs {
+  /** `count` elements of this rank's contribution. Any buffer of this rank. */
+  input: DeviceBuffer;
+  /**
+   * Receives `count` elements of the sum; bytes past them are left as they were. May be `input`
+   * (in place). Any buffer of this rank for now; the cuda backend will require a symmetric one
+   * (peers read and write it directly).
+   */
+  output: DeviceBuffer;
+  /** Elements (not bytes), the same on every rank; 0 is a call that moves nothing. */
+  count: number;
+  dtype: ReduceDtype;
+  op: ReduceOp;
+  /** Default lane 0. */
+  lane?: Lane;
+  /** The caller's stream: the collective starts after the work queued there. */
+  stream?: Stream;
+}
+
 /** How many rows the payloads of an exchange plan may have, on this rank. */
 export interface PlanCapacity {
   /** Rows every payload's input holds (at least): the splits are checked against it. */
@@ -250,6 +281,8 @@ export interface Comm {
   lane(index: number): Lane;
   readonly laneCount: number;
   allToAllV(args: AllToAllVArgs): Handle;
+  /** Sum of every rank's input in every rank's output: see AllReduceArgs. */
+  allReduce(args: AllReduceArgs): Handle;
 
   /** Records `fn`'s work on `stream` for replay (CUDA graph capture). */
   capture(stream: Stream, fn: () => void): Replay;

@@ -4,6 +4,7 @@
 // creation excepted: once per routing).
 import {
   MAX_EXPERTS_PER_RANK,
+  type AllReduceArgs,
   type AllToAllV2dArgs,
   type AllToAllV2dOffsetArgs,
   type AllToAllVArgs,
@@ -14,6 +15,7 @@ import {
 } from '../backends/backend.js';
 import { UsageError } from '../errors.js';
 import type { ExchangeKind } from './exchange-rules.js';
+import { ELEMENT_BYTES } from './reduce.js';
 
 /** majorAlign at most: 2^20 rows per expert block, far past any GEMM tile, keeps padding sums small. */
 export const MAX_MAJOR_ALIGN = 1 << 20;
@@ -81,6 +83,22 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
   checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
   checkPayload(ctx, args.input, args.output, args.inSplitsOffsets, args.outSplitsOffsets);
+  return checkLane(ctx, args.lane);
+}
+
+/**
+ * Checks an allReduce call; returns the lane index to run it on. Only what every backend shares:
+ * sizes, dtype, op, lane. Whether ranks agree on count and dtype is not checked here (the host sees
+ * only its own call).
+ */
+export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
+  const { count, dtype, op } = args;
+  if (!Number.isSafeInteger(count) || count < 0) throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer, got ${count}`);
+  if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${String(dtype)}`);
+  if (op !== 'sum') throw new UsageError(`rank ${ctx.rank}: allReduce op must be 'sum', got ${String(op)}`);
+  const bytes = count * ELEMENT_BYTES[dtype];
+  checkBuffer(ctx, 'allReduce input', args.input, bytes);
+  checkBuffer(ctx, 'allReduce output', args.output, bytes);
   return checkLane(ctx, args.lane);
 }
 

@@ -29,9 +29,12 @@ const RESULT_NAMES = [
   'ncclInProgress',
 ];
 
-/** ncclDataType_t (the values a2av uses). */
-export const NcclType = { int8: 0, uint8: 1, int32: 2, uint32: 3, int64: 4, uint64: 5, float32: 7, float64: 8 } as const;
+/** ncclDataType_t (the values a2av uses). bfloat16 since NCCL 2.10 (BF16_MIN_VERSION). */
+export const NcclType = { int8: 0, uint8: 1, int32: 2, uint32: 3, int64: 4, uint64: 5, float32: 7, float64: 8, bfloat16: 9 } as const;
 export type NcclType = (typeof NcclType)[keyof typeof NcclType];
+
+/** NCCL_VERSION_CODE of the first NCCL with ncclBfloat16 (2.10.3). */
+export const BF16_MIN_VERSION = 21003;
 
 /** ncclRedOp_t */
 export const NcclOp = { sum: 0, prod: 1, max: 2, min: 3 } as const;

@@ -43,12 +43,29 @@ export const suite: Case[] = [
   { name: 'usage W=2: host-side misuse throws UsageError at once', fn: 'usage', ranks: 2, arg: {} },
   { name: 'capture refused W=1: nccl cannot replay a call with new splits, so capture() throws UsageError', fn: 'captureRefused', ranks: 1, arg: {} },
   ...moeSuite,
+  ...[1, 2, 3, 4].map((W) => ({
+    name: `allReduce W=${W}: f32 and bf16, counts 0, 1, 7, 4099 and ${W <= 2 ? '1M (4 MiB of f32)' : '300k'}, in place and not, canaries, misuse`,
+    fn: 'allReduce',
+    ranks: W,
+    arg: { counts: [0, 1, 7, 4099, W <= 2 ? 1_000_003 : 300_007] },
+  })),
+  ...[2, 3].map((W) => ({ name: `allReduce lanes W=${W}: both lanes in flight, waited in reverse`, fn: 'allReduceLanes', ranks: W, arg: { rounds: 6, maxCount: 50_001 } })),
+  {
+    name: `allReduce timeout W=3: a rank that never calls is named (${TIMEOUT_CASE_MS} ms)`,
+    fn: 'allReduceTimeout',
+    ranks: 3,
+    arg: { absent: -1, timeoutMs: TIMEOUT_CASE_MS },
+    timeoutMs: TIMEOUT_CASE_MS,
+  },
 ];
+
+const ALL_REDUCE_FNS = new Set(['allReduce', 'allReduceLanes', 'allReduceTimeout']);
 
 /** Cases that only make sense on some backends, and why the others skip them. */
 export function notFor(backend: BackendName, c: Case): string | undefined {
   if ((c.fn === 'replay' || c.fn === 'moeReplay') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
   if (c.fn === 'captureRefused' && backend !== 'nccl') return 'only nccl refuses capture';
+  if (ALL_REDUCE_FNS.has(c.fn) && backend === 'cuda') return 'allReduce not yet on cuda';
   if (c.only !== undefined && c.only.backend !== backend) return c.only.why;
   return undefined;
 }
@@ -56,6 +73,6 @@ export function notFor(backend: BackendName, c: Case): string | undefined {
 /** The argument a case's rank program gets: the suite's, the run's seed, and the absent rank of the timeout case. */
 export function caseArg(c: Case, seed: number): Record<string, unknown> {
   const arg: Record<string, unknown> = { ...c.arg, seed };
-  if (c.fn === 'timeout') arg.absent = seed % c.ranks;
+  if (c.fn === 'timeout' || c.fn === 'allReduceTimeout') arg.absent = seed % c.ranks;
   return arg;
 }

@@ -4,6 +4,7 @@
 // Collectives run synchronously in the calling thread, so every Handle is complete when returned.
 import { Buffer } from 'node:buffer';
 import type {
+  AllReduceArgs,
   AllToAllV2dArgs,
   AllToAllV2dOffsetArgs,
   AllToAllVArgs,
@@ -19,10 +20,11 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkPlan, type CheckContext } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkPlan, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { CommAbortedError, UsageError } from '../../errors.js';
+import { CpuReducer } from './all-reduce.js';
 import { closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
 import { CpuLane, doneHandle } from './lane.js';
@@ -65,6 +67,8 @@ class CpuComm implements Comm, CheckContext {
   readonly laneCount: number;
   #exchange: Rendezvous;
   #lanes: CpuLane[];
+  /** allReduce's staging, by lane. */
+  #reducers: CpuReducer[];
   #pads: SharedRegion[];
   /** Live buffers, released on close (for processes their memory is unmapped then). */
   #buffers = new Set<CpuBuffer>();
@@ -89,6 +93,7 @@ class CpuComm implements Comm, CheckContext {
     };
     const views = pads.map((region) => new PadViews(region));
     this.#lanes = Array.from({ length: opts.lanes }, (_, index) => new CpuLane({ index, rank: this.rank, layout, pads: views, timeoutMs: this.timeoutMs, onTimeout }));
+    this.#reducers = this.#lanes.map((lane) => new CpuReducer(lane, this.rank, layout, views));
   }
 
   owns(buf: DeviceBuffer): boolean {
@@ -177,6 +182,13 @@ class CpuComm implements Comm, CheckContext {
   allToAllV(args: AllToAllVArgs): Handle {
     this.#usable();
     return this.#direct('1d', this.#lanes[checkAllToAllV(this, args)], args);
+  }
+
+  allReduce(args: AllReduceArgs): Handle {
+    this.#usable();
+    const { input, output, count, dtype } = args;
+    const reducer = this.#reducers[checkAllReduce(this, args)];
+    return this.#track(doneHandle(reducer.run({ input: input as CpuBuffer, output: output as CpuBuffer, count, dtype })));
   }
 
   /** Runs a checked direct call to completion; its handle reports exactly this call's outcome. */

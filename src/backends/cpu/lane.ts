@@ -120,11 +120,39 @@ export class CpuLane implements Lane {
     return this.#finish(seq, what);
   }
 
+  /**
+   * One round of an allReduce (all-reduce.ts): `stage` fills this rank's scratch before it arrives,
+   * `reduce` runs once every peer has arrived (their scratch is then complete), and the done flags
+   * keep every scratch unchanged until each peer has read it. No record is published: the round
+   * carries no splits to judge.
+   */
+  round(what: string, stage: () => void, reduce: () => void): Error | undefined {
+    const seq = this.#next();
+    stage();
+    this.#arriveAt(seq);
+    const err = this.#arrived(seq, what);
+    if (err !== undefined) return err;
+    reduce();
+    return this.#finish(seq, what);
+  }
+
+  /** The next call's sequence number; starts its deadline afresh. */
+  #next(): number {
+    this.#seq = (this.#seq + 1) | 0;
+    this.#deadline = NaN;
+    return this.#seq;
+  }
+
+  /** Raises this rank's arrive flag to `seq` (after what peers will read is in place). */
+  #arriveAt(seq: number): void {
+    const mine = this.#pads[this.#rank];
+    Atomics.store(mine.i32, this.#arrive, seq);
+    mine.wake(this.#arrive);
+  }
+
   /** Writes this rank's record for the next call into its slot and arrives; returns the call's sequence number. */
   #publish(header: RecordHeader, splits: CpuBuffer | undefined, words: number): number {
-    const seq = (this.#seq + 1) | 0;
-    this.#seq = seq;
-    this.#deadline = NaN;
+    const seq = this.#next();
     const m = this.#records[seq & 1];
     const mine = this.#pads[this.#rank];
     const at = m.base[this.#rank];
@@ -135,8 +163,7 @@ export class CpuLane implements Lane {
       const data = at + 2 * RECORD_HEADER_WORDS;
       for (let i = 0; i < 2 * words; i++) to[data + i] = from[i];
     }
-    Atomics.store(mine.i32, this.#arrive, seq);
-    mine.wake(this.#arrive);
+    this.#arriveAt(seq);
     return seq;
   }
 

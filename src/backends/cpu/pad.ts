@@ -12,12 +12,21 @@
 //                     MAX_EXPERTS_PER_RANK experts: int64[7 + 2·W·256]. Ranks are processes, so
 //                     the splits must be copied here for peers to read them.
 //   doneOffset        int32 done[W]: done[p] = last sequence number whose data rank p has pushed here
+//   scratchOffset     SCRATCH_BYTES: allReduce's staging (all-reduce.ts): a chunk of this rank's
+//                     input, copied here for peers to read (a local input is not mapped by peers)
 // The "done" words sit on their own line: peers write them while the owner writes its slots.
+import { Buffer } from 'node:buffer';
 import { MAX_EXPERTS_PER_RANK } from '../backend.js';
 import { RECORD_HEADER_WORDS, recordDataWords } from '../../collectives/exchange-rules.js';
 import type { SharedRegion } from './memory.js';
 
 const LINE = 64;
+/**
+ * allReduce stages its input through the pad in chunks of this many bytes a rank per lane: small
+ * enough for W = 72 ranks of 2 lanes (18 MiB of pads), large enough that a round's two waits cost
+ * less than its sum.
+ */
+export const SCRATCH_BYTES = 128 * 1024;
 /** Int32 index of the sleepers count. */
 const SLEEPERS = 0;
 
@@ -29,13 +38,15 @@ export class PadLayout {
   readonly laneBytes: number;
   readonly slotBytes: number;
   readonly doneOffset: number;
+  readonly scratchOffset: number;
 
   constructor(worldSize: number, lanes: number) {
     this.worldSize = worldSize;
     this.lanes = lanes;
     this.slotBytes = align(8 * (RECORD_HEADER_WORDS + recordDataWords('combine', worldSize, MAX_EXPERTS_PER_RANK)), LINE);
     this.doneOffset = align(LINE + 2 * this.slotBytes, LINE);
-    this.laneBytes = align(this.doneOffset + 4 * worldSize, LINE);
+    this.scratchOffset = align(this.doneOffset + 4 * worldSize, LINE);
+    this.laneBytes = this.scratchOffset + SCRATCH_BYTES;
   }
 
   get bytes(): number {
@@ -52,6 +63,11 @@ export class PadLayout {
     return (this.#base(lane) + this.doneOffset) >> 2;
   }
 
+  /** Byte offset of lane `lane`'s allReduce scratch. */
+  scratchByte(lane: number): number {
+    return this.#base(lane) + this.scratchOffset;
+  }
+
   /** Int32 index of slot `slot`'s record in lane `lane`. */
   recordWord(lane: number, slot: number): number {
     return (this.#base(lane) + LINE + slot * this.slotBytes) >> 2;
@@ -66,11 +82,14 @@ export class PadLayout {
 /** Typed views of one rank's pad, made once, and sleeping on and waking its words. */
 export class PadViews {
   readonly i32: Int32Array;
+  /** Bytes, as a Buffer so copies take memcpy.ts's fast path. */
+  readonly u8: Buffer;
   readonly region: SharedRegion;
 
   constructor(region: SharedRegion) {
     this.region = region;
     this.i32 = new Int32Array(region.buffer);
+    this.u8 = Buffer.from(region.buffer);
   }
 
   /**

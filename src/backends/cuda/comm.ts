@@ -3,6 +3,7 @@
 // processes). setup.ts builds it, symmetric.ts maps peers' memory, kernels.ts queues the kernels,
 // records.ts reads each call's outcome back.
 import type {
+  AllReduceArgs,
   AllToAllV2dArgs,
   AllToAllV2dOffsetArgs,
   AllToAllVArgs,
@@ -242,6 +243,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       ctx,
     );
     return this.#finish(lane, 'allToAllV');
+  }
+
+  allReduce(_args: AllReduceArgs): Handle {
+    throw new UsageError(`allReduce is not available on the cuda backend yet`);
   }
 
   /** The handle of the call just queued on `lane`: it reads the call's own record once run. */

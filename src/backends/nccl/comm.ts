@@ -13,6 +13,7 @@
 // One GPU per rank (NCCL's rule; setup.ts builds the communicator). Waits are bounded; a timeout
 // aborts the NCCL communicators.
 import type {
+  AllReduceArgs,
   AllToAllV2dArgs,
   AllToAllV2dOffsetArgs,
   AllToAllVArgs,
@@ -30,7 +31,7 @@ import type {
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
-import { checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, type CheckContext } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -40,6 +41,7 @@ import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
+import { queueAllReduce } from './all-reduce.js';
 import { deliver, exchangeRecords, type NcclHost } from './exchange.js';
 import { NcclPlan } from './exchange-plan.js';
 import type { NcclLane } from './lane.js';
@@ -164,6 +166,17 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   allToAllV(args: AllToAllVArgs): Handle {
     this.#usable();
     return this.#direct('1d', this.#lanes[checkAllToAllV(this, args)], args);
+  }
+
+  /** One ncclAllReduce on the lane (all-reduce.ts); the handle reports this call's outcome, timeouts as for allToAllV. */
+  allReduce(args: AllReduceArgs): Handle {
+    this.#usable();
+    const lane = this.#lanes[checkAllReduce(this, args)];
+    lane.follow(args.stream as CudaStream | undefined);
+    const { count, dtype } = args;
+    const err = queueAllReduce(this, lane, { input: (args.input as GpuBuffer).ptr, output: (args.output as GpuBuffer).ptr, count, dtype });
+    if (err) this.#loopErrors?.push(err);
+    return lane.finish(this, `allReduce of ${count} ${dtype} on lane ${lane.index}, call ${lane.done.count + 1}`, () => err);
   }
 
   /** Steps 1-4 of a checked direct call; its handle keeps the outcome, so it reports this call and no other. */

@@ -1,0 +1,175 @@
+// Rank programs for allReduce: sums against the host reference (bit for bit against the rank-ordered
+// f32 sum, and within a stated tolerance of a float64 sum), canaries past every output, in place and
+// not, two lanes in flight at once, a missing rank named by the timeout, and host-side misuse.
+import type { AllReduceArgs, Comm, DeviceBuffer, Handle, Lane, ReduceDtype } from '../../src/backends/backend.js';
+import { allInputs, checkAgainstFloat64, checkBits, orderedReference } from './all-reduce-reference.js';
+import { expectTimeout, expectUsageError } from './expect.js';
+import { ConformanceError } from './harness.js';
+import { poisonBytes } from './reference.js';
+
+/** Bytes past the largest sum, checked after every call. */
+const CANARY_BYTES = 37;
+const DTYPES: readonly ReduceDtype[] = ['f32', 'bf16'];
+
+/**
+ * nccl sums in its own order (all-reduce.ts there): bit-exact to the rank-ordered reference only
+ * where order cannot matter (W <= 2); elsewhere the float64 check alone applies.
+ */
+const exactOn = (comm: Comm): boolean => comm.backend !== 'nccl' || comm.worldSize <= 2;
+
+/** A local input and two symmetric outputs (one for in-place calls) of `maxCount` f32 and canaries. */
+class ReduceBuffers {
+  readonly input: DeviceBuffer;
+  private constructor(readonly comm: Comm, readonly output: DeviceBuffer, readonly inPlace: DeviceBuffer) {
+    this.input = comm.alloc(output.bytes);
+  }
+
+  static async create(comm: Comm, maxCount: number): Promise<ReduceBuffers> {
+    const bytes = 4 * maxCount + CANARY_BYTES;
+    return new ReduceBuffers(comm, await comm.allocSymmetric(bytes), await comm.allocSymmetric(bytes));
+  }
+}
+
+interface OneCall {
+  seed: number;
+  call: number;
+  dtype: ReduceDtype;
+  count: number;
+  inPlace: boolean;
+  lane?: Lane;
+}
+
+/** Writes this rank's input, poisons the output past it, queues the call; verify() checks it after wait(). */
+function start(b: ReduceBuffers, c: OneCall): { handle: Handle; verify: () => void } {
+  const { comm } = b;
+  const inputs = allInputs(c.seed, c.call, comm.worldSize, c.dtype, c.count);
+  const output = c.inPlace ? b.inPlace : b.output;
+  const poison = poisonBytes(c.call, output.bytes);
+  comm.write(output, poison);
+  comm.write(c.inPlace ? b.inPlace : b.input, inputs[comm.rank]);
+  const input = c.inPlace ? b.inPlace : b.input;
+  const handle = comm.allReduce({ input, output, count: c.count, dtype: c.dtype, op: 'sum', lane: c.lane, stream: c.lane?.stream });
+  const label = `rank ${comm.rank}, allReduce call ${c.call}: ${c.count} ${c.dtype}${c.inPlace ? ', in place' : ''}${c.lane ? ` on lane ${c.lane.index}` : ''}`;
+  return {
+    handle,
+    verify: () => {
+      const got = comm.read(output, 0, output.bytes);
+      const want = orderedReference(inputs, c.dtype, c.count);
+      if (exactOn(comm)) checkBits(got, want, poison, label);
+      else checkBits(got.subarray(want.length), new Uint8Array(0), poison.subarray(want.length), `${label} (canaries)`);
+      checkAgainstFloat64(got, inputs, c.dtype, c.count, label);
+    },
+  };
+}
+
+export interface AllReduceArg {
+  seed: number;
+  /** Element counts to run, each in f32 and bf16, in place and not. */
+  counts: number[];
+}
+
+/** Every count in both dtypes, in place and not, on lane 0; then misuse, which must throw at once. */
+export async function allReduce(comm: Comm, arg: AllReduceArg): Promise<number> {
+  const b = await ReduceBuffers.create(comm, Math.max(...arg.counts));
+  let call = 7000;
+  for (const count of arg.counts) {
+    for (const dtype of DTYPES) {
+      for (const inPlace of [false, true]) {
+        const c = start(b, { seed: arg.seed, call: ++call, dtype, count, inPlace });
+        c.handle.wait();
+        c.verify();
+      }
+    }
+  }
+  misuse(comm, b);
+  const after = start(b, { seed: arg.seed, call: ++call, dtype: 'f32', count: 3, inPlace: false });
+  after.handle.wait();
+  after.verify();
+  return call - 7000;
+}
+
+/** Host-side misuse throws UsageError, and writes nothing. */
+function misuse(comm: Comm, b: ReduceBuffers): void {
+  const count = Math.floor((b.output.bytes - CANARY_BYTES) / 4);
+  const stream = comm.lane(0).stream;
+  const base: AllReduceArgs = { input: b.input, output: b.output, count, dtype: 'f32', op: 'sum' };
+  const freed = comm.alloc(16);
+  comm.free(freed);
+  const cases: [string, Partial<AllReduceArgs> | Record<string, unknown>][] = [
+    ['count -1', { count: -1 }],
+    ['count 1.5', { count: 1.5 }],
+    ['count NaN', { count: NaN }],
+    ['count past 2^53', { count: 2 ** 53 }],
+    ['input too small', { input: comm.alloc(4 * count - 1) }],
+    ['output too small', { output: comm.alloc(4 * count - 1) }],
+    ['count past the output', { count: count + 10 }],
+    ['dtype f16', { dtype: 'f16' }],
+    ['op max', { op: 'max' }],
+    ['freed input', { input: freed }],
+    ['lane past the last', { lane: { index: comm.laneCount, stream } }],
+    ['negative lane', { lane: { index: -1, stream } }],
+  ];
+  const poison = poisonBytes(0x77, b.output.bytes);
+  comm.write(b.output, poison);
+  for (const [label, change] of cases) {
+    expectUsageError(() => comm.allReduce({ ...base, ...change } as AllReduceArgs), `allReduce with ${label}`);
+  }
+  const got = comm.read(b.output, 0, b.output.bytes);
+  const i = got.findIndex((x, k) => x !== poison[k]);
+  if (i >= 0) throw new ConformanceError(`rank ${comm.rank}: allReduce misuse wrote output byte ${i}`);
+}
+
+export interface AllReduceLanesArg {
+  seed: number;
+  rounds: number;
+  maxCount: number;
+}
+
+/**
+ * Lanes 0 and 1 each with a call in flight, waited in reverse order; lane 1 has one more call than
+ * lane 0 first, so their counters differ throughout.
+ */
+export async function allReduceLanes(comm: Comm, arg: AllReduceLanesArg): Promise<number> {
+  const [l0, l1] = [comm.lane(0), comm.lane(1)];
+  const a = await ReduceBuffers.create(comm, arg.maxCount);
+  const b = await ReduceBuffers.create(comm, arg.maxCount);
+  let call = 8000;
+  const lead = start(b, { seed: arg.seed, call: ++call, dtype: 'bf16', count: 5, inPlace: false, lane: l1 });
+  lead.handle.wait();
+  lead.verify();
+  for (let round = 0; round < arg.rounds; round++) {
+    const count = (round * 7919 + 13) % arg.maxCount;
+    const ca = start(a, { seed: arg.seed, call: ++call, dtype: DTYPES[round % 2], count, inPlace: round % 3 === 0, lane: l0 });
+    const cb = start(b, { seed: arg.seed, call: ++call, dtype: DTYPES[(round + 1) % 2], count: arg.maxCount - count, inPlace: round % 2 === 0, lane: l1 });
+    cb.handle.wait();
+    ca.handle.wait();
+    ca.verify();
+    cb.verify();
+  }
+  return call - 8000;
+}
+
+export interface AllReduceTimeoutArg {
+  seed: number;
+  absent: number;
+  timeoutMs: number;
+}
+
+/** Rank `absent` never calls: every other rank's call ends in a TimeoutError naming it. */
+export async function allReduceTimeout(comm: Comm, arg: AllReduceTimeoutArg): Promise<number> {
+  const b = await ReduceBuffers.create(comm, 1000);
+  if (comm.rank === arg.absent) return 0;
+  const started = performance.now();
+  const c = start(b, { seed: arg.seed, call: 9000, dtype: 'f32', count: 1000, inPlace: false });
+  // NCCL does not say which rank it waits for: there the error names none (missingRank -1).
+  const err = expectTimeout(c.handle, comm.backend === 'nccl' ? -1 : arg.absent, comm.rank, `allReduce, rank ${arg.absent} absent`);
+  const waited = performance.now() - started;
+  if (waited < arg.timeoutMs / 2) throw new Error(`gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms (${err.message})`);
+  if (comm.backend === 'cpu') {
+    const got = comm.read(b.output, 0, b.output.bytes);
+    const poison = poisonBytes(9000, b.output.bytes);
+    if (got.some((x, k) => x !== poison[k])) throw new ConformanceError(`rank ${comm.rank}: a timed-out allReduce wrote its output`);
+  }
+  return Math.round(waited);
+}
+
