@@ -7,9 +7,12 @@
 #   4. the conformance suite with one process per rank (a2av launch) on cuda and on nccl,
 #   5. the sweep 0.5 MiB .. 4 GiB per rank, cuda and nccl in one table (time, host sync of nccl,
 #      ratio to NCCL), uniform and zipf splits, for W = all GPUs, and 2 and 4 where there are more;
-#      one process per GPU (A2AV_MG_SWEEP=threads: ranks as threads of one process).
+#      one process per GPU (A2AV_MG_SWEEP=threads: ranks as threads of one process);
+#   6. the MoE dispatch and combine sweeps (16 experts a rank, majorAlign 1 and 16) and the small
+#      MoE step, beside the 1-D call of the same bytes.
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
-# Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance".
+# Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance",
+# A2AV_MG_OPS="alltoallv dispatch combine" (which sweeps).
 set -uo pipefail
 OUT=${OUT:-./multi-gpu-out}
 mkdir -p "$OUT"
@@ -64,33 +67,47 @@ if [[ "$skip" != *" conformance "* ]]; then
   done
 fi
 
-step "sweep: cuda and nccl, 0.5 MiB .. ${A2AV_MG_MAX:-4G} per rank"
 worlds=${A2AV_MG_WORLDS:-$gpus}
 if [ -z "${A2AV_MG_WORLDS:-}" ]; then
   for w in 4 2; do [ "$gpus" -gt "$w" ] && worlds="$worlds $w"; done
 fi
-bench_args=(bench --backend cuda,nccl --min 512K --max "${A2AV_MG_MAX:-4G}" --repeats "${A2AV_MG_REPEATS:-5}" --json)
+# One sweep: cuda and nccl in one table, W ranks (one process per GPU, or threads), JSON to $OUT.
+sweep() {
+  local name=$1 w=$2; shift 2
+  local json="$OUT/bench-w$w-$name.json" err="$OUT/bench-w$w-$name.err" status
+  local args=(bench --backend cuda,nccl --repeats "${A2AV_MG_REPEATS:-5}" --json "$@")
+  echo "W=$w $name"
+  if [ "${A2AV_MG_SWEEP:-launch}" = launch ]; then
+    # Rank 0 prints the JSON; the launcher prefixes every line with its rank.
+    timeout 600 "${cli[@]}" launch -n "$w" -- node dist/src/cli.js "${args[@]}" > "$json.raw" 2> "$err"
+    status=$?
+    sed -n 's/^\[rank 0\] //p' "$json.raw" > "$json"
+    grep -v '^\[rank 0\] ' "$json.raw" >> "$err"
+    rm -f "$json.raw"
+  else
+    timeout 600 "${cli[@]}" "${args[@]}" --ranks "$w" > "$json" 2> "$err"
+    status=$?
+  fi
+  if [ $status -ne 0 ]; then
+    rc=1
+    echo "bench W=$w $name exited $status:"
+    grep -h 'a2av' "$err" | tail -3 | cut -c1-300
+  fi
+}
+ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine} "
+max=${A2AV_MG_MAX:-4G}
 for w in $worlds; do
-  for splits in uniform zipf; do
-    json="$OUT/bench-w$w-$splits.json" err="$OUT/bench-w$w-$splits.err"
-    echo "W=$w $splits"
-    if [ "${A2AV_MG_SWEEP:-launch}" = launch ]; then
-      # Rank 0 prints the JSON; the launcher prefixes every line with its rank.
-      timeout 600 "${cli[@]}" launch -n "$w" -- node dist/src/cli.js "${bench_args[@]}" --splits "$splits" > "$json.raw" 2> "$err"
-      status=$?
-      sed -n 's/^\[rank 0\] //p' "$json.raw" > "$json"
-      grep -v '^\[rank 0\] ' "$json.raw" >> "$err"
-      rm -f "$json.raw"
-    else
-      timeout 600 "${cli[@]}" "${bench_args[@]}" --ranks "$w" --splits "$splits" > "$json" 2> "$err"
-      status=$?
-    fi
-    if [ $status -ne 0 ]; then
-      rc=1
-      echo "bench W=$w $splits exited $status:"
-      grep -h 'a2av' "$err" | tail -3 | cut -c1-300
-    fi
+  if [[ "$ops" == *" alltoallv "* ]]; then
+    step "sweep W=$w: all-to-all-v, 0.5 MiB .. $max per rank"
+    for splits in uniform zipf; do sweep "$splits" "$w" --min 512K --max "$max" --splits "$splits"; done
+  fi
+  for op in dispatch combine; do
+    [[ "$ops" == *" $op "* ]] || continue
+    step "sweep W=$w: MoE $op, 16 experts a rank, 0.5 MiB .. $max per rank"
+    for align in 1 16; do sweep "$op-e16-a$align" "$w" --op "$op" --experts 16 --align "$align" --min 512K --max "$max"; done
   done
+  # The small MoE step: 4 rows of 4 KiB per expert per source; its graph µs is per dispatch.
+  [[ "$ops" == *" dispatch "* ]] && sweep "dispatch-step" "$w" --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096
 done
 
 step tables
