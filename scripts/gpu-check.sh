@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine with Node.js (npm not required), from the package root after `npm run build`:
 #   1. the whole test suite (GPU tests included),
-#   2. the benchmark sweep for several rank counts,
+#   2. the benchmark sweep for several rank counts, and the MoE ops at the largest,
 #   3. compute-sanitizer (memcheck, then synccheck) around a short conformance run on cuda
 #      (tests/conformance/short-run.ts: 1 to 4 ranks as threads, small sizes),
 #   4. the soak on cuda (scripts/soak.mjs, $A2AV_SOAK_CALLS calls, default 20000, 4 ranks).
@@ -37,6 +37,13 @@ if runs bench; then
       node dist/src/cli.js bench --backend cuda --ranks "$w" --splits "$splits" --json \
         > "$OUT/bench-w$w-$splits.json" 2> "$OUT/bench-w$w-$splits.err" || echo "bench W=$w $splits failed: $(tail -3 "$OUT/bench-w$w-$splits.err")"
     done
+  done
+  # MoE at the largest rank count: dispatch and combine beside the 1-D call, and the small step.
+  w=${ranks[${#ranks[@]}-1]}
+  for moe in "dispatch --align 1" "dispatch --align 16" "combine --align 1" "dispatch --rows-per-expert 4 --row-bytes 4096"; do
+    name="moe-w$w-$(echo "$moe" | tr -d ' -' )"
+    node dist/src/cli.js bench --backend cuda --ranks "$w" --experts 16 --op $moe --json \
+      > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err" || echo "bench $name failed: $(tail -3 "$OUT/bench-$name.err")"
   done
   node scripts/print-bench.mjs "$OUT"/bench-*.json
 fi
