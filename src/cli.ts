@@ -38,6 +38,7 @@ interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' |
   experts?: number;
   rowsPerExpert?: number;
   json?: boolean;
+  plot?: string;
 }
 
 interface LaunchFlags {
@@ -100,7 +101,16 @@ program
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
+  .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does)')
   .action((flags: BenchFlags, cmd: Command) => bench(flags, cmd));
+
+program
+  .command('plot')
+  .description('Draw bench results (the JSON of a2av bench --json) as an SVG plot: algbw against input bytes per rank, log scales, ' +
+    'a line per backend (and op, and file) and the same-run reference dashed, each named at its right end')
+  .argument('<results.json...>', 'bench results; several are drawn together, their differences (splits, ranks...) in the line names')
+  .requiredOption('-o, --output <file.svg>', 'the SVG file to write')
+  .action((files: string[], flags: { output: string }) => plot(files, flags.output));
 
 program
   .command('launch')
@@ -147,6 +157,9 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
   if (minBytes > maxBytes) fail(`--min ${formatBytes(minBytes)} is larger than --max ${formatBytes(maxBytes)}`);
   if (minBytes < flags.rowBytes) fail(`--min ${formatBytes(minBytes)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
+  // Missing plot libraries end the run before the sweep, not after it.
+  const plotting = flags.plot === undefined ? undefined : await import('./plot/index.js');
+  await plotting?.loadPlotLibraries();
   const { runBench } = await import('./bench/run.js');
   const results: BenchResult[] = [];
   for (const backend of names) {
@@ -174,6 +187,12 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const { compareBackends } = await import('./bench/compare.js');
   const result = names.length > 1 ? compareBackends(results) : results[0];
   process.stdout.write(flags.json ? formatJson(result) : formatTable(result));
+  if (plotting && flags.plot !== undefined) await plotting.writePlot([{ source: 'bench', result }], flags.plot);
+}
+
+async function plot(files: string[], output: string): Promise<void> {
+  const { readResultFile, writePlot } = await import('./plot/index.js');
+  await writePlot(files.map(readResultFile), output);
 }
 
 async function gpuCount(backend: string): Promise<number> {

@@ -1,0 +1,138 @@
+// `a2av plot`: the SVG of a small synthetic result (no GPU), its axes, and the errors for bad input.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { makeRow, type BenchResult, type BenchRow } from '../src/bench/table.js';
+import { UsageError } from '../src/errors.js';
+import { bandwidthAxis, bytesAxis, spreadLabels } from '../src/plot/axes.js';
+import { renderSvg } from '../src/plot/render.js';
+import { chartOf, parseResult } from '../src/plot/series.js';
+
+const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'a2av-plot-'));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+const MiB = 2 ** 20;
+const timing = (us: number) => ({ medianUs: us, minUs: us, maxUs: us });
+
+/** cuda at three sizes with a peer-copy reference, nccl at four with none: a compareBackends table. */
+function synthetic(): BenchResult {
+  const cuda = [1, 2, 4].map((m) => ({
+    backend: 'cuda',
+    ...makeRow({ ranks: 2, bytes: m * MiB, time: timing(10 * m), ref: 'peer-copy', refTime: timing(8 * m), checked: ['eager'] }),
+  }));
+  const nccl = [1, 2, 4, 8].map((m) => ({
+    backend: 'nccl',
+    ...makeRow({ ranks: 2, bytes: m * MiB, time: timing(40 * m), ref: 'none', checked: ['eager'] }),
+  }));
+  // As JSON gives it back: NaN is null.
+  const rows = JSON.parse(JSON.stringify([...cuda, ...nccl])) as BenchRow[];
+  return { backend: 'cuda,nccl', ranks: 2, splits: 'uniform', rowBytes: 1024, device: 'Test GPU #0', date: '2026-12-01T10:00:00.000Z', rows };
+}
+
+/** The line paths: their series name, whether their group is dashed, and how many points they join. */
+function linePaths(svg: string): { label: string; dashed: boolean; points: number }[] {
+  const groups = [...svg.matchAll(/<g([^>]*)aria-label="line"[^>]*>(.*?)<\/g>/g)];
+  return groups.flatMap(([, attrs, body]) =>
+    [...body.matchAll(/<path d="([^"]*)"[^>]*aria-label="([^"]*)"/g)].map(([, d, label]) => ({
+      label,
+      dashed: /stroke-dasharray="[^"]+"/.test(attrs),
+      points: d.split(/[ML]/).filter((s) => s !== '').length,
+    })),
+  );
+}
+
+function plotCli(...args: string[]) {
+  return spawnSync(process.execPath, [cli, 'plot', ...args], { encoding: 'utf8' });
+}
+
+describe('a2av plot', () => {
+  test('one path per series with its points; the reference dashed and named after its kind', async () => {
+    const svg = await renderSvg(chartOf([{ source: 'r.json', result: synthetic() }]));
+    assert.match(svg, /^<\?xml[^>]*>\n<svg [^>]*xmlns="http:\/\/www\.w3\.org\/2000\/svg"/);
+    const paths = linePaths(svg).sort((a, b) => a.label.localeCompare(b.label));
+    assert.deepEqual(paths, [
+      { label: 'cuda', dashed: false, points: 3 },
+      { label: 'nccl', dashed: false, points: 4 },
+      { label: 'peer-copy ref', dashed: true, points: 3 },
+    ]);
+    assert.match(svg, /a2av bench: Test GPU, 2 ranks, all-to-all-v, uniform splits, 1 KiB rows, 2026-12-01/);
+    assert.match(svg, /GB\/s/);
+    assert.match(svg, /input bytes per rank/);
+  });
+
+  test('the x axis is ticked at powers of two bytes, evenly spaced on a log scale', async () => {
+    const svg = await renderSvg(chartOf([{ source: 'r.json', result: synthetic() }]));
+    const ticks = /<g[^>]*aria-label="x-axis tick"[^>]*>(.*?)<\/g>/.exec(svg)![1];
+    const xs = [...ticks.matchAll(/translate\(([\d.]+),/g)].map((m) => Number(m[1]));
+    assert.equal(xs.length, 4, '1, 2, 4, 8 MiB');
+    const steps = xs.slice(1).map((x, i) => x - xs[i]);
+    for (const step of steps) assert.ok(Math.abs(step - steps[0]) < 1e-6, `even steps: ${steps}`);
+    const labels = /<g[^>]*aria-label="x-axis tick label"[^>]*>(.*?)<\/g>/.exec(svg)![1];
+    assert.deepEqual([...labels.matchAll(/>([^<]+)<\/text>/g)].map((m) => m[1]), ['1 MiB', '2 MiB', '4 MiB', '8 MiB']);
+  });
+
+  test('axes: powers of two, labels thinned to fit; GB/s ticked 1-2-5', () => {
+    const x = bytesAxis(512 * 1024, 4 * 2 ** 30, 430);
+    assert.ok(x.ticks.every((t) => Number.isInteger(Math.log2(t))));
+    assert.deepEqual([x.ticks[0], x.ticks.at(-1)], [512 * 1024, 4 * 2 ** 30]);
+    assert.deepEqual(x.ticks.map(x.label).filter((l) => l !== ''), ['1 MiB', '4 MiB', '16 MiB', '64 MiB', '256 MiB', '1 GiB', '4 GiB']);
+    const narrow = bytesAxis(512 * 1024, 4 * 2 ** 30, 300);
+    assert.deepEqual(narrow.ticks.map(narrow.label).filter((l) => l !== ''), ['1 MiB', '16 MiB', '256 MiB', '4 GiB']);
+    const y = bandwidthAxis(11, 657);
+    assert.deepEqual({ domain: y.domain, ticks: y.ticks }, { domain: [10, 1000], ticks: [10, 20, 50, 100, 200, 500, 1000] });
+  });
+
+  test('line labels move apart just enough, inside the frame', () => {
+    assert.deepEqual(spreadLabels([100, 104, 300], 12, 0, 400), [96, 108, 300]);
+    assert.deepEqual(spreadLabels([5, 0], 12, 0, 400), [12, 0]);
+    assert.deepEqual(spreadLabels([399], 12, 0, 390), [390]);
+  });
+
+  test('several files: what tells them apart names their lines', () => {
+    const zipf = { ...synthetic(), splits: 'zipf' };
+    const chart = chartOf([{ source: 'a.json', result: synthetic() }, { source: 'b.json', result: zipf }]);
+    assert.match(chart.title, /2 ranks/);
+    assert.doesNotMatch(chart.title, /splits/);
+    assert.deepEqual(chart.series.map((s) => s.label), [
+      'cuda (uniform splits)', 'nccl (uniform splits)', 'peer-copy ref (uniform splits)',
+      'cuda (zipf splits)', 'nccl (zipf splits)', 'peer-copy ref (zipf splits)',
+    ]);
+    const same = chartOf([{ source: 'dir/a.json', result: synthetic() }, { source: 'dir/b.json', result: synthetic() }]);
+    assert.equal(same.series[0].label, 'cuda (a)');
+  });
+
+  test('bad input is a usage error that names the file', () => {
+    assert.throws(() => parseResult('{"hello": 1}', 'x.json'), (err: unknown) => err instanceof UsageError && /^x\.json: not an a2av bench result/.test(err.message));
+    assert.throws(() => parseResult(JSON.stringify({ ...synthetic(), rows: [] }), 'e.json'), /^UsageError: e\.json: no rows/);
+    assert.throws(() => parseResult('not json', 'n.json'), /n\.json: not JSON/);
+  });
+
+  test('the CLI writes the SVG, and exits non-zero with one line for bad input', () => {
+    const good = join(dir, 'good.json');
+    writeFileSync(good, JSON.stringify(synthetic()));
+    const out = join(dir, 'out.svg');
+    const ok = plotCli(good, '-o', out);
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.equal(linePaths(readFileSync(out, 'utf8')).length, 3);
+
+    const notBench = join(dir, 'package.json');
+    writeFileSync(notBench, JSON.stringify({ name: 'x', version: '1.0.0' }));
+    const empty = join(dir, 'empty.json');
+    writeFileSync(empty, JSON.stringify({ ...synthetic(), rows: [] }));
+    for (const [file, message] of [[notBench, /not an a2av bench result/], [empty, /no rows/], [join(dir, 'missing.json'), /cannot read \(ENOENT\)/]] as const) {
+      const bad = plotCli(file, '-o', join(dir, 'bad.svg'));
+      assert.notEqual(bad.status, 0);
+      assert.match(bad.stderr, new RegExp(`^a2av: ${file.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}: `));
+      assert.match(bad.stderr, message);
+      assert.equal(bad.stderr.trim().split('\n').length, 1, bad.stderr);
+    }
+    const noOutput = plotCli(good);
+    assert.notEqual(noOutput.status, 0);
+    assert.match(noOutput.stderr, /--output/);
+  });
+});
