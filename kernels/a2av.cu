@@ -369,29 +369,11 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
-  const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
   u8* lane = p.pad + p.laneOffset;
-  LaneHeader* h = (LaneHeader*)lane;
-  __shared__ int sAbort;
-  __shared__ i64 sSeq;
-  if (tid == 0) {
-    sAbort = ld_volatile(&h->abort.code) != A2AV_OK;
-    sSeq = ld_volatile(&h->seq) + 1;
-  }
-  __syncthreads();
-  if (sAbort) return;
-  const i64 seq = sSeq;
-  // The copy grid has finished (griddepcontrol.wait); the release below makes its stores visible
-  // to peers before the count that announces them.
-  fence_peers();
-  for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, 1);
   // a2av_1d of this call has waited for every packet's flag (it finished before this kernel:
   // griddepcontrol.wait), and no peer can overwrite the slot before this call completes (see the
-  // parities in a2av_1d), so the value can be read here without checking its flag again.
-  const int parity = (int)(seq & 1);
-  const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs,
-                             [&](int q) { return ll_value(ll_load(lane_payload(lane, W, parity, q) + A2AV_PAY_SIGNALS)); });
-  if (!ok) sAbort = 1;
-  __syncthreads();
-  if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
+  // parities in a2av_1d), so each peer's announced count can be read here without its flag.
+  complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [&](int q, i64 seq) {
+    return ll_value(ll_load(lane_payload(lane, p.world, (int)(seq & 1), q) + A2AV_PAY_SIGNALS));
+  });
 }

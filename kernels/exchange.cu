@@ -28,10 +28,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   i64* const answers = starts + (i64)W * A2AV_MAX_EXPERTS;
   const PlanArrays plan = plan_arrays(p.plan, W);
   const i64 N = (i64)W * E;
-  if (!x_begin(st, h)) {
-    if (tid == 0) *gate = 1;
-    return;
-  }
+  if (!x_begin(st, h, gate)) return;
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
@@ -123,10 +120,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
   LaneHeader* h = (LaneHeader*)lane;
   i64* const gate = p.scratch;
   i64* const got = p.scratch + 8;
-  if (!x_begin(st, h)) {
-    if (tid == 0) *gate = 1;
-    return;
-  }
+  if (!x_begin(st, h, gate)) return;
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
@@ -183,22 +177,5 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
 
 // Completion, as a2av_done: every rank sends each peer one signal per call.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) {
-  const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
-  u8* lane = p.pad + p.laneOffset;
-  LaneHeader* h = (LaneHeader*)lane;
-  __shared__ int sAbort;
-  __shared__ i64 sSeq;
-  if (tid == 0) {
-    sAbort = ld_volatile(&h->abort.code) != A2AV_OK;
-    sSeq = ld_volatile(&h->seq) + 1;
-  }
-  __syncthreads();
-  if (sAbort) return;
-  // The copy grid has finished (stream order); the release makes its stores visible to the peers
-  // before the count that announces them.
-  fence_peers();
-  for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(p.padPeers[peer] + p.laneOffset, W) + me, 1);
-  if (!await_done(h, lane, W, me, sSeq, p.timeoutNs, [](int) { return (i64)1; })) sAbort = 1;
-  __syncthreads();
-  if (tid == 0 && !sAbort) st_volatile(&h->seq, sSeq);
+  complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
 }

@@ -84,9 +84,12 @@ struct XBlockState {
   i64 tmp[A2AV_MAX_EXPERTS];  // per expert block lengths, or per source totals (W <= 256)
 };
 
-__device__ __forceinline__ bool x_begin(XBlockState& st, LaneHeader* h) {
+// The call's sequence number and fresh block state; false (and the gate shut, so x_copy moves
+// nothing) when the lane has timed out.
+__device__ __forceinline__ bool x_begin(XBlockState& st, LaneHeader* h, i64* gate) {
   if (threadIdx.x == 0) {
     st.abort = ld_volatile(&h->abort.code) != A2AV_OK;
+    if (st.abort) *gate = 1;
     st.seq = ld_volatile(&h->seq) + 1;
     st.at = st.at2 = st.mis = st.out = st.fin = X_NONE;
     st.mine = st.all = XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};

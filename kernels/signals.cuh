@@ -126,3 +126,37 @@ __device__ __forceinline__ bool await_done(LaneHeader* h, u8* lane, int W, int m
   }
   return ok;
 }
+
+// Where a completion kernel runs: the lane in every rank's pad and this rank's place in the job.
+struct CallLane {
+  u8* pad;  // this rank's own pad (padPeers[me], without the table load)
+  u8* const* padPeers;
+  u64 laneOffset;
+  int world, me;
+  i64 timeoutNs;
+};
+
+// A call's last kernel, by one block (a2av_done, x_done): the kernels before it on the stream
+// have finished, so release their stores to the peers with one signal each, wait until every
+// peer q has sent the signals(q, seq) it announced, then number the call done. Nothing on a lane
+// that has timed out.
+template <typename Signals>
+__device__ void complete_call(const CallLane& c, Signals signals) {
+  const int W = c.world, tid = threadIdx.x, nt = blockDim.x;
+  u8* lane = c.pad + c.laneOffset;
+  LaneHeader* h = (LaneHeader*)lane;
+  __shared__ int sAbort;
+  __shared__ i64 sSeq;
+  if (tid == 0) {
+    sAbort = ld_volatile(&h->abort.code) != A2AV_OK;
+    sSeq = ld_volatile(&h->seq) + 1;
+  }
+  __syncthreads();
+  if (sAbort) return;
+  const i64 seq = sSeq;
+  fence_peers();
+  for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(c.padPeers[peer] + c.laneOffset, W) + c.me, 1);
+  if (!await_done(h, lane, W, c.me, seq, c.timeoutNs, [&](int q) { return signals(q, seq); })) sAbort = 1;
+  __syncthreads();
+  if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
+}
