@@ -104,7 +104,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         timeoutMs: this.timeoutMs,
         device,
         pad: () => this.#pad,
-        follow: (lane, stream) => lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream),
+        follow: (lane, stream) => {
+          this.#makeRoom(lane, 1);
+          lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream);
+        },
         finish: (lane, what) => this.#finish(lane, what),
         usable: () => {
           if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
@@ -219,6 +222,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     const plan = this.#kernels.plan(ctx, args.plan);
     const input = args.input as GpuBuffer;
     const output = args.output as GpuBuffer;
+    this.#makeRoom(lane, 1);
     lane.follow((args.stream as CudaStream | undefined) ?? this.#capture?.stream);
     this.#kernels.queue(
       lane.stream,
@@ -249,6 +253,12 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     throw new UsageError(`allReduce is not available on the cuda backend yet`);
   }
 
+  /** Before queueing `calls` calls on `lane`: waits until it holds few enough (pacing.ts). */
+  #makeRoom(lane: CudaLane, calls: number): void {
+    if (this.#capture) return;
+    lane.pacer.makeRoom(lane.seq, calls, (event, n) => this.hostWait(event, `lane ${lane.index}: calls queued before call ${lane.seq + 1}`, n));
+  }
+
   /** The handle of the call just queued on `lane`: it reads the call's own record once run. */
   #finish(lane: CudaLane, what: string): Handle {
     if (this.#capture) {
@@ -259,6 +269,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       });
     }
     const call: LaneCall = { lane, seq: ++lane.seq };
+    lane.pacer.mark(lane.stream, lane.seq, false);
     return lane.finish(this, `${what} on lane ${lane.index}, call ${call.seq}`, () => this.#outcome([call]));
   }
 
@@ -286,8 +297,11 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       launch: (on?: Stream) => {
         if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
         const target = (on as CudaStream | undefined) ?? s;
+        for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
         graph.launch(target);
         const calls: LaneCall[] = capture.calls.map((lane) => ({ lane, seq: ++lane.seq }));
+        // The graph ends joined on `target`: one checkpoint there covers its calls on every lane.
+        for (const [i, n] of perLane.entries()) if (n > 0) this.#lanes[i].pacer.mark(target, this.#lanes[i].seq, true);
         return this.#marks.handle(this, target, `a graph replay of ${calls.length} calls`, () => this.#outcome(calls));
       },
       close: () => graph.destroy(),

@@ -2,6 +2,7 @@
 // calls on the device.
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { StreamLane } from '../stream-lane.js';
+import { LanePacer } from './pacing.js';
 
 export class CudaLane extends StreamLane {
   /**
@@ -12,7 +13,16 @@ export class CudaLane extends StreamLane {
    */
   seq = 0;
 
+  /** Keeps the lane a bounded number of calls ahead of the device (pacing.ts says why). */
+  readonly pacer: LanePacer;
+
   constructor(index: number, stream: CudaStream, readonly offset: number, device: CudaDevice) {
     super(index, stream, device);
+    this.pacer = new LanePacer(device);
+  }
+
+  override release(device: CudaDevice): void {
+    this.pacer.destroy();
+    super.release(device);
   }
 }
