@@ -110,7 +110,12 @@ __host__ __device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return l
 // round 2 header: the receiver's verdict (key, rank, peer, expert, needed, available); the rows
 // where the sender's chunk for each expert starts in the receiver's output follow
 #define A2AV_X2_HEADER 6
-#define A2AV_X1_WORDS (A2AV_X1_HEADER + A2AV_MAX_EXPERTS)
+// A fused call (x_fused) sends its whole row of W*E counts in a round-1 slot, then its output rows
+// and its completion signals: two words past the largest row of counts it takes.
+#define A2AV_XF_EXTRA 2
+// The largest split matrix (W * W * E counts) a fused call holds in shared memory.
+#define A2AV_XF_MAX_MATRIX 2048
+#define A2AV_X1_WORDS (A2AV_X1_HEADER + A2AV_MAX_EXPERTS + A2AV_XF_EXTRA)
 #define A2AV_X2_WORDS (A2AV_X2_HEADER + A2AV_MAX_EXPERTS)
 __host__ __device__ __forceinline__ uint4* lane_x1(u8* lane, int W, int parity, int src) {
   const u64 base = ((u64)(lane_expect(lane, W) + W) + 15) & ~15ull;  // packets are 16-byte stores

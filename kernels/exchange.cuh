@@ -292,3 +292,61 @@ __device__ void accept(const XParams& p, const i64* xin, const i64* starts, i64*
     *gate = 0;
   }
 }
+
+// A rank's send bytes as chunks, in (peer, expert) order: chunk i is rows[i] rows from source row
+// src[i] of the input to destination row dst[i] of peer i / E's output; cum[i] rows come before it.
+struct XChunks {
+  const i64 *rows, *src, *dst, *cum;
+  u8* const* out;  // output base on every rank
+  const u8* input;
+  i64 n, rb;
+  int E;
+};
+
+// Copies bytes [lo, hi) of the send bytes (hi - lo <= blockDim.x * 16 * A2AV_COPY_UNROLL), by one
+// block. Aligned (rows of whole 16-byte words, 16-byte aligned bases): every load of the tile is
+// issued before any store, so a tile costs one memory round trip however many chunks it spans;
+// small MoE steps are made of short chunks (4 rows of 4 KiB), which chunk-by-chunk copies would
+// pay a round trip each.
+__device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
+  i64 a = 0, b = c.n - 1;  // the last chunk starting at or before byte lo (running sums ascend)
+  while (a < b) {
+    const i64 m = (a + b + 1) >> 1;
+    if (c.cum[m] * c.rb <= lo) a = m;
+    else b = m - 1;
+  }
+  if (aligned) {
+    uint4 v[A2AV_COPY_UNROLL];
+    u8* d[A2AV_COPY_UNROLL];
+    i64 k = a;
+#pragma unroll
+    for (int u = 0; u < A2AV_COPY_UNROLL; ++u) {
+      const i64 x = lo + ((i64)u * blockDim.x + threadIdx.x) * 16;
+      d[u] = nullptr;
+      if (x < hi) {
+        while (k + 1 < c.n && c.cum[k + 1] * c.rb <= x) ++k;  // empty chunks share the next one's start
+        const i64 off = x - c.cum[k] * c.rb;
+        d[u] = c.out[k / c.E] + c.dst[k] * c.rb + off;
+        v[u] = ld_stream((const uint4*)(c.input + c.src[k] * c.rb + off));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < A2AV_COPY_UNROLL; ++u)
+      if (d[u]) *(uint4*)d[u] = v[u];
+    return;
+  }
+  for (i64 i = a; i < c.n && c.cum[i] * c.rb < hi; ++i) {
+    const i64 cs = c.cum[i] * c.rb, ce = cs + clamp0(c.rows[i]) * c.rb;
+    const i64 x = cs > lo ? cs : lo, y = ce < hi ? ce : hi;
+    if (x >= y) continue;
+    copy_bytes(c.out[i / c.E] + c.dst[i] * c.rb + (x - cs), c.input + c.src[i] * c.rb + (x - cs), (u64)(y - x));
+  }
+}
+
+// Whether copy_tile may take its aligned path: whole 16-byte words per row, every base aligned.
+// Every thread of the block calls it.
+__device__ __forceinline__ bool chunks_aligned(u8* const* out, int W, const u8* input, i64 rb) {
+  bool ok = (rb & 15) == 0 && ((u64)input & 15) == 0;
+  for (int r = threadIdx.x; r < W; r += blockDim.x) ok = ok && ((u64)out[r] & 15) == 0;
+  return __syncthreads_and(ok);
+}

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { StatusCode, StatusField, STATUS_BYTES } from '../src/collectives/status.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from '../src/backends/cuda/kernel-params.js';
-import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, moeOffset, PAYLOAD_HEADER, planBytes, scratchBytes, STATUS_AREA_BYTES, STATUS_RING, StatusAreaField, X1_HEADER, X2_HEADER } from '../src/backends/cuda/layout.js';
+import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, moeOffset, PAYLOAD_HEADER, planBytes, scratchBytes, STATUS_AREA_BYTES, STATUS_RING, StatusAreaField, X1_HEADER, X2_HEADER, XF_EXTRA, XF_MAX_MATRIX } from '../src/backends/cuda/layout.js';
 import { MAX_EXPERTS_PER_RANK } from '../src/backends/backend.js';
 import { writeXParams, X_PARAMS_BYTES } from '../src/backends/cuda/kernel-params.js';
 import { EVENT_RING } from '../src/backends/stream-lane.js';
@@ -35,6 +35,8 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(MAX_EXPERTS_PER_RANK, MAX_EXPERTS);
     assert.equal(X1_HEADER, define('A2AV_X1_HEADER'));
     assert.equal(X2_HEADER, define('A2AV_X2_HEADER'));
+    assert.equal(XF_EXTRA, define('A2AV_XF_EXTRA'));
+    assert.equal(XF_MAX_MATRIX, define('A2AV_XF_MAX_MATRIX'));
     assert.equal(EVENT_RING, STATUS_RING, 'a handle outlives neither its event nor its status record');
     for (const [name, code] of Object.entries({ NEGATIVE: 'negative', INPUT_OVERFLOW: 'inputOverflow', OUTPUT_OVERFLOW: 'outputOverflow', MISMATCH: 'mismatch', TIMEOUT: 'timeout' })) {
       assert.equal(StatusCode[code as keyof typeof StatusCode], define(`A2AV_ERR_${name}`), `A2AV_ERR_${name}`);

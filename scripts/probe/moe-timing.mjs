@@ -8,12 +8,12 @@ import { runRanks } from '../../dist/src/world/threads.js';
 
 const W = Number(process.argv[2] ?? 8);
 const configs = JSON.parse(process.argv[3] ?? '[{"E":16,"rowsPer":4,"rb":4096}]');
-const rows = await runRanks({ backend: 'cuda', ranks: W, timeoutMs: 30_000 }, new URL('./moe-timing-rank.mjs', import.meta.url), 'timing', { configs });
-const f = (x) => (x === undefined ? '-' : x.toFixed(2));
+const rows = await runRanks({ backend: 'cuda', ranks: W, timeoutMs: Number(process.env.A2AV_TIMEOUT_MS ?? 30_000) }, new URL('./moe-timing-rank.mjs', import.meta.url), 'timing', { configs });
+const f = (x) => (x === undefined || Number.isNaN(x) ? '-' : x.toFixed(2));
 for (const x of rows[0]) {
   console.log(
     `W=${W} E=${x.E} rows/expert/source=${x.rowsPer} rowBytes=${x.rb} align=${x.align} ${x.MiB.toFixed(2)} MiB/rank: ` +
       `dispatch ${f(x.d)} µs (graph ${f(x.dg)}), combine ${f(x.c)} (graph ${f(x.cg)}), 1-D ${f(x.one)} (graph ${f(x.oneg)}); ` +
-      `1-D/dispatch ${(x.one / x.d).toFixed(3)}, 1-D/combine ${(x.one / x.c).toFixed(3)}`,
+      `move ${f(x.mv)} (graph ${f(x.mvg)}); 1-D/dispatch ${(x.one / x.d).toFixed(3)}, 1-D/combine ${(x.one / x.c).toFixed(3)}`,
   );
 }

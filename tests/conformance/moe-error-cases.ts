@@ -14,6 +14,8 @@ const IN_ROWS = 40;
 const OUT_ROWS = 20;
 const E = 4;
 const ALIGN = 4;
+/** Experts per rank of the one rank whose call cannot fuse (W * E > 256 from W = 2). */
+const MANY_EXPERTS = 200;
 
 /** Valid splits far below every capacity (W <= 4: a receiver's layout takes at most E·ALIGN = 16 rows). */
 const small = (seed: number, call: number, W: number): MoeSplits => makeMoeSplits(new Rng(seed, call), W, E, 'random', 1);
@@ -141,6 +143,11 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
   const me = comm.rank;
   const rng = new Rng(arg.seed, 0xd6);
   const rowBytes = rng.pick([1, 7, 13, 255]);
+  // Before the collective allocations (Moe.create says why).
+  const many = { inSplits: comm.alloc(8 * W * MANY_EXPERTS), offsets: comm.alloc(16 * W * MANY_EXPERTS) };
+  comm.write(many.inSplits, new BigInt64Array(W * MANY_EXPERTS));
+  const manyPoison = poisonBytes(0x5a, many.offsets.bytes);
+  comm.write(many.offsets, manyPoison);
   const moe = await Moe.create(comm, { experts: E, inputBytes: IN_ROWS * 256, outputBytes: OUT_ROWS * 256 });
   const alt = await comm.allocSymmetric(moe.mid.bytes);
   const c: Ctx = { comm, moe, rowBytes, seed: arg.seed, call: 200 };
@@ -161,6 +168,16 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
     { label: `rank ${q} with another output`, call: () => dispatch({ output: me === q ? alt : moe.mid }), want: want(alt.symmetricId, moe.mid.symmetricId) },
     { label: `rank ${q} with another E`, call: () => dispatch({ experts: of(me, E - 1, E) }), want: want(E - 1, E) },
     { label: `rank ${q} with another majorAlign`, call: () => dispatch({ align: of(me, 2 * ALIGN, ALIGN) }), want: want(2 * ALIGN, ALIGN) },
+    {
+      // On cuda the others' calls fit one fused kernel and rank q's does not (kernels/exchange.cu):
+      // the two exchanges must still agree on the refusal.
+      label: `rank ${q} with ${MANY_EXPERTS} experts (a split matrix too large to fuse)`,
+      call: () =>
+        me === q
+          ? comm.allToAllV2d({ input: moe.input, output: moe.mid, inSplits: many.inSplits, outSplitsOffsets: many.offsets, expertsPerRank: MANY_EXPERTS, rowBytes })
+          : dispatch({}),
+      want: want(MANY_EXPERTS, E),
+    },
   ];
   for (const k of cases) {
     const C = small(arg.seed, ++c.call, W);
@@ -171,6 +188,7 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
     expectSplitsError(k.call(), k.want, me, k.label);
     moe.verifyUntouched(k.label);
     if (comm.read(alt, 0, alt.bytes).some((b, i) => b !== poison[i])) throw new ConformanceError(`${k.label}: rank ${me}'s other output was written`);
+    if (comm.read(many.offsets, 0, many.offsets.bytes).some((b, i) => b !== manyPoison[i])) throw new ConformanceError(`${k.label}: rank ${me}'s outSplitsOffsets was written`);
     good(c, `good round trip after ${k.label}`);
   }
   return cases.length;

@@ -36,23 +36,33 @@ export class Moe {
   /** The salt of the poison now in each buffer. */
   #salts: Record<Poisoned, number> = { mid: 0, back: 0, midOffsets: 0, backOffsets: 0 };
 
-  private constructor(comm: Comm, s: MoeSizes, mid: DeviceBuffer, back: DeviceBuffer) {
-    const n = comm.worldSize * s.experts;
+  private constructor(comm: Comm, own: Pick<Moe, 'input' | 'inSplits' | 'midOffsets' | 'backOffsets'>, mid: DeviceBuffer, back: DeviceBuffer) {
     this.comm = comm;
     this.mid = mid;
     this.back = back;
-    this.input = comm.alloc(s.inputBytes);
-    this.inSplits = comm.alloc(8 * n);
-    this.midOffsets = comm.alloc(16 * n + MOE_CANARY_BYTES);
-    this.backOffsets = comm.alloc(16 * n + MOE_CANARY_BYTES);
+    this.input = own.input;
+    this.inSplits = own.inSplits;
+    this.midOffsets = own.midOffsets;
+    this.backOffsets = own.backOffsets;
   }
 
-  /** Collective (allocates the symmetric outputs). */
+  /**
+   * Collective (allocates the symmetric outputs). This rank's own buffers come first: once the
+   * last collective allocation returns, a faster peer may already spin in its first call, and
+   * allocating device memory then can wait for that kernel (README: between phases).
+   */
   static async create(comm: Comm, s: MoeSizes): Promise<Moe> {
+    const n = comm.worldSize * s.experts;
+    const own = {
+      input: comm.alloc(s.inputBytes),
+      inSplits: comm.alloc(8 * n),
+      midOffsets: comm.alloc(16 * n + MOE_CANARY_BYTES),
+      backOffsets: comm.alloc(16 * n + MOE_CANARY_BYTES),
+    };
     const extra = s.canary === false ? 0 : MOE_CANARY_BYTES;
     const mid = await comm.allocSymmetric(s.outputBytes + extra);
     const back = await comm.allocSymmetric(s.inputBytes + extra);
-    return new Moe(comm, s, mid, back);
+    return new Moe(comm, own, mid, back);
   }
 
   /** Writes this rank's input rows (stream `key(rank)`) and splits, and poisons every output. */

@@ -101,6 +101,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       {
         rank: this.rank,
         worldSize: this.worldSize,
+        ranksOnDevice: this.ranksOnDevice,
         timeoutMs: this.timeoutMs,
         device,
         pad: () => this.#pad,

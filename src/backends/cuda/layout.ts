@@ -27,7 +27,11 @@ export function oneDimEnd(world: number): number {
 export const MAX_EXPERTS = 256;
 export const X1_HEADER = 11;
 export const X2_HEADER = 6;
-const X1_WORDS = X1_HEADER + MAX_EXPERTS;
+/** Round-1 slot words past the counts: a fused call's output rows and completion signals (A2AV_XF_EXTRA). */
+export const XF_EXTRA = 2;
+/** Largest split matrix (W * W * E counts) a fused call holds (A2AV_XF_MAX_MATRIX). */
+export const XF_MAX_MATRIX = 2048;
+const X1_WORDS = X1_HEADER + MAX_EXPERTS + XF_EXTRA;
 const X2_WORDS = X2_HEADER + MAX_EXPERTS;
 const PLAN_HEADER = 16;
 
@@ -43,6 +47,18 @@ export function laneEnd(world: number): number {
 
 export function laneBytes(world: number): number {
   return Math.ceil(laneEnd(world) / 256) * 256;
+}
+
+/** Whether a dispatch or combine of W ranks with E experts each runs as one kernel (x_fused_fits). */
+export function fusedFits(world: number, experts: number): boolean {
+  return world * experts <= MAX_EXPERTS && world * world * experts <= XF_MAX_MATRIX;
+}
+
+/** Dynamic shared memory of x_fused (its layout: kernels/exchange.cu). */
+export function fusedSharedBytes(world: number, experts: number, dispatch: boolean): number {
+  const n = world * experts;
+  const groups = dispatch ? experts : world;
+  return 8 * (world * (X1_HEADER + XF_EXTRA) + world * n + world * groups + 5 * n + 3 * world);
 }
 
 /** Bytes of an exchange plan (plan_words). */

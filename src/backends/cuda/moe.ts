@@ -1,7 +1,8 @@
 // The cuda backend's MoE calls and exchange plans (kernels/exchange.cu): what each call queues on
-// its lane. A call is x_exchange + x_copy + x_done, a plan's exchange x_exchange + x_done, a move
-// x_check + x_copy + x_done; each is one call on the lane (x_done numbers it), so handles,
-// records, replays and timeouts work as for allToAllV.
+// its lane. A call is one x_fused where the split matrix is small (fusedFits: the small MoE step),
+// else x_exchange + x_copy + x_done; a plan's exchange x_exchange + x_done, a move x_check +
+// x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
+// replays and timeouts work as for allToAllV.
 import type { DeviceBuffer, ExchangePlan, Handle, PlanMoveArgs, Stream } from '../backend.js';
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
@@ -10,12 +11,13 @@ import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.j
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
 import type { CudaLane } from './lane.js';
-import { planBytes, scratchBytes, scratchPlanOffset } from './layout.js';
+import { fusedFits, fusedSharedBytes, planBytes, scratchBytes, scratchPlanOffset } from './layout.js';
 
 /** What the MoE calls need from their communicator. */
 export interface MoeHost {
   readonly rank: number;
   readonly worldSize: number;
+  readonly ranksOnDevice: number;
   readonly timeoutMs: number;
   readonly device: CudaDevice;
   /** The signal pad (symmetric: its peer table). */
@@ -68,13 +70,19 @@ export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowByt
 
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
+const FUSED_THREADS = 512;
 
 export class MoeCalls {
   readonly #host: MoeHost;
   readonly #module: KernelModule;
   readonly #launcher: StructLauncher;
-  readonly #fns: Record<'check' | 'copy' | 'done', KernelFunction>;
+  readonly #fns: Record<'check' | 'copy' | 'done' | 'fused', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
+  /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
+  readonly #fused = process.env.A2AV_MOE_FUSED !== '0';
+  /** Programmatic dependent launch of x_fused (Hopper+), as kernels.ts; A2AV_EARLY_LAUNCH=0 turns it off. */
+  readonly #earlyLaunch: boolean;
+  readonly #resident = new Map<number, number>();
 
   /** `module`: kernels/exchange.cu, loaded before any rank launches (setup.ts says why). */
   constructor(host: MoeHost, module: KernelModule) {
@@ -82,7 +90,8 @@ export class MoeCalls {
     this.#module = module;
     // Looking the functions up loads them now, not at a first launch beside a peer's spinning kernel.
     this.#launcher = new StructLauncher(module.fn('x_exchange'), X_PARAMS_BYTES);
-    this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), done: module.fn('x_done') };
+    this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), done: module.fn('x_done'), fused: module.fn('x_fused') };
+    this.#earlyLaunch = host.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
   }
 
   /** Queues one whole call (exchange and data) on `lane`. */
@@ -91,7 +100,10 @@ export class MoeCalls {
     const scratch = this.#scratchOf(lane);
     this.#host.follow(lane, stream);
     const params = this.#paramsOf(lane, x, payload, scratch + BigInt(scratchPlanOffset(this.#host.worldSize)));
-    this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
+    // Every rank takes the same path: it depends on W and E only (x_fused meets x_exchange only in
+    // a call refused for a mismatch, and answers it: kernels/exchange.cu).
+    if (this.#fused && x.kind !== '1d' && fusedFits(this.#host.worldSize, x.experts)) this.#queueFused(lane.stream, params, x, payload);
+    else this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
     return this.#host.finish(lane, what);
   }
 
@@ -137,7 +149,15 @@ export class MoeCalls {
    * kernels running on the GPU, and once calls run, a peer's kernel may be spinning on this rank.
    */
   prepare(lanes: readonly CudaLane[]): void {
-    for (const lane of lanes) if (!this.#scratch.has(lane)) this.#scratch.set(lane, this.#host.device.alloc(scratchBytes(this.#host.worldSize)));
+    for (const lane of lanes) {
+      if (this.#scratch.has(lane)) continue;
+      const bytes = scratchBytes(this.#host.worldSize);
+      const ptr = this.#host.device.alloc(bytes);
+      // x_fused's blocks wait there for a word equal to the call's sequence number: none may be there.
+      this.#host.device.memsetAsync(ptr, 0, bytes, lane.stream);
+      lane.stream.synchronize();
+      this.#scratch.set(lane, ptr);
+    }
   }
 
   #scratchOf(lane: CudaLane): bigint {
@@ -170,6 +190,28 @@ export class MoeCalls {
       rank: host.rank,
       world: host.worldSize,
     };
+  }
+
+  /**
+   * One x_fused: its blocks sweep the send bytes (as a2av_1d's), as many as the input can use and
+   * every rank on this GPU can keep resident at once (each block waits for its peers' packets).
+   */
+  #queueFused(stream: CudaStream, params: XParams, x: ExchangeCall, payload: Payload): void {
+    const launcher = this.#launcher;
+    writeXParams(launcher.view, params);
+    const smem = fusedSharedBytes(this.#host.worldSize, x.experts, x.kind === 'dispatch');
+    const fn = this.#fns.fused;
+    let resident = this.#resident.get(smem);
+    if (resident === undefined) {
+      resident = Math.floor((fn.maxActiveBlocksPerSm(FUSED_THREADS, smem) * this.#host.device.smCount) / this.#host.ranksOnDevice);
+      this.#resident.set(smem, resident);
+    }
+    if (resident < 1) throw new UsageError(`rank ${this.#host.rank}: ${this.#host.ranksOnDevice} ranks on one GPU leave no room for a block of x_fused`);
+    const tile = FUSED_THREADS * 16 * 4;
+    const blocks = Math.max(1, Math.min(resident, Math.ceil((payload.input?.bytes ?? 0) / tile)));
+    // An early launch keeps the next call's blocks beside this call's: only where twice fit.
+    if (this.#earlyLaunch && 2 * blocks <= resident) launcher.launchEarly(blocks, FUSED_THREADS, stream, smem, fn);
+    else launcher.launch(blocks, FUSED_THREADS, stream, smem, fn);
   }
 
   #queue(stream: CudaStream, params: XParams, steps: ('exchange' | 'check' | 'copy' | 'done')[], payload: Payload): void {
