@@ -124,7 +124,7 @@ export type ReduceOp = 'sum';
 
 /**
  * All-reduce: every rank's `output` gets the elementwise sum of every rank's `input`, with the same
- * bits on every rank and every run. The cpu backend sums in rank order 0..W-1 in f32 (bf16: each
+ * bits on every rank and every run. The cpu and cuda backends sum in rank order 0..W-1 in f32 (bf16: each
  * input widened to f32, summed in that order, rounded once to bf16, nearest-even);
  * collectives/reduce.ts is that reference. nccl sums in NCCL's own order (the same on every rank for
  * a given job, not rank order past W = 2).
@@ -134,8 +134,8 @@ export interface AllReduceArgs {
   input: DeviceBuffer;
   /**
    * Receives `count` elements of the sum; bytes past them are left as they were. May be `input`
-   * (in place). Any buffer of this rank for now; the cuda backend will require a symmetric one
-   * (peers read and write it directly).
+   * (in place). On cuda a symmetric buffer (peers write the sum into it); any buffer of this rank
+   * elsewhere.
    */
   output: DeviceBuffer;
   /** Elements (not bytes), the same on every rank; 0 is a call that moves nothing. */

@@ -48,6 +48,9 @@ export const WaitSite: Record<number, string> = {
   3: "MoE exchange, round 1: waiting for the sender's counts",
   4: "MoE exchange, round 2: waiting for the receiver's answer",
   5: "a plan's move: waiting for the peer's row size and output",
+  6: "allReduce: waiting for the peer's count, dtype, op and output",
+  7: "allReduce: waiting for the peer's contribution",
+  8: "allReduce: waiting for the peer to free its staging slot",
 };
 
 const problems: Record<number, SplitsProblem> = {

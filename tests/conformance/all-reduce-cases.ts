@@ -1,11 +1,13 @@
 // Rank programs for allReduce: sums against the host reference (bit for bit against the rank-ordered
 // f32 sum, and within a stated tolerance of a float64 sum), canaries past every output, in place and
-// not, two lanes in flight at once, a missing rank named by the timeout, and host-side misuse.
+// not, two lanes in flight at once, graph replays, a missing rank named by the timeout, ranks that
+// disagree (cuda), and host-side misuse.
 import type { AllReduceArgs, Comm, DeviceBuffer, Handle, Lane, ReduceDtype } from '../../src/backends/backend.js';
+import { ArDtype } from '../../src/backends/cuda/kernel-params.js';
 import { allInputs, checkAgainstFloat64, checkBits, orderedReference } from './all-reduce-reference.js';
-import { expectTimeout, expectUsageError } from './expect.js';
+import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
 import { ConformanceError } from './harness.js';
-import { poisonBytes } from './reference.js';
+import { poisonBytes, Rng } from './reference.js';
 
 /** Bytes past the largest sum, checked after every call. */
 const CANARY_BYTES = 37;
@@ -39,8 +41,13 @@ interface OneCall {
   lane?: Lane;
 }
 
-/** Writes this rank's input, poisons the output past it, queues the call; verify() checks it after wait(). */
-function start(b: ReduceBuffers, c: OneCall): { handle: Handle; verify: () => void } {
+/** A call's arguments; prepare() writes its input and poisons its output, verify() checks it once run. */
+interface Prepared {
+  args: AllReduceArgs;
+  verify: () => void;
+}
+
+function prepare(b: ReduceBuffers, c: OneCall): Prepared {
   const { comm } = b;
   const inputs = allInputs(c.seed, c.call, comm.worldSize, c.dtype, c.count);
   const output = c.inPlace ? b.inPlace : b.output;
@@ -48,10 +55,9 @@ function start(b: ReduceBuffers, c: OneCall): { handle: Handle; verify: () => vo
   comm.write(output, poison);
   comm.write(c.inPlace ? b.inPlace : b.input, inputs[comm.rank]);
   const input = c.inPlace ? b.inPlace : b.input;
-  const handle = comm.allReduce({ input, output, count: c.count, dtype: c.dtype, op: 'sum', lane: c.lane, stream: c.lane?.stream });
   const label = `rank ${comm.rank}, allReduce call ${c.call}: ${c.count} ${c.dtype}${c.inPlace ? ', in place' : ''}${c.lane ? ` on lane ${c.lane.index}` : ''}`;
   return {
-    handle,
+    args: { input, output, count: c.count, dtype: c.dtype, op: 'sum', lane: c.lane, stream: c.lane?.stream },
     verify: () => {
       const got = comm.read(output, 0, output.bytes);
       const want = orderedReference(inputs, c.dtype, c.count);
@@ -60,6 +66,12 @@ function start(b: ReduceBuffers, c: OneCall): { handle: Handle; verify: () => vo
       checkAgainstFloat64(got, inputs, c.dtype, c.count, label);
     },
   };
+}
+
+/** Writes this rank's input, poisons the output past it, queues the call; verify() checks it after wait(). */
+function start(b: ReduceBuffers, c: OneCall): { handle: Handle; verify: () => void } {
+  const p = prepare(b, c);
+  return { handle: b.comm.allReduce(p.args), verify: p.verify };
 }
 
 export interface AllReduceArg {
@@ -109,6 +121,8 @@ function misuse(comm: Comm, b: ReduceBuffers): void {
     ['lane past the last', { lane: { index: comm.laneCount, stream } }],
     ['negative lane', { lane: { index: -1, stream } }],
   ];
+  // On cuda peers write the sum into every rank's output: it must be symmetric.
+  if (comm.backend === 'cuda') cases.push(['output not symmetric', { output: comm.alloc(b.output.bytes) }]);
   const poison = poisonBytes(0x77, b.output.bytes);
   comm.write(b.output, poison);
   for (const [label, change] of cases) {
@@ -173,3 +187,93 @@ export async function allReduceTimeout(comm: Comm, arg: AllReduceTimeoutArg): Pr
   return Math.round(waited);
 }
 
+
+export interface AllReduceReplayArg {
+  seed: number;
+  launches: number;
+  /** Two calls in the graph, each on its own buffers: a small count and a large one. */
+  counts: [number, number];
+}
+
+/**
+ * Graph replay: two calls captured on the last lane (the small one in place), launched again and
+ * again with new inputs written into the same buffers; after each launch a direct call on the same
+ * lane, so replays and direct calls stay in step there.
+ */
+export async function allReduceReplay(comm: Comm, arg: AllReduceReplayArg): Promise<number> {
+  const lane = comm.lane(comm.laneCount - 1);
+  const [small, large] = arg.counts;
+  const a = await ReduceBuffers.create(comm, small);
+  const b = await ReduceBuffers.create(comm, large);
+  const calls = (i: number): [OneCall, OneCall] => [
+    { seed: arg.seed, call: 2 * i, dtype: 'bf16', count: small, inPlace: true, lane },
+    { seed: arg.seed, call: 2 * i + 1, dtype: 'f32', count: large, inPlace: false, lane },
+  ];
+  // Captured with the first launch's inputs in place; each launch writes its own before it runs.
+  const [ca, cb] = calls(0);
+  const [pa, pb] = [prepare(a, ca), prepare(b, cb)];
+  const graph = comm.capture(lane.stream, () => {
+    comm.allReduce(pa.args);
+    comm.allReduce(pb.args);
+  });
+  try {
+    for (let i = 0; i < arg.launches; i++) {
+      const [ka, kb] = calls(100 + i);
+      const [ra, rb] = [prepare(a, ka), prepare(b, kb)];
+      graph.launch(lane.stream).wait();
+      ra.verify();
+      rb.verify();
+      const direct = start(b, { seed: arg.seed, call: 5000 + i, dtype: i % 2 ? 'bf16' : 'f32', count: large - i, inPlace: i % 2 === 0, lane });
+      direct.handle.wait();
+      direct.verify();
+    }
+  } finally {
+    graph.close();
+  }
+  return arg.launches;
+}
+
+export interface AllReduceMismatchArg {
+  seed: number;
+  /** A count past the one-shot limit, so a rank may take the other path than its peers. */
+  large: number;
+}
+
+/**
+ * One rank calls with another count (on the same path as its peers, and on the other), dtype or
+ * output: every rank's handle throws SplitsError 'mismatch' naming the first rank that differs from
+ * rank 0 (its value, then rank 0's), nothing is written, and a good call follows on the same lane.
+ * Only cuda compares the ranks' calls.
+ */
+export async function allReduceMismatch(comm: Comm, arg: AllReduceMismatchArg): Promise<number> {
+  const me = comm.rank;
+  const rng = new Rng(arg.seed, 0xa7);
+  const q = rng.int(comm.worldSize);
+  const p = q === 0 ? 1 : q;
+  const of = (rank: number, mine: number, others: number): number => (rank === q ? mine : others);
+  const want = (mine: number, others: number): ExpectedSplitsError => ({ problem: 'mismatch', rank: p, peer: 0, needed: of(p, mine, others), available: of(0, mine, others) });
+  const b = await ReduceBuffers.create(comm, arg.large);
+  const count = 1000;
+  const cases: { label: string; args: Partial<AllReduceArgs>; want: ExpectedSplitsError }[] = [
+    { label: `rank ${q} with one more element`, args: { count: of(me, count + 1, count) }, want: want(count + 1, count) },
+    { label: `rank ${q} with ${arg.large} elements (the other path)`, args: { count: of(me, arg.large, count) }, want: want(arg.large, count) },
+    { label: `rank ${q} with bf16`, args: { dtype: me === q ? 'bf16' : 'f32' }, want: want(ArDtype.bf16, ArDtype.f32) },
+    { label: `rank ${q} with another output`, args: { output: me === q ? b.inPlace : b.output }, want: want(b.inPlace.symmetricId, b.output.symmetricId) },
+  ];
+  let call = 9500;
+  for (const k of cases) {
+    const outputs = [b.output, b.inPlace].map((buf, i) => ({ buf, poison: poisonBytes(++call + i, buf.bytes) }));
+    for (const o of outputs) comm.write(o.buf, o.poison);
+    comm.write(b.input, new Uint8Array(4 * arg.large).fill(0x3f));
+    const handle = comm.allReduce({ input: b.input, output: b.output, count, dtype: 'f32', op: 'sum', ...k.args });
+    expectSplitsError(handle, k.want, me, k.label);
+    for (const o of outputs) {
+      const i = comm.read(o.buf, 0, o.buf.bytes).findIndex((x, j) => x !== o.poison[j]);
+      if (i >= 0) throw new ConformanceError(`rank ${me}, ${k.label}: a refused allReduce wrote output byte ${i}`);
+    }
+    const good = start(b, { seed: arg.seed, call: ++call, dtype: 'bf16', count: arg.large, inPlace: false });
+    good.handle.wait();
+    good.verify();
+  }
+  return cases.length;
+}

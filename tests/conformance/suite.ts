@@ -51,6 +51,27 @@ export const suite: Case[] = [
   })),
   ...[2, 3].map((W) => ({ name: `allReduce lanes W=${W}: both lanes in flight, waited in reverse`, fn: 'allReduceLanes', ranks: W, arg: { rounds: 6, maxCount: 50_001 } })),
   {
+    // On cuda: 1.5M f32 is 23 rounds of the reduce-scatter + all-gather path at W = 8, the last one partial.
+    name: 'allReduce W=8: f32 and bf16, counts 1, 4099 and 1.5M, in place and not',
+    fn: 'allReduce',
+    ranks: 8,
+    arg: { counts: [1, 4099, 1_500_007] },
+    only: { backend: 'cuda', why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
+  },
+  ...[1, 3].map((W) => ({
+    name: `allReduce replay W=${W}: a one-shot and a larger call in one graph, new inputs each launch, direct calls between`,
+    fn: 'allReduceReplay',
+    ranks: W,
+    arg: { launches: 6, counts: [1001, 300_007] },
+  })),
+  ...[2, 3].map((W) => ({
+    name: `allReduce mismatch W=${W}: another count (on either path), dtype or output is refused on every rank, nothing written`,
+    fn: 'allReduceMismatch',
+    ranks: W,
+    arg: { large: 300_007 },
+    only: { backend: 'cuda' as const, why: 'only cuda compares the ranks\' allReduce calls (cpu and nccl sum what they are given)' },
+  })),
+  {
     name: `allReduce timeout W=3: a rank that never calls is named (${TIMEOUT_CASE_MS} ms)`,
     fn: 'allReduceTimeout',
     ranks: 3,
@@ -59,13 +80,10 @@ export const suite: Case[] = [
   },
 ];
 
-const ALL_REDUCE_FNS = new Set(['allReduce', 'allReduceLanes', 'allReduceTimeout']);
-
 /** Cases that only make sense on some backends, and why the others skip them. */
 export function notFor(backend: BackendName, c: Case): string | undefined {
-  if ((c.fn === 'replay' || c.fn === 'moeReplay') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
+  if ((c.fn === 'replay' || c.fn === 'moeReplay' || c.fn === 'allReduceReplay') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
   if (c.fn === 'captureRefused' && backend !== 'nccl') return 'only nccl refuses capture';
-  if (ALL_REDUCE_FNS.has(c.fn) && backend === 'cuda') return 'allReduce not yet on cuda';
   if (c.only !== undefined && c.only.backend !== backend) return c.only.why;
   return undefined;
 }

@@ -25,11 +25,12 @@ import type { KernelModule } from '../../jit/module.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
+import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
 import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
@@ -44,6 +45,8 @@ export interface CudaCommInit {
   module: KernelModule;
   /** The MoE kernels (kernels/exchange.cu). */
   moeModule: KernelModule;
+  /** The allReduce kernels (kernels/all-reduce.cu). */
+  allReduceModule: KernelModule;
   places: RankPlace[];
   /** Other GPUs of this process, retained for as long as the communicator lives. */
   peerDevices: CudaDevice[];
@@ -67,6 +70,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   readonly #store: Store;
   readonly #kernels: A2avKernels;
   readonly #moe: MoeCalls;
+  readonly #allReduce: AllReduceCalls;
   readonly #memory: GpuMemory;
   readonly #lanes: CudaLane[] = [];
   readonly #symmetric: SymmetricContext;
@@ -116,6 +120,26 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       },
       init.moeModule,
     );
+    this.#allReduce = new AllReduceCalls(
+      {
+        rank: this.rank,
+        worldSize: this.worldSize,
+        timeoutMs: this.timeoutMs,
+        laneCount: this.laneCount,
+        ranksOnDevice: this.ranksOnDevice,
+        device,
+        pad: () => this.#pad,
+        follow: (lane, stream) => {
+          this.#makeRoom(lane, 1);
+          lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream);
+        },
+        finish: (lane, what) => this.#finish(lane, what),
+        usable: () => {
+          if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
+        },
+      },
+      init.allReduceModule,
+    );
     this.#symmetric = { device, store: opts.store, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs, places: init.places };
   }
 
@@ -126,6 +150,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#records = new LaneRecords(areas, this.laneCount, this.timeoutMs, (err) => (this.#aborted ??= err));
     for (let i = 0; i < this.laneCount; i++) this.#lanes.push(new CudaLane(i, this.#device.createStream(), i * stride, this.#device));
     this.#moe.prepare(this.#lanes);
+    this.#allReduce.prepare(this.#memory.adopt(await allocSymmetric(this.#symmetric, this.#allReduce.stageBytes(), -3)), this.#lanes[0].stream);
     // Pads must be zero on every rank before any peer raises a flag in them; each lane's header
     // says where its status area is.
     this.#device.memsetAsync(this.#pad.ptr, 0, this.#pad.bytes, this.#lanes[0].stream);
@@ -250,8 +275,13 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     return this.#finish(lane, 'allToAllV');
   }
 
-  allReduce(_args: AllReduceArgs): Handle {
-    throw new UsageError(`allReduce is not available on the cuda backend yet`);
+  /** ar_reduce + ar_done on the lane (all-reduce.ts); the handle reports this call's outcome. */
+  allReduce(args: AllReduceArgs): Handle {
+    const lane = this.#lanes[checkAllReduce(this, args)];
+    const output = args.output as GpuBuffer;
+    // Peers write their sums into it.
+    if (!output.symmetric) throw new UsageError(`rank ${this.rank}: allReduce output must be a symmetric buffer (allocSymmetric) on cuda: peers write the sum into it`);
+    return this.#allReduce.call(lane, { input: args.input as GpuBuffer, output, count: args.count, dtype: args.dtype }, args.stream);
   }
 
   /** Before queueing `calls` calls on `lane`: waits until it holds few enough (pacing.ts). */
@@ -351,6 +381,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     if (!this.#aborted) await this.barrier().catch(() => {});
     this.#device.synchronize();
     this.#moe.release();
+    this.#allReduce.release();
     this.#memory.freeAll();
     this.#records.release();
     for (const lane of this.#lanes) lane.release(this.#device);

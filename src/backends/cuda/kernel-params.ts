@@ -87,3 +87,43 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setInt32(128, p.rank, true);
   v.setInt32(132, p.world, true);
 }
+
+// Writes struct ArParams (kernels/all-reduce.cuh).
+export const AR_PARAMS_BYTES = 96;
+/** Element types and ops as the allReduce kernels number them (AR_F32, AR_BF16, AR_SUM). */
+export const ArDtype = { f32: 1, bf16: 2 } as const;
+export const ArOp = { sum: 1 } as const;
+
+export interface ArParams {
+  input: bigint;
+  outPeers: bigint;
+  padPeers: bigint;
+  pad: bigint;
+  stagePeers: bigint;
+  laneOffset: number;
+  stageOffset: number;
+  count: number;
+  outId: number;
+  timeoutNs: bigint;
+  dtype: number;
+  op: number;
+  rank: number;
+  world: number;
+}
+
+export function writeArParams(v: DataView, p: ArParams): void {
+  v.setBigUint64(0, p.input, true);
+  v.setBigUint64(8, p.outPeers, true);
+  v.setBigUint64(16, p.padPeers, true);
+  v.setBigUint64(24, p.pad, true);
+  v.setBigUint64(32, p.stagePeers, true);
+  v.setBigUint64(40, BigInt(p.laneOffset), true);
+  v.setBigUint64(48, BigInt(p.stageOffset), true);
+  v.setBigInt64(56, BigInt(p.count), true);
+  v.setBigInt64(64, BigInt(p.outId), true);
+  v.setBigInt64(72, p.timeoutNs, true);
+  v.setInt32(80, p.dtype, true);
+  v.setInt32(84, p.op, true);
+  v.setInt32(88, p.rank, true);
+  v.setInt32(92, p.world, true);
+}

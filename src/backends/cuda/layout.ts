@@ -40,9 +40,48 @@ export function moeOffset(world: number): number {
   return Math.ceil(oneDimEnd(world) / 16) * 16;
 }
 
-/** Where a lane's region ends (lane_end). */
-export function laneEnd(world: number): number {
+/** Byte offset of allReduce's region (lane_ar_header): after the MoE packets. */
+export function allReduceOffset(world: number): number {
   return moeOffset(world) + 2 * world * (X1_WORDS + X2_WORDS + 2) * 16;
+}
+
+/** Where a lane's region ends (lane_end): allReduce's headers, ready and free flags, round counts. */
+export function laneEnd(world: number): number {
+  return allReduceOffset(world) + world * AR_HEADER * 16 + 2 * world * arSlots(world) * 8 + 16;
+}
+
+/** allReduce (kernels/config.cuh A2AV_AR_*): header words, and what sizes its staging. */
+export const AR_HEADER = 4;
+export const AR_TILE_BYTES = 32 << 10;
+const AR_ONE_SHOT_MAX = 256 << 10;
+const AR_ONE_SHOT_TOTAL = 512 << 10;
+const AR_SLOT_BUDGET = 8 << 20;
+const AR_MAX_SLOTS = 32;
+
+/** Calls of at most this many bytes a rank are one-shot (ar_one_shot_bytes). */
+export function arOneShotBytes(world: number): number {
+  return Math.min(Math.floor(AR_ONE_SHOT_TOTAL / world), AR_ONE_SHOT_MAX) & ~127;
+}
+
+/** Staging slots per source (ar_slots). */
+export function arSlots(world: number): number {
+  return Math.min(Math.max(Math.floor(AR_SLOT_BUDGET / (world * AR_TILE_BYTES)), 2), AR_MAX_SLOTS);
+}
+
+/** Bytes of one lane's allReduce staging on each rank (ar_stage_bytes). */
+export function arStageBytes(world: number): number {
+  return 2 * world * arOneShotBytes(world) + arSlots(world) * world * AR_TILE_BYTES;
+}
+
+/** Rounds of a call of `count` elements of `elementBytes` (ar_round_count). */
+export function arRounds(world: number, count: number, elementBytes: number): number {
+  const tileElements = AR_TILE_BYTES / elementBytes;
+  return Math.ceil(Math.ceil(count / tileElements) / world);
+}
+
+/** Dynamic shared memory of ar_reduce: every rank's header, output and staging addresses. */
+export function arSharedBytes(world: number): number {
+  return 8 * world * (AR_HEADER + 2);
 }
 
 export function laneBytes(world: number): number {

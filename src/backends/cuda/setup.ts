@@ -42,13 +42,14 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   if (opts.rank !== 0) await barrier('a2av/cuda/module');
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
   const moduleOptions = [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`];
-  // Both modules are loaded here, before any rank can launch: loading code onto a GPU waits for the
+  // Every module is loaded here, before any rank can launch: loading code onto a GPU waits for the
   // kernels running there, and a peer's kernel that spins waiting for this rank never ends
   // (measured: two ranks on one GPU timed out in their first MoE call when it loaded lazily).
   const module = new KernelModule('a2av.cu', device.arch, moduleOptions);
   const moeModule = new KernelModule('exchange.cu', device.arch, moduleOptions);
+  const allReduceModule = new KernelModule('all-reduce.cu', device.arch, moduleOptions);
   if (opts.rank === 0) await barrier('a2av/cuda/module');
-  const comm = new CudaComm({ opts, device, module, moeModule, places: where, peerDevices: [...peerDevices.values()] });
+  const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, places: where, peerDevices: [...peerDevices.values()] });
   await comm.init();
   return comm;
 }

@@ -1,0 +1,135 @@
+// allReduce's kernel structures mirrored in TypeScript (kernel-params.ts ArParams, layout.ts's
+// allReduce region and staging, status.ts's wait sites) against kernels/all-reduce.cuh and
+// config.cuh, and every kernel compiled for the device by nvcc, where the layout checks
+// (static_assert; NVRTC lacks offsetof) hold. The nvcc parts skip with a message where nvcc is missing.
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync, type SpawnSyncReturns } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { WaitSite } from '../src/collectives/status.js';
+import { allReduceBlocks } from '../src/backends/cuda/all-reduce.js';
+import { AR_PARAMS_BYTES, ArDtype, ArOp, writeArParams } from '../src/backends/cuda/kernel-params.js';
+import { allReduceOffset, AR_HEADER, AR_TILE_BYTES, arOneShotBytes, arRounds, arSharedBytes, arSlots, arStageBytes, laneEnd } from '../src/backends/cuda/layout.js';
+import { kernelsDir } from '../src/jit/module.js';
+
+const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
+const header = readFileSync(join(kernelsDir(), 'all-reduce.cuh'), 'utf8');
+const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
+
+function define(source: string, name: string): number {
+  const m = new RegExp(`^#define ${name} \\(?(\\d+)(?: << (\\d+))?\\)?`, 'm').exec(source);
+  assert.ok(m, `#define ${name}`);
+  return Number(m[1]) * 2 ** Number(m[2] ?? 0);
+}
+
+describe('allReduce kernels mirrored in TypeScript', () => {
+  test('constants of config.cuh and all-reduce.cuh', () => {
+    assert.equal(AR_HEADER, define(config, 'A2AV_AR_HEADER'));
+    assert.equal(AR_TILE_BYTES, define(config, 'A2AV_AR_TILE_BYTES'));
+    assert.equal(ArDtype.f32, define(header, 'AR_F32'));
+    assert.equal(ArDtype.bf16, define(header, 'AR_BF16'));
+    assert.equal(ArOp.sum, define(header, 'AR_SUM'));
+    for (const m of config.matchAll(/^#define A2AV_WAIT_(\w+) (\d+)/gm)) assert.ok(WaitSite[Number(m[2])], `status.ts names wait A2AV_WAIT_${m[1]}`);
+  });
+
+  test('ArParams: kernel-params.ts writes every field at the offset all-reduce.cuh asserts', () => {
+    const at = new Map<string, number>();
+    for (const m of header.matchAll(/A2AV_LAYOUT_CHECK\(__builtin_offsetof\(ArParams, (\w+)\) == (\d+)/g)) at.set(m[1], Number(m[2]));
+    const size = /A2AV_LAYOUT_CHECK\(sizeof\(ArParams\) == (\d+)/.exec(header);
+    assert.ok(size && at.size === 13, 'all-reduce.cuh asserts the size and every offset past the first');
+    assert.equal(AR_PARAMS_BYTES, Number(size[1]));
+    const view = new DataView(new ArrayBuffer(AR_PARAMS_BYTES));
+    writeArParams(view, {
+      input: 0x11n, outPeers: 0x22n, padPeers: 0x33n, pad: 0x44n, stagePeers: 0x55n, laneOffset: 0x66, stageOffset: 0x77, count: 0x88,
+      outId: 0x99, timeoutNs: 0xaan, dtype: 0xb, op: 0xc, rank: 0xd, world: 0xe,
+    });
+    const u64 = (name: string) => view.getBigUint64(at.get(name)!, true);
+    const i32 = (name: string) => view.getInt32(at.get(name)!, true);
+    assert.equal(view.getBigUint64(0, true), 0x11n, 'input at 0');
+    assert.deepEqual(
+      ['outPeers', 'padPeers', 'pad', 'stagePeers', 'laneOffset', 'stageOffset', 'count', 'outId', 'timeoutNs'].map(u64),
+      [0x22n, 0x33n, 0x44n, 0x55n, 0x66n, 0x77n, 0x88n, 0x99n, 0xaan],
+    );
+    assert.deepEqual(['dtype', 'op', 'rank', 'world'].map(i32), [0xb, 0xc, 0xd, 0xe]);
+  });
+
+  test('round counts and shared memory: small cases by hand', () => {
+    // 8192 f32 or 16384 bf16 a tile; W tiles a round
+    assert.equal(arRounds(2, 0, 4), 0);
+    assert.equal(arRounds(2, 1, 4), 1);
+    assert.equal(arRounds(2, 2 * 8192, 4), 1);
+    assert.equal(arRounds(2, 2 * 8192 + 1, 4), 2);
+    assert.equal(arRounds(3, 3 * 16384 * 5, 2), 5);
+    assert.equal(arSharedBytes(160), 160 * 6 * 8);
+    assert.ok(arSharedBytes(160) <= 48 * 1024, 'no opt-in to more shared memory');
+  });
+
+  test('blocks a call launches: a thread a packet one-shot, a block a round after, never past the fair share or half the slots', () => {
+    assert.equal(allReduceBlocks(2, 0, 4, 66), 1, 'a zero count still meets its peers');
+    assert.equal(allReduceBlocks(2, 1, 2, 66), 1);
+    assert.equal(allReduceBlocks(2, 65536, 4, 66), 64, '256 KiB one-shot at W = 2: 32768 packets');
+    assert.equal(allReduceBlocks(2, 65536, 4, 8), 8, 'the fair share caps it');
+    assert.equal(allReduceBlocks(2, 65537, 4, 66), 5, 'past one-shot: 9 tiles, 5 rounds');
+    assert.equal(allReduceBlocks(2, 64 << 20, 4, 66), 16, 'half of 32 slots');
+    assert.equal(allReduceBlocks(72, 1 << 20, 4, 66), 1, 'W = 72: 3 slots, one block');
+    for (const W of [1, 2, 3, 8, 160]) {
+      for (const count of [0, 1, 4097, 1 << 16, 1 << 22]) {
+        const b = allReduceBlocks(W, count, 4, 1000);
+        assert.ok(Number.isInteger(b) && b >= 1, `W=${W} count=${count}: ${b}`);
+        if (count * 4 > arOneShotBytes(W)) assert.ok(b <= arSlots(W) / 2, `W=${W} count=${count}: ${b} blocks, ${arSlots(W)} slots`);
+      }
+    }
+  });
+
+  test('allReduce region and staging: the headers compiled for the host give what layout.ts computes', (t) => {
+    if (nvcc === undefined) return t.skip('nvcc not found: the layout cannot be compiled here (CI has nvcc)');
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-ar-layout-'));
+    try {
+      const worlds = [1, 2, 3, 7, 8, 16, 72, 160];
+      writeFileSync(
+        join(dir, 'layout.cu'),
+        `#include <cstdio>\n#include "config.cuh"\nint main() {\n` +
+          `  for (int W : {${worlds.join(', ')}}) {\n` +
+          `    u8* l = (u8*)0;\n` +
+          `    printf("%lld %lld %lld %lld %lld %lld %d %lld %lld\\n", (long long)((u8*)lane_ar_header(l, W, 0) - l), (long long)((u8*)lane_ar_ready(l, W, 0) - l),\n` +
+          `           (long long)((u8*)lane_ar_free(l, W, 0) - l), (long long)((u8*)lane_ar_rounds(l, W) - l), (long long)(lane_end(l, W) - l),\n` +
+          `           (long long)ar_one_shot_bytes(W), ar_slots(W), (long long)ar_stage_bytes(W), (long long)(ar_stage_tile(l, W, 1, 2) - l));\n` +
+          `  }\n}\n`,
+      );
+      execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
+      const got = execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n').map((l) => l.split(' ').map(Number));
+      const want = worlds.map((W) => {
+        const at = allReduceOffset(W), S = arSlots(W);
+        const ready = at + 16 * AR_HEADER * W;
+        return [at, ready, ready + 8 * S * W, ready + 16 * S * W, laneEnd(W), arOneShotBytes(W), S, arStageBytes(W), 2 * W * arOneShotBytes(W) + (W + 2) * AR_TILE_BYTES];
+      });
+      assert.deepEqual(got, want);
+      for (const W of worlds) {
+        assert.equal(arStageBytes(W) % 256, 0, `W=${W}: lanes' staging stays 256-byte aligned`);
+        assert.ok(arStageBytes(W) <= 16 << 20, `W=${W}: staging of a lane stays bounded`);
+        assert.ok(arSlots(W) >= 2, `W=${W}: a block has two rounds in flight`);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('every kernel compiles for the device under nvcc (layout checks hold), on one GPU and across GPUs', (t) => {
+    if (nvcc === undefined) return t.skip('nvcc not found: the kernels cannot be compiled here (CI has nvcc)');
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-kernels-'));
+    try {
+      const files = readdirSync(kernelsDir()).filter((f) => f.endsWith('.cu'));
+      assert.ok(files.includes('all-reduce.cu'));
+      for (const f of files) {
+        for (const oneGpu of f === 'all-reduce.cu' ? [0, 1] : [0]) {
+          const r: SpawnSyncReturns<string> = spawnSync(nvcc, ['-std=c++17', '-arch=sm_90', `-DA2AV_ONE_GPU=${oneGpu}`, '-c', join(kernelsDir(), f), '-o', join(dir, `${f}.${oneGpu}.o`)], { encoding: 'utf8' });
+          assert.equal(r.status, 0, `${f} (A2AV_ONE_GPU=${oneGpu}):\n${r.stderr}`);
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
