@@ -3,6 +3,7 @@
 export type { CommOptions } from './backend.js';
 import type { BackendName, Comm, CommOptions } from './backend.js';
 import { UsageError } from '../errors.js';
+import { rankEnv } from '../world/env.js';
 
 interface CudaBackendModule {
   createCudaComm(opts: CommOptions): Promise<Comm>;
@@ -35,14 +36,50 @@ export async function createComm(opts: CommOptions): Promise<Comm> {
   }
 }
 
-/** 'cuda' when a GPU is visible, else 'cpu'. Never throws. */
-export async function defaultBackend(): Promise<BackendName> {
+/** Enough of a launched job's shape (src/world/env.ts) to tell whether it spans nodes. */
+export interface JobShape {
+  rank: number;
+  worldSize: number;
+  /** Ranks on this node. */
+  localWorldSize: number;
+}
+
+/**
+ * The backend of a job that names none: nccl when the job spans more than one node (this node
+ * holds fewer ranks than the job: the cuda and cpu backends reach the ranks of one machine only),
+ * else cuda where a GPU is visible, else cpu. Across nodes without a GPU no backend can work:
+ * UsageError. `note` says why nccl was picked.
+ */
+export function chooseBackend(job: JobShape | undefined, gpuVisible: boolean): { backend: BackendName; note?: string } {
+  if (job !== undefined && job.localWorldSize < job.worldSize) {
+    const where = `${job.worldSize} ranks, ${job.localWorldSize} on this node`;
+    if (!gpuVisible) {
+      throw new UsageError(
+        `the job spans more than one node (${where}) and no GPU is visible: the cpu backend reaches the ranks of one machine only; ` +
+          'run ranks across nodes on GPUs (nccl), or launch every rank on one node',
+      );
+    }
+    return { backend: 'nccl', note: `the job spans more than one node (${where}): using the nccl backend (cuda reaches the ranks of one machine only)` };
+  }
+  return { backend: gpuVisible ? 'cuda' : 'cpu' };
+}
+
+/**
+ * chooseBackend for this process: the job as the launcher's variables describe it (null: ranks as
+ * threads of this one process), and whether the CUDA driver sees a GPU. Rank 0 says so on stderr
+ * when it picks nccl because the job spans nodes.
+ */
+export async function defaultBackend(job: JobShape | null = rankEnv() ?? null): Promise<BackendName> {
+  let gpus = 0;
   try {
     const probe = (await import('../cuda/probe.js')) as { cudaDeviceCount(): number };
-    return probe.cudaDeviceCount() > 0 ? 'cuda' : 'cpu';
+    gpus = probe.cudaDeviceCount();
   } catch {
-    return 'cpu';
+    gpus = 0;
   }
+  const { backend, note } = chooseBackend(job ?? undefined, gpus > 0);
+  if (note !== undefined && job?.rank === 0) process.stderr.write(`a2av: ${note}\n`);
+  return backend;
 }
 
 function checkOptions(o: CommOptions): void {

@@ -32,7 +32,7 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
   // which happens in the rank threads, after this (the environment is the process's); and before
   // the default backend's probe, which loads the driver.
   if ((opts.backend ?? 'cuda') === 'cuda') process.env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
-  const backend = opts.backend ?? (await defaultBackend());
+  const backend = opts.backend ?? (await defaultBackend(null));
   const broker = new ThreadStoreBroker();
   const run = new RankRun<R>(ranks, opts.onReport);
   const workers: Worker[] = [];
