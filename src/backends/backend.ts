@@ -65,6 +65,12 @@ export interface AllToAllVArgs {
   sizeHintBytes?: number;
   /** Overrides the launch plan (GPU backends; validated, ignored on CPU). */
   plan?: LaunchPlan;
+  /**
+   * At most this many thread blocks for this call on the cuda backend (its data grid included): an
+   * SM budget, so the collective leaves SMs to compute running beside it. Slower, never wrong.
+   * Ignored by cpu and nccl.
+   */
+  maxBlocks?: number;
 }
 
 /**

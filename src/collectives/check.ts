@@ -62,6 +62,9 @@ export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
   checkBuffer(ctx, 'inSplits (int64[W])', args.inSplits, 8 * w);
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W])', args.outSplitsOffsets, 16 * w);
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
+  if (args.maxBlocks !== undefined && (!Number.isSafeInteger(args.maxBlocks) || args.maxBlocks < 1)) {
+    throw new UsageError(`rank ${ctx.rank}: maxBlocks must be a positive integer, got ${args.maxBlocks}`);
+  }
   return checkLane(ctx, args.lane);
 }
 

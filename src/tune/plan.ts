@@ -2,6 +2,7 @@
 // Blocks share the rank's send bytes tile by tile (see kernels/a2av.cu), so each peer gets blocks in
 // proportion to its bytes: with fewer peers every peer gets more blocks, and the total stays put.
 import { UsageError } from '../errors.js';
+import { lookupPlan, type PlanShape, type PlanTable } from './table.js';
 
 export interface LaunchPlan {
   /** Thread blocks per rank and call. */
@@ -29,6 +30,14 @@ export interface PlanContext {
   allOnDevice: boolean;
   /** Grid mode: 'auto' (default: large calls on one GPU), 'always' or 'never' (A2AV_GRID_COPY). */
   gridCopy?: GridCopy;
+  /** Where the call runs, and the measured tables (table.ts) to look it up in before the heuristic. */
+  shape?: PlanShape;
+  tables?: readonly PlanTable[];
+  /**
+   * At most this many thread blocks for the call (its data grid included), so collectives leave SMs
+   * to the compute beside them; the call stays correct with any count, only slower.
+   */
+  maxBlocks?: number;
 }
 
 export type GridCopy = 'auto' | 'always' | 'never';
@@ -52,7 +61,34 @@ export const tileBytes = (threads: number): number => threads * 16 * 4;
 export const GRID_MIN_BYTES = 16 << 20;
 export const GRID_THREADS = 256;
 
+/**
+ * The plan a call gets when it names none: a measured table's for its shape and size (when it can
+ * be resident here, with A2AV_GRID_COPY not forcing a mode), else the heuristic; then the budget.
+ */
 export function defaultPlan(ctx: PlanContext): LaunchPlan {
+  return withinBudget(measuredPlan(ctx) ?? heuristicPlan(ctx), ctx.maxBlocks);
+}
+
+function measuredPlan(ctx: PlanContext): LaunchPlan | undefined {
+  if (ctx.shape === undefined || ctx.tables === undefined || (ctx.gridCopy ?? 'auto') !== 'auto') return undefined;
+  const entry = lookupPlan(ctx.tables, ctx.shape, ctx.inputBytes);
+  if (entry === undefined) return undefined;
+  // A grid plan needs 16-byte rows, as the heuristic's does.
+  if (entry.plan.grid && ctx.rowBytes !== undefined && ctx.rowBytes % 16 !== 0) return undefined;
+  try {
+    return validatePlan(entry.plan, ctx);
+  } catch {
+    return undefined;
+  }
+}
+
+/** `plan` with at most `maxBlocks` blocks (the grid mode's data grid is capped where it is launched). */
+export function withinBudget(plan: LaunchPlan, maxBlocks: number | undefined): LaunchPlan {
+  if (maxBlocks === undefined || plan.blocks <= maxBlocks) return plan;
+  return { ...plan, blocks: Math.max(1, maxBlocks) };
+}
+
+export function heuristicPlan(ctx: PlanContext): LaunchPlan {
   // Across GPUs the resident sweep stays the default: grid mode is only measured on one GPU so far.
   // Rows of a size not a multiple of 16 leave every segment unaligned, and grid mode's short path
   // unused: 0.33-0.40 of the copy against 0.56-0.66 for the resident sweep (7-byte rows, W=8).

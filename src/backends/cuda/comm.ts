@@ -100,7 +100,8 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#marks = new EventRing(device);
     this.deviceName = `${device.name} #${device.ordinal}`;
     this.#memory = new GpuMemory(device, this);
-    this.#kernels = new A2avKernels({ module: init.module, device, worldSize: this.worldSize, ranksOnDevice: this.ranksOnDevice });
+    const gpus = new Set(init.places.map((w) => `${w.host}/${w.ordinal}`)).size;
+    this.#kernels = new A2avKernels({ module: init.module, device, worldSize: this.worldSize, ranksOnDevice: this.ranksOnDevice, gpus });
     this.#moe = new MoeCalls(
       {
         rank: this.rank,
@@ -244,7 +245,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   allToAllV(args: AllToAllVArgs): Handle {
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
     const lane = this.#lanes[checkAllToAllV(this, args)];
-    const ctx = this.#kernels.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity), args.rowBytes);
+    const ctx = this.#kernels.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity), args.rowBytes, args.maxBlocks);
     const plan = this.#kernels.plan(ctx, args.plan);
     const input = args.input as GpuBuffer;
     const output = args.output as GpuBuffer;

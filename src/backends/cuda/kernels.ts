@@ -2,7 +2,8 @@
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, gridCopyFromEnv, validatePlan, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { defaultPlan, gridCopyFromEnv, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { loadTables, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';
 
@@ -11,6 +12,8 @@ export interface KernelsInit {
   device: CudaDevice;
   worldSize: number;
   ranksOnDevice: number;
+  /** GPUs holding the job's ranks: with the rest, the shape measured plans are looked up by. */
+  gpus: number;
 }
 
 export class A2avKernels {
@@ -26,6 +29,9 @@ export class A2avKernels {
   readonly #ranksOnDevice: number;
   /** Programmatic dependent launch (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
+  readonly #shape: PlanShape;
+  /** Measured plans (A2AV_PLAN's file, then plans/): read once, so a bad file fails the set-up. */
+  readonly #tables: PlanTable[] = loadTables();
 
   constructor(init: KernelsInit) {
     this.#module = init.module;
@@ -37,12 +43,16 @@ export class A2avKernels {
     this.#doneFn = init.module.fn('a2av_done');
     this.#smem = kernelSharedBytes(this.#world);
     this.#earlyLaunch = init.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+    this.#shape = { gpu: init.device.name, gpus: init.gpus, world: init.worldSize, ranksPerGpu: init.ranksOnDevice };
     if (this.#smem > 48 * 1024) this.#launcher.fn.allowSharedBytes(this.#smem);
   }
 
   /** The plan a call with this much input gets by default, and the limit any override must meet. */
-  planContext(inputBytes: number, rowBytes?: number): PlanContext {
+  planContext(inputBytes: number, rowBytes?: number, maxBlocks?: number): PlanContext {
     return {
+      shape: this.#shape,
+      tables: this.#tables,
+      maxBlocks,
       residentBlocks: (t) => this.#residentBlocks(t),
       ranksOnDevice: this.#ranksOnDevice,
       inputBytes,
@@ -52,9 +62,9 @@ export class A2avKernels {
     };
   }
 
-  /** The plan of a call: the caller's override, validated, or the default for its size. */
+  /** The plan of a call: the caller's override, validated, or the default for its size (both within its budget). */
   plan(ctx: PlanContext, override: LaunchPlan | undefined): LaunchPlan {
-    return override ? validatePlan(override, ctx) : defaultPlan(ctx);
+    return override ? withinBudget(validatePlan(override, ctx), ctx.maxBlocks) : defaultPlan(ctx);
   }
 
   /** Queues one call on `stream` (params.gridCopy must agree with plan.grid). */
@@ -70,7 +80,7 @@ export class A2avKernels {
       // The copy grid is sized from the hint; its blocks loop when the sends turn out larger. Early
       // launches are safe here: a2av_1d lets them be scheduled only after every rank has arrived.
       const t = plan.grid.threads;
-      const blocks = Math.max(1, Math.min(2 ** 31 - 1, Math.ceil(ctx.inputBytes / (16 * t))));
+      const blocks = Math.max(1, Math.min(2 ** 31 - 1, ctx.maxBlocks ?? Infinity, Math.ceil(ctx.inputBytes / (16 * t))));
       const go = this.#earlyLaunch ? launcher.launchEarly.bind(launcher) : launcher.launch.bind(launcher);
       go(blocks, t, stream, copySharedBytes(this.#world), this.#copyFn);
       go(1, Math.min(1024, Math.max(32, Math.ceil(this.#world / 32) * 32)), stream, 0, this.#doneFn);

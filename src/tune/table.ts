@@ -1,0 +1,150 @@
+// Measured launch plans: `a2av tune` times candidate plans of the 1-D call on the machine it runs on
+// and writes the fastest per shape and size bucket; the cuda backend's default plan reads the tables
+// shipped in plans/ (and an override file named by A2AV_PLAN first) and falls back to the heuristic
+// (plan.ts) for shapes no table has measured.
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { UsageError } from '../errors.js';
+import type { LaunchPlan } from './plan.js';
+
+export const TABLE_FORMAT = 'a2av-plan-table/1';
+
+/** Where a plan was measured: it applies to calls of the same shape only. */
+export interface PlanShape {
+  /** The GPU's name as the driver gives it, e.g. "NVIDIA H200". */
+  gpu: string;
+  /** GPUs holding the job's ranks. */
+  gpus: number;
+  /** Ranks in the job. */
+  world: number;
+  /** Ranks sharing each GPU. */
+  ranksPerGpu: number;
+}
+
+/** One size bucket of one shape: calls with input bytes in [minBytes, maxBytes) get `plan`. */
+export interface PlanEntry extends PlanShape {
+  minBytes: number;
+  maxBytes: number;
+  plan: LaunchPlan;
+  /** What tune measured at the bucket's sizes (µs per call): the plan chosen, and the heuristic. */
+  us?: number[];
+  defaultUs?: number[];
+}
+
+export interface PlanTable {
+  format: typeof TABLE_FORMAT;
+  /** How the table was made: date, commit, command. */
+  measured?: { date?: string; commit?: string; command?: string };
+  entries: PlanEntry[];
+}
+
+/** The entry for a call of `inputBytes` on `shape`, if a table has measured it. */
+export function lookupPlan(tables: readonly PlanTable[], shape: PlanShape, inputBytes: number): PlanEntry | undefined {
+  for (const table of tables) {
+    const hit = table.entries.find(
+      (e) =>
+        e.gpu === shape.gpu &&
+        e.gpus === shape.gpus &&
+        e.world === shape.world &&
+        e.ranksPerGpu === shape.ranksPerGpu &&
+        inputBytes >= e.minBytes &&
+        inputBytes < e.maxBytes,
+    );
+    if (hit) return hit;
+  }
+  return undefined;
+}
+
+/** One measured size: the fastest plan there (and the heuristic's time, for the record). */
+export interface MeasuredSize {
+  bytes: number;
+  plan: LaunchPlan;
+  us: number;
+  defaultUs: number;
+}
+
+const samePlan = (a: LaunchPlan, b: LaunchPlan): boolean =>
+  a.blocks === b.blocks && a.threads === b.threads && a.grid?.threads === b.grid?.threads;
+
+/**
+ * Size buckets from measured sizes (ascending): neighbours with the same plan share a bucket, and
+ * bucket edges fall halfway (geometrically) between measured sizes; the first bucket starts at 0,
+ * the last one is open-ended. Sizes where the heuristic was as fast (within `slack`) keep the
+ * heuristic: no entry, so the fallback applies.
+ */
+export function bucketize(shape: PlanShape, sizes: readonly MeasuredSize[], slack = 0.02): PlanEntry[] {
+  const sorted = [...sizes].sort((a, b) => a.bytes - b.bytes);
+  const edge = (i: number): number => (i <= 0 ? 0 : i >= sorted.length ? Number.MAX_SAFE_INTEGER : Math.round(Math.sqrt(sorted[i - 1]!.bytes * sorted[i]!.bytes)));
+  const entries: PlanEntry[] = [];
+  for (let i = 0; i < sorted.length; i++) {
+    const s = sorted[i]!;
+    if (s.us >= s.defaultUs * (1 - slack)) continue;
+    const last = entries[entries.length - 1];
+    if (last && samePlan(last.plan, s.plan) && last.maxBytes === edge(i)) {
+      last.maxBytes = edge(i + 1);
+      last.us!.push(s.us);
+      last.defaultUs!.push(s.defaultUs);
+    } else {
+      entries.push({ ...shape, minBytes: edge(i), maxBytes: edge(i + 1), plan: s.plan, us: [s.us], defaultUs: [s.defaultUs] });
+    }
+  }
+  return entries;
+}
+
+const isCount = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+
+/** Parses and checks a table file; `from` names it in errors. */
+export function parseTable(text: string, from: string): PlanTable {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    throw new UsageError(`${from}: not JSON (${(err as Error).message})`);
+  }
+  const t = raw as Partial<PlanTable>;
+  if (typeof t !== 'object' || t === null || t.format !== TABLE_FORMAT || !Array.isArray(t.entries)) {
+    throw new UsageError(`${from}: not a plan table (expected { "format": "${TABLE_FORMAT}", "entries": [...] }, as a2av tune writes)`);
+  }
+  for (const [i, e] of t.entries.entries()) {
+    const bad = (what: string) => new UsageError(`${from}: entry ${i}: ${what}`);
+    if (typeof e?.gpu !== 'string') throw bad('gpu must be the GPU name');
+    for (const k of ['gpus', 'world', 'ranksPerGpu', 'minBytes', 'maxBytes'] as const) if (!isCount(e[k])) throw bad(`${k} must be a non-negative integer`);
+    if (e.minBytes >= e.maxBytes) throw bad(`minBytes ${e.minBytes} must be below maxBytes ${e.maxBytes}`);
+    const p = e.plan as LaunchPlan | undefined;
+    if (typeof p !== 'object' || p === null || !isCount(p.blocks) || !isCount(p.threads)) throw bad('plan must be { blocks, threads, grid? }');
+    if (p.grid !== undefined && (typeof p.grid !== 'object' || p.grid === null || !isCount(p.grid.threads))) throw bad('plan.grid must be { threads }');
+  }
+  return t as PlanTable;
+}
+
+/** The plans/ folder of the package (beside kernels/), or undefined when it has none. */
+export function shippedTablesDir(): string | undefined {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < 5; i++) {
+    if (existsSync(join(dir, 'kernels'))) return existsSync(join(dir, 'plans')) ? join(dir, 'plans') : undefined;
+    dir = dirname(dir);
+  }
+  return undefined;
+}
+
+/**
+ * The tables a default plan consults, in order: the file A2AV_PLAN names (its errors are the
+ * user's: UsageError), then every table shipped in plans/.
+ */
+export function loadTables(override = process.env.A2AV_PLAN, dir = shippedTablesDir()): PlanTable[] {
+  const tables: PlanTable[] = [];
+  if (override !== undefined && override !== '') {
+    let text: string;
+    try {
+      text = readFileSync(override, 'utf8');
+    } catch (err) {
+      throw new UsageError(`A2AV_PLAN=${override}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+    }
+    tables.push(parseTable(text, `A2AV_PLAN=${override}`));
+  }
+  if (dir !== undefined) {
+    for (const f of readdirSync(dir).filter((n) => n.endsWith('.json')).sort()) tables.push(parseTable(readFileSync(join(dir, f), 'utf8'), join(dir, f)));
+  }
+  return tables;
+}

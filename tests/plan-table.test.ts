@@ -1,0 +1,124 @@
+// Measured plan tables (src/tune/table.ts): lookup by shape and size bucket, buckets made from
+// measured sizes, table files checked with named errors, A2AV_PLAN read before the shipped tables;
+// the default plan takes a table's plan only where it can be resident, and every plan keeps within
+// a call's block budget.
+import assert from 'node:assert/strict';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { UsageError } from '../src/errors.js';
+import { defaultPlan, heuristicPlan, withinBudget, type PlanContext } from '../src/tune/plan.js';
+import { bucketize, loadTables, lookupPlan, parseTable, TABLE_FORMAT, type PlanShape, type PlanTable } from '../src/tune/table.js';
+
+const shape: PlanShape = { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1 };
+const MiB = 1 << 20;
+const ctx = (inputBytes: number, more: Partial<PlanContext> = {}): PlanContext => ({
+  residentBlocks: (threads) => 132 * Math.floor(2048 / threads),
+  ranksOnDevice: 1,
+  inputBytes,
+  allOnDevice: false,
+  shape,
+  ...more,
+});
+const table = (entries: PlanTable['entries']): PlanTable => ({ format: TABLE_FORMAT, entries });
+
+test('lookup: same GPU, GPU count, world and ranks per GPU, size inside [minBytes, maxBytes)', () => {
+  const t = table([
+    { ...shape, minBytes: 0, maxBytes: MiB, plan: { blocks: 4, threads: 256 } },
+    { ...shape, minBytes: MiB, maxBytes: 64 * MiB, plan: { blocks: 64, threads: 512 } },
+  ]);
+  assert.equal(lookupPlan([t], shape, 0)?.plan.blocks, 4);
+  assert.equal(lookupPlan([t], shape, MiB - 1)?.plan.blocks, 4);
+  assert.equal(lookupPlan([t], shape, MiB)?.plan.blocks, 64);
+  assert.equal(lookupPlan([t], shape, 64 * MiB), undefined);
+  for (const other of [{ gpu: 'NVIDIA H100' }, { gpus: 1 }, { world: 4 }, { ranksPerGpu: 2 }]) {
+    assert.equal(lookupPlan([t], { ...shape, ...other }, 0), undefined, JSON.stringify(other));
+  }
+  // The first table that has the shape wins (A2AV_PLAN's comes first).
+  const first = table([{ ...shape, minBytes: 0, maxBytes: MiB, plan: { blocks: 2, threads: 128 } }]);
+  assert.equal(lookupPlan([first, t], shape, 10)?.plan.blocks, 2);
+});
+
+test('buckets: neighbours with one plan merge, edges halfway between sizes, sizes the heuristic wins stay out', () => {
+  const a = { blocks: 8, threads: 512 };
+  const b = { blocks: 1, threads: 256, grid: { threads: 256 } };
+  const sizes = [
+    { bytes: 4 * MiB, plan: a, us: 10, defaultUs: 12 },
+    { bytes: MiB, plan: a, us: 5, defaultUs: 6 },
+    { bytes: 16 * MiB, plan: b, us: 30, defaultUs: 40 },
+    { bytes: 64 * MiB, plan: b, us: 100, defaultUs: 101 }, // within 2 %: the heuristic keeps it
+    { bytes: 256 * MiB, plan: b, us: 300, defaultUs: 400 },
+  ];
+  const entries = bucketize(shape, sizes);
+  assert.deepEqual(
+    entries.map((e) => [e.minBytes, e.maxBytes, e.plan]),
+    [
+      [0, 8 * MiB, a],
+      [8 * MiB, 32 * MiB, b],
+      [128 * MiB, Number.MAX_SAFE_INTEGER, b],
+    ],
+  );
+  assert.deepEqual(entries[0]!.us, [5, 10]);
+  assert.deepEqual(entries[0]!.defaultUs, [6, 12]);
+  for (const e of entries) assert.deepEqual({ gpu: e.gpu, gpus: e.gpus, world: e.world, ranksPerGpu: e.ranksPerGpu }, shape);
+});
+
+test('table files: JSON, the format tag and every field checked, errors name the file and the entry', () => {
+  const ok = table([{ ...shape, minBytes: 0, maxBytes: 10, plan: { blocks: 1, threads: 256 } }]);
+  assert.deepEqual(parseTable(JSON.stringify(ok), 'f.json'), ok);
+  const bad = (text: string, re: RegExp) => assert.throws(() => parseTable(text, 'f.json'), (e: Error) => e instanceof UsageError && re.test(e.message));
+  bad('{', /f\.json: not JSON/);
+  bad('{"entries": []}', /f\.json: not a plan table/);
+  const entry = ok.entries[0]!;
+  bad(JSON.stringify(table([{ ...entry, gpu: 3 as unknown as string }])), /entry 0: gpu/);
+  bad(JSON.stringify(table([{ ...entry, world: -1 }])), /entry 0: world/);
+  bad(JSON.stringify(table([{ ...entry, minBytes: 10 }])), /entry 0: minBytes 10 must be below maxBytes 10/);
+  bad(JSON.stringify(table([{ ...entry, plan: { blocks: 1 } as never }])), /entry 0: plan must be/);
+  bad(JSON.stringify(table([{ ...entry, plan: { blocks: 1, threads: 256, grid: 5 } as never }])), /entry 0: plan.grid/);
+});
+
+test('A2AV_PLAN is read before the shipped tables; a missing or bad file is a UsageError naming it', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-plans-'));
+  try {
+    const shipped = join(dir, 'plans');
+    const own = join(dir, 'own.json');
+    mkdirSync(shipped);
+    writeFileSync(join(shipped, 'h200.json'), JSON.stringify(table([{ ...shape, minBytes: 0, maxBytes: 10, plan: { blocks: 3, threads: 256 } }])));
+    writeFileSync(own, JSON.stringify(table([{ ...shape, minBytes: 0, maxBytes: 10, plan: { blocks: 7, threads: 256 } }])));
+    assert.deepEqual(loadTables(undefined, shipped).map((t) => t.entries[0]!.plan.blocks), [3]);
+    assert.deepEqual(loadTables(own, shipped).map((t) => t.entries[0]!.plan.blocks), [7, 3]);
+    assert.deepEqual(loadTables('', undefined), []);
+    assert.throws(() => loadTables(join(dir, 'nope.json'), shipped), (e: Error) => e instanceof UsageError && /A2AV_PLAN=.*nope\.json: cannot read it \(ENOENT\)/.test(e.message));
+    writeFileSync(own, '[]');
+    assert.throws(() => loadTables(own, shipped), (e: Error) => e instanceof UsageError && /A2AV_PLAN=.*own\.json: not a plan table/.test(e.message));
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the default plan: a table plan where it fits, else the heuristic; grid plans only for 16-byte rows', () => {
+  const t = table([
+    { ...shape, minBytes: 0, maxBytes: MiB, plan: { blocks: 4, threads: 256 } },
+    { ...shape, minBytes: MiB, maxBytes: 2 * MiB, plan: { blocks: 9999, threads: 512 } }, // cannot be resident
+    { ...shape, minBytes: 2 * MiB, maxBytes: 4 * MiB, plan: { blocks: 1, threads: 256, grid: { threads: 256 } } },
+  ]);
+  assert.deepEqual(defaultPlan(ctx(1000, { tables: [t] })), { blocks: 4, threads: 256 });
+  assert.deepEqual(defaultPlan(ctx(MiB, { tables: [t] })), heuristicPlan(ctx(MiB)));
+  assert.deepEqual(defaultPlan(ctx(3 * MiB, { tables: [t], rowBytes: 64 })), { blocks: 1, threads: 256, grid: { threads: 256 } });
+  assert.deepEqual(defaultPlan(ctx(3 * MiB, { tables: [t], rowBytes: 7 })), heuristicPlan(ctx(3 * MiB, { rowBytes: 7 })));
+  // A2AV_GRID_COPY forcing a mode wins over tables.
+  assert.deepEqual(defaultPlan(ctx(1000, { tables: [t], gridCopy: 'never' })), heuristicPlan(ctx(1000, { gridCopy: 'never' })));
+  // Another shape: the heuristic.
+  assert.deepEqual(defaultPlan(ctx(1000, { tables: [t], shape: { ...shape, world: 8 } })), heuristicPlan(ctx(1000)));
+});
+
+test('a block budget caps every plan, at least one block', () => {
+  const big = ctx(1 << 30);
+  const plan = heuristicPlan(big);
+  assert.ok(plan.blocks > 16);
+  assert.deepEqual(defaultPlan({ ...big, maxBlocks: 16 }), { ...plan, blocks: 16 });
+  assert.deepEqual(defaultPlan({ ...big, maxBlocks: 100_000 }), plan);
+  assert.deepEqual(withinBudget({ blocks: 5, threads: 128 }, 0), { blocks: 1, threads: 128 });
+  assert.deepEqual(withinBudget({ blocks: 5, threads: 128 }, undefined), { blocks: 5, threads: 128 });
+});
