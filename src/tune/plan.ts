@@ -124,3 +124,12 @@ export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
     );
   return grid ? { blocks, threads, grid: { threads: grid.threads } } : { blocks, threads };
 }
+
+/** What `a2av tune` needs from the cuda backend to pick candidate plans for its shape. */
+export interface PlanProbe {
+  readonly shape: import('./table.js').PlanShape;
+  /** Blocks of `threads` threads one rank may use: resident beside this GPU's other ranks. */
+  fairBlocks(threads: number): number;
+  /** The heuristic's plan for a call (no table consulted): what a table entry must beat. */
+  heuristic(inputBytes: number, rowBytes: number): LaunchPlan;
+}

@@ -32,6 +32,7 @@ import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
+import type { PlanProbe } from '../../tune/plan.js';
 import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
 import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';
@@ -277,6 +278,11 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   /** ar_reduce + ar_done on the lane (all-reduce.ts); the handle reports this call's outcome. */
+  /** For a2av tune (src/tune/sweep.ts): the shape and limits its candidate plans come from. */
+  planProbe(): PlanProbe {
+    return this.#kernels.probe();
+  }
+
   allReduce(args: AllReduceArgs): Handle {
     const lane = this.#lanes[checkAllReduce(this, args)];
     const output = args.output as GpuBuffer;

@@ -2,7 +2,7 @@
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, gridCopyFromEnv, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { defaultPlan, gridCopyFromEnv, heuristicPlan, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext, type PlanProbe } from '../../tune/plan.js';
 import { loadTables, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';
@@ -85,6 +85,15 @@ export class A2avKernels {
       go(blocks, t, stream, copySharedBytes(this.#world), this.#copyFn);
       go(1, Math.min(1024, Math.max(32, Math.ceil(this.#world / 32) * 32)), stream, 0, this.#doneFn);
     }
+  }
+
+  /** For a2av tune: this rank's shape, its fair share of blocks, and the heuristic's plans. */
+  probe(): PlanProbe {
+    return {
+      shape: this.#shape,
+      fairBlocks: (threads) => Math.max(1, Math.floor(this.#residentBlocks(threads) / this.#ranksOnDevice)),
+      heuristic: (inputBytes, rowBytes) => heuristicPlan(this.planContext(inputBytes, rowBytes)),
+    };
   }
 
   unload(): void {

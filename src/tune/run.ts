@@ -1,0 +1,82 @@
+// The driving side of `a2av tune`: ranks as threads on the visible GPUs (or, in a launched process,
+// this rank's part), rank 0's measurements turned into a plan table (table.ts), merged into an
+// existing table when asked, and a short report of what each size gained over the heuristic.
+import { readFileSync } from 'node:fs';
+import { UsageError } from '../errors.js';
+import { rankEnv } from '../world/env.js';
+import { init } from '../world/init.js';
+import { runRanks } from '../world/threads.js';
+import { formatBytes } from '../bench/units.js';
+import type { TuneArg, TuneReport, TuneResult } from './sweep.js';
+import { bucketize, parseTable, TABLE_FORMAT, type PlanShape, type PlanTable } from './table.js';
+
+export interface TuneOptions extends TuneArg {
+  ranks: number;
+  timeoutMs?: number;
+  /** What the table records as the command that made it. */
+  command: string;
+}
+
+/** Runs the sweep; rank 0 gets the table, the other ranks of a launched job undefined. */
+export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => void = () => {}): Promise<{ table: PlanTable; result: TuneResult } | undefined> {
+  const arg: TuneArg = { sizes: opts.sizes, rowBytes: opts.rowBytes, repeats: opts.repeats, threads: opts.threads };
+  const report = (_rank: number, m: unknown) => onReport(m as TuneReport);
+  let result: TuneResult | undefined;
+  if (rankEnv() !== undefined) {
+    const comm = await init({ backend: 'cuda', timeoutMs: opts.timeoutMs });
+    try {
+      if (comm.worldSize !== opts.ranks) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${comm.worldSize}`);
+      const { tune } = await import('./sweep.js');
+      result = await tune(comm, arg, { report: (m) => report(comm.rank, m) });
+    } finally {
+      await comm.close();
+    }
+  } else {
+    result = (await runRanks<TuneArg, TuneResult | undefined>({ backend: 'cuda', ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport: report }, new URL('./sweep.js', import.meta.url), 'tune', arg))[0];
+  }
+  if (result === undefined) return undefined;
+  const table: PlanTable = {
+    format: TABLE_FORMAT,
+    measured: { date: new Date().toISOString(), command: opts.command },
+    entries: bucketize(result.shape, result.sizes),
+  };
+  return { table, result };
+}
+
+/**
+ * `into`'s entries of other shapes, then `table`'s: re-tuning a shape replaces its entries and keeps
+ * the rest of the file.
+ */
+export function mergeTables(into: PlanTable, table: PlanTable): PlanTable {
+  const same = (a: PlanShape, b: PlanShape) => a.gpu === b.gpu && a.gpus === b.gpus && a.world === b.world && a.ranksPerGpu === b.ranksPerGpu;
+  const tuned = table.entries.map((e) => e as PlanShape);
+  return {
+    format: TABLE_FORMAT,
+    measured: table.measured,
+    entries: [...into.entries.filter((e) => !tuned.some((t) => same(t, e))), ...table.entries],
+  };
+}
+
+export function readTable(path: string): PlanTable {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new UsageError(`${path}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
+  return parseTable(text, path);
+}
+
+/** One line per size: the plan kept, its time and the heuristic's. */
+export function formatTune(result: TuneResult): string {
+  const { shape } = result;
+  const lines = [`# a2av tune: ${shape.gpu}, ${shape.gpus} GPU(s), W=${shape.world}, ${shape.ranksPerGpu} rank(s) per GPU; µs per call, median`];
+  lines.push(`${'bytes'.padStart(9)}  ${'plan'.padEnd(18)}  ${'µs'.padStart(9)}  ${'heuristic µs'.padStart(12)}  gain`);
+  for (const s of result.sizes) {
+    const plan = `${s.plan.blocks}x${s.plan.threads}${s.plan.grid ? ` grid ${s.plan.grid.threads}` : ''}`;
+    lines.push(
+      `${formatBytes(s.bytes).padStart(9)}  ${plan.padEnd(18)}  ${s.us.toFixed(2).padStart(9)}  ${s.defaultUs.toFixed(2).padStart(12)}  ${(s.defaultUs / s.us).toFixed(2)}x`,
+    );
+  }
+  return lines.join('\n') + '\n';
+}

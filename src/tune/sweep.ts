@@ -1,0 +1,101 @@
+// `a2av tune`'s rank program: for each size, times the 1-D call under candidate launch plans (block
+// counts from one to the fair share, three block sizes, and grid mode) beside the heuristic's plan,
+// with uniform splits, and keeps the fastest. Rank 0 returns the measured sizes; table.ts turns them
+// into a plan table. Timing only: the plans' results are checked by the test suite, not here.
+import type { Comm, DeviceBuffer } from '../backends/backend.js';
+import { UsageError } from '../errors.js';
+import type { RankContext } from '../world/ranks.js';
+import { Agreement } from '../bench/agree.js';
+import { InputPattern } from '../bench/data.js';
+import { measure, slowestRank } from '../bench/measure.js';
+import { makeSplits } from '../bench/splits.js';
+import type { LaunchPlan, PlanProbe } from './plan.js';
+import type { MeasuredSize, PlanShape } from './table.js';
+
+export interface TuneArg {
+  /** Input bytes per rank, ascending. */
+  sizes: number[];
+  rowBytes: number;
+  repeats: number;
+  /** Block sizes to try (multiples of 32). */
+  threads: number[];
+}
+
+export type TuneReport =
+  | { type: 'start'; device: string; shape: PlanShape; sizes: number[] }
+  | { type: 'size'; index: number; count: number; size: MeasuredSize; candidates: number };
+
+export interface TuneResult {
+  shape: PlanShape;
+  sizes: MeasuredSize[];
+}
+
+/** Candidate plans for one size: powers of two up to the fair share, and the fair share itself. */
+export function candidates(probe: Pick<PlanProbe, 'fairBlocks'>, threads: readonly number[], inputBytes: number): LaunchPlan[] {
+  const plans: LaunchPlan[] = [];
+  for (const t of threads) {
+    const fair = probe.fairBlocks(t);
+    // More blocks than 16-byte words per thread in the call cannot help.
+    const useful = Math.max(1, Math.min(fair, Math.ceil(inputBytes / (16 * t))));
+    const counts = new Set<number>([useful]);
+    for (let b = 1; b < useful; b *= 2) counts.add(b);
+    for (const b of [...counts].sort((x, y) => x - y)) plans.push({ blocks: b, threads: t });
+  }
+  // Grid mode (one exchange block, a grid of one-slice blocks, a completion block) with 16-byte rows.
+  plans.push({ blocks: 1, threads: 256, grid: { threads: 256 } });
+  return plans;
+}
+
+const planKey = (p: LaunchPlan): string => `${p.blocks}x${p.threads}${p.grid ? `+grid${p.grid.threads}` : ''}`;
+
+export async function tune(comm: Comm, arg: TuneArg, ctx: RankContext): Promise<TuneResult | undefined> {
+  const probe = (comm as unknown as { planProbe?: () => PlanProbe }).planProbe?.();
+  if (comm.backend !== 'cuda' || probe === undefined) throw new UsageError(`a2av tune measures the cuda backend's launch plans; this is ${comm.backend}`);
+  const lead = comm.rank === 0;
+  const w = comm.worldSize;
+  const agree = await Agreement.create(comm, Math.max(4, arg.repeats));
+  const maxBytes = arg.sizes[arg.sizes.length - 1]!;
+  const held: DeviceBuffer[] = [];
+  try {
+    const all = arg.sizes.map((bytesPerRank) => makeSplits({ kind: 'uniform', worldSize: w, bytesPerRank, rowBytes: arg.rowBytes, seed: 1 }));
+    const outBytes = Math.max(...all.map((s) => s.maxRowsReceived)) * arg.rowBytes;
+    if (agree.min([comm.freeMemory() - 1.1 * (maxBytes + outBytes)])[0]! < 0) {
+      throw new UsageError(`a2av tune: ${(maxBytes / 2 ** 20).toFixed(0)} MiB per rank does not fit every rank's free GPU memory; lower --max`);
+    }
+    const input = comm.alloc(maxBytes);
+    held.push(input);
+    const output = await comm.allocSymmetric(Math.max(outBytes, arg.rowBytes));
+    held.push(output);
+    const inSplits = comm.alloc(8 * w);
+    const outSplitsOffsets = comm.alloc(16 * w);
+    held.push(inSplits, outSplitsOffsets);
+    new InputPattern(1, comm.rank).fill(comm, input, maxBytes);
+    const stream = comm.lane(0).stream;
+    if (lead) ctx.report({ type: 'start', device: comm.deviceName, shape: probe.shape, sizes: arg.sizes } satisfies TuneReport);
+    const sizes: MeasuredSize[] = [];
+    for (const [index, splits] of all.entries()) {
+      const bytes = splits.rowsPerRank * arg.rowBytes;
+      comm.write(inSplits, BigInt64Array.from(splits.rows[comm.rank]!, (n) => BigInt(n)));
+      const timeOf = (plan: LaunchPlan) => {
+        const call = () => void comm.allToAllV({ input, output, inSplits, outSplitsOffsets, rowBytes: arg.rowBytes, sizeHintBytes: bytes, plan, stream });
+        return slowestRank(agree, measure(comm, stream, call, { repeats: arg.repeats, agree })).medianUs;
+      };
+      const heuristic = probe.heuristic(bytes, arg.rowBytes);
+      const defaultUs = timeOf(heuristic);
+      let best = { plan: heuristic, us: defaultUs };
+      const tried = candidates(probe, arg.threads, bytes).filter((p) => planKey(p) !== planKey(heuristic));
+      for (const plan of tried) {
+        if (plan.grid && arg.rowBytes % 16 !== 0) continue;
+        const us = timeOf(plan);
+        if (us < best.us) best = { plan, us };
+      }
+      const size: MeasuredSize = { bytes, plan: best.plan, us: best.us, defaultUs };
+      sizes.push(size);
+      if (lead) ctx.report({ type: 'size', index, count: all.length, size, candidates: tried.length + 1 } satisfies TuneReport);
+    }
+    return lead ? { shape: probe.shape, sizes } : undefined;
+  } finally {
+    for (const buf of held) comm.free(buf);
+    agree.close();
+  }
+}

@@ -1,0 +1,64 @@
+// a2av tune's parts that need no GPU: the candidate plans, merging a re-tuned shape into a table,
+// the report, and the refusal on a backend without launch plans. The sweep itself runs on a GPU
+// (scripts/gpu-check.sh).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { UsageError } from '../src/errors.js';
+import { runRanks } from '../src/world/threads.js';
+import { formatTune, mergeTables } from '../src/tune/run.js';
+import { candidates } from '../src/tune/sweep.js';
+import { TABLE_FORMAT, type PlanShape } from '../src/tune/table.js';
+
+test('candidates: powers of two up to the useful share, the share itself, per block size, and grid mode', () => {
+  const probe = { fairBlocks: (threads: number) => (132 * 2048) / threads / 2 };
+  const big = candidates(probe, [512], 1 << 30);
+  assert.deepEqual(
+    big.map((p) => p.blocks),
+    [1, 2, 4, 8, 16, 32, 64, 128, 256, 264, 1],
+  );
+  assert.deepEqual(big[big.length - 1], { blocks: 1, threads: 256, grid: { threads: 256 } });
+  // A small call: no more blocks than 16-byte words per thread it holds.
+  const small = candidates(probe, [256, 1024], 64 << 10);
+  assert.deepEqual(
+    small.filter((p) => !p.grid).map((p) => `${p.blocks}x${p.threads}`),
+    ['1x256', '2x256', '4x256', '8x256', '16x256', '1x1024', '2x1024', '4x1024'],
+  );
+  for (const p of small) assert.ok(p.blocks >= 1 && p.blocks <= probe.fairBlocks(p.threads));
+});
+
+test('re-tuning a shape replaces its entries and keeps the other shapes', () => {
+  const a: PlanShape = { gpu: 'NVIDIA H200', gpus: 1, world: 8, ranksPerGpu: 8 };
+  const b: PlanShape = { ...a, gpus: 2, world: 2, ranksPerGpu: 1 };
+  const old = { format: TABLE_FORMAT, entries: [{ ...a, minBytes: 0, maxBytes: 10, plan: { blocks: 1, threads: 256 } }, { ...b, minBytes: 0, maxBytes: 10, plan: { blocks: 2, threads: 256 } }] } as const;
+  const fresh = { format: TABLE_FORMAT, measured: { date: 'now' }, entries: [{ ...a, minBytes: 0, maxBytes: 99, plan: { blocks: 9, threads: 512 } }] } as const;
+  const merged = mergeTables({ ...old, entries: [...old.entries] }, { ...fresh, entries: [...fresh.entries] });
+  assert.deepEqual(
+    merged.entries.map((e) => [e.world, e.plan.blocks]),
+    [
+      [2, 2],
+      [8, 9],
+    ],
+  );
+  assert.deepEqual(merged.measured, { date: 'now' });
+});
+
+test('the report: one line per size with the plan kept, its time, the heuristic and the gain', () => {
+  const text = formatTune({
+    shape: { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1 },
+    sizes: [
+      { bytes: 512 << 10, plan: { blocks: 4, threads: 256 }, us: 7.5, defaultUs: 8.25 },
+      { bytes: 1 << 30, plan: { blocks: 1, threads: 256, grid: { threads: 256 } }, us: 1500, defaultUs: 1650 },
+    ],
+  });
+  const lines = text.trim().split('\n');
+  assert.match(lines[0]!, /NVIDIA H200, 2 GPU\(s\), W=2, 1 rank\(s\) per GPU/);
+  assert.match(lines[2]!, /512 KiB\s+4x256\s+7\.50\s+8\.25\s+1\.10x/);
+  assert.match(lines[3]!, /1 GiB\s+1x256 grid 256\s+1500\.00\s+1650\.00\s+1\.10x/);
+});
+
+test('tune refuses a backend without launch plans, by name', { timeout: 30_000 }, async () => {
+  await assert.rejects(
+    runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 10_000 }, new URL('../src/tune/sweep.js', import.meta.url), 'tune', { sizes: [1024], rowBytes: 64, repeats: 1, threads: [256] }),
+    (err: Error) => err instanceof UsageError && /cuda backend's launch plans; this is cpu/.test(err.message),
+  );
+});
