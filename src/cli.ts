@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The `a2av` command: argument parsing and output only; the work is in src/bench and src/launch.
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from './backends/backend.js';
@@ -14,6 +14,9 @@ import { UsageError } from './errors.js';
 import { rankEnv } from './world/env.js';
 import { recordExitError } from './world/exit-record.js';
 import type { LaunchOptions } from './launch/launcher.js';
+import type { PipelineEvents } from './pipeline/run.js';
+import { SHAPE_NAMES, type ShapeName } from './pipeline/shapes.js';
+import { ARMS, type Arm } from './pipeline/train.js';
 
 /**
  * 1 KiB rows: a 256-float embedding row or a 512-wide bf16 activation; a multiple of 16 bytes, so
@@ -40,6 +43,29 @@ interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' |
   json?: boolean;
   plot?: string;
 }
+
+/** commander's parse of `a2av bench pipeline`; unset counts take the backend's defaults (PIPELINE_DEFAULTS). */
+interface PipelineFlags {
+  backend?: BackendName[];
+  ranks?: number;
+  shape?: ShapeName;
+  arms: Arm[];
+  iters?: number;
+  warmup?: number;
+  seed: number;
+  timeoutMs?: number;
+  json?: boolean;
+  trace?: string;
+}
+
+/**
+ * GPU runs time >= 200 steps after a warm-up; cpu runs the tiny shape, whose steps are host loops
+ * (the first few dozen run slow while the JIT warms up).
+ */
+const PIPELINE_DEFAULTS = {
+  gpu: { shape: 'dlrm', iters: 200, warmup: 20 },
+  cpu: { shape: 'tiny', iters: 100, warmup: 20 },
+} as const;
 
 interface LaunchFlags {
   nprocPerNode: number;
@@ -78,8 +104,9 @@ const program = new Command('a2av')
     outputError: (text, write) => write(`a2av: ${text.replace(/^error: /, '').trim().replace(/\s*\n\s*/g, ' ')}\n`),
   });
 
-program
+const benchCommand = program
   .command('bench')
+  .enablePositionalOptions() // `bench pipeline --ranks 2`: the options after the sub-command are its own
   .description('Sweep all-to-all-v (or, with --op, the MoE dispatch and combine) over input sizes and compare with a same-run copy ' +
     'of the same bytes (across GPUs: peer copies between them); the MoE ops also with the 1-D call of the same bytes. Every size is ' +
     'checked first; a wrong result ends the run with exit status 1, naming the first wrong byte')
@@ -103,6 +130,26 @@ program
   .option('--json', 'print only the JSON result to stdout')
   .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does)')
   .action((flags: BenchFlags, cmd: Command) => bench(flags, cmd));
+
+benchCommand
+  .command('pipeline')
+  .description("A synthetic DLRM-like training step in TorchRec's sparse-data-dist order (input dist of the next batch with device splits, " +
+    'embedding lookup, output dist, dense forward and backward, gradient all-to-all, embedding update, gradient all-reduce, SGD), timed per arm: ' +
+    'one-lane (every collective on lane 0), two-lanes (the input dist on lane 1), two-lanes-serialized (lane 1, but each collective waits for ' +
+    'the one before: the control). Every arm must end with the same loss, tables and weights; a difference ends the run with exit status 1')
+  .option('--backend <names>', 'backend, or several: cuda, nccl (host-side splits: TorchRec\'s way), cpu (default: cuda when a GPU is visible, else cpu)', backends)
+  .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
+  .addOption(new Option('--shape <name>', 'tiny; dlrm (26 features, dim 64, 100k rows, batch 8192, dense 512-256-64 over 512-512-256-1); ' +
+    'dlrm-128 (dim 128); many-tables (170 features, dim 256, pooling 30, batch 32768) (default: dlrm, or tiny where cpu is one of the backends)').choices(SHAPE_NAMES))
+  .addOption(new Option('--arms <list>', 'arms to run, in this order').argParser(armList).default([...ARMS], ARMS.join(',')))
+  .option('--iters <n>', 'timed steps per arm: the median and spread are over them (default 200; 100 with cpu)', integer(1))
+  .option('--warmup <n>', 'untimed steps before them (default 20)', integer(0))
+  .option('--seed <n>', 'seed of the synthetic batches and the initial weights', integer(0), 1)
+  .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+  .option('--json', 'print only the JSON result to stdout')
+  .option('--trace <file.json>', 'write the timed steps as Chrome trace events (ui.perfetto.dev opens them): per arm and rank, a track for ' +
+    'the compute stream, one for the data stream, one per lane')
+  .action((flags: PipelineFlags) => benchPipeline(flags));
 
 program
   .command('plot')
@@ -130,6 +177,14 @@ function rankList(text: string): number[] {
   const ranks = text.split(',').map((t) => Number(t.trim()));
   if (ranks.some((r) => !Number.isInteger(r) || r < 0)) throw new InvalidArgumentError(`not a list of ranks: '${text}'`);
   return ranks;
+}
+
+function armList(text: string): Arm[] {
+  const names = text.split(',').map((n) => n.trim());
+  const odd = names.find((n) => !(ARMS as readonly string[]).includes(n));
+  if (odd !== undefined) throw new InvalidArgumentError(`unknown arm '${odd}' (choose from ${ARMS.join(', ')})`);
+  if (new Set(names).size !== names.length) throw new InvalidArgumentError('an arm is named twice');
+  return names as Arm[];
 }
 
 function backends(text: string): BackendName[] {
@@ -190,6 +245,47 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   if (plotting && flags.plot !== undefined) await plotting.writePlot([{ source: 'bench', result }], flags.plot);
 }
 
+async function benchPipeline(flags: PipelineFlags): Promise<void> {
+  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
+  const gpu = names.some((n) => n !== 'cpu');
+  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const defaults = names.includes('cpu') ? PIPELINE_DEFAULTS.cpu : PIPELINE_DEFAULTS.gpu;
+  const { runPipeline } = await import('./pipeline/run.js');
+  const results = [];
+  for (const backend of names) {
+    const progress = new PipelineProgress(names.length > 1 ? `${backend}: ` : '');
+    try {
+      const result = await runPipeline(
+        { backend, ranks, shape: flags.shape ?? defaults.shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
+          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs },
+        progress,
+      );
+      if (result) results.push(result);
+    } catch (err) {
+      if (names.length === 1) throw err;
+      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
+      process.exitCode = 1;
+    } finally {
+      progress.stop();
+    }
+  }
+  // Launched ranks other than 0 have no result: the job prints one table.
+  if (results.length === 0) return;
+  const { formatPipelineJson, formatPipelineTable, pipelineRows } = await import('./pipeline/table.js');
+  process.stdout.write(flags.json ? formatPipelineJson(results) : formatPipelineTable(results));
+  if (flags.trace !== undefined) {
+    const { chromeTrace } = await import('./pipeline/trace.js');
+    const clocks = results.map((r) => `${r.backend}: ${r.clock}`).join('; ');
+    writeFileSync(flags.trace, JSON.stringify(chromeTrace(results.flatMap((r) => r.traces ?? []), clocks)));
+    process.stderr.write(`a2av: trace of ${results.length * flags.arms.length} arm${results.length * flags.arms.length > 1 ? 's' : ''} written to ${flags.trace}\n`);
+  }
+  const { problems } = pipelineRows(results);
+  if (problems.length > 0) {
+    process.stderr.write(`a2av: the arms trained to different results: ${problems[0]}\n`);
+    process.exitCode = 1;
+  }
+}
+
 async function plot(files: string[], output: string): Promise<void> {
   const { readResultFile, writePlot } = await import('./plot/index.js');
   await writePlot(files.map(readResultFile), output);
@@ -239,6 +335,39 @@ class Progress implements BenchEvents {
       `, checked ${row.checked.join('+')}`;
     if (this.#bar) this.#bar.increment({ last: line });
     else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);
+  }
+
+  stop(): void {
+    this.#bar?.stop();
+    this.#bar = undefined;
+  }
+}
+
+/** The pipeline's progress on stderr: a bar over every arm's steps on a terminal, else a line per arm. */
+class PipelineProgress implements PipelineEvents {
+  #bar: SingleBar | undefined;
+  #arms: Arm[] = [];
+  readonly #label: string;
+
+  constructor(label = '') {
+    this.#label = label;
+  }
+
+  onStart({ device, arms, steps }: { device: string; arms: Arm[]; steps: number }): void {
+    this.#arms = arms;
+    if (!process.stderr.isTTY) return;
+    this.#bar = new SingleBar({
+      stream: process.stderr,
+      format: `${this.#label}pipeline on ${device} {bar} {value}/{total} steps | {arm}`,
+      hideCursor: true,
+      clearOnComplete: true,
+    });
+    this.#bar.start(arms.length * steps, 0, { arm: arms[0] });
+  }
+
+  onStep({ arm, step, steps }: { arm: Arm; step: number; steps: number }): void {
+    if (this.#bar) this.#bar.update(this.#arms.indexOf(arm) * steps + step + 1, { arm });
+    else if (step === 0) process.stderr.write(`${this.#label}pipeline: ${arm}, ${steps} steps\n`);
   }
 
   stop(): void {

@@ -22,6 +22,10 @@ export type { Store } from './world/store.js';
 export { TcpStoreClient, TcpStoreServer } from './world/tcp-store.js';
 export { launch, type LaunchOptions } from './launch/launcher.js';
 export { recordExitError } from './world/exit-record.js';
+export { runPipeline, type PipelineOptions, type PipelineResult } from './pipeline/run.js';
+export { pipelineRank, type ArmResult, type PipelineArg, type PipelineRankResult } from './pipeline/rank.js';
+export { ARMS as PIPELINE_ARMS, type Arm as PipelineArm } from './pipeline/train.js';
+export { SHAPES as PIPELINE_SHAPES, type Shape as PipelineShape, type ShapeName as PipelineShapeName } from './pipeline/shapes.js';
 export {
   A2avError,
   CommAbortedError,

@@ -20,6 +20,7 @@ const signatures = {
   cuCtxSetCurrent: 'int cuCtxSetCurrent(uint64_t ctx)',
   cuCtxEnablePeerAccess: 'int cuCtxEnablePeerAccess(uint64_t peerCtx, uint32_t flags)',
   cuCtxSynchronize: 'int cuCtxSynchronize()',
+  cuCtxGetDevice: 'int cuCtxGetDevice(_Out_ int *dev)',
   cuMemAlloc: 'int cuMemAlloc_v2(_Out_ uint64_t *ptr, size_t bytes)',
   cuMemFree: 'int cuMemFree_v2(uint64_t ptr)',
   cuMemGetInfo: 'int cuMemGetInfo_v2(_Out_ size_t *free, _Out_ size_t *total)',

@@ -1,0 +1,478 @@
+// The compute of the sparse-data-dist training pipeline (src/pipeline/): synthetic batches and
+// their device-side splits, embedding-bag sum pooling, the embedding update, a tiled f32 GEMM and
+// the small kernels around it. src/pipeline/compute-cpu.ts computes the same bits on the host, so
+// every arm and backend trains the same model to the same bits:
+//   - every f32 sum runs in one fixed order with separate multiply and add (__fmul_rn, __fadd_rn:
+//     no FMA contraction, which the host cannot reproduce);
+//   - embedding tables hold int32 fixed point (units of 2^-PL_FIXED_SHIFT, src/pipeline/synth.ts),
+//     so pooling sums integers and the scatter-add is integer atomics: both order-independent.
+// Each kernel takes one struct of 8-byte fields (pointers, i64, f64 for f32 values), mirrored field
+// by field in src/pipeline/compute-cuda.ts (tests/pipeline.test.ts compares the names).
+typedef unsigned int u32;
+typedef long long i64;
+typedef unsigned long long u64;
+
+// Tags of the synthetic streams (src/pipeline/synth.ts Tag).
+#define PL_TAG_LENGTH 1
+#define PL_TAG_ID 2
+#define PL_TAG_DENSE 3
+#define PL_TAG_LABEL 4
+#define PL_TAG_TABLE 5
+#define PL_TAG_WEIGHT 6
+#define PL_SCAN_THREADS 256
+#define PL_LOSS_THREADS 256
+
+// --- synthetic data: murmur3's finaliser, chained (synth.ts mix/step) -------------------------
+
+__device__ __forceinline__ u32 pl_mix(u32 h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  h ^= h >> 16;
+  return h;
+}
+__device__ __forceinline__ u32 pl_step(u32 h, u32 v) { return pl_mix(h + pl_mix(v + 0x9e3779b9u)); }
+__device__ __forceinline__ u32 pl_start(u32 seed, u32 tag) { return pl_mix(seed ^ (tag * 0x9e3779b1u)); }
+
+// Features are owned round-robin (feature f on rank f % W); a rank sends its features owner by
+// owner, so send slot q is the k-th feature of owner p: f = p + k·W.
+__device__ __forceinline__ int pl_owned(int features, int world, int p) { return p < features ? (features - p + world - 1) / world : 0; }
+__device__ int pl_slot_feature(int q, int features, int world) {
+  for (int p = 0; p < world; p++) {
+    const int n = pl_owned(features, world, p);
+    if (q < n) return p + q * world;
+    q -= n;
+  }
+  return -1;
+}
+
+__device__ __forceinline__ int pl_length(u32 seed, i64 batch, int rank, int feature, i64 b, int pooling) {
+  u32 h = pl_step(pl_step(pl_step(pl_step(pl_start(seed, PL_TAG_LENGTH), (u32)batch), (u32)rank), (u32)feature), (u32)b);
+  return (int)(h % (u32)(2 * pooling + 1));
+}
+
+// --- batch: lengths, their offsets and the splits of the ids all-to-all ------------------------
+
+struct ScanArgs {
+  u64 lengths;   // int32 [segments][segLen]; written first when generate
+  u64 offsets;   // int32 [segments][segLen]: where each bag starts inside its segment
+  u64 totals;    // i64 [segments]
+  i64 segments;
+  i64 segLen;
+  i64 generate;  // 1: lengths of batch `batch` on rank `rank`, send order (segment = send slot)
+  i64 seed;
+  i64 batch;
+  i64 rank;
+  i64 world;
+  i64 features;
+  i64 pooling;
+};
+static_assert(sizeof(ScanArgs) == 12 * 8, "ScanArgs: 8-byte fields");
+
+// One block per segment; integer sums, so the block's scan order does not matter.
+extern "C" __global__ void __launch_bounds__(PL_SCAN_THREADS) pl_scan_lengths(const ScanArgs p) {
+  __shared__ int part[PL_SCAN_THREADS];
+  const i64 seg = blockIdx.x;
+  int* lengths = (int*)p.lengths + seg * p.segLen;
+  int* offsets = (int*)p.offsets + seg * p.segLen;
+  const int feature = p.generate ? pl_slot_feature((int)seg, (int)p.features, (int)p.world) : 0;
+  const int t = threadIdx.x;
+  i64 running = 0;
+  for (i64 b0 = 0; b0 < p.segLen; b0 += PL_SCAN_THREADS) {
+    const i64 b = b0 + t;
+    int v = 0;
+    if (b < p.segLen) {
+      if (p.generate) {
+        v = pl_length((u32)p.seed, p.batch, (int)p.rank, feature, b, (int)p.pooling);
+        lengths[b] = v;
+      } else {
+        v = lengths[b];
+      }
+    }
+    part[t] = v;
+    __syncthreads();
+    for (int s = 1; s < PL_SCAN_THREADS; s <<= 1) {
+      const int add = t >= s ? part[t - s] : 0;
+      __syncthreads();
+      part[t] += add;
+      __syncthreads();
+    }
+    if (b < p.segLen) offsets[b] = (int)(running + part[t] - v);
+    running += part[PL_SCAN_THREADS - 1];
+    __syncthreads();
+  }
+  if (t == 0) ((i64*)p.totals)[seg] = running;
+}
+
+struct BasesArgs {
+  u64 totals;     // i64 [segments]
+  u64 bases;      // i64 [segments]: exclusive prefix sum of totals
+  u64 groupSums;  // i64 [world] or 0: the totals of each owner's send slots (the ids all-to-all's splits)
+  i64 segments;
+  i64 world;
+  i64 features;
+};
+static_assert(sizeof(BasesArgs) == 6 * 8, "BasesArgs: 8-byte fields");
+
+// At most a few hundred segments: one thread.
+extern "C" __global__ void pl_segment_bases(const BasesArgs p) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const i64* totals = (const i64*)p.totals;
+  i64* bases = (i64*)p.bases;
+  i64 at = 0;
+  for (i64 q = 0; q < p.segments; q++) {
+    bases[q] = at;
+    at += totals[q];
+  }
+  if (p.groupSums == 0) return;
+  i64* sums = (i64*)p.groupSums;
+  i64 q = 0;
+  for (int owner = 0; owner < p.world; owner++) {
+    i64 sum = 0;
+    for (int n = pl_owned((int)p.features, (int)p.world, owner); n > 0; n--) sum += totals[q++];
+    sums[owner] = sum;
+  }
+}
+
+struct IdsArgs {
+  u64 lengths;  // int32 [segments][segLen]
+  u64 offsets;  // int32 [segments][segLen]
+  u64 bases;    // i64 [segments]
+  u64 ids;      // int32, packed: segment by segment, bag by bag
+  i64 segments;
+  i64 segLen;
+  i64 seed;
+  i64 batch;
+  i64 rank;
+  i64 world;
+  i64 features;
+  i64 rows;
+};
+static_assert(sizeof(IdsArgs) == 12 * 8, "IdsArgs: 8-byte fields");
+
+extern "C" __global__ void pl_gen_ids(const IdsArgs p) {
+  const i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= p.segments * p.segLen) return;
+  const i64 seg = g / p.segLen, b = g % p.segLen;
+  const int feature = pl_slot_feature((int)seg, (int)p.features, (int)p.world);
+  const int n = ((const int*)p.lengths)[g];
+  int* out = (int*)p.ids + ((const i64*)p.bases)[seg] + ((const int*)p.offsets)[g];
+  const u32 bag = pl_step(pl_step(pl_step(pl_step(pl_start((u32)p.seed, PL_TAG_ID), (u32)p.batch), (u32)p.rank), (u32)feature), (u32)b);
+  for (int j = 0; j < n; j++) out[j] = (int)(pl_step(bag, (u32)j) % (u32)p.rows);
+}
+
+struct DenseArgs {
+  u64 x;       // f32 [batchSize][denseIn]
+  u64 labels;  // f32 [batchSize]
+  i64 batchSize;
+  i64 denseIn;
+  i64 seed;
+  i64 batch;
+  i64 rank;
+};
+static_assert(sizeof(DenseArgs) == 7 * 8, "DenseArgs: 8-byte fields");
+
+// Values in [0, 1) on a 2^-24 grid: exact in f32, so no rounding to agree on.
+extern "C" __global__ void pl_gen_dense(const DenseArgs p) {
+  const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  const i64 cols = p.denseIn + 1;
+  if (t >= p.batchSize * cols) return;
+  const i64 b = t / cols, c = t % cols;
+  if (c < p.denseIn) {
+    const u32 h = pl_step(pl_step(pl_step(pl_step(pl_start((u32)p.seed, PL_TAG_DENSE), (u32)p.batch), (u32)p.rank), (u32)b), (u32)c);
+    ((float*)p.x)[b * p.denseIn + c] = (float)(h >> 8) * 0x1p-24f;
+  } else {
+    const u32 h = pl_step(pl_step(pl_step(pl_start((u32)p.seed, PL_TAG_LABEL), (u32)p.batch), (u32)p.rank), (u32)b);
+    ((float*)p.labels)[b] = (float)(h & 1u);
+  }
+}
+
+// --- embeddings ---------------------------------------------------------------------------------
+
+// The bags a rank received, [source][local feature][sample]: bag g is in segment g / segLen, of
+// local feature (g / segLen) % featuresHere; its ids start at bases[segment] + offsets[g].
+struct BagArgs {
+  u64 lengths;  // int32 [bags]
+  u64 offsets;  // int32 [bags]
+  u64 bases;    // i64 [bags / segLen]
+  u64 ids;      // int32
+  u64 table;    // int32 [featuresHere][rows][dim], fixed point
+  u64 pooled;   // f32 [bags][dim]: pooling reads it (out), the update reads it (gradients in)
+  i64 bags;
+  i64 segLen;
+  i64 featuresHere;
+  i64 rows;
+  i64 dim;
+  double scale;  // pooling: 2^-PL_FIXED_SHIFT; update: -lr · 2^PL_FIXED_SHIFT (an f32 value)
+};
+static_assert(sizeof(BagArgs) == 12 * 8, "BagArgs: 8-byte fields");
+
+struct Bag {
+  const int* ids;
+  int n;
+  i64 row0;  // element index of (this bag's table, row 0, this thread's column)
+};
+
+__device__ __forceinline__ Bag pl_bag(const BagArgs& p, i64 g, int d) {
+  const i64 seg = g / p.segLen;
+  const i64 k = seg % p.featuresHere;
+  Bag bag;
+  bag.ids = (const int*)p.ids + ((const i64*)p.bases)[seg] + ((const int*)p.offsets)[g];
+  bag.n = ((const int*)p.lengths)[g];
+  bag.row0 = k * p.rows * p.dim + d;
+  return bag;
+}
+
+// A thread per (bag, column): a bag's threads read one row's columns together.
+extern "C" __global__ void pl_embedding_bag(const BagArgs p) {
+  const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.bags * p.dim) return;
+  const i64 g = t / p.dim;
+  const Bag bag = pl_bag(p, g, (int)(t % p.dim));
+  const int* table = (const int*)p.table;
+  i64 sum = 0;
+  for (int j = 0; j < bag.n; j++) sum += table[bag.row0 + (i64)bag.ids[j] * p.dim];
+  ((float*)p.pooled)[t] = __fmul_rn(__ll2float_rn(sum), (float)p.scale);
+}
+
+// Sum pooling's gradient is the bag's gradient for every id in it: add -lr·grad, in table units
+// (rounded to nearest even, saturated), once per occurrence. Integer atomics: any order, same bits.
+extern "C" __global__ void pl_scatter_update(const BagArgs p) {
+  const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.bags * p.dim) return;
+  const int step = __float2int_rn(__fmul_rn(((const float*)p.pooled)[t], (float)p.scale));
+  if (step == 0) return;
+  const Bag bag = pl_bag(p, t / p.dim, (int)(t % p.dim));
+  int* table = (int*)p.table;
+  for (int j = 0; j < bag.n; j++) atomicAdd(table + bag.row0 + (i64)bag.ids[j] * p.dim, step);
+}
+
+// --- dense -------------------------------------------------------------------------------------
+
+// C[m][n] = sum over k ascending of op(A)[m][k]·op(B)[k][n], then + bias[n], then ReLU. op(A)[m][k]
+// is A[m·lda + k], or A[k·lda + m] when transA; likewise B. Each output is one thread's running
+// sum, k = 0, 1, ...: the host's loop order.
+struct GemmArgs {
+  u64 a;
+  u64 b;
+  u64 c;
+  u64 bias;  // f32 [n] or 0
+  i64 m;
+  i64 n;
+  i64 k;
+  i64 lda;
+  i64 ldb;
+  i64 ldc;
+  i64 transA;
+  i64 transB;
+  i64 relu;
+};
+static_assert(sizeof(GemmArgs) == 13 * 8, "GemmArgs: 8-byte fields");
+
+#define PL_TILE 64
+#define PL_TILE_K 16
+#define PL_GEMM_THREADS 256  // 16 x 16, each 4 x 4 outputs strided by 16 (no bank conflicts)
+
+extern "C" __global__ void __launch_bounds__(PL_GEMM_THREADS) pl_gemm(const GemmArgs p) {
+  __shared__ float as[PL_TILE_K][PL_TILE + 1];
+  __shared__ float bs[PL_TILE_K][PL_TILE + 1];
+  const float* A = (const float*)p.a;
+  const float* B = (const float*)p.b;
+  const i64 tilesN = (p.n + PL_TILE - 1) / PL_TILE;
+  const i64 m0 = (blockIdx.x / tilesN) * PL_TILE, n0 = (blockIdx.x % tilesN) * PL_TILE;
+  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+  float acc[4][4];
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
+  for (i64 k0 = 0; k0 < p.k; k0 += PL_TILE_K) {
+    // Loads walk along whichever index is contiguous in memory.
+    for (int e = threadIdx.x; e < PL_TILE * PL_TILE_K; e += PL_GEMM_THREADS) {
+      const int mm = p.transA ? e % PL_TILE : e / PL_TILE_K, ka = p.transA ? e / PL_TILE : e % PL_TILE_K;
+      const i64 gm = m0 + mm, gka = k0 + ka;
+      as[ka][mm] = gm < p.m && gka < p.k ? A[p.transA ? gka * p.lda + gm : gm * p.lda + gka] : 0.f;
+      const int nn = p.transB ? e / PL_TILE_K : e % PL_TILE, kb = p.transB ? e % PL_TILE_K : e / PL_TILE;
+      const i64 gn = n0 + nn, gkb = k0 + kb;
+      bs[kb][nn] = gn < p.n && gkb < p.k ? B[p.transB ? gn * p.ldb + gkb : gkb * p.ldb + gn] : 0.f;
+    }
+    __syncthreads();
+    const int kmax = p.k - k0 < PL_TILE_K ? (int)(p.k - k0) : PL_TILE_K;
+    for (int kk = 0; kk < kmax; kk++) {
+      float a[4], b[4];
+      for (int i = 0; i < 4; i++) a[i] = as[kk][ty + 16 * i];
+      for (int j = 0; j < 4; j++) b[j] = bs[kk][tx + 16 * j];
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(a[i], b[j]));
+    }
+    __syncthreads();
+  }
+  float* C = (float*)p.c;
+  const float* bias = (const float*)p.bias;
+  for (int i = 0; i < 4; i++) {
+    const i64 gm = m0 + ty + 16 * i;
+    if (gm >= p.m) continue;
+    for (int j = 0; j < 4; j++) {
+      const i64 gn = n0 + tx + 16 * j;
+      if (gn >= p.n) continue;
+      float v = acc[i][j];
+      if (bias) v = __fadd_rn(v, bias[gn]);
+      if (p.relu) v = v > 0.f ? v : 0.f;
+      C[gm * p.ldc + gn] = v;
+    }
+  }
+}
+
+// out[c] = sum over rows ascending of x[r·ld + c] (a bias gradient): one thread per column.
+struct ColSumArgs {
+  u64 x;
+  u64 out;
+  i64 rows;
+  i64 cols;
+  i64 ld;
+};
+static_assert(sizeof(ColSumArgs) == 5 * 8, "ColSumArgs: 8-byte fields");
+
+extern "C" __global__ void pl_col_sum(const ColSumArgs p) {
+  const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= p.cols) return;
+  const float* x = (const float*)p.x;
+  float acc = 0.f;
+  for (i64 r = 0; r < p.rows; r++) acc = __fadd_rn(acc, x[r * p.ld + c]);
+  ((float*)p.out)[c] = acc;
+}
+
+struct ReluGradArgs {
+  u64 dy;
+  u64 y;   // the layer's output (after ReLU)
+  u64 dz;  // may be dy
+  i64 rows;
+  i64 cols;
+  i64 ldDy;
+  i64 ldY;
+  i64 ldDz;
+};
+static_assert(sizeof(ReluGradArgs) == 8 * 8, "ReluGradArgs: 8-byte fields");
+
+extern "C" __global__ void pl_relu_grad(const ReluGradArgs p) {
+  const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.rows * p.cols) return;
+  const i64 r = t / p.cols, c = t % p.cols;
+  const float g = ((const float*)p.dy)[r * p.ldDy + c];
+  ((float*)p.dz)[r * p.ldDz + c] = ((const float*)p.y)[r * p.ldY + c] > 0.f ? g : 0.f;
+}
+
+// The interaction: blocks[q][b][d] (what the output dist delivers, slot by slot) to or from the
+// columns [col0 + q·dim, col0 + (q+1)·dim) of row b of the over arch's input.
+struct PermuteArgs {
+  u64 wide;    // f32 [batchSize][ldWide]
+  u64 blocks;  // f32 [slots][batchSize][dim]
+  i64 batchSize;
+  i64 slots;
+  i64 dim;
+  i64 ldWide;
+  i64 col0;
+  i64 toWide;  // 1: blocks -> wide (forward); 0: wide -> blocks (its gradient)
+};
+static_assert(sizeof(PermuteArgs) == 8 * 8, "PermuteArgs: 8-byte fields");
+
+extern "C" __global__ void pl_permute(const PermuteArgs p) {
+  const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= p.slots * p.batchSize * p.dim) return;
+  const i64 q = t / (p.batchSize * p.dim), b = (t / p.dim) % p.batchSize, d = t % p.dim;
+  float* wide = (float*)p.wide + b * p.ldWide + p.col0 + q * p.dim + d;
+  float* block = (float*)p.blocks + t;
+  if (p.toWide) *wide = *block;
+  else *block = *wide;
+}
+
+// Mean squared error: dy = (y - label) / rows, and loss = 0.5 / rows · sum (y - label)^2, summed
+// by PL_LOSS_THREADS strided running sums and then a fixed tree (synth.ts lossOf mirrors it).
+struct LossArgs {
+  u64 y;       // f32, column 0 of [rows][ldY]
+  u64 labels;  // f32 [rows]
+  u64 dy;      // f32 [rows]
+  u64 loss;    // f32 [1]
+  i64 rows;
+  i64 ldY;
+  double invRows;  // an f32 value
+};
+static_assert(sizeof(LossArgs) == 7 * 8, "LossArgs: 8-byte fields");
+
+extern "C" __global__ void __launch_bounds__(PL_LOSS_THREADS) pl_loss(const LossArgs p) {
+  __shared__ float part[PL_LOSS_THREADS];
+  const int t = threadIdx.x;
+  const float inv = (float)p.invRows;
+  float acc = 0.f;
+  for (i64 i = t; i < p.rows; i += PL_LOSS_THREADS) {
+    const float e = __fsub_rn(((const float*)p.y)[i * p.ldY], ((const float*)p.labels)[i]);
+    ((float*)p.dy)[i] = __fmul_rn(e, inv);
+    acc = __fadd_rn(acc, __fmul_rn(e, e));
+  }
+  part[t] = acc;
+  __syncthreads();
+  for (int s = PL_LOSS_THREADS / 2; s > 0; s >>= 1) {
+    if (t < s) part[t] = __fadd_rn(part[t], part[t + s]);
+    __syncthreads();
+  }
+  if (t == 0) *(float*)p.loss = __fmul_rn(__fmul_rn(part[0], 0.5f), inv);
+}
+
+struct SgdArgs {
+  u64 params;
+  u64 grads;
+  i64 count;
+  double lr;  // an f32 value
+};
+static_assert(sizeof(SgdArgs) == 4 * 8, "SgdArgs: 8-byte fields");
+
+extern "C" __global__ void pl_sgd(const SgdArgs p) {
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.count) return;
+  float* w = (float*)p.params + i;
+  *w = __fsub_rn(*w, __fmul_rn((float)p.lr, ((const float*)p.grads)[i]));
+}
+
+// --- initial values and checksums ---------------------------------------------------------------
+
+// kind 0: f32 ((h >> 8) - 2^23) · scale (scale a power of two: exact); kind 1: int32 ((h >> 8) - 2^23) >> shift.
+struct FillArgs {
+  u64 out;
+  i64 count;
+  i64 seed;
+  i64 tag;
+  i64 key;
+  i64 kind;
+  i64 shift;
+  double scale;
+};
+static_assert(sizeof(FillArgs) == 8 * 8, "FillArgs: 8-byte fields");
+
+extern "C" __global__ void pl_fill(const FillArgs p) {
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.count) return;
+  const u32 h = pl_step(pl_step(pl_step(pl_start((u32)p.seed, (u32)p.tag), (u32)p.key), (u32)(i >> 32)), (u32)i);
+  const int centred = (int)(h >> 8) - (1 << 23);
+  if (p.kind == 0) ((float*)p.out)[i] = __fmul_rn((float)centred, (float)p.scale);
+  else ((int*)p.out)[i] = centred >> p.shift;
+}
+
+// Two 32-bit sums of a hash of (index, word) over `count` words: order-independent (wrapping
+// atomics), so one kernel pass gives what the host's loop gives (synth.ts checksumWords).
+struct ChecksumArgs {
+  u64 words;
+  u64 out;  // u32 [2], zeroed first
+  i64 count;
+};
+static_assert(sizeof(ChecksumArgs) == 3 * 8, "ChecksumArgs: 8-byte fields");
+
+extern "C" __global__ void pl_checksum(const ChecksumArgs p) {
+  u32 a = 0, b = 0;
+  const u32* w = (const u32*)p.words;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < p.count; i += (i64)gridDim.x * blockDim.x) {
+    const u32 x = pl_mix(w[i] + pl_mix((u32)i ^ pl_mix((u32)(i >> 32) + 0x7f4a7c15u)));
+    a += x;
+    b += pl_mix(x ^ 0x5bd1e995u);
+  }
+  atomicAdd((u32*)p.out, a);
+  atomicAdd((u32*)p.out + 1, b);
+}

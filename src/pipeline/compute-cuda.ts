@@ -1,0 +1,98 @@
+// The pipeline's kernels on a GPU (cuda and nccl backends): kernels/pipeline.cu compiled with NVRTC
+// through the kernel cache, launched on the rank's streams. Built in the rank's thread after its
+// communicator, whose context is then current; the GPU is that context's.
+import type { Stream } from '../backends/backend.js';
+import { CudaDevice, type CudaEvent, type CudaStream } from '../cuda/device.js';
+import { cu, outI32 } from '../cuda/driver.js';
+import { KernelModule, StructLauncher, type KernelFunction } from '../jit/module.js';
+import type { Clock, Ref } from './compute.js';
+import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
+import { KernelCompute, type KernelDevice } from './kernel-compute.js';
+import { cudaStream, devicePointer } from './raw.js';
+
+export function createCudaCompute(): KernelCompute {
+  return new KernelCompute(new CudaKernelDevice());
+}
+
+class CudaKernelDevice implements KernelDevice {
+  readonly compute: CudaStream;
+  readonly data: CudaStream;
+  readonly clock: EventClock;
+  readonly multiprocessors: number;
+  readonly scratch: bigint;
+  readonly #device: CudaDevice;
+  readonly #module: KernelModule;
+  /** One parameter block per struct (a launch copies it), and every kernel taking it. */
+  readonly #launchers = new Map<KernelName, StructLauncher>();
+  readonly #fns = new Map<string, KernelFunction>();
+
+  constructor() {
+    this.#device = new CudaDevice(outI32('cuCtxGetDevice', (o) => cu().cuCtxGetDevice(o)));
+    this.#module = new KernelModule('pipeline.cu', this.#device.arch);
+    for (const [name, spec] of Object.entries(KERNEL_SPECS) as [KernelName, (typeof KERNEL_SPECS)[KernelName]][]) {
+      for (const k of spec.kernels) this.#fns.set(k, this.#module.fn(k));
+      this.#launchers.set(name, new StructLauncher(this.#fns.get(spec.kernels[0])!, 8 * spec.fields.length));
+    }
+    this.compute = this.#device.createStream();
+    this.data = this.#device.createStream();
+    this.clock = new EventClock(this.#device);
+    this.multiprocessors = this.#device.smCount;
+    this.scratch = this.#device.alloc(8);
+  }
+
+  params(spec: KernelName): DataView {
+    return this.#launchers.get(spec)!.view;
+  }
+  launch(spec: KernelName, kernel: string, grid: number, block: number, stream: Stream): void {
+    this.#launchers.get(spec)!.launch(grid, block, cudaStream(stream), 0, this.#fns.get(kernel)!);
+  }
+  address(ref: Ref): bigint {
+    return devicePointer(ref.buf) + BigInt(ref.byte);
+  }
+  zero(stream: Stream, address: bigint, bytes: number): void {
+    this.#device.memsetAsync(address, 0, bytes, cudaStream(stream));
+  }
+  readScratch(stream: Stream): Uint32Array {
+    cudaStream(stream).synchronize();
+    const out = new Uint32Array(2);
+    this.#device.download(out, this.scratch);
+    return out;
+  }
+  sync(stream: Stream): void {
+    cudaStream(stream).synchronize();
+  }
+
+  close(): void {
+    // Its own streams only: ranks sharing the GPU share the context, and their kernels are theirs.
+    for (const s of [this.compute, this.data]) s.synchronize();
+    this.clock.destroy();
+    this.#device.free(this.scratch);
+    for (const s of [this.compute, this.data]) this.#device.destroyStream(s);
+    this.#module.unload();
+    this.#device.release();
+  }
+}
+
+/** Timing events, one per mark, reused after reset(). */
+class EventClock implements Clock {
+  readonly #events: CudaEvent[] = [];
+  #used = 0;
+
+  constructor(readonly device: CudaDevice) {}
+
+  mark(stream: Stream): number {
+    if (this.#used === this.#events.length) this.#events.push(this.device.createEvent(true));
+    this.#events[this.#used].record(cudaStream(stream));
+    return this.#used++;
+  }
+  micros(from: number, to: number): number {
+    return this.#events[to].elapsedSince(this.#events[from]) * 1000;
+  }
+  reset(): void {
+    this.#used = 0;
+  }
+  destroy(): void {
+    for (const e of this.#events) e.destroy();
+    this.#events.length = 0;
+  }
+}

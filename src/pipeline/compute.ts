@@ -1,0 +1,212 @@
+// What the pipeline asks of a backend's compute: the kernels of kernels/pipeline.cu as calls that
+// queue work on a stream (cuda, nccl) or run it at once (cpu, compute-cpu.ts). Each argument type
+// names the fields of the kernel's struct; buffers are refs into the communicator's buffers.
+import type { Comm, DeviceBuffer, Stream } from '../backends/backend.js';
+
+/** A position inside a buffer, in bytes. */
+export interface Ref {
+  buf: DeviceBuffer;
+  byte: number;
+}
+
+/** Element `i` of a buffer of 4-byte elements (int32, f32). */
+export function at4(buf: DeviceBuffer, i = 0): Ref {
+  return { buf, byte: 4 * i };
+}
+/** Element `i` of a buffer of 8-byte elements (int64 counts). */
+export function at8(buf: DeviceBuffer, i = 0): Ref {
+  return { buf, byte: 8 * i };
+}
+
+/** pl_scan_lengths: per segment of segLen bags, the offset of each bag's ids and the segment's total. */
+export interface ScanArgs {
+  lengths: Ref;
+  offsets: Ref;
+  totals: Ref;
+  segments: number;
+  segLen: number;
+  /** Draw the lengths of this batch first (send side: segment = send slot). */
+  generate?: { seed: number; batch: number; rank: number; world: number; features: number; pooling: number };
+}
+
+/** pl_segment_bases: exclusive prefix sum of the totals; with groupSums, each owner's share (the ids' splits). */
+export interface BasesArgs {
+  totals: Ref;
+  bases: Ref;
+  groupSums?: Ref;
+  segments: number;
+  world: number;
+  features: number;
+}
+
+export interface IdsArgs {
+  lengths: Ref;
+  offsets: Ref;
+  bases: Ref;
+  ids: Ref;
+  segments: number;
+  segLen: number;
+  seed: number;
+  batch: number;
+  rank: number;
+  world: number;
+  features: number;
+  rows: number;
+}
+
+export interface DenseArgs {
+  x: Ref;
+  labels: Ref;
+  batchSize: number;
+  denseIn: number;
+  seed: number;
+  batch: number;
+  rank: number;
+}
+
+/** pl_embedding_bag (pooled out, scale 2^-FIXED_SHIFT) and pl_scatter_update (pooled = gradients in, scale = -lr·2^FIXED_SHIFT). */
+export interface BagArgs {
+  lengths: Ref;
+  offsets: Ref;
+  bases: Ref;
+  ids: Ref;
+  table: Ref;
+  pooled: Ref;
+  bags: number;
+  segLen: number;
+  featuresHere: number;
+  rows: number;
+  dim: number;
+  scale: number;
+}
+
+export interface GemmArgs {
+  a: Ref;
+  b: Ref;
+  c: Ref;
+  bias?: Ref;
+  m: number;
+  n: number;
+  k: number;
+  lda: number;
+  ldb: number;
+  ldc: number;
+  transA: boolean;
+  transB: boolean;
+  relu: boolean;
+}
+
+export interface ColSumArgs {
+  x: Ref;
+  out: Ref;
+  rows: number;
+  cols: number;
+  ld: number;
+}
+
+export interface ReluGradArgs {
+  dy: Ref;
+  y: Ref;
+  dz: Ref;
+  rows: number;
+  cols: number;
+  ldDy: number;
+  ldY: number;
+  ldDz: number;
+}
+
+export interface PermuteArgs {
+  wide: Ref;
+  blocks: Ref;
+  batchSize: number;
+  slots: number;
+  dim: number;
+  ldWide: number;
+  col0: number;
+  toWide: boolean;
+}
+
+export interface LossArgs {
+  y: Ref;
+  labels: Ref;
+  dy: Ref;
+  loss: Ref;
+  rows: number;
+  ldY: number;
+  invRows: number;
+}
+
+export interface SgdArgs {
+  params: Ref;
+  grads: Ref;
+  count: number;
+  lr: number;
+}
+
+/** f32: centred 24 random bits × scale; int32: centred bits >> shift (synth.ts fillBits). */
+export interface FillArgs {
+  out: Ref;
+  count: number;
+  seed: number;
+  tag: number;
+  key: number;
+  kind: 'f32' | 'int32';
+  shift: number;
+  scale: number;
+}
+
+/** Points in stream order and the time between them (device events; host clock on cpu). */
+export interface Clock {
+  /** Marks the point reached on `stream` so far; returns its id. */
+  mark(stream: Stream): number;
+  /** µs from mark `from` to mark `to`, once the work before both has run. */
+  micros(from: number, to: number): number;
+  /** Forgets every mark (ids start again at 0). */
+  reset(): void;
+}
+
+export interface Compute {
+  /** The stream of the training step's compute. */
+  readonly compute: Stream;
+  /** The stream that draws the next batch and its splits. */
+  readonly data: Stream;
+  readonly clock: Clock;
+  scanLengths(s: Stream, a: ScanArgs): void;
+  segmentBases(s: Stream, a: BasesArgs): void;
+  genIds(s: Stream, a: IdsArgs): void;
+  genDense(s: Stream, a: DenseArgs): void;
+  embeddingBag(s: Stream, a: BagArgs): void;
+  scatterUpdate(s: Stream, a: BagArgs): void;
+  gemm(s: Stream, a: GemmArgs): void;
+  colSum(s: Stream, a: ColSumArgs): void;
+  reluGrad(s: Stream, a: ReluGradArgs): void;
+  permute(s: Stream, a: PermuteArgs): void;
+  loss(s: Stream, a: LossArgs): void;
+  sgd(s: Stream, a: SgdArgs): void;
+  fill(s: Stream, a: FillArgs): void;
+  zero(s: Stream, at: Ref, bytes: number): void;
+  /** synth.ts checksumWords of `words` 4-byte words from `at`: waits for the work queued on `s`. */
+  checksum(s: Stream, at: Ref, words: number): [number, number];
+  /** Blocks the host until the work queued on `s` has run. */
+  sync(s: Stream): void;
+  close(): void;
+}
+
+/**
+ * The compute for `comm`'s backend. Collective on cuda and nccl: every rank loads the kernels
+ * before any rank queues a collective (loading code waits for the kernels running on the GPU,
+ * and a peer's collective spins until this rank arrives).
+ */
+export async function createCompute(comm: Comm): Promise<Compute> {
+  if (comm.backend === 'cpu') {
+    const { CpuCompute } = await import('./compute-cpu.js');
+    return new CpuCompute();
+  }
+  const { createCudaCompute } = await import('./compute-cuda.js');
+  // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
+  if (comm.rank !== 0) await comm.barrier();
+  const compute = createCudaCompute();
+  if (comm.rank === 0) await comm.barrier();
+  await comm.barrier();
+  return compute;
+}

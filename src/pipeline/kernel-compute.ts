@@ -1,0 +1,145 @@
+// The pipeline's compute as launches of kernels/pipeline.cu: each call writes its kernel's struct
+// (kernel-args.ts) and sizes the grid; where the kernels run is a KernelDevice's business (a GPU,
+// compute-cuda.ts; the tests also run the same kernels compiled for the host).
+import type { Stream } from '../backends/backend.js';
+import type {
+  BagArgs,
+  BasesArgs,
+  Clock,
+  ColSumArgs,
+  Compute,
+  DenseArgs,
+  FillArgs,
+  GemmArgs,
+  IdsArgs,
+  LossArgs,
+  PermuteArgs,
+  Ref,
+  ReluGradArgs,
+  ScanArgs,
+  SgdArgs,
+} from './compute.js';
+import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
+
+export interface KernelDevice {
+  readonly compute: Stream;
+  readonly data: Stream;
+  readonly clock: Clock;
+  /** Multiprocessors: a grid-stride kernel needs no more than a few blocks each. */
+  readonly multiprocessors: number;
+  /** Where `spec`'s struct is written before a launch (8-byte fields at 8·i). */
+  params(spec: KernelName): DataView;
+  /** Launches `kernel` with `spec`'s struct as it is now. */
+  launch(spec: KernelName, kernel: string, grid: number, block: number, stream: Stream): void;
+  /** The address kernels use for a ref. */
+  address(ref: Ref): bigint;
+  zero(stream: Stream, address: bigint, bytes: number): void;
+  /** 8 bytes the device owns, and their value once the work queued on `stream` has run. */
+  readonly scratch: bigint;
+  readScratch(stream: Stream): Uint32Array;
+  sync(stream: Stream): void;
+  close(): void;
+}
+
+const THREADS = 256;
+/** kernels/pipeline.cu PL_TILE: a GEMM block computes a 64 x 64 tile of C. */
+const GEMM_TILE = 64;
+/** kernels/pipeline.cu PL_LOSS_THREADS: the loss is one block of them (its summation order). */
+const LOSS_THREADS = 256;
+
+/** A field's value: a ref or a raw address (ptr), a number or flag (int), an f32 value (float). */
+type Value = Ref | bigint | number | boolean | undefined;
+
+export class KernelCompute implements Compute {
+  readonly compute: Stream;
+  readonly data: Stream;
+  readonly clock: Clock;
+
+  constructor(readonly device: KernelDevice) {
+    this.compute = device.compute;
+    this.data = device.data;
+    this.clock = device.clock;
+  }
+
+  scanLengths(s: Stream, a: ScanArgs): void {
+    const g = a.generate;
+    this.#launch('scan', 'pl_scan_lengths', { ...a, ...g, generate: g !== undefined }, a.segments, THREADS, s);
+  }
+  segmentBases(s: Stream, a: BasesArgs): void {
+    this.#launch('bases', 'pl_segment_bases', { ...a }, 1, 32, s);
+  }
+  genIds(s: Stream, a: IdsArgs): void {
+    this.#launch('ids', 'pl_gen_ids', { ...a }, blocks(a.segments * a.segLen), THREADS, s);
+  }
+  genDense(s: Stream, a: DenseArgs): void {
+    this.#launch('dense', 'pl_gen_dense', { ...a }, blocks(a.batchSize * (a.denseIn + 1)), THREADS, s);
+  }
+  embeddingBag(s: Stream, a: BagArgs): void {
+    this.#launch('bag', 'pl_embedding_bag', { ...a }, blocks(a.bags * a.dim), THREADS, s);
+  }
+  scatterUpdate(s: Stream, a: BagArgs): void {
+    this.#launch('bag', 'pl_scatter_update', { ...a }, blocks(a.bags * a.dim), THREADS, s);
+  }
+  gemm(s: Stream, a: GemmArgs): void {
+    const tiles = Math.ceil(a.m / GEMM_TILE) * Math.ceil(a.n / GEMM_TILE);
+    this.#launch('gemm', 'pl_gemm', { ...a }, tiles, THREADS, s);
+  }
+  colSum(s: Stream, a: ColSumArgs): void {
+    this.#launch('colSum', 'pl_col_sum', { ...a }, Math.ceil(a.cols / 128), 128, s);
+  }
+  reluGrad(s: Stream, a: ReluGradArgs): void {
+    this.#launch('reluGrad', 'pl_relu_grad', { ...a }, blocks(a.rows * a.cols), THREADS, s);
+  }
+  permute(s: Stream, a: PermuteArgs): void {
+    this.#launch('permute', 'pl_permute', { ...a }, blocks(a.slots * a.batchSize * a.dim), THREADS, s);
+  }
+  loss(s: Stream, a: LossArgs): void {
+    this.#launch('loss', 'pl_loss', { ...a }, 1, LOSS_THREADS, s);
+  }
+  sgd(s: Stream, a: SgdArgs): void {
+    this.#launch('sgd', 'pl_sgd', { ...a }, blocks(a.count), THREADS, s);
+  }
+  fill(s: Stream, a: FillArgs): void {
+    this.#launch('fill', 'pl_fill', { ...a, kind: a.kind === 'f32' ? 0 : 1 }, blocks(a.count), THREADS, s);
+  }
+  zero(s: Stream, at: Ref, bytes: number): void {
+    if (bytes > 0) this.device.zero(s, this.device.address(at), bytes);
+  }
+
+  checksum(s: Stream, at: Ref, words: number): [number, number] {
+    this.device.zero(s, this.device.scratch, 8);
+    const grid = Math.min(blocks(words), 8 * this.device.multiprocessors);
+    this.#launch('checksum', 'pl_checksum', { words: at, out: this.device.scratch, count: words }, grid, THREADS, s);
+    const [a, b] = this.device.readScratch(s);
+    return [a, b];
+  }
+
+  sync(s: Stream): void {
+    this.device.sync(s);
+  }
+
+  close(): void {
+    this.device.close();
+  }
+
+  #launch(spec: KernelName, kernel: string, args: Record<string, Value>, grid: number, block: number, stream: Stream): void {
+    if (grid === 0) return;
+    const view = this.device.params(spec);
+    KERNEL_SPECS[spec].fields.forEach(([name, kind], i) => {
+      const v = args[name];
+      if (kind === 'ptr') {
+        const r = v as Ref | bigint | undefined;
+        view.setBigUint64(8 * i, r === undefined ? 0n : typeof r === 'bigint' ? r : this.device.address(r), true);
+      } else if (kind === 'float') {
+        view.setFloat64(8 * i, v as number, true);
+      } else {
+        view.setBigInt64(8 * i, BigInt(typeof v === 'boolean' ? Number(v) : ((v as number | undefined) ?? 0)), true);
+      }
+    });
+    this.device.launch(spec, kernel, grid, block, stream);
+  }
+}
+
+function blocks(work: number): number {
+  return Math.ceil(work / THREADS);
+}

@@ -1,0 +1,95 @@
+// `a2av bench pipeline`'s output: one row per (backend, arm), the checks that every arm trained the
+// same model to the same bits, and the JSON form of the same.
+import { formatMicros } from '../bench/table.js';
+import type { ArmResult } from './rank.js';
+import type { PipelineResult } from './run.js';
+import { digest } from './synth.js';
+
+export interface PipelineRow extends ArmResult {
+  backend: string;
+  /** it/s over the same backend's one-lane it/s; null without a one-lane row. */
+  vsOneLane: number | null;
+  /** digest of the three checksums: equal rows trained to the same bits. */
+  checksum: string;
+}
+
+export interface PipelineReportData {
+  rows: PipelineRow[];
+  /** Why results that must agree do not (empty: they all do). */
+  problems: string[];
+  notes: string[];
+}
+
+/**
+ * Rows, and the checks between them: every arm of every backend must end with the same loss,
+ * tables and parameters, except nccl past 2 ranks, whose all-reduce sums in NCCL's own order (its
+ * arms must still agree with each other).
+ */
+export function pipelineRows(results: readonly PipelineResult[]): PipelineReportData {
+  const rows: PipelineRow[] = results.flatMap((r) => {
+    const base = r.arms.find((a) => a.arm === 'one-lane');
+    return r.arms.map((a) => ({
+      backend: r.backend,
+      ...a,
+      vsOneLane: base ? a.itPerSec / base.itPerSec : null,
+      checksum: digest([a.checksums.loss, a.checksums.tables, a.checksums.params].flatMap((h) => [parseInt(h.slice(0, 8), 16), parseInt(h.slice(8), 16)])).slice(0, 12),
+    }));
+  });
+  const problems: string[] = [];
+  const notes: string[] = [];
+  const ownOrder = (backend: string) => backend === 'nccl' && (results[0]?.ranks ?? 0) > 2;
+  if (results.some((r) => ownOrder(r.backend))) notes.push("nccl's all-reduce sums in its own order past 2 ranks: its rows are compared with each other only");
+  for (const group of [rows.filter((r) => !ownOrder(r.backend)), rows.filter((r) => ownOrder(r.backend))]) {
+    const first = group[0];
+    for (const r of group.slice(1)) {
+      for (const what of ['loss', 'tables', 'params'] as const) {
+        if (r.checksums[what] !== first.checksums[what]) problems.push(`${r.backend} ${r.arm}: ${what} checksum ${r.checksums[what]} differs from ${first.backend} ${first.arm}'s ${first.checksums[what]}`);
+      }
+    }
+  }
+  for (const r of rows) if (!r.paramsAgree) problems.push(`${r.backend} ${r.arm}: ranks ended with different dense parameters`);
+  return { rows, problems, notes };
+}
+
+const COLUMNS: ReadonlyArray<{ title: string; cell: (r: PipelineRow) => string }> = [
+  { title: 'backend', cell: (r) => r.backend },
+  { title: 'arm', cell: (r) => r.arm },
+  { title: 'it/s', cell: (r) => r.itPerSec.toFixed(r.itPerSec < 100 ? 2 : 1) },
+  { title: 'step µs', cell: (r) => formatMicros(r.steps.medianUs) },
+  { title: 'p10-p90 µs', cell: (r) => `${formatMicros(r.steps.p10Us)}-${formatMicros(r.steps.p90Us)}` },
+  { title: 'vs one-lane', cell: (r) => (r.vsOneLane === null ? '-' : `${r.vsOneLane.toFixed(3)}×`) },
+  { title: 'compute µs', cell: (r) => formatMicros(r.computeUs) },
+  { title: 'exposed comm µs', cell: (r) => formatMicros(r.exposedUs) },
+  { title: 'host blocked µs', cell: (r) => formatMicros(r.hostBlockedUs) },
+  { title: 'loss', cell: (r) => r.finalLoss.toPrecision(6) },
+  { title: 'checksum', cell: (r) => r.checksum },
+];
+
+export function formatPipelineTable(results: readonly PipelineResult[]): string {
+  const first = results[0];
+  const s = first.shape;
+  const { rows, problems, notes } = pipelineRows(results);
+  const head = [
+    `# a2av bench pipeline: ${s.name} (${s.features} features, dim ${s.dim}, ${s.rows} rows a table, batch ${s.batch} a rank, pooling ${s.pooling}, ` +
+      `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${first.ranks} rank${first.ranks === 1 ? '' : 's'}, ${first.device}, ${first.date}`,
+    `# ${first.iters} timed steps after ${first.warmup} warm-up steps; each step's figure is the slowest rank's; step µs = median, p10-p90 = its spread`,
+    ...results.map((r) => `# ${r.backend} clock: ${r.clock}`),
+    '# vs one-lane = it/s over the same backend\'s one-lane it/s; compute µs = the compute stream busy per step (median); ' +
+      'exposed comm µs = median of (step − compute): the compute waiting, mostly for collectives',
+    '# host blocked µs = per step, the host inside collective calls (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself)',
+    ...notes.map((n) => `# note: ${n}`),
+    problems.length === 0
+      ? `# checksums: every row ended with the same loss, tables and parameters (loss ${rows[0].checksums.loss}, tables ${rows[0].checksums.tables}, params ${rows[0].checksums.params})`
+      : `# CHECKSUMS DIFFER: ${problems.join('; ')}`,
+  ];
+  const cells = [COLUMNS.map((c) => c.title), ...rows.map((r) => COLUMNS.map((c) => c.cell(r)))];
+  const widths = COLUMNS.map((_, i) => Math.max(...cells.map((line) => line[i].length)));
+  return [...head, ...cells.map((line) => line.map((cell, i) => (i < 2 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  '))].join('\n') + '\n';
+}
+
+export function formatPipelineJson(results: readonly PipelineResult[]): string {
+  const { rows, problems, notes } = pipelineRows(results);
+  const { shape, ranks, device, date, warmup, iters, seed } = results[0];
+  const clocks = Object.fromEntries(results.map((r) => [r.backend, r.clock]));
+  return JSON.stringify({ op: 'pipeline', shape, ranks, device, date, warmup, iters, seed, clocks, rows, checksumsAgree: problems.length === 0, problems, notes }, null, 2) + '\n';
+}

@@ -1,0 +1,89 @@
+// What a pipeline run records of its timed steps (spans on tracks: compute, the data stream, each
+// lane) and the Chrome trace event format they are written in (Perfetto and chrome://tracing open it).
+
+/** The phases of a step, in issue order. */
+export const PHASES = [
+  'batch',
+  'input dist lengths',
+  'input dist ids',
+  'lookup',
+  'output dist',
+  'bottom forward',
+  'top forward',
+  'top backward',
+  'grad all-to-all',
+  'embedding update',
+  'bottom backward',
+  'grad all-reduce',
+  'sgd',
+] as const;
+export type Phase = (typeof PHASES)[number];
+
+/** Tracks of a rank: its compute stream, its data stream (next batch and its splits), then lane 0, 1, ... */
+export type Track = 'compute' | 'data' | `lane ${number}`;
+
+export interface Span {
+  track: Track;
+  name: Phase;
+  step: number;
+  /** µs from the start of the timed steps (each rank's clock, lined up by an all-reduce). */
+  startUs: number;
+  endUs: number;
+}
+
+export interface RankTrace {
+  rank: number;
+  spans: Span[];
+}
+
+export interface ArmTrace {
+  backend: string;
+  arm: string;
+  ranks: RankTrace[];
+}
+
+const SPAN_WORDS = 5;
+
+function trackCode(t: Track): number {
+  return t === 'compute' ? 0 : t === 'data' ? 1 : 2 + Number(t.slice('lane '.length));
+}
+function trackOf(code: number): Track {
+  return code === 0 ? 'compute' : code === 1 ? 'data' : `lane ${code - 2}`;
+}
+
+/** Spans as float64 words, to gather them over the communicator. */
+export function encodeSpans(spans: readonly Span[]): number[] {
+  return spans.flatMap((s) => [trackCode(s.track), PHASES.indexOf(s.name), s.step, s.startUs, s.endUs]);
+}
+
+export function decodeSpans(words: ArrayLike<number>): Span[] {
+  const spans: Span[] = [];
+  for (let i = 0; i + SPAN_WORDS <= words.length; i += SPAN_WORDS) {
+    spans.push({ track: trackOf(words[i]), name: PHASES[words[i + 1]], step: words[i + 2], startUs: words[i + 3], endUs: words[i + 4] });
+  }
+  return spans;
+}
+
+/**
+ * The Chrome trace of several arms: a process per (arm, rank) named "<backend> <arm> · rank R",
+ * a thread per track. Every arm starts at 0, so arms line up under each other for comparison.
+ */
+export function chromeTrace(arms: readonly ArmTrace[], clock: string): object {
+  const events: object[] = [];
+  arms.forEach((arm, a) => {
+    for (const { rank, spans } of arm.ranks) {
+      const pid = a * 1000 + rank;
+      events.push({ ph: 'M', pid, name: 'process_name', args: { name: `${arm.backend} ${arm.arm} · rank ${rank}` } });
+      events.push({ ph: 'M', pid, name: 'process_sort_index', args: { sort_index: pid } });
+      const tracks = [...new Set(spans.map((s) => s.track))].sort((x, y) => trackCode(x) - trackCode(y));
+      for (const t of tracks) {
+        events.push({ ph: 'M', pid, tid: trackCode(t), name: 'thread_name', args: { name: t } });
+        events.push({ ph: 'M', pid, tid: trackCode(t), name: 'thread_sort_index', args: { sort_index: trackCode(t) } });
+      }
+      for (const s of spans) {
+        events.push({ ph: 'X', pid, tid: trackCode(s.track), name: s.name, cat: s.track, ts: s.startUs, dur: Math.max(0, s.endUs - s.startUs), args: { step: s.step } });
+      }
+    }
+  });
+  return { traceEvents: events, displayTimeUnit: 'ms', otherData: { clock } };
+}

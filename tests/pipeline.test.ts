@@ -1,0 +1,178 @@
+// The sparse-data-dist pipeline (src/pipeline/): every arm trains to the same bits, equal to a
+// single-process host reference (tests/pipeline/reference.ts); the trace has the tracks it should;
+// the CLI runs it; kernels/pipeline.cu compiles and its argument structs match kernel-args.ts. The
+// cpu cases run everywhere; the GPU cases skip with the reason where there is no GPU (or NCCL).
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import type { BackendName } from '../src/backends/backend.js';
+import { kernelsDir } from '../src/jit/module.js';
+import { KERNEL_SPECS } from '../src/pipeline/kernel-args.js';
+import { runPipeline } from '../src/pipeline/run.js';
+import { shapeOf } from '../src/pipeline/shapes.js';
+import { checksumWords, rintInt32 } from '../src/pipeline/synth.js';
+import { pipelineRows } from '../src/pipeline/table.js';
+import { ARMS, type Arm } from '../src/pipeline/train.js';
+import { chromeTrace, PHASES } from '../src/pipeline/trace.js';
+import { runRanks } from '../src/world/threads.js';
+import type { ArmsArg, RankArm } from './pipeline/programs.js';
+import { buildEmulator, hostCompiler } from './pipeline/emulated-device.js';
+import { referenceRun } from './pipeline/reference.js';
+
+const programs = new URL('./pipeline/programs.js', import.meta.url);
+const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+const source = readFileSync(join(kernelsDir(), 'pipeline.cu'), 'utf8');
+const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
+
+/** Every arm on `backend`, each rank's results; then: the arms agree, and match the host reference. */
+async function armsAgreeWithReference(backend: BackendName, ranks: number, arms: readonly Arm[], steps = { warmup: 1, iters: 2 }, emulator?: string): Promise<void> {
+  const arg: ArmsArg = { shape: 'tiny', arms: [...arms], seed: 7, ...steps, emulator };
+  const perRank = await runRanks<ArmsArg, RankArm[]>({ backend, ranks, timeoutMs: 30_000 }, programs, 'arms', arg);
+  const ref = referenceRun(shapeOf('tiny'), ranks, arg.seed, arg.warmup + arg.iters);
+  for (const [a, arm] of arms.entries()) {
+    for (let r = 0; r < ranks; r++) {
+      const got = perRank[r][a];
+      assert.equal(got.arm, arm);
+      assert.deepEqual(got.loss, ref.loss[r], `${backend} ${arm} rank ${r}: loss per step`);
+      assert.deepEqual(got.tables, ref.tables[r], `${backend} ${arm} rank ${r}: tables`);
+      assert.deepEqual(got.params, ref.params, `${backend} ${arm} rank ${r}: dense parameters`);
+    }
+  }
+}
+
+describe('pipeline on cpu', () => {
+  test('W=2: every arm trains to the bits of the host reference (3 steps)', () => armsAgreeWithReference('cpu', 2, ARMS));
+  test('W=3 (uneven ownership: 2, 2, 1 features) and W=1: the same', async () => {
+    await armsAgreeWithReference('cpu', 3, ['one-lane', 'two-lanes']);
+    await armsAgreeWithReference('cpu', 1, ['one-lane']);
+  });
+
+  test('runPipeline: rows agree, and the trace has a compute, data and lane track per arm and rank', async () => {
+    const result = await runPipeline({ backend: 'cpu', ranks: 2, shape: 'tiny', arms: [...ARMS], warmup: 1, iters: 3, seed: 3, trace: true });
+    assert.ok(result);
+    assert.deepEqual(pipelineRows([result]).problems, []);
+    assert.deepEqual(result.arms.map((a) => a.arm), [...ARMS]);
+    for (const a of result.arms) assert.ok(a.itPerSec > 0 && a.steps.minUs <= a.steps.medianUs && a.steps.medianUs <= a.steps.maxUs, JSON.stringify(a.steps));
+    const trace = JSON.parse(JSON.stringify(chromeTrace(result.traces!, result.clock))) as { traceEvents: Array<Record<string, any>> };
+    const events = trace.traceEvents;
+    const processes = events.filter((e) => e.name === 'process_name').map((e) => e.args.name);
+    assert.deepEqual(processes, ARMS.flatMap((arm) => [0, 1].map((r) => `cpu ${arm} · rank ${r}`)));
+    for (const [i, arm] of ARMS.entries()) {
+      for (const rank of [0, 1]) {
+        const pid = i * 1000 + rank;
+        const tracks = events.filter((e) => e.pid === pid && e.name === 'thread_name').map((e) => e.args.name);
+        assert.deepEqual(tracks, arm === 'one-lane' ? ['compute', 'data', 'lane 0'] : ['compute', 'data', 'lane 0', 'lane 1'], `${arm} rank ${rank}`);
+        const spans = events.filter((e) => e.pid === pid && e.ph === 'X');
+        assert.equal(spans.length, 3 * PHASES.length, `${arm} rank ${rank}: every phase of every timed step`);
+        for (const s of spans) assert.ok(PHASES.includes(s.name) && s.dur >= 0 && Number.isFinite(s.ts) && [1, 2, 3].includes(s.args.step), JSON.stringify(s));
+        const inputLane = arm === 'one-lane' ? 'lane 0' : 'lane 1';
+        const tid = events.find((e) => e.pid === pid && e.name === 'thread_name' && e.args.name === inputLane)!.tid;
+        assert.ok(spans.some((s) => s.tid === tid && s.name === 'input dist ids'), `${arm}: the input dist is on ${inputLane}`);
+      }
+    }
+  });
+
+  test('a2av bench pipeline --backend cpu --json --trace: the table as JSON, and a trace file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-'));
+    try {
+      const traceFile = join(dir, 'trace.json');
+      const r = spawnSync(process.execPath, [cli, 'bench', 'pipeline', '--backend', 'cpu', '--ranks', '2', '--shape', 'tiny', '--iters', '2', '--warmup', '1', '--json', '--trace', traceFile], { encoding: 'utf8', timeout: 60_000 });
+      assert.equal(r.status, 0, r.stderr);
+      const out = JSON.parse(r.stdout);
+      assert.equal(out.checksumsAgree, true);
+      assert.deepEqual(out.rows.map((row: { arm: string }) => row.arm), [...ARMS]);
+      assert.equal(out.rows[0].vsOneLane, 1);
+      const trace = JSON.parse(readFileSync(traceFile, 'utf8'));
+      assert.ok(trace.traceEvents.some((e: { ph: string }) => e.ph === 'X'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('pipeline kernels', () => {
+  test('every argument struct of kernels/pipeline.cu has the fields kernel-args.ts writes, in order', () => {
+    for (const spec of Object.values(KERNEL_SPECS)) {
+      const body = new RegExp(`struct ${spec.struct} \\{([^}]*)\\};`).exec(source);
+      assert.ok(body, `struct ${spec.struct} in pipeline.cu`);
+      const fields = [...body[1].matchAll(/^\s*(u64|i64|double) (\w+);/gm)].map((m) => [m[2], m[1] === 'u64' ? 'ptr' : m[1] === 'i64' ? 'int' : 'float']);
+      assert.deepEqual(fields, spec.fields.map(([n, k]) => [n, k]), spec.struct);
+      assert.match(source, new RegExp(`static_assert\\(sizeof\\(${spec.struct}\\) == ${spec.fields.length} \\* 8`), `${spec.struct}'s size is asserted`);
+      for (const k of spec.kernels) assert.match(source, new RegExp(`__global__ void (__launch_bounds__\\(\\w+\\) )?${k}\\(const ${spec.struct} p\\)`), k);
+    }
+    const kernels = [...source.matchAll(/__global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(/g)].map((m) => m[1]).sort();
+    assert.deepEqual(kernels, Object.values(KERNEL_SPECS).flatMap((s) => s.kernels).sort(), 'every kernel has a spec');
+  });
+
+  test('kernels/pipeline.cu compiles for the device under nvcc', (t) => {
+    if (nvcc === undefined) return t.skip('nvcc not found: the kernels cannot be compiled here (CI has nvcc)');
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-cu-'));
+    try {
+      const r = spawnSync(nvcc, ['-std=c++17', '-arch=sm_90', '-c', join(kernelsDir(), 'pipeline.cu'), '-o', join(dir, 'pipeline.o')], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('the kernels compiled for the host (tests/pipeline/emulate.cpp), on cpu buffers: two steps to the reference bits', async (t) => {
+    const compiler = hostCompiler();
+    if (compiler === undefined) return t.skip('no host C++ compiler (g++ or clang++)');
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-emu-'));
+    try {
+      await armsAgreeWithReference('cpu', 2, ['two-lanes'], { warmup: 1, iters: 1 }, buildEmulator(compiler, dir));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('synth: the fixed-point rounding and the checksum (what the kernels mirror)', () => {
+    assert.deepEqual([0.5, 1.5, 2.5, -0.5, -1.5, 2.4999, NaN, 3e9, -3e9].map(rintInt32), [0, 2, 2, 0, -2, 2, 0, 2147483647, -2147483648]);
+    // Order-independent: two halves summed separately give the whole.
+    const words = Uint32Array.from({ length: 1000 }, (_, i) => (i * 2654435761) >>> 0);
+    assert.deepEqual(checksumWords(words.subarray(600), checksumWords(words.subarray(0, 600)), 600), checksumWords(words));
+  });
+});
+
+/** Why `backend` cannot run `ranks` ranks here, or undefined (tests/conformance.test.ts's rule). */
+async function gpuUnavailable(backend: 'cuda' | 'nccl', ranks: number): Promise<string | undefined> {
+  try {
+    const probe = await import('../src/cuda/probe.js');
+    const gpus = probe.cudaDeviceCount();
+    if (gpus === 0) return `no CUDA GPU: ${(probe.cudaUnavailableReason() ?? 'the driver reports none').split(/;|\n/)[0]}`;
+    if (backend === 'nccl') {
+      const { ncclUnavailableReason } = await import('../src/nccl/library.js');
+      const why = ncclUnavailableReason();
+      if (why !== undefined) return `no NCCL: ${why.split(/; searched/)[0]}`;
+      if (gpus < ranks) return `nccl needs one GPU per rank: ${ranks} ranks, ${gpus} GPU${gpus > 1 ? 's' : ''}`;
+    }
+  } catch (err) {
+    return `the probe failed: ${(err as Error).message}`;
+  }
+  return undefined;
+}
+
+describe('pipeline on GPUs', () => {
+  test('cuda W=2: every arm trains to the bits of the host reference (and so of cpu)', async (t) => {
+    const why = await gpuUnavailable('cuda', 2);
+    if (why) return t.skip(why);
+    await armsAgreeWithReference('cuda', 2, ARMS, { warmup: 2, iters: 3 });
+  });
+
+  test('nccl W=2 (host-side splits): the same bits', async (t) => {
+    const why = await gpuUnavailable('nccl', 2);
+    if (why) return t.skip(why);
+    await armsAgreeWithReference('nccl', 2, ['one-lane', 'two-lanes'], { warmup: 2, iters: 3 });
+  });
+
+  test('cuda W=2: 10,000 steps of the tiny shape on two lanes without a hang', { timeout: 600_000 }, async (t) => {
+    const why = await gpuUnavailable('cuda', 2);
+    if (why) return t.skip(why);
+    const steps = await runRanks<ArmsArg, RankArm[]>({ backend: 'cuda', ranks: 2, timeoutMs: 60_000 }, programs, 'arms', { shape: 'tiny', arms: ['two-lanes'], warmup: 9_995, iters: 5, seed: 1 });
+    for (const rank of steps) assert.ok(rank[0].loss.every(Number.isFinite) && rank[0].loss.length === 10_000);
+  });
+});
