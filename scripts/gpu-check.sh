@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # On a GPU machine with Node.js (npm not required), from the package root after `npm run build`:
 #   1. the whole test suite (GPU tests included),
-#   2. the benchmark sweep for several rank counts, and the MoE ops at the largest,
+#   2. the benchmark sweep for several rank counts, and the MoE ops at the largest, then a2av tune
+#      for the same rank counts (the measured plan table, $OUT/plans.json),
 #   3. compute-sanitizer (memcheck, then synccheck) around a short conformance run on cuda
 #      (tests/conformance/short-run.ts: 1 to 4 ranks as threads, small sizes),
 #   4. the soak on cuda (scripts/soak.mjs, $A2AV_SOAK_CALLS calls, default 20000, 4 ranks).
 # Full logs and JSON go to $OUT (default ./gpu-out); the summaries are printed last. Steps 3 and 4
 # are recorded in docs/soak.md.
 #   scripts/gpu-check.sh [RANKS...]      default: 2 4 8 ranks on the visible GPUs (the sweep)
-# Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, sanitizers, soak), so the
+# Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, tune, sanitizers, soak), so the
 # steps can run as separate commands; A2AV_SANITIZERS="memcheck synccheck" (the tools to run),
 # A2AV_SANITIZER_TIMEOUT_S=540 (each), COMPUTE_SANITIZER=path; A2AV_SOAK_CALLS=20000.
 set -uo pipefail
@@ -46,6 +47,19 @@ if runs bench; then
       > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err" || echo "bench $name failed: $(tail -3 "$OUT/bench-$name.err")"
   done
   node scripts/print-bench.mjs "$OUT"/bench-*.json
+fi
+
+if runs tune; then
+  # Measured launch plans for these rank counts on this GPU, merged into one table
+  # ($OUT/plans.json: copy it into plans/ to ship it, after reading the gains it prints).
+  echo "== tune"
+  for w in "${ranks[@]}"; do
+    merge=()
+    [ -f "$OUT/plans.json" ] && merge=(--merge "$OUT/plans.json")
+    node dist/src/cli.js tune --ranks "$w" ${merge[@]+"${merge[@]}"} -o "$OUT/plans.next.json" 2> "$OUT/tune-w$w.txt" \
+      && mv "$OUT/plans.next.json" "$OUT/plans.json" || { echo "tune W=$w failed: $(tail -2 "$OUT/tune-w$w.txt")"; rc=1; }
+    grep -v '^\s*$' "$OUT/tune-w$w.txt" | tail -n +2 | grep -v '^[0-9.]* [KMG]iB:' || true
+  done
 fi
 
 if runs sanitizers; then

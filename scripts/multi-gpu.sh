@@ -12,7 +12,7 @@
 #      MoE step, beside the 1-D call of the same bytes.
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance",
-# A2AV_MG_OPS="alltoallv dispatch combine" (which sweeps).
+# A2AV_MG_OPS="alltoallv dispatch combine tune" (which sweeps; tune: a2av tune, the measured plan table $OUT/plans.json).
 set -uo pipefail
 OUT=${OUT:-./multi-gpu-out}
 mkdir -p "$OUT"
@@ -94,7 +94,7 @@ sweep() {
     grep -h 'a2av' "$err" | tail -3 | cut -c1-300
   fi
 }
-ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine} "
+ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine tune} "
 max=${A2AV_MG_MAX:-4G}
 for w in $worlds; do
   if [[ "$ops" == *" alltoallv "* ]]; then
@@ -109,6 +109,23 @@ for w in $worlds; do
   # The small MoE step: 4 rows of 4 KiB per expert per source; its graph µs is per dispatch.
   [[ "$ops" == *" dispatch "* ]] && sweep "dispatch-step" "$w" --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096
 done
+
+if [[ "$ops" == *" tune "* ]]; then
+  # Measured launch plans with one process per GPU, for every world of the sweeps ($OUT/plans.json).
+  for w in $worlds; do
+    step "tune W=$w (one process per GPU)"
+    merge=()
+    [ -f "$OUT/plans.json" ] && merge=(--merge "$OUT/plans.json")
+    if timeout 600 "${cli[@]}" launch -n "$w" --output-ranks 0 --no-prefix -- node dist/src/cli.js tune ${merge[@]+"${merge[@]}"} -o "$OUT/plans.next.json" \
+      > "$OUT/tune-w$w.txt" 2>&1; then
+      mv "$OUT/plans.next.json" "$OUT/plans.json"
+      grep -A100 '^# a2av tune' "$OUT/tune-w$w.txt"
+    else
+      rc=1
+      echo "tune W=$w failed: $(tail -3 "$OUT/tune-w$w.txt")"
+    fi
+  done
+fi
 
 step tables
 node scripts/print-bench.mjs "$OUT"/bench-*.json

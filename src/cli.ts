@@ -152,6 +152,22 @@ benchCommand
   .action((flags: PipelineFlags) => benchPipeline(flags));
 
 program
+  .command('tune')
+  .description("Time the cuda backend's 1-D call under candidate launch plans on this machine (blocks from one to the fair share, " +
+    'block sizes, grid mode), size by size, and write the fastest as a plan table: point A2AV_PLAN at it, or add it to plans/ ' +
+    'to ship it. Sizes where the built-in heuristic is as fast get no entry')
+  .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; under a2av launch: its processes)', integer(1))
+  .addOption(new Option('--min <size>', 'smallest input per rank').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
+  .addOption(new Option('--max <size>', 'largest input per rank').argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
+  .option('--row-bytes <n>', 'bytes per row (16-byte multiples also try grid mode)', integer(1), DEFAULT_ROW_BYTES)
+  .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
+  .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
+  .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+  .option('-o, --output <file.json>', 'write the table here (default: stdout)')
+  .option('--merge <file.json>', "an existing table: its other shapes' entries are kept, this shape's replaced")
+  .action((flags: TuneFlags) => tuneCommand(flags));
+
+program
   .command('plot')
   .description('Draw bench results (the JSON of a2av bench --json) as an SVG plot: algbw against input bytes per rank, log scales, ' +
     'a line per backend (and op, and file) and the same-run reference dashed, each named at its right end')
@@ -284,6 +300,63 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     process.stderr.write(`a2av: the arms trained to different results: ${problems[0]}\n`);
     process.exitCode = 1;
   }
+}
+
+interface TuneFlags {
+  ranks?: number;
+  min: number;
+  max: number;
+  rowBytes: number;
+  threads: number[];
+  repeats: number;
+  timeoutMs?: number;
+  output?: string;
+  merge?: string;
+}
+
+function threadList(text: string): number[] {
+  const list = text.split(',').map((t) => Number(t.trim()));
+  const bad = list.find((t) => !Number.isInteger(t) || t < 32 || t > 1024 || t % 32 !== 0);
+  if (bad !== undefined) throw new InvalidArgumentError(`block sizes are multiples of 32 in [32, 1024], got ${bad}`);
+  return list;
+}
+
+async function tuneCommand(flags: TuneFlags): Promise<void> {
+  if (flags.min > flags.max) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(flags.max)}`);
+  if (flags.min < flags.rowBytes) fail(`--min ${formatBytes(flags.min)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
+  if (rankEnv() === undefined) {
+    const { cudaDeviceCount, cudaUnavailableReason } = await import('./cuda/probe.js');
+    if (cudaDeviceCount() === 0) fail(`tune times the cuda backend's launch plans and needs a GPU: ${(cudaUnavailableReason() ?? 'none visible').split(':')[0]}`);
+  }
+  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (await gpuCount('cuda'));
+  const { doublingSizes } = await import('./bench/units.js');
+  const { formatTune, mergeTables, readTable, runTune } = await import('./tune/run.js');
+  // A bad file to merge into ends the run before the sweep, not after it.
+  const into = flags.merge === undefined ? undefined : readTable(flags.merge);
+  const sizes = doublingSizes(flags.min, flags.max);
+  let bar: SingleBar | undefined;
+  const out = await runTune(
+    { ranks, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
+    (r) => {
+      if (r.type === 'start') {
+        process.stderr.write(`a2av tune: ${r.device}, W=${r.shape.world}, ${r.shape.ranksPerGpu} rank(s) per GPU, ${r.sizes.length} sizes\n`);
+        if (process.stderr.isTTY) {
+          bar = new SingleBar({ stream: process.stderr, format: 'tune {bar} {value}/{total} sizes | {last}', hideCursor: true, clearOnComplete: true });
+          bar.start(r.sizes.length, 0, { last: '' });
+        }
+      } else {
+        const last = `${formatBytes(r.size.bytes)}: ${r.size.plan.blocks}x${r.size.plan.threads}${r.size.plan.grid ? ' grid' : ''} ${r.size.us.toFixed(2)} µs (heuristic ${r.size.defaultUs.toFixed(2)}, ${r.candidates} plans)`;
+        if (bar) bar.update(r.index + 1, { last });
+        else process.stderr.write(`${last}\n`);
+      }
+    },
+  ).finally(() => bar?.stop());
+  if (out === undefined) return; // launched ranks other than 0
+  const table = into ? mergeTables(into, out.table) : out.table;
+  const json = JSON.stringify(table, null, 2) + '\n';
+  if (flags.output === undefined) process.stdout.write(json);
+  else writeFileSync(flags.output, json);
+  process.stderr.write(formatTune(out.result));
 }
 
 async function plot(files: string[], output: string): Promise<void> {

@@ -2,7 +2,10 @@
 // the report, and the refusal on a backend without launch plans. The sweep itself runs on a GPU
 // (scripts/gpu-check.sh).
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
+import { cudaDeviceCount } from '../src/cuda/probe.js';
 import { UsageError } from '../src/errors.js';
 import { runRanks } from '../src/world/threads.js';
 import { formatTune, mergeTables } from '../src/tune/run.js';
@@ -62,3 +65,23 @@ test('tune refuses a backend without launch plans, by name', { timeout: 30_000 }
     (err: Error) => err instanceof UsageError && /cuda backend's launch plans; this is cpu/.test(err.message),
   );
 });
+
+test('a2av tune without a GPU: one line saying it needs one, exit status 1; bad block sizes named', { timeout: 30_000 }, (t) => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const bad = spawnSync(process.execPath, [cli, 'tune', '--threads', '256,100'], { encoding: 'utf8' });
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /block sizes are multiples of 32 in \[32, 1024\], got 100/);
+  if (gpus() > 0) return t.skip('a GPU is visible: the refusal cannot be seen here');
+  const run = spawnSync(process.execPath, [cli, 'tune', '--max', '1M'], { encoding: 'utf8', env: { ...process.env, RANK: undefined, WORLD_SIZE: undefined } });
+  assert.equal(run.status, 1);
+  assert.equal(run.stdout, '');
+  assert.match(run.stderr.trim(), /^a2av: tune times the cuda backend's launch plans and needs a GPU: [^\n]+$/);
+});
+
+function gpus(): number {
+  try {
+    return cudaDeviceCount();
+  } catch {
+    return 0;
+  }
+}
