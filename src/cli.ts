@@ -56,6 +56,7 @@ interface PipelineFlags {
   timeoutMs?: number;
   json?: boolean;
   trace?: string;
+  inputDistBlocks?: number;
 }
 
 /**
@@ -146,6 +147,8 @@ benchCommand
   .option('--warmup <n>', 'untimed steps before them (default 20)', integer(0))
   .option('--seed <n>', 'seed of the synthetic batches and the initial weights', integer(0), 1)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+  .option('--input-dist-blocks <n>', 'at most this many thread blocks for each input-dist all-to-all on cuda: the SM budget of the lane that ' +
+    'overlaps the compute (default: the launch plan\'s)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
   .option('--trace <file.json>', 'write the timed steps as Chrome trace events (ui.perfetto.dev opens them): per arm and rank, a track for ' +
     'the compute stream, one for the data stream, one per lane')
@@ -273,7 +276,7 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     try {
       const result = await runPipeline(
         { backend, ranks, shape: flags.shape ?? defaults.shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
-          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs },
+          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks },
         progress,
       );
       if (result) results.push(result);

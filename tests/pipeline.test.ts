@@ -29,8 +29,15 @@ const source = readFileSync(join(kernelsDir(), 'pipeline.cu'), 'utf8');
 const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
 
 /** Every arm on `backend`, each rank's results; then: the arms agree, and match the host reference. */
-async function armsAgreeWithReference(backend: BackendName, ranks: number, arms: readonly Arm[], steps = { warmup: 1, iters: 2 }, emulator?: string): Promise<void> {
-  const arg: ArmsArg = { shape: 'tiny', arms: [...arms], seed: 7, ...steps, emulator };
+async function armsAgreeWithReference(
+  backend: BackendName,
+  ranks: number,
+  arms: readonly Arm[],
+  steps = { warmup: 1, iters: 2 },
+  emulator?: string,
+  inputDistBlocks?: number,
+): Promise<void> {
+  const arg: ArmsArg = { shape: 'tiny', arms: [...arms], seed: 7, ...steps, emulator, inputDistBlocks };
   const perRank = await runRanks<ArmsArg, RankArm[]>({ backend, ranks, timeoutMs: 30_000 }, programs, 'arms', arg);
   const ref = referenceRun(shapeOf('tiny'), ranks, arg.seed, arg.warmup + arg.iters);
   for (const [a, arm] of arms.entries()) {
@@ -161,6 +168,12 @@ describe('pipeline on GPUs', () => {
     const why = await gpuUnavailable('cuda', 2);
     if (why) return t.skip(why);
     await armsAgreeWithReference('cuda', 2, ARMS, { warmup: 2, iters: 3 });
+  });
+
+  test('cuda W=2 with the input dist held to one thread block (its SM budget): the same bits', async (t) => {
+    const why = await gpuUnavailable('cuda', 2);
+    if (why) return t.skip(why);
+    await armsAgreeWithReference('cuda', 2, ['two-lanes'], { warmup: 2, iters: 3 }, undefined, 1);
   });
 
   test('nccl W=2 (host-side splits): the same bits', async (t) => {

@@ -24,6 +24,8 @@ export interface PipelineArg {
   seed: number;
   /** Return every rank's spans (for --trace). */
   trace: boolean;
+  /** SM budget of the input dist (ArmOptions.inputDistBlocks). */
+  inputDistBlocks?: number;
 }
 
 /** What rank 0 sends to the main thread: the run's plan, then each step as it is queued. */
@@ -89,7 +91,7 @@ export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankConte
     report({ type: 'start', device: comm.deviceName, arms: arg.arms, steps });
     const runs: ArmRun[] = [];
     for (const arm of arg.arms) {
-      runs.push(await runArm(model, { arm, warmup: arg.warmup, iters: arg.iters, seed: arg.seed, onStep: (step) => report({ type: 'step', arm, step, steps }) }));
+      runs.push(await runArm(model, { arm, warmup: arg.warmup, iters: arg.iters, seed: arg.seed, inputDistBlocks: arg.inputDistBlocks, onStep: (step) => report({ type: 'step', arm, step, steps }) }));
     }
     await comm.barrier();
     const gathered = await gatherToRoot(comm, agree, runs.flatMap(encodeRun));

@@ -20,6 +20,8 @@ export interface PipelineOptions {
   seed: number;
   trace: boolean;
   timeoutMs?: number;
+  /** At most this many blocks for each input-dist all-to-all (cuda): its lane's SM budget. */
+  inputDistBlocks?: number;
 }
 
 export interface PipelineResult {
@@ -32,6 +34,8 @@ export interface PipelineResult {
   warmup: number;
   iters: number;
   seed: number;
+  /** The input dist's block budget, when one was set. */
+  inputDistBlocks?: number;
   /** Where the step times come from. */
   clock: string;
   arms: ArmResult[];
@@ -46,7 +50,7 @@ export interface PipelineEvents {
 /** Runs every arm on `opts.backend`; rank 0's result (undefined on a launched job's other ranks). */
 export async function runPipeline(opts: PipelineOptions, events: PipelineEvents = {}): Promise<PipelineResult | undefined> {
   const date = new Date().toISOString();
-  const arg: PipelineArg = { shape: opts.shape, arms: opts.arms, warmup: opts.warmup, iters: opts.iters, seed: opts.seed, trace: opts.trace };
+  const arg: PipelineArg = { shape: opts.shape, arms: opts.arms, warmup: opts.warmup, iters: opts.iters, seed: opts.seed, trace: opts.trace, inputDistBlocks: opts.inputDistBlocks };
   const onReport = (_rank: number, message: unknown) => {
     const m = message as PipelineReport;
     if (m.type === 'start') events.onStart?.(m);
@@ -79,6 +83,7 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
     date,
     warmup: opts.warmup,
     iters: opts.iters,
+    ...(opts.inputDistBlocks === undefined ? {} : { inputDistBlocks: opts.inputDistBlocks }),
     seed: opts.seed,
     clock: opts.backend === 'cpu'
       ? 'host clock (performance.now) around each phase; the cpu backend runs each collective in the calling thread'

@@ -37,6 +37,11 @@ export interface ArmOptions {
   warmup: number;
   iters: number;
   seed: number;
+  /**
+   * At most this many thread blocks for each input-dist all-to-all (allToAllV's maxBlocks, cuda):
+   * the SM budget of the lane that overlaps the compute, so it does not starve the GEMMs.
+   */
+  inputDistBlocks?: number;
   /** After each step is queued (progress). */
   onStep?: (step: number) => void;
 }
@@ -196,10 +201,10 @@ class ArmLoop {
     const { features, batch: B, pooling } = layout.shape;
     const slot = b.slots[batch % 2];
     this.#collective('input dist lengths', this.#inputLane, this.#D, (lane) =>
-      this.#comm.allToAllV({ input: slot.sendLen, output: slot.recvLen, inSplits: b.lenSplits, outSplitsOffsets: slot.lenSO, rowBytes: 4, lane }));
+      this.#comm.allToAllV({ input: slot.sendLen, output: slot.recvLen, inSplits: b.lenSplits, outSplitsOffsets: slot.lenSO, rowBytes: 4, lane, maxBlocks: this.#opts.inputDistBlocks }));
     // Sized for the ids a batch has on average, not the buffer (room for every length at its maximum).
     return this.#collective('input dist ids', this.#inputLane, this.#D, (lane) =>
-      this.#comm.allToAllV({ input: slot.sendIds, output: slot.recvIds, inSplits: slot.idsSplits, outSplitsOffsets: slot.idsSO, rowBytes: 4, lane, sizeHintBytes: 4 * features * B * pooling }));
+      this.#comm.allToAllV({ input: slot.sendIds, output: slot.recvIds, inSplits: slot.idsSplits, outSplitsOffsets: slot.idsSO, rowBytes: 4, lane, sizeHintBytes: 4 * features * B * pooling, maxBlocks: this.#opts.inputDistBlocks }));
   }
 
   /** A collective on `lane`, after the work queued on `caller`; its span covers it on the lane's stream. */

@@ -14,6 +14,8 @@ export interface ArmsArg {
   seed: number;
   /** Run kernels/pipeline.cu compiled for the host (this library: emulated-device.ts) instead of the backend's compute. */
   emulator?: string;
+  /** The input dist's block budget (ArmOptions.inputDistBlocks). */
+  inputDistBlocks?: number;
 }
 
 export interface RankArm {
@@ -31,7 +33,7 @@ export async function arms(comm: Comm, arg: ArmsArg): Promise<RankArm[]> {
   try {
     const out: RankArm[] = [];
     for (const arm of arg.arms) {
-      const r = await runArm(model, { arm, warmup: arg.warmup, iters: arg.iters, seed: arg.seed });
+      const r = await runArm(model, { arm, warmup: arg.warmup, iters: arg.iters, seed: arg.seed, inputDistBlocks: arg.inputDistBlocks });
       out.push({ arm, loss: r.loss, tables: r.tables, params: r.params, stepUs: r.stepUs });
     }
     return out;
