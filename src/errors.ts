@@ -191,9 +191,18 @@ export class UsageError extends A2avError {
 }
 
 /** The communicator is unusable after an earlier failure (timeout, aborted peer). */
+/**
+ * A call on a communicator that an earlier failure aborted. The message repeats that failure, and
+ * `missingRank` the rank its TimeoutError waited for (-1 when it names none or was not a timeout),
+ * so code that meets the abort in a later call, not the timeout itself, still learns who is gone.
+ */
 export class CommAbortedError extends A2avError {
+  readonly missingRank: number;
   constructor(readonly rank: number, options?: { cause?: unknown }) {
-    super('A2AV_ABORTED', `rank ${rank}: communicator is aborted after an earlier failure`, options);
+    const cause = options?.cause;
+    const why = cause instanceof Error ? `: ${cause.message.split('\n')[0]}` : '';
+    super('A2AV_ABORTED', `rank ${rank}: communicator is aborted after an earlier failure${why}`, options);
+    this.missingRank = cause instanceof TimeoutError ? cause.missingRank : -1;
   }
 }
 

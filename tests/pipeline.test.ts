@@ -19,7 +19,7 @@ import { pipelineRows } from '../src/pipeline/table.js';
 import { ARMS, type Arm } from '../src/pipeline/train.js';
 import { chromeTrace, PHASES } from '../src/pipeline/trace.js';
 import { runRanks } from '../src/world/threads.js';
-import type { ArmsArg, RankArm } from './pipeline/programs.js';
+import type { ArmsArg, RankArm, Survivor, VictimArg } from './pipeline/programs.js';
 import { buildEmulator, hostCompiler } from './pipeline/emulated-device.js';
 import { referenceRun } from './pipeline/reference.js';
 
@@ -56,6 +56,19 @@ describe('pipeline on cpu', () => {
   test('W=3 (uneven ownership: 2, 2, 1 features) and W=1: the same', async () => {
     await armsAgreeWithReference('cpu', 3, ['one-lane', 'two-lanes']);
     await armsAgreeWithReference('cpu', 1, ['one-lane']);
+  });
+
+  test('a rank that stops mid-pipeline: every survivor ends naming it (its TimeoutError, or the abort that repeats it)', { timeout: 60_000 }, async () => {
+    const arg: VictimArg = { shape: 'tiny', arm: 'two-lanes', seed: 3, victim: 1, stopAfter: 4, steps: 50 };
+    const seen = await runRanks<VictimArg, Survivor | null>({ backend: 'cpu', ranks: 3, timeoutMs: 1500 }, programs, 'victim', arg);
+    assert.equal(seen[1], null);
+    for (const r of [0, 2]) {
+      const s = seen[r]!;
+      // A collective on the other lane may meet the abort first: CommAbortedError carries the timeout.
+      assert.ok(s.code === 'A2AV_TIMEOUT' || s.code === 'A2AV_ABORTED', `rank ${r}: ${s.name}: ${s.message}`);
+      assert.equal(s.missingRank, 1, `rank ${r}: ${s.message}`);
+      assert.match(s.message, /timed out after 1500 ms waiting for rank 1/);
+    }
   });
 
   test('runPipeline: rows agree, and the trace has a compute, data and lane track per arm and rank', async () => {
