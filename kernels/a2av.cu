@@ -20,6 +20,13 @@
 #include "signals.cuh"
 #include "exchange.cuh"  // sat_add: the rules of the splits exchange
 
+// A probe's define (src/backends/cuda/setup.ts): time the exchange and completion without the data.
+#ifdef A2AV_PROBE_NO_COPY
+#define A2AV_COPYING false
+#else
+#define A2AV_COPYING true
+#endif
+
 // Mirrored by src/backends/cuda/kernel-params.ts (byte offsets in comments).
 struct A2avParams {
   const u8* input;          // 0
@@ -248,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     }
     return;
   }
-  if (!bad) {
+  if (!bad && A2AV_COPYING) {
     // Blocks sweep the send bytes together, tile by tile (block b takes tiles b, b+B, ...), so at
     // any moment a rank reads one contiguous window and writes few: DRAM pages stay open. Giving
     // each block one long contiguous slice instead was measured 25-35% slower at 256 MiB.

@@ -157,7 +157,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
   const bool aligned = chunks_aligned(p.outPeers, W, p.input, p.rowBytes);
   const i64 total = p.plan[8] * p.rowBytes;
   const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
+#ifndef A2AV_PROBE_NO_COPY
   for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) copy_tile(c, lo, lo + tile < total ? lo + tile : total, aligned);
+#endif
 }
 
 // Completion, as a2av_done: every rank sends each peer one signal per call.
@@ -313,7 +315,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       }
       __syncthreads();
       const i64 bytes = (cum[N - 1] + rows[N - 1]) * p.rowBytes;
+#ifndef A2AV_PROBE_NO_COPY
       copy_chunks(XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, bytes);
+#endif
     }
     __syncthreads();
     for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
@@ -486,7 +490,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       p.outSplitsOffsets[k] = cnt[(i64)src * N + (i64)me * E + e];
       p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
     }
+#ifndef A2AV_PROBE_NO_COPY
     copy_chunks(XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, sent * p.rowBytes);
+#endif
   }
 
   // Completion, as a2av_1d: every block tells every peer it has finished (the others above);

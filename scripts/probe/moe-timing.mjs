@@ -4,6 +4,9 @@
 // the same bytes timed back to back (device events, median of 5 loops), and in graphs of 20 calls
 // up to 4 MiB per rank.
 //   node scripts/probe/moe-timing.mjs 2 '[{"E":16,"rowsPer":4,"rb":4096},{"E":16,"rowsPer":2048,"rb":4096}]'
+// A2AV_PROBE_DEFINES=A2AV_PROBE_NO_COPY times every call without its data (the kernels' exchange and
+// completion alone; results are then wrong by design); A2AV_PROBE_ONLY=dg,oneg picks timings,
+// A2AV_PROBE_ITERS fixes the calls per loop, A2AV_MOE_FUSED=0 takes the three-kernel MoE path.
 import { runRanks } from '../../dist/src/world/threads.js';
 
 const W = Number(process.argv[2] ?? 8);

@@ -41,7 +41,7 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
   if (opts.rank !== 0) await barrier('a2av/cuda/module');
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
-  const moduleOptions = [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`];
+  const moduleOptions = [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...probeDefines()];
   // Every module is loaded here, before any rank can launch: loading code onto a GPU waits for the
   // kernels running there, and a peer's kernel that spins waiting for this rank never ends
   // (measured: two ranks on one GPU timed out in their first MoE call when it loaded lazily).
@@ -52,4 +52,19 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, places: where, peerDevices: [...peerDevices.values()] });
   await comm.init();
   return comm;
+}
+
+/**
+ * A2AV_PROBE_DEFINES="NAME NAME=1": extra -D flags for the kernels, for probes that time a kernel
+ * with a phase left out (scripts/probe/). Results are then wrong by design: never in real runs.
+ */
+function probeDefines(value = process.env.A2AV_PROBE_DEFINES): string[] {
+  if (value === undefined || value.trim() === '') return [];
+  return value
+    .trim()
+    .split(/\s+/)
+    .map((d) => {
+      if (!/^A2AV_PROBE_[A-Z0-9_]+(=[A-Za-z0-9_]+)?$/.test(d)) throw new UsageError(`A2AV_PROBE_DEFINES: '${d}' is not A2AV_PROBE_NAME or A2AV_PROBE_NAME=value`);
+      return `-D${d}`;
+    });
 }
