@@ -21,9 +21,12 @@ import type {
   ScanArgs,
   SgdArgs,
 } from './compute.js';
-import { hostBytes } from './raw.js';
+import { hostBytes } from '../backends/raw.js';
 import { ownedBy, slotFeature } from './shapes.js';
 import { bagHash, bagLength, checksumWords, denseValue, fillBits, label, rintInt32, step } from './synth.js';
+
+/** Names this code in the errors of src/backends/raw.ts. */
+const WHO = 'pipeline';
 
 /** pl_loss's block: strided running sums, then a tree (the sum's order is part of the model). */
 export const LOSS_THREADS = 256;
@@ -219,11 +222,11 @@ export class CpuCompute implements Compute {
   }
 
   zero(_s: Stream, at: Ref, bytes: number): void {
-    hostBytes(at.buf).fill(0, at.byte, at.byte + bytes);
+    hostBytes(at.buf, WHO).fill(0, at.byte, at.byte + bytes);
   }
 
   checksum(_s: Stream, at: Ref, words: number): [number, number] {
-    const u8 = hostBytes(at.buf);
+    const u8 = hostBytes(at.buf, WHO);
     return checksumWords(new Uint32Array(u8.buffer, u8.byteOffset + at.byte, words));
   }
 
@@ -246,7 +249,7 @@ export class CpuCompute implements Compute {
   #viewsOf(buf: DeviceBuffer): Views {
     let v = this.#views.get(buf);
     if (v === undefined) {
-      const u8 = hostBytes(buf);
+      const u8 = hostBytes(buf, WHO);
       const n = u8.byteLength >>> 2;
       v = { f32: new Float32Array(u8.buffer, u8.byteOffset, n), i32: new Int32Array(u8.buffer, u8.byteOffset, n), u32: new Uint32Array(u8.buffer, u8.byteOffset, n) };
       this.#views.set(buf, v);

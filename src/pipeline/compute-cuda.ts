@@ -8,7 +8,10 @@ import { KernelModule, StructLauncher, type KernelFunction } from '../jit/module
 import type { Clock, Ref } from './compute.js';
 import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
 import { KernelCompute, type KernelDevice } from './kernel-compute.js';
-import { cudaStream, devicePointer } from './raw.js';
+import { cudaStream, devicePointer } from '../backends/raw.js';
+
+/** Names this code in the errors of src/backends/raw.ts. */
+const WHO = 'pipeline';
 
 export function createCudaCompute(): KernelCompute {
   return new KernelCompute(new CudaKernelDevice());
@@ -44,22 +47,22 @@ class CudaKernelDevice implements KernelDevice {
     return this.#launchers.get(spec)!.view;
   }
   launch(spec: KernelName, kernel: string, grid: number, block: number, stream: Stream): void {
-    this.#launchers.get(spec)!.launch(grid, block, cudaStream(stream), 0, this.#fns.get(kernel)!);
+    this.#launchers.get(spec)!.launch(grid, block, cudaStream(stream, WHO), 0, this.#fns.get(kernel)!);
   }
   address(ref: Ref): bigint {
-    return devicePointer(ref.buf) + BigInt(ref.byte);
+    return devicePointer(ref.buf, WHO) + BigInt(ref.byte);
   }
   zero(stream: Stream, address: bigint, bytes: number): void {
-    this.#device.memsetAsync(address, 0, bytes, cudaStream(stream));
+    this.#device.memsetAsync(address, 0, bytes, cudaStream(stream, WHO));
   }
   readScratch(stream: Stream): Uint32Array {
-    cudaStream(stream).synchronize();
+    cudaStream(stream, WHO).synchronize();
     const out = new Uint32Array(2);
     this.#device.download(out, this.scratch);
     return out;
   }
   sync(stream: Stream): void {
-    cudaStream(stream).synchronize();
+    cudaStream(stream, WHO).synchronize();
   }
 
   close(): void {
@@ -82,7 +85,7 @@ class EventClock implements Clock {
 
   mark(stream: Stream): number {
     if (this.#used === this.#events.length) this.#events.push(this.device.createEvent(true));
-    this.#events[this.#used].record(cudaStream(stream));
+    this.#events[this.#used].record(cudaStream(stream, WHO));
     return this.#used++;
   }
   micros(from: number, to: number): number {

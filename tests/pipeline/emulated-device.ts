@@ -10,7 +10,7 @@ import { HostClock } from '../../src/pipeline/compute-cpu.js';
 import type { Ref } from '../../src/pipeline/compute.js';
 import { KERNEL_SPECS, type KernelName } from '../../src/pipeline/kernel-args.js';
 import { KernelCompute, type KernelDevice } from '../../src/pipeline/kernel-compute.js';
-import { hostBytes } from '../../src/pipeline/raw.js';
+import { hostBytes } from '../../src/backends/raw.js';
 
 const source = fileURLToPath(new URL('../../../tests/pipeline/emulate.cpp', import.meta.url));
 
@@ -56,7 +56,7 @@ class EmulatedDevice implements KernelDevice {
     if (this.#emulate(kernel, this.#params.get(spec)!, grid, block) !== 0) throw new Error(`emulator: no kernel ${kernel}`);
   }
   address(ref: Ref): bigint {
-    return BigInt(koffi.address(hostBytes(ref.buf))) + BigInt(ref.byte);
+    return BigInt(koffi.address(hostBytes(ref.buf, 'emulated pipeline kernels'))) + BigInt(ref.byte);
   }
   zero(_s: Stream, address: bigint, bytes: number): void {
     this.#zero(address, BigInt(bytes));
