@@ -15,6 +15,8 @@ export { moeExchange, moeLanes, moeReplay } from './moe-cases.js';
 export { moeErrors, moeMismatch } from './moe-error-cases.js';
 export { moePlans, planRefusals } from './moe-plan-cases.js';
 export { moeUsage } from './moe-usage-cases.js';
+export { moeTokenReplay, moeTokens } from './moe-token-cases.js';
+export { moeTokenErrors, moeTokenTimeout } from './moe-token-error-cases.js';
 
 export interface ExchangeArg {
   seed: number;

@@ -3,6 +3,7 @@
 // launched processes, one per GPU, by tests/multi-gpu/conformance-rank.ts.
 import type { BackendName } from '../../src/backends/backend.js';
 import { moeSuite } from './moe-suite.js';
+import { moeTokenSuite } from './moe-token-suite.js';
 
 export const TIMEOUT_CASE_MS = 300;
 
@@ -43,6 +44,7 @@ export const suite: Case[] = [
   { name: 'usage W=2: host-side misuse throws UsageError at once', fn: 'usage', ranks: 2, arg: {} },
   { name: 'capture refused W=1: nccl cannot replay a call with new splits, so capture() throws UsageError', fn: 'captureRefused', ranks: 1, arg: {} },
   ...moeSuite,
+  ...moeTokenSuite,
   ...[1, 2, 3, 4].map((W) => ({
     name: `allReduce W=${W}: f32 and bf16, counts 0, 1, 7, 4099 and ${W <= 2 ? '1M (4 MiB of f32)' : '300k'}, in place and not, canaries, misuse`,
     fn: 'allReduce',
@@ -82,7 +84,7 @@ export const suite: Case[] = [
 
 /** Cases that only make sense on some backends, and why the others skip them. */
 export function notFor(backend: BackendName, c: Case): string | undefined {
-  if ((c.fn === 'replay' || c.fn === 'moeReplay' || c.fn === 'allReduceReplay') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
+  if ((c.fn === 'replay' || c.fn === 'moeReplay' || c.fn === 'allReduceReplay' || c.fn === 'moeTokenReplay') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
   if (c.fn === 'captureRefused' && backend !== 'nccl') return 'only nccl refuses capture';
   if (c.only !== undefined && c.only.backend !== backend) return c.only.why;
   return undefined;
@@ -91,6 +93,6 @@ export function notFor(backend: BackendName, c: Case): string | undefined {
 /** The argument a case's rank program gets: the suite's, the run's seed, and the absent rank of the timeout case. */
 export function caseArg(c: Case, seed: number): Record<string, unknown> {
   const arg: Record<string, unknown> = { ...c.arg, seed };
-  if (c.fn === 'timeout' || c.fn === 'allReduceTimeout') arg.absent = seed % c.ranks;
+  if (c.fn === 'timeout' || c.fn === 'allReduceTimeout' || c.fn === 'moeTokenTimeout') arg.absent = seed % c.ranks;
   return arg;
 }

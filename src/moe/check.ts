@@ -1,0 +1,137 @@
+// Host-side checks of the group's options and calls: misuse throws UsageError before anything is
+// queued, on the rank that made it. Buffers are checked as the communicator's own calls check them
+// (ours, not freed, large enough), then against the group's sizes.
+import { MAX_EXPERTS_PER_RANK, type Comm, type DeviceBuffer } from '../backends/backend.js';
+import { checkBuffer, checkLane, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
+import { UsageError } from '../errors.js';
+import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
+import { DTYPES } from './compute.js';
+import { tokenShape, type TokenShape } from './shape.js';
+
+/** K at most: a token's ids are scanned once per k in the compact layout. */
+export const MAX_TOPK = 1024;
+
+/** The checks' view of the communicator: every backend's Comm answers these. */
+export function checkContext(comm: Comm): CheckContext {
+  const ctx = comm as unknown as Partial<CheckContext>;
+  if (typeof ctx.owns !== 'function' || typeof ctx.ownsLane !== 'function') throw new UsageError('MoE group: this communicator cannot check buffer ownership');
+  return ctx as CheckContext;
+}
+
+const isInt = (n: unknown, lo: number, hi = Number.MAX_SAFE_INTEGER): n is number => Number.isSafeInteger(n) && (n as number) >= lo && (n as number) <= hi;
+
+export function checkOptions(ctx: CheckContext, o: MoeGroupOptions): TokenShape {
+  const fail = (what: string): never => {
+    throw new UsageError(`rank ${ctx.rank}: createMoeGroup: ${what}`);
+  };
+  const W = ctx.worldSize;
+  if (o.layout !== 'expanded' && o.layout !== 'compact') fail(`layout must be 'expanded' or 'compact', got ${String(o.layout)}`);
+  if (!isInt(o.numExperts, W, W * MAX_EXPERTS_PER_RANK) || o.numExperts % W !== 0)
+    fail(`numExperts must be a multiple of the ${W} ranks, at most ${MAX_EXPERTS_PER_RANK} a rank, got ${o.numExperts}`);
+  if (!isInt(o.topk, 1, MAX_TOPK)) fail(`topk must be an integer in 1..${MAX_TOPK}, got ${o.topk}`);
+  if (!isInt(o.maxTokensPerRank, 1)) fail(`maxTokensPerRank must be a positive integer, got ${o.maxTokensPerRank}`);
+  if (!isInt(o.rowBytes, 1)) fail(`rowBytes must be a positive integer, got ${o.rowBytes}`);
+  if (o.combineRowBytes !== undefined && !isInt(o.combineRowBytes, 1)) fail(`combineRowBytes must be a positive integer, got ${o.combineRowBytes}`);
+  const align = o.expertAlignment ?? 1;
+  if (!isInt(align, 1, MAX_MAJOR_ALIGN)) fail(`expertAlignment must be an integer in 1..${MAX_MAJOR_ALIGN}, got ${align}`);
+  if (o.layout === 'compact' && align !== 1) fail('expertAlignment is for the expanded layout (compact rows are tokens, not grouped by expert)');
+  checkLane(ctx, o.lane);
+  const shape = tokenShape({
+    world: W,
+    rank: ctx.rank,
+    layout: o.layout,
+    experts: o.numExperts,
+    topk: o.topk,
+    tokenCap: o.maxTokensPerRank,
+    rowBytes: o.rowBytes,
+    combineRowBytes: o.combineRowBytes ?? o.rowBytes,
+    align,
+  });
+  // Slots and ranks are int32 on the device; every byte count must be a safe integer.
+  const rowMost = Math.max(shape.rowBytes, shape.combineRowBytes, shape.metaBytes);
+  if (shape.sendRows * shape.topk >= 2 ** 31 || shape.recvRows >= 2 ** 31 || !Number.isSafeInteger(shape.recvRows * rowMost))
+    fail(`maxTokensPerRank ${o.maxTokensPerRank} with topk ${o.topk} and ${W} ranks is too large (rows must stay below 2^31)`);
+  return shape;
+}
+
+/** A dispatch as the group runs it. */
+export interface DispatchPlan {
+  idx64: boolean;
+  /** The host count, or the capacity when the count is on the device. */
+  tokens: number;
+  tokenCap: number;
+  numTokens?: DeviceBuffer;
+  /** Rows recvX holds (at most the group's recvRows). */
+  recvCap: number;
+  meta: boolean;
+}
+
+export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchArgs, reused?: { tokenCap: number }): DispatchPlan {
+  const fail = (what: string): never => {
+    throw new UsageError(`rank ${ctx.rank}: MoE dispatch: ${what}`);
+  };
+  const { topk: K, rowBytes, expertsPerRank: E } = s;
+  const type = a.topkIdxType ?? 'int64';
+  if (type !== 'int64' && type !== 'int32') fail(`topkIdxType must be 'int64' or 'int32', got ${String(type)}`);
+  const idxBytes = type === 'int64' ? 8 : 4;
+  checkBuffer(ctx, 'x', a.x);
+  checkBuffer(ctx, 'topkIdx', a.topkIdx);
+  if (a.topkWeights !== undefined) checkBuffer(ctx, 'topkWeights', a.topkWeights);
+  const held = [
+    ['x', Math.floor(a.x.bytes / rowBytes)],
+    ['topkIdx', Math.floor(a.topkIdx.bytes / (K * idxBytes))],
+    ...(a.topkWeights ? [['topkWeights', Math.floor(a.topkWeights.bytes / (4 * K))] as const] : []),
+  ] as const;
+  const cap = Math.min(s.tokenCap, ...held.map(([, rows]) => rows));
+  let tokens = Math.min(s.tokenCap, held[1][1]);
+  let numTokens: DeviceBuffer | undefined;
+  if (reused !== undefined) {
+    if (a.numTokens !== undefined) fail('numTokens is the route\'s when a route is reused');
+    tokens = reused.tokenCap;
+  } else if (typeof a.numTokens === 'number') {
+    if (!isInt(a.numTokens, 0, s.tokenCap)) fail(`numTokens must be an integer in 0..${s.tokenCap} (maxTokensPerRank), got ${a.numTokens}`);
+    tokens = a.numTokens;
+  } else if (a.numTokens !== undefined) {
+    checkBuffer(ctx, 'numTokens (int64[1])', a.numTokens, 8);
+    numTokens = a.numTokens;
+    tokens = cap;
+  }
+  for (const [what, rows] of held) if (rows < tokens) fail(`${what} holds ${rows} tokens, the call has ${tokens}`);
+  checkBuffer(ctx, 'recvX', a.recvX, rowBytes);
+  if (!a.recvX.symmetric) fail('recvX must be a symmetric buffer (allocSymmetric): peers write it');
+  const recvCap = Math.min(s.recvRows, Math.floor(a.recvX.bytes / rowBytes));
+  const compact = s.layout === 'compact';
+  if (a.recvTopkIdx !== undefined) {
+    if (!compact) fail('recvTopkIdx is for the compact layout (expanded rows are grouped by expert: expertCounts says which)');
+    checkBuffer(ctx, `recvTopkIdx (${type}[recvX rows][K])`, a.recvTopkIdx, recvCap * K * idxBytes);
+  }
+  if (a.recvTopkWeights !== undefined) {
+    if (a.topkWeights === undefined) fail('recvTopkWeights needs topkWeights');
+    checkBuffer(ctx, compact ? 'recvTopkWeights (f32[recvX rows][K])' : 'recvTopkWeights (f32[recvX rows])', a.recvTopkWeights, recvCap * (compact ? K : 1) * 4);
+  }
+  checkBuffer(ctx, 'expertCounts (int64[E])', a.expertCounts, 8 * E);
+  if (a.expertOffsets !== undefined) {
+    if (compact) fail('expertOffsets is for the expanded layout');
+    checkBuffer(ctx, 'expertOffsets (int64[E])', a.expertOffsets, 8 * E);
+  }
+  const tokenCap = reused?.tokenCap ?? (numTokens ? cap : tokens);
+  return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap, meta: compact || a.recvTopkWeights !== undefined };
+}
+
+export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs, route: { tokenCap: number; recvCap: number }): number {
+  const fail = (what: string): never => {
+    throw new UsageError(`rank ${ctx.rank}: MoE combine: ${what}`);
+  };
+  const dtype = DTYPES[a.dtype];
+  if (dtype === undefined || !Object.hasOwn(DTYPES, a.dtype)) fail(`dtype must be 'bf16', 'f16' or 'f32', got ${String(a.dtype)}`);
+  if (s.combineRowBytes % dtype.bytes !== 0) fail(`combineRowBytes ${s.combineRowBytes} is not a whole number of ${a.dtype} elements`);
+  const rowOut = s.combineRowBytes;
+  checkBuffer(ctx, 'y', a.y, route.recvCap * rowOut);
+  checkBuffer(ctx, 'out', a.out, route.tokenCap * rowOut);
+  if (a.bias !== undefined) checkBuffer(ctx, 'bias', a.bias, route.tokenCap * rowOut);
+  if (a.topkWeights !== undefined) {
+    if (s.layout === 'compact') fail('topkWeights is for the expanded layout (compact rows arrive weighted and summed by their rank)');
+    checkBuffer(ctx, 'topkWeights (f32[T][K])', a.topkWeights, route.tokenCap * s.topk * 4);
+  }
+  return rowOut / dtype.bytes;
+}

@@ -1,0 +1,101 @@
+// The group's own compute, around the exchanges: routing, gather, the received layout, combine's
+// reduction. Two implementations compute the same bits: host-compute.ts (the cpu backend, on its
+// shared-memory buffers) and kernel-compute.ts (kernels/moe-tokens.cu, on the cuda and nccl
+// backends' streams). Each step reads what the step before it left in the group's buffers.
+import type { DeviceBuffer, Stream } from '../backends/backend.js';
+import type { CombineDtype } from './api.js';
+import type { TokenShape } from './shape.js';
+
+/** The group's buffers, allocated once (see shape.ts for their rows). */
+export interface TokenBuffers {
+  /** int32 [chunks][buckets]: each chunk's count per bucket, then where its entries start in it. */
+  hist: DeviceBuffer;
+  /** int32 [tokenCap][K]: an entry's rank among its chunk's entries of its bucket; -1 none. */
+  local: DeviceBuffer;
+  /** int32 [tokenCap][K]: the send row of each entry; -1 none. The routing that combine reads. */
+  slot: DeviceBuffer;
+  /** int64 [buckets]: where each bucket starts in the send order. */
+  starts: DeviceBuffer;
+  /** int64 [buckets]: the dispatch's inSplits. */
+  inSplits: DeviceBuffer;
+  /** 8 bytes: the lowest bad entry of a routing, while it is worked out. */
+  fault: DeviceBuffer;
+  /** int64 [1]: the token count of the current routing. */
+  routeTokens: DeviceBuffer;
+  /** int64 [2][buckets] each: the x exchange's outSplitsOffsets (combine's inSplitsOffsets), the metadata's, combine's. */
+  routeOso: DeviceBuffer;
+  metaOso: DeviceBuffer;
+  combineOso: DeviceBuffer;
+  /** [sendRows][rowBytes], [sendRows][metaBytes]: the rows in send order. */
+  send: DeviceBuffer;
+  sendMeta: DeviceBuffer;
+  /** Symmetric [recvRows][metaBytes]: the metadata received. */
+  recvMeta: DeviceBuffer;
+  /** Symmetric [sendRows][combineRowBytes]: the expert outputs back, in send order. */
+  back: DeviceBuffer;
+}
+
+export interface RouteCall {
+  topkIdx: DeviceBuffer;
+  idx64: boolean;
+  /** int64 [1] on the device; absent: `tokens` is the count. */
+  numTokens?: DeviceBuffer;
+  tokens: number;
+  /** Tokens this call's buffers hold: a device count past it is refused. */
+  tokenCap: number;
+}
+
+export interface GatherCall {
+  /** true: a new routing, whose slots are worked out; false: the current one's are read. */
+  place: boolean;
+  topkIdx: DeviceBuffer;
+  idx64: boolean;
+  x: DeviceBuffer;
+  weights?: DeviceBuffer;
+  /** Whether the metadata rows are written (compact always; expanded for recvTopkWeights). */
+  meta: boolean;
+}
+
+export interface LayoutCall {
+  recvX: DeviceBuffer;
+  recvIdx?: DeviceBuffer;
+  idx64: boolean;
+  recvWeights?: DeviceBuffer;
+  counts: DeviceBuffer;
+  offsets?: DeviceBuffer;
+}
+
+export interface ReduceCall {
+  out: DeviceBuffer;
+  weights?: DeviceBuffer;
+  bias?: DeviceBuffer;
+  dtype: CombineDtype;
+  /** Elements a row. */
+  hidden: number;
+}
+
+export interface TokenCompute {
+  /** Works out the routing: inSplits, the chunks' offsets, the token count; a bad id or count becomes a negative split. */
+  route(stream: Stream, c: RouteCall): void;
+  /** Copies the rows (and metadata) into send order; a new routing's slots first. */
+  gather(stream: Stream, c: GatherCall): void;
+  /** Fills an exchange's outSplitsOffsets with -1 before the exchange: left so, the call was refused. */
+  poison(stream: Stream, buf: DeviceBuffer): void;
+  /** After the dispatch's exchanges: counts, offsets, padding, the metadata unpacked. Nothing if refused. */
+  layout(stream: Stream, c: LayoutCall): void;
+  /** After combine's exchange: the weighted sum of each token's rows. Nothing if refused. */
+  reduce(stream: Stream, c: ReduceCall): void;
+  close(): void;
+}
+
+export type ComputeFactory = (shape: TokenShape, bufs: TokenBuffers) => TokenCompute;
+
+/** Element bytes and the kernels' code of each combine dtype. */
+export const DTYPES: Readonly<Record<CombineDtype, { bytes: number; code: number }>> = {
+  f32: { bytes: 4, code: 0 },
+  bf16: { bytes: 2, code: 1 },
+  f16: { bytes: 2, code: 2 },
+};
+
+/** inSplits[0] of a bad token count (kernels/moe-tokens.cu MT_BAD_TOKEN_COUNT); a bad id at entry i leaves -1 - i. */
+export const BAD_TOKEN_COUNT = -(2 ** 40);

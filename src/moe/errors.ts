@@ -1,0 +1,86 @@
+// The group's named errors. Its exchanges refuse a bad call on every rank with a SplitsError; the
+// group's handles say what that means for tokens and experts. Every rank reads the same SplitsError,
+// so every rank throws the same error, with no device read (which could stall behind a peer's
+// spinning kernel).
+import { A2avError, SplitsError } from '../errors.js';
+import { BAD_TOKEN_COUNT } from './compute.js';
+import type { MoeLayout } from './api.js';
+
+/**
+ * A dispatch would put more rows into a rank's recvX than it holds; nothing was written. `rank` is
+ * the receiver, `expert` the (global) expert whose block passes the end (-1 in the compact layout,
+ * where rows are tokens), `localExpert` its index on that rank, `needed` the rows the receiver's
+ * layout takes in all (padding included) and `capacity` the rows its recvX holds.
+ */
+export class MoeCapacityError extends A2avError {
+  readonly rank: number;
+  readonly expert: number;
+  readonly localExpert: number;
+  readonly needed: bigint;
+  readonly capacity: bigint;
+  readonly reportedBy: number;
+  constructor(f: { rank: number; expert: number; localExpert: number; needed: bigint; capacity: bigint; reportedBy: number }, cause: SplitsError) {
+    const what = f.expert >= 0 ? `expert ${f.expert} (local expert ${f.localExpert} of rank ${f.rank}) passes the end of its recvX` : `rank ${f.rank}'s tokens pass the end of its recvX`;
+    super('A2AV_MOE_CAPACITY', `MoE dispatch refused: ${what}: the rank would receive ${f.needed} rows, recvX holds ${f.capacity} (reported by rank ${f.reportedBy}); nothing was written`, { cause });
+    this.rank = f.rank;
+    this.expert = f.expert;
+    this.localExpert = f.localExpert;
+    this.needed = f.needed;
+    this.capacity = f.capacity;
+    this.reportedBy = f.reportedBy;
+  }
+}
+
+export type MoeRoutingProblem = 'expert-id' | 'token-count' | 'route-refused';
+
+/**
+ * A routing that cannot run, refused on every rank, nothing written. 'expert-id': rank `rank`'s
+ * topkIdx[token][k] is neither -1 nor an expert of the job (the lowest such entry); 'token-count':
+ * rank `rank`'s device token count is negative or past what its buffers hold; 'route-refused': a
+ * combine of a route whose dispatch was refused.
+ */
+export class MoeRoutingError extends A2avError {
+  readonly problem: MoeRoutingProblem;
+  readonly rank: number;
+  readonly token: number;
+  readonly k: number;
+  readonly reportedBy: number;
+  constructor(f: { problem: MoeRoutingProblem; rank: number; token: number; k: number; reportedBy: number }, cause: SplitsError) {
+    const what = {
+      'expert-id': `rank ${f.rank}: topkIdx[${f.token}][${f.k}] is neither -1 nor an expert id of the job`,
+      'token-count': `rank ${f.rank}: the device token count is negative or more than its buffers hold`,
+      'route-refused': 'combine of a route whose dispatch was refused',
+    }[f.problem];
+    super('A2AV_MOE_ROUTING', `MoE ${what} (reported by rank ${f.reportedBy}); nothing was written`, { cause });
+    this.problem = f.problem;
+    this.rank = f.rank;
+    this.token = f.token;
+    this.k = f.k;
+    this.reportedBy = f.reportedBy;
+  }
+}
+
+/** What the group's dispatch exchange's refusal means; other errors pass as they are. */
+export function dispatchError(err: unknown, g: { layout: MoeLayout; expertsPerRank: number; topk: number }): unknown {
+  if (!(err instanceof SplitsError)) return err;
+  if (err.problem === 'negative' && err.peer === 0 && err.expert <= 0) {
+    const n = Number(err.needed);
+    const f = { rank: err.rank, reportedBy: err.reportedBy };
+    if (n === BAD_TOKEN_COUNT) return new MoeRoutingError({ ...f, problem: 'token-count', token: -1, k: -1 }, err);
+    const entry = -1 - n;
+    return new MoeRoutingError({ ...f, problem: 'expert-id', token: Math.floor(entry / g.topk), k: entry % g.topk }, err);
+  }
+  if (err.problem === 'output-overflow') {
+    const expanded = g.layout === 'expanded';
+    const local = expanded ? err.expert : -1;
+    const expert = expanded ? err.rank * g.expertsPerRank + err.expert : -1;
+    return new MoeCapacityError({ rank: err.rank, expert, localExpert: local, needed: err.needed, capacity: err.available, reportedBy: err.reportedBy }, err);
+  }
+  return err;
+}
+
+/** What the group's combine exchange's refusal means: a negative count is a refused dispatch's route. */
+export function combineError(err: unknown): unknown {
+  if (!(err instanceof SplitsError) || err.problem !== 'negative') return err;
+  return new MoeRoutingError({ problem: 'route-refused', rank: err.rank, token: -1, k: -1, reportedBy: err.reportedBy }, err);
+}

@@ -1,0 +1,211 @@
+// Token-level MoE on the 2-D exchange: createMoeGroup sizes a group's buffers once, dispatch routes
+// each token's top-k expert ids into the exchange's rank-major order on the device and moves the
+// rows (comm.allToAllV2d), combine moves the expert outputs back (comm.allToAllV2dOffset, the
+// reverse permutation) and reduces them on each token's own rank in top-k order. Per dispatch:
+//   route   inSplits (rows per rank and expert, or per rank) and each (token, k)'s send row;
+//   gather  the rows, and their metadata, into send order;
+//   x       the exchange of the rows into recvX, then of the metadata (compact; expanded weights);
+//   layout  counts, offsets, padding rows zeroed, metadata unpacked: only if the exchange ran.
+// All on the caller's stream around the exchanges on the group's lane, so graph-capturable.
+import type { Comm, Handle, Lane, Stream } from '../backends/backend.js';
+import { CommAbortedError, UsageError } from '../errors.js';
+import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
+import { checkCombine, checkContext, checkDispatch, checkOptions } from './check.js';
+import type { ComputeFactory, TokenBuffers, TokenCompute } from './compute.js';
+import { combineError, dispatchError } from './errors.js';
+import { HostCompute } from './host-compute.js';
+import { KernelCompute } from './kernel-compute.js';
+import type { TokenShape } from './shape.js';
+
+/** Collective: every rank calls it with the same options, between phases of work (it allocates, and loads kernels on GPUs). */
+export async function createMoeGroup(comm: Comm, options: MoeGroupOptions): Promise<MoeGroup> {
+  return createMoeGroupWith(comm, options, await defaultCompute(comm));
+}
+
+async function defaultCompute(comm: Comm): Promise<ComputeFactory> {
+  if (comm.backend === 'cpu') return (shape, bufs) => new HostCompute(shape, bufs);
+  const { CudaTokenDevice } = await import('./cuda-device.js');
+  return (shape, bufs) => new KernelCompute(new CudaTokenDevice(), shape, bufs);
+}
+
+/** createMoeGroup with the compute given (the tests run the kernels compiled for the host this way). */
+export async function createMoeGroupWith(comm: Comm, options: MoeGroupOptions, factory: ComputeFactory): Promise<MoeGroup> {
+  const ctx = checkContext(comm);
+  const shape = checkOptions(ctx, options);
+  const lane = options.lane ?? comm.lane(0);
+  const bufs = await allocate(comm, shape);
+  // Rank 0 compiles the kernels (or fills the on-disk cache) first; then nobody launches until
+  // every rank has loaded them: loading waits for the kernels on the GPU, and a peer's kernel that
+  // waits for this rank would never end.
+  if (comm.rank !== 0) await comm.barrier();
+  const compute = factory(shape, bufs);
+  if (comm.rank === 0) await comm.barrier();
+  await comm.barrier();
+  return new TokenGroup(comm, shape, lane, bufs, compute);
+}
+
+async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
+  const local = (bytes: number) => comm.alloc(bytes);
+  const n = s.buckets;
+  return {
+    hist: local(4 * s.chunks * n),
+    local: local(4 * s.tokenCap * s.topk),
+    slot: local(4 * s.tokenCap * s.topk),
+    starts: local(8 * n),
+    inSplits: local(8 * n),
+    fault: local(8),
+    routeTokens: local(8),
+    routeOso: local(16 * n),
+    metaOso: local(16 * n),
+    combineOso: local(16 * n),
+    send: local(s.sendRows * s.rowBytes),
+    sendMeta: local(s.sendRows * s.metaBytes),
+    recvMeta: await comm.allocSymmetric(s.recvRows * s.metaBytes),
+    back: await comm.allocSymmetric(s.sendRows * s.combineRowBytes),
+  };
+}
+
+/** A route: the group's routing as of one dispatch, and that dispatch's capacities. */
+class TokenRoute implements MoeRoute {
+  constructor(
+    readonly layout: MoeLayout,
+    readonly group: TokenGroup,
+    readonly generation: number,
+    readonly tokenCap: number,
+    readonly recvCap: number,
+  ) {}
+}
+
+class TokenGroup implements MoeGroup {
+  readonly layout: MoeLayout;
+  readonly numExperts: number;
+  readonly expertsPerRank: number;
+  readonly topk: number;
+  readonly maxTokensPerRank: number;
+  readonly rowBytes: number;
+  readonly combineRowBytes: number;
+  readonly expertAlignment: number;
+  readonly recvRows: number;
+  readonly #comm: Comm;
+  readonly #shape: TokenShape;
+  readonly #lane: Lane;
+  readonly #bufs: TokenBuffers;
+  readonly #compute: TokenCompute;
+  /** Routings worked out so far: only the latest one's route can be used. */
+  #generation = 0;
+  #closed = false;
+
+  constructor(comm: Comm, shape: TokenShape, lane: Lane, bufs: TokenBuffers, compute: TokenCompute) {
+    this.#comm = comm;
+    this.#shape = shape;
+    this.#lane = lane;
+    this.#bufs = bufs;
+    this.#compute = compute;
+    this.layout = shape.layout;
+    this.numExperts = shape.experts;
+    this.expertsPerRank = shape.expertsPerRank;
+    this.topk = shape.topk;
+    this.maxTokensPerRank = shape.tokenCap;
+    this.rowBytes = shape.rowBytes;
+    this.combineRowBytes = shape.combineRowBytes;
+    this.expertAlignment = shape.align;
+    this.recvRows = shape.recvRows;
+  }
+
+  dispatch(a: MoeDispatchArgs): MoeDispatchResult {
+    this.#usable();
+    const reused = a.route === undefined ? undefined : this.#current(a.route, 'dispatch');
+    const p = checkDispatch(checkContext(this.#comm), this.#shape, a, reused);
+    const [s, b, sh, comm] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#comm];
+    const compute = this.#compute;
+    if (reused === undefined) compute.route(s, { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap });
+    compute.gather(s, { place: reused === undefined, topkIdx: a.topkIdx, idx64: p.idx64, x: a.x, weights: a.topkWeights, meta: p.meta });
+    const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
+    const exchange = { inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s };
+    compute.poison(s, b.routeOso);
+    const parts = [comm.allToAllV2d({ ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes })];
+    if (p.meta) parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, input: b.sendMeta, output: b.recvMeta, outSplitsOffsets: b.metaOso, rowBytes: sh.metaBytes })));
+    for (const h of parts) h.waitOn(s);
+    compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets });
+    return { route, done: joined(parts, comm.record(s), (err) => dispatchError(err, sh)) };
+  }
+
+  combine(a: MoeCombineArgs): Handle {
+    this.#usable();
+    const route = this.#current(a.route, 'combine');
+    const hidden = checkCombine(checkContext(this.#comm), this.#shape, a, route);
+    const [s, b, sh] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape];
+    this.#compute.poison(s, b.combineOso);
+    const h = this.#comm.allToAllV2dOffset({
+      input: a.y,
+      output: b.back,
+      inSplitsOffsets: b.routeOso,
+      outSplitsOffsets: b.combineOso,
+      expertsPerRank: sh.exchangeExperts,
+      rowBytes: sh.combineRowBytes,
+      lane: this.#lane,
+      stream: s,
+    });
+    h.waitOn(s);
+    this.#compute.reduce(s, { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden });
+    return joined([h], this.#comm.record(s), combineError);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    // Peers may still be writing into this rank's symmetric buffers: meet them first. A peer that
+    // gave up (timeout) never comes, so a failed meeting only delays the release.
+    await this.#comm.barrier().catch(() => {});
+    this.#compute.close();
+    for (const buf of Object.values(this.#bufs)) this.#comm.free(buf);
+  }
+
+  #current(route: MoeRoute, what: string): TokenRoute {
+    if (!(route instanceof TokenRoute) || route.group !== this) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: the route is not one of this group's`);
+    if (route.generation !== this.#generation) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: the route was replaced by a later dispatch (a group keeps one routing)`);
+    return route;
+  }
+
+  #usable(): void {
+    if (this.#closed) throw new UsageError(`rank ${this.#comm.rank}: this MoE group is closed`);
+  }
+}
+
+/**
+ * A call after the first exchange of a dispatch. Where a collective runs when called (cpu), a
+ * timeout in the first has already aborted the communicator: the first's handle reports it.
+ */
+function unlessAborted(call: () => Handle): Handle {
+  try {
+    return call();
+  } catch (err) {
+    if (!(err instanceof CommAbortedError)) throw err;
+    return { wait: () => { throw err; }, waitOn: () => {} };
+  }
+}
+
+/**
+ * One handle for a call's exchanges and the group's work after them: wait() reports the
+ * exchanges' outcome (as the group's error), then waits for the rest; waitOn orders after all.
+ */
+function joined(parts: Handle[], after: Handle, explain: (err: unknown) => unknown): Handle {
+  let failure: unknown;
+  return {
+    wait(): void {
+      if (failure !== undefined) throw failure;
+      for (const h of parts) {
+        try {
+          h.wait();
+        } catch (err) {
+          failure = explain(err);
+          throw failure;
+        }
+      }
+      after.wait();
+    },
+    waitOn(stream: Stream): void {
+      after.waitOn(stream);
+    },
+  };
+}

@@ -1,0 +1,181 @@
+// The group's compute on the cpu backend: loops over its shared-memory buffers, in the caller's
+// thread (a cpu collective is done when its call returns, so each step sees the one before). The
+// same bits as kernels/moe-tokens.cu: a stable order within each bucket, the same refusal
+// encodings, the same gates, the same f32 sums.
+import type { DeviceBuffer } from '../backends/backend.js';
+import { BAD_TOKEN_COUNT, DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
+import { loader, storer } from './dtype.js';
+import { hostBytes } from '../backends/raw.js';
+import type { TokenShape } from './shape.js';
+
+/** Names this code in the errors of src/backends/raw.ts. */
+const WHO = 'MoE group';
+
+const i32 = (buf: DeviceBuffer): Int32Array => {
+  const u8 = hostBytes(buf, WHO);
+  return new Int32Array(u8.buffer, u8.byteOffset, u8.byteLength >>> 2);
+};
+const f32 = (buf: DeviceBuffer): Float32Array => {
+  const u8 = hostBytes(buf, WHO);
+  return new Float32Array(u8.buffer, u8.byteOffset, u8.byteLength >>> 2);
+};
+/** int64 element i of an Int32Array view (exact below 2^53). */
+const int64At = (a: Int32Array, i: number): number => a[2 * i + 1] * 4294967296 + (a[2 * i] >>> 0);
+const setInt64 = (a: Int32Array, i: number, v: number): void => {
+  a[2 * i] = v | 0;
+  a[2 * i + 1] = Math.floor(v / 4294967296);
+};
+
+export class HostCompute implements TokenCompute {
+  readonly #shape: TokenShape;
+  readonly #bufs: TokenBuffers;
+  /** Rows per bucket, then the next row of each, while a routing is worked out. */
+  readonly #cursor: Float64Array;
+
+  constructor(shape: TokenShape, bufs: TokenBuffers) {
+    this.#shape = shape;
+    this.#bufs = bufs;
+    this.#cursor = new Float64Array(shape.buckets);
+  }
+
+  route(_s: unknown, c: RouteCall): void {
+    const { topk: K, experts: N, expertsPerRank: E, buckets } = this.#shape;
+    const compact = this.#shape.layout === 'compact';
+    const ids = i32(c.topkIdx);
+    const idx = c.idx64 ? (i: number) => int64At(ids, i) : (i: number) => ids[i];
+    const n = c.numTokens ? int64At(i32(c.numTokens), 0) : c.tokens;
+    const T = n < 0 || n > c.tokenCap ? -1 : n;
+    const bucketOf = i32(this.#bufs.local);
+    const cursor = this.#cursor.fill(0);
+    let fault = -1;
+    for (let g = 0; g < Math.max(T, 0) * K; g++) {
+      const [t, k] = [Math.floor(g / K), g % K];
+      const id = idx(g);
+      let b = id === -1 ? -1 : id < -1 || id >= N ? -2 : compact ? Math.floor(id / E) : id;
+      for (let j = 0; compact && b >= 0 && j < k; j++) {
+        const o = idx(t * K + j);
+        if (o >= 0 && o < N && Math.floor(o / E) === b) b = -1;
+      }
+      if (b === -2 && fault < 0) fault = g;
+      bucketOf[g] = b < 0 ? -1 : b;
+      if (b >= 0) cursor[b]++;
+    }
+    const splits = i32(this.#bufs.inSplits);
+    let start = 0;
+    for (let b = 0; b < buckets; b++) {
+      setInt64(splits, b, cursor[b]);
+      [cursor[b], start] = [start, start + cursor[b]];
+    }
+    const slot = i32(this.#bufs.slot);
+    for (let g = 0; g < Math.max(T, 0) * K; g++) slot[g] = bucketOf[g] < 0 ? -1 : cursor[bucketOf[g]]++;
+    if (T < 0) setInt64(splits, 0, BAD_TOKEN_COUNT);
+    else if (fault >= 0) setInt64(splits, 0, -1 - fault);
+    setInt64(i32(this.#bufs.routeTokens), 0, Math.max(T, 0));
+  }
+
+  gather(_s: unknown, c: GatherCall): void {
+    const { topk: K, experts: N, expertsPerRank: E, rowBytes, metaBytes } = this.#shape;
+    const compact = this.#shape.layout === 'compact';
+    const T = int64At(i32(this.#bufs.routeTokens), 0);
+    const slot = i32(this.#bufs.slot);
+    const [x, send] = [hostBytes(c.x, WHO), hostBytes(this.#bufs.send, WHO)];
+    const ids = i32(c.topkIdx);
+    const idx = c.idx64 ? (i: number) => int64At(ids, i) : (i: number) => ids[i];
+    const w = c.weights ? f32(c.weights) : undefined;
+    const metaI = i32(this.#bufs.sendMeta);
+    const metaF = f32(this.#bufs.sendMeta);
+    const words = metaBytes >>> 2;
+    for (let g = 0; g < T * K; g++) {
+      const s = slot[g];
+      if (s < 0) continue;
+      const t = Math.floor(g / K);
+      send.set(x.subarray(t * rowBytes, (t + 1) * rowBytes), s * rowBytes);
+      if (!c.meta) continue;
+      if (!compact) {
+        metaF[s] = w ? w[g] : 0;
+        continue;
+      }
+      const id = idx(g);
+      const dst = id >= 0 && id < N ? Math.floor(id / E) : -1;
+      for (let k = 0; k < K; k++) {
+        const o = idx(t * K + k);
+        const here = dst >= 0 && o >= 0 && o < N && Math.floor(o / E) === dst;
+        metaI[s * words + k] = here ? o - dst * E : -1;
+        metaF[s * words + K + k] = here && w ? w[t * K + k] : 0;
+      }
+    }
+  }
+
+  poison(_s: unknown, buf: DeviceBuffer): void {
+    hostBytes(buf, WHO).fill(0xff);
+  }
+
+  layout(_s: unknown, c: LayoutCall): void {
+    const { world: W, expertsPerRank: E, topk: K, rowBytes, metaBytes, align } = this.#shape;
+    const oso = i32(this.#bufs.routeOso);
+    if (int64At(oso, 0) < 0) return;
+    const counts = i32(c.counts);
+    const words = metaBytes >>> 2;
+    const [metaI, metaF] = [i32(this.#bufs.recvMeta), f32(this.#bufs.recvMeta)];
+    const rw = c.recvWeights ? f32(c.recvWeights) : undefined;
+    if (this.#shape.layout === 'compact') {
+      let rows = 0;
+      for (let src = 0; src < W; src++) rows += int64At(oso, src);
+      const n = new Float64Array(E);
+      const ri = c.recvIdx ? i32(c.recvIdx) : undefined;
+      for (let i = 0; i < rows * K; i++) {
+        const [r, k] = [Math.floor(i / K), i % K];
+        const id = metaI[r * words + k];
+        if (ri) {
+          if (c.idx64) setInt64(ri, i, id);
+          else ri[i] = id;
+        }
+        if (rw) rw[i] = metaF[r * words + K + k];
+        if (id >= 0 && id < E) n[id]++;
+      }
+      for (let e = 0; e < E; e++) setInt64(counts, e, n[e]);
+      return;
+    }
+    const recvX = hostBytes(c.recvX, WHO);
+    const offsets = c.offsets ? i32(c.offsets) : undefined;
+    for (let e = 0; e < E; e++) {
+      let cnt = 0;
+      for (let src = 0; src < W; src++) cnt += int64At(oso, e * W + src);
+      const start = int64At(oso, W * E + e * W);
+      const span = cnt === 0 ? align : Math.ceil(cnt / align) * align;
+      setInt64(counts, e, cnt);
+      if (offsets) setInt64(offsets, e, start);
+      recvX.fill(0, (start + cnt) * rowBytes, (start + span) * rowBytes);
+      for (let r = 0; rw && r < span; r++) rw[start + r] = r < cnt ? metaF[(start + r) * words] : 0;
+    }
+  }
+
+  reduce(_s: unknown, c: ReduceCall): void {
+    const K = this.#shape.topk;
+    const H = c.hidden;
+    if (int64At(i32(this.#bufs.combineOso), 0) < 0) return;
+    const T = int64At(i32(this.#bufs.routeTokens), 0);
+    const slot = i32(this.#bufs.slot);
+    const y = loader(c.dtype, hostBytes(this.#bufs.back, WHO));
+    const bias = c.bias ? loader(c.dtype, hostBytes(c.bias, WHO)) : undefined;
+    const w = c.weights ? f32(c.weights) : undefined;
+    const out = storer(c.dtype, hostBytes(c.out, WHO).subarray(0, T * H * DTYPES[c.dtype].bytes));
+    for (let t = 0; t < T; t++) {
+      for (let h = 0; h < H; h++) {
+        let acc = 0;
+        let any = false;
+        for (let k = 0; k < K; k++) {
+          const s = slot[t * K + k];
+          if (s < 0) continue;
+          const v = w ? Math.fround(w[t * K + k] * y(s * H + h)) : y(s * H + h);
+          acc = any ? Math.fround(acc + v) : v;
+          any = true;
+        }
+        if (bias) acc = any ? Math.fround(acc + bias(t * H + h)) : bias(t * H + h);
+        out(t * H + h, acc);
+      }
+    }
+  }
+
+  close(): void {}
+}

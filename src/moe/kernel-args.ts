@@ -1,0 +1,55 @@
+// The argument structs of kernels/moe-tokens.cu, field by field: every field is 8 bytes (a pointer
+// or an i64), so field i sits at byte 8·i and the order is the whole layout.
+// tests/moe-tokens.test.ts checks these lists against the structs in the .cu file.
+
+export type FieldKind = 'ptr' | 'int';
+
+export interface TokenKernelSpec {
+  /** The struct's name in kernels/moe-tokens.cu. */
+  struct: string;
+  /** Kernels taking it. */
+  kernels: string[];
+  fields: ReadonlyArray<readonly [name: string, kind: FieldKind]>;
+}
+
+const ptrs = (...names: string[]) => names.map((n) => [n, 'ptr'] as const);
+const ints = (...names: string[]) => names.map((n) => [n, 'int'] as const);
+
+export const TOKEN_KERNELS = {
+  route: {
+    struct: 'RouteArgs',
+    kernels: ['mt_route_count', 'mt_route_scan'],
+    fields: [
+      ...ptrs('topkIdx', 'numTokens', 'hist', 'local', 'starts', 'inSplits', 'fault', 'routeTokens'),
+      ...ints('tokens', 'tokenCap', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunks', 'chunkTokens'),
+    ],
+  },
+  gather: {
+    struct: 'GatherArgs',
+    kernels: ['mt_gather'],
+    fields: [
+      ...ptrs('topkIdx', 'weights', 'x', 'send', 'sendMeta', 'slot', 'local', 'hist', 'starts', 'routeTokens'),
+      ...ints('place', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunkTokens', 'rowBytes', 'metaBytes'),
+    ],
+  },
+  layout: {
+    struct: 'LayoutArgs',
+    kernels: ['mt_dispatch_layout', 'mt_dispatch_unpack'],
+    fields: [
+      ...ptrs('oso', 'recvX', 'recvMeta', 'recvIdx', 'recvWeights', 'counts', 'offsets'),
+      ...ints('world', 'expertsPerRank', 'compact', 'align', 'rowBytes', 'topk', 'idx64', 'metaBytes'),
+    ],
+  },
+  reduce: {
+    struct: 'ReduceArgs',
+    kernels: ['mt_combine_reduce'],
+    fields: [...ptrs('gate', 'recv', 'slot', 'routeTokens', 'weights', 'bias', 'out'), ...ints('topk', 'hidden', 'dtype')],
+  },
+} satisfies Record<string, TokenKernelSpec>;
+
+export type TokenKernelName = keyof typeof TOKEN_KERNELS;
+
+/** Threads a block (kernels/moe-tokens.cu MT_THREADS, MT_SCAN_THREADS) and a gathered row's threads (MT_GROUP). */
+export const THREADS = 256;
+export const SCAN_THREADS = 512;
+export const GROUP = 32;

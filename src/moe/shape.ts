@@ -1,0 +1,78 @@
+// A group's fixed sizes, worked out once from its options: the exchange it runs, the routing's
+// chunks, and the rows every buffer holds. Everything a call touches is sized from these, so a call
+// allocates nothing and a graph of it can be replayed with any routing.
+import type { MoeLayout } from './api.js';
+
+/** Tokens one routing thread takes at least: enough sequential work to be worth a thread. */
+const MIN_CHUNK_TOKENS = 4;
+/**
+ * Chunks at most: mt_route_scan walks each bucket's chunks in order in one thread, so their count
+ * is its latency (256: 16 tokens a chunk at 4096 tokens).
+ */
+const MAX_CHUNKS = 256;
+/** Counts the routing's per-chunk histogram holds at most (int32: 16 MiB). */
+const HIST_BUDGET = 1 << 22;
+
+export interface TokenShape {
+  world: number;
+  rank: number;
+  layout: MoeLayout;
+  /** N: experts of the job. */
+  experts: number;
+  /** E: experts a rank. */
+  expertsPerRank: number;
+  topk: number;
+  tokenCap: number;
+  rowBytes: number;
+  combineRowBytes: number;
+  align: number;
+  /** The exchange's experts a rank: E (expanded), 1 (compact: one row per token and rank). */
+  exchangeExperts: number;
+  /** The exchange's majorAlign: the expert alignment (expanded), 1 (compact). */
+  exchangeAlign: number;
+  /** W · exchangeExperts: the routing's buckets, in the exchange's rank-major order. */
+  buckets: number;
+  /** Rows a rank sends at most: every (token, k) (expanded), every (token, rank) (compact). */
+  sendRows: number;
+  /** Rows a rank receives at most, padding included. */
+  recvRows: number;
+  /** Bytes of a send row's metadata: its weight (expanded); K local ids, K weights (compact). */
+  metaBytes: number;
+  /** The routing's chunks of tokens (one thread each) and tokens a chunk. */
+  chunks: number;
+  chunkTokens: number;
+}
+
+export function tokenShape(o: {
+  world: number;
+  rank: number;
+  layout: MoeLayout;
+  experts: number;
+  topk: number;
+  tokenCap: number;
+  rowBytes: number;
+  combineRowBytes: number;
+  align: number;
+}): TokenShape {
+  const E = o.experts / o.world;
+  const expanded = o.layout === 'expanded';
+  const exchangeExperts = expanded ? E : 1;
+  const exchangeAlign = expanded ? o.align : 1;
+  const buckets = o.world * exchangeExperts;
+  const perToken = expanded ? o.topk : Math.min(o.topk, o.world);
+  const most = Math.max(1, Math.min(Math.ceil(o.tokenCap / MIN_CHUNK_TOKENS), MAX_CHUNKS, Math.floor(HIST_BUDGET / buckets)));
+  const chunkTokens = Math.max(1, Math.ceil(o.tokenCap / most));
+  return {
+    ...o,
+    expertsPerRank: E,
+    exchangeExperts,
+    exchangeAlign,
+    buckets,
+    sendRows: o.tokenCap * perToken,
+    // Each expert's block at most its rows plus its alignment (an empty one takes the alignment).
+    recvRows: o.world * o.tokenCap * (expanded ? o.topk : 1) + exchangeExperts * exchangeAlign,
+    metaBytes: expanded ? 4 : 8 * o.topk,
+    chunks: Math.max(1, Math.ceil(o.tokenCap / chunkTokens)),
+    chunkTokens,
+  };
+}

@@ -1,0 +1,191 @@
+// Rank programs for the token-level MoE group's failures: a routing past recvX's capacity, a bad
+// expert id, a bad device token count (each refused on every rank with a named error, nothing
+// written, then a good round trip), host-side misuse (UsageError at once) and a rank that never
+// dispatches (TimeoutError naming it).
+import type { Comm, DeviceBuffer, Handle } from '../../src/backends/backend.js';
+import { A2avError, TimeoutError } from '../../src/errors.js';
+import type { MoeCombineArgs, MoeDispatchArgs, MoeRoute } from '../../src/moe/api.js';
+import { MoeCapacityError, MoeRoutingError } from '../../src/moe/errors.js';
+import { createMoeGroup } from '../../src/moe/group.js';
+import { expectTimeout, expectUsageError } from './expect.js';
+import { ConformanceError } from './harness.js';
+import { jobOf, type TokenJobArg } from './moe-token-cases.js';
+import { TokenRig, type CallData } from './moe-token-harness.js';
+import { receiveLayout, routing, type Routing, type TokenPattern } from './moe-token-reference.js';
+import { Rng } from './reference.js';
+
+/** handle.wait() must throw `cls` with these fields. */
+function expectError(handle: Handle, cls: typeof MoeCapacityError | typeof MoeRoutingError, want: Record<string, unknown>, label: string): void {
+  let err: unknown;
+  try {
+    handle.wait();
+  } catch (e) {
+    err = e;
+  }
+  if (!(err instanceof cls)) throw new ConformanceError(`${label}: expected ${cls.name}, got ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`, { cause: err });
+  for (const [key, value] of Object.entries(want)) {
+    const got = (err as unknown as Record<string, unknown>)[key];
+    if (got !== value) throw new ConformanceError(`${label}: ${cls.name} ${key} is ${String(got)}, expected ${String(value)} (${err.message})`, { cause: err });
+  }
+}
+
+async function expectRejected(fn: () => Promise<unknown>, label: string): Promise<void> {
+  try {
+    await fn();
+  } catch (err) {
+    if (err instanceof A2avError && err.code === 'A2AV_USAGE') return;
+    throw new ConformanceError(`${label}: expected UsageError, got ${String(err)}`, { cause: err });
+  }
+  throw new ConformanceError(`${label}: expected UsageError, but nothing was thrown`);
+}
+
+export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<number> {
+  const job = jobOf(comm, arg);
+  const { world: W, experts: E, topk: K, maxTokens: T } = job;
+  const me = comm.rank;
+  const expanded = job.layout === 'expanded';
+  // recvX short of every token to one expert, with room for one id of one token from every rank
+  // (the good calls below); the case's maxTokens makes the two differ.
+  const A = job.align;
+  const capacity = expanded ? (E - 1) * A + Math.ceil(W / A) * A : W;
+  const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, recvRows: capacity, emulator: arg.emulator });
+  const rng = new Rng(arg.seed, 0x7e);
+  let call = 700;
+  const calls = (pattern: TokenPattern): CallData => {
+    call++;
+    return { seed: arg.seed, call, routings: Array.from({ length: W }, (_, q) => routing(job, arg.seed, call, q, pattern)) };
+  };
+  const dispatch = (d: CallData, count: 'host' | 'device' = 'device') => {
+    rig.prepare(d, true);
+    rig.poison(d.call);
+    return rig.dispatch({ count, idx64: true, weights: true, tokens: d.routings[me].tokens });
+  };
+  const good = (label: string): void => {
+    // At most one id of one token a rank, so that recvX's capacity holds them.
+    const d = calls('random');
+    for (const r of d.routings) {
+      r.tokens = Math.min(r.tokens, 1);
+      r.ids = r.ids.slice(0, r.tokens * K).map((id, i) => (i === r.ids.findIndex((x) => x >= 0) ? id : -1));
+    }
+    const { route, done } = dispatch(d, 'host');
+    done.wait();
+    rig.verifyDispatch(d, { idx64: true, weights: true }, label);
+    rig.writeOutputs(d, 'f32');
+    rig.combine({ route, dtype: 'f32', weights: expanded, bias: true }).wait();
+    rig.verifyCombine(d, { dtype: 'f32', weights: expanded, bias: true }, label);
+  };
+
+  // Every token to one expert: past recvX on its rank, refused on every rank; then the combine of
+  // that refused route.
+  let d = calls('oneExpert');
+  const hot = d.routings[0].ids[0];
+  const owner = Math.floor(hot / E);
+  let r = dispatch(d);
+  // The error names the first expert, in the owner's layout, whose block passes the end: the hot
+  // one, or one after it whose padding no longer fits.
+  const { rows, counts, starts } = receiveLayout(job, d.routings, owner);
+  const past = counts.findIndex((c, e) => starts[e] + (c === 0 ? A : Math.ceil(c / A) * A) > capacity);
+  const named = { expert: expanded ? owner * E + past : -1, localExpert: expanded ? past : -1 };
+  expectError(r.done, MoeCapacityError, { rank: owner, ...named, needed: BigInt(rows.length), capacity: BigInt(capacity), reportedBy: me }, 'every token to one expert');
+  rig.verifyUntouched('every token to one expert');
+  expectError(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), MoeRoutingError, { problem: 'route-refused', reportedBy: me }, 'combine of a refused dispatch');
+  rig.verifyUntouched('combine of a refused dispatch');
+  good('good round trip after a refused capacity');
+
+  // A bad expert id on rank q (and a later one, which the error does not name).
+  const q = rng.int(W);
+  d = calls('random');
+  const bad: Routing = d.routings[q];
+  if (bad.tokens === 0) Object.assign(bad, { tokens: 1, ids: new Array<number>(K).fill(-1) });
+  const [t, k] = [rng.int(bad.tokens), rng.int(K)];
+  bad.ids[t * K + k] = rng.pick([W * E, W * E + 77, -2]);
+  if (t * K + k + 1 < bad.ids.length) bad.ids[bad.ids.length - 1] = -9;
+  r = dispatch(d);
+  expectError(r.done, MoeRoutingError, { problem: 'expert-id', rank: q, token: t, k, reportedBy: me }, `a bad expert id on rank ${q}`);
+  rig.verifyUntouched(`a bad expert id on rank ${q}`);
+  good('good round trip after a bad expert id');
+
+  // A device token count past the buffers, then a negative one, on rank q.
+  for (const n of [T + 1, -1]) {
+    d = calls('random');
+    rig.prepare(d, true);
+    rig.poison(d.call);
+    if (me === q) comm.write(rig.inputs.numTokens, BigInt64Array.of(BigInt(n)));
+    r = rig.dispatch({ count: 'device', idx64: true, weights: true, tokens: 0 });
+    expectError(r.done, MoeRoutingError, { problem: 'token-count', rank: q, reportedBy: me }, `device token count ${n} on rank ${q}`);
+    rig.verifyUntouched(`device token count ${n} on rank ${q}`);
+    good(`good round trip after device token count ${n}`);
+  }
+  return call - 700 + (await misuse(comm, arg, rig, good));
+}
+
+/** Host-side misuse: UsageError at once, nothing queued, a good round trip after. */
+async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label: string) => void): Promise<number> {
+  const job = jobOf(comm, arg);
+  const base = { numExperts: job.world * job.experts, topk: job.topk, maxTokensPerRank: job.maxTokens, rowBytes: job.rowBytes, layout: job.layout };
+  const options: [string, Record<string, unknown>][] = [
+    ['numExperts not a multiple of W', { numExperts: job.world * job.experts + (job.world > 1 ? 1 : 0.5) }],
+    ['topk 0', { topk: 0 }],
+    ['layout "sparse"', { layout: 'sparse' }],
+    ['maxTokensPerRank 0', { maxTokensPerRank: 0 }],
+    ['expertAlignment 0', { expertAlignment: 0 }],
+    ['expertAlignment with the compact layout', { layout: 'compact', expertAlignment: 4 }],
+    ['a lane past the last', { lane: { index: comm.laneCount, stream: comm.lane(0).stream } }],
+  ];
+  for (const [label, change] of options) await expectRejected(() => createMoeGroup(comm, { ...base, ...change } as never), `createMoeGroup with ${label}`);
+
+  const d = rig.dispatch.bind(rig);
+  const { inputs, outputs, group } = rig;
+  const expanded = job.layout === 'expanded';
+  const local = comm.alloc(outputs.recvX.bytes);
+  const dispatchArgs: MoeDispatchArgs = { x: inputs.x, topkIdx: inputs.topkIdx, recvX: outputs.recvX, expertCounts: outputs.counts, numTokens: 1 };
+  const dispatches: [string, Partial<MoeDispatchArgs>][] = [
+    ['recvX not symmetric', { recvX: local }],
+    ['expertCounts short of int64[E]', { expertCounts: comm.alloc(8 * job.experts - 1) }],
+    ['numTokens past maxTokensPerRank', { numTokens: job.maxTokens + 1 }],
+    ['numTokens 1.5', { numTokens: 1.5 }],
+    ['numTokens past the rows of x', { x: comm.alloc(job.rowBytes), numTokens: 2 }],
+    ['topkIdxType int16', { topkIdxType: 'int16' as never }],
+    ['recvTopkWeights without topkWeights', { recvTopkWeights: outputs.recvWeights }],
+    [expanded ? 'recvTopkIdx with the expanded layout' : 'expertOffsets with the compact layout', expanded ? { recvTopkIdx: outputs.recvIdx } : { expertOffsets: outputs.offsets }],
+    ['a route that is not the group\'s', { route: { layout: job.layout } as MoeRoute }],
+  ];
+  for (const [label, change] of dispatches) expectUsageError(() => group.dispatch({ ...dispatchArgs, ...change }), `dispatch with ${label}`);
+  const old = d({ count: 'host', idx64: true, weights: false, tokens: 0 });
+  old.done.wait();
+  d({ count: 'host', idx64: true, weights: false, tokens: 0 }).done.wait();
+  expectUsageError(() => group.dispatch({ ...dispatchArgs, numTokens: undefined, route: old.route }), 'dispatch along a route a later dispatch replaced');
+  comm.write(inputs.topkIdx, new BigInt64Array(job.topk).fill(-1n));
+  const { route, done } = d({ count: 'host', idx64: true, weights: false, tokens: 1 });
+  done.wait();
+  expectUsageError(() => group.dispatch({ ...dispatchArgs, route }), 'dispatch along a route with numTokens');
+  const combineArgs: MoeCombineArgs = { y: inputs.y, route, out: inputs.out, dtype: 'f32' };
+  const combines: [string, Partial<MoeCombineArgs>][] = [
+    ['dtype f64', { dtype: 'f64' as never }],
+    ['out short of the tokens', { out: comm.alloc(1) }],
+    ['y short of recvX', { y: comm.alloc(1) }],
+    ['a route a later dispatch replaced', { route: old.route }],
+    ...(expanded ? [] : [['topkWeights with the compact layout', { topkWeights: inputs.weights }] as [string, Partial<MoeCombineArgs>]]),
+  ];
+  for (const [label, change] of combines) expectUsageError(() => group.combine({ ...combineArgs, ...change }), `combine with ${label}`);
+  expectUsageError(() => group.combine({ ...combineArgs, route: old.route }), 'combine along an old route');
+  good('good round trip after misuse');
+  return options.length + dispatches.length + combines.length;
+}
+
+/** Rank `absent` makes the group but never dispatches: every other rank's dispatch must end in a TimeoutError naming it. */
+export async function moeTokenTimeout(comm: Comm, arg: TokenJobArg & { absent: number; timeoutMs: number }): Promise<number> {
+  const job = jobOf(comm, arg);
+  const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, emulator: arg.emulator });
+  if (comm.rank === arg.absent) return 0;
+  const d: CallData = { seed: arg.seed, call: 900, routings: Array.from({ length: comm.worldSize }, (_, q) => routing(job, arg.seed, 900, q, 'random')) };
+  rig.prepare(d, true);
+  rig.poison(900);
+  const started = performance.now();
+  const missing = comm.backend === 'nccl' ? -1 : arg.absent;
+  const err: TimeoutError = expectTimeout(rig.dispatch({ count: 'host', idx64: true, weights: false, tokens: d.routings[comm.rank].tokens }).done, missing, comm.rank, `rank ${arg.absent} absent`);
+  const waited = performance.now() - started;
+  if (waited < arg.timeoutMs / 2) throw new Error(`gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms (${err.message})`);
+  rig.verifyUntouched(`rank ${arg.absent} absent`, Object.values(rig.outputs) as DeviceBuffer[]);
+  return Math.round(waited);
+}

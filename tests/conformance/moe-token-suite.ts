@@ -1,0 +1,75 @@
+// The conformance suite's cases for the token-level MoE group (src/moe/): which rank program of
+// tests/conformance/cases.ts runs on how many ranks with what argument. Small on cpu (CI's two
+// cores run the group's loops in every rank thread); one cuda case at W = 8 on one GPU with
+// DeepSeek-V3's routing shape (256 experts, top-8), fewer tokens and a narrower row.
+import type { Case } from './suite.js';
+
+const job = (layout: 'expanded' | 'compact', experts: number, topk: number, maxTokens: number, align: number, rowBytes: number, hidden: number, calls: number) => ({
+  layout,
+  experts,
+  topk,
+  maxTokens,
+  align,
+  rowBytes,
+  hidden,
+  calls,
+});
+
+export const TOKEN_TIMEOUT_MS = 300;
+
+export const moeTokenSuite: Case[] = [
+  ...([
+    [1, job('expanded', 4, 2, 9, 1, 16, 3, 5)],
+    [2, job('expanded', 3, 3, 12, 4, 7, 5, 5)],
+    [3, job('expanded', 2, 4, 10, 8, 40, 2, 5)],
+    [4, job('expanded', 2, 3, 8, 2, 1, 3, 5)],
+  ] as const).map(([W, arg]) => ({
+    name: `MoE tokens W=${W}, expanded: E=${arg.experts}, top-${arg.topk}, up to ${arg.maxTokens} tokens, alignment ${arg.align}, rows of ${arg.rowBytes} B; counts, layout, weights, repeat, route reuse, combine bf16/f32/f16 with and without weights and bias`,
+    fn: 'moeTokens',
+    ranks: W,
+    arg,
+  })),
+  ...([
+    [2, job('compact', 3, 4, 12, 1, 24, 4, 5)],
+    [3, job('compact', 2, 3, 10, 1, 5, 3, 5)],
+    [4, job('compact', 2, 2, 8, 1, 1000, 2, 4)],
+  ] as const).map(([W, arg]) => ({
+    name: `MoE tokens W=${W}, compact: E=${arg.experts}, top-${arg.topk}, up to ${arg.maxTokens} tokens, rows of ${arg.rowBytes} B; ids and weights per received token, combine over ranks`,
+    fn: 'moeTokens',
+    ranks: W,
+    arg,
+  })),
+  {
+    name: 'MoE tokens W=8 on one GPU: 256 experts, top-8, up to 48 tokens, alignment 16, rows of 1 KiB',
+    fn: 'moeTokens',
+    ranks: 8,
+    arg: job('expanded', 32, 8, 48, 16, 1024, 32, 4),
+    only: { backend: 'cuda', why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
+  },
+  {
+    name: 'MoE tokens W=8 on one GPU, compact: 256 experts, top-8',
+    fn: 'moeTokens',
+    ranks: 8,
+    arg: job('compact', 32, 8, 48, 1, 1024, 32, 4),
+    only: { backend: 'cuda', why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
+  },
+  { name: 'MoE tokens graph replay W=2, expanded: new ids, rows and device token count each launch', fn: 'moeTokenReplay', ranks: 2, arg: job('expanded', 3, 2, 8, 4, 12, 3, 5) },
+  { name: 'MoE tokens graph replay W=3, compact: new ids, rows and device token count each launch', fn: 'moeTokenReplay', ranks: 3, arg: job('compact', 2, 3, 6, 1, 9, 2, 5) },
+  ...([
+    [1, job('expanded', 3, 2, 6, 2, 8, 2, 0)],
+    [2, job('expanded', 2, 3, 6, 4, 17, 3, 0)],
+    [3, job('compact', 2, 2, 6, 1, 8, 2, 0)],
+  ] as const).map(([W, arg]) => ({
+    name: `MoE tokens errors W=${W}, ${arg.layout}: every token to one expert refused (MoeCapacityError naming it), bad ids and device counts (MoeRoutingError), nothing written; misuse throws UsageError`,
+    fn: 'moeTokenErrors',
+    ranks: W,
+    arg,
+  })),
+  {
+    name: `MoE tokens timeout W=3: a rank that never dispatches is named (${TOKEN_TIMEOUT_MS} ms)`,
+    fn: 'moeTokenTimeout',
+    ranks: 3,
+    arg: { ...job('compact', 2, 2, 4, 1, 8, 2, 0), absent: -1, timeoutMs: TOKEN_TIMEOUT_MS },
+    timeoutMs: TOKEN_TIMEOUT_MS,
+  },
+];

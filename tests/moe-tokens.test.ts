@@ -1,0 +1,91 @@
+// The token-level MoE group's GPU code where there is no GPU: kernels/moe-tokens.cu's structs
+// against src/moe/kernel-args.ts, its compile under nvcc, and the group's conformance programs run
+// on the cpu backend with the kernels compiled for the host (tests/moe/emulate.cpp) in place of its
+// TypeScript loops, so the kernels' own routing order, gates and sums meet the host reference.
+// The conformance suite (tests/conformance.test.ts) runs the same programs on every backend.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { kernelsDir } from '../src/jit/module.js';
+import { f16ToF32, f32BitsToF16 } from '../src/moe/dtype.js';
+import { TOKEN_KERNELS } from '../src/moe/kernel-args.js';
+import { runRanks } from '../src/world/threads.js';
+import { bitsOf } from './conformance/moe-token-reference.js';
+import { caseArg, suite } from './conformance/suite.js';
+import { buildEmulator, hostCompiler } from './moe/emulated-device.js';
+
+const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
+const cases = new URL('./conformance/cases.js', import.meta.url);
+
+describe('MoE token kernels', () => {
+  test('kernels/moe-tokens.cu: every struct matches src/moe/kernel-args.ts field by field, every kernel has a spec', () => {
+    const source = readFileSync(join(kernelsDir(), 'moe-tokens.cu'), 'utf8');
+    for (const spec of Object.values(TOKEN_KERNELS)) {
+      const body = new RegExp(`struct ${spec.struct} \\{([^}]*)\\};`).exec(source);
+      assert.ok(body, `struct ${spec.struct} in moe-tokens.cu`);
+      const fields = [...body[1].matchAll(/^\s*(u64|i64) (\w+);/gm)].map((m) => [m[2], m[1] === 'u64' ? 'ptr' : 'int']);
+      assert.deepEqual(fields, spec.fields.map(([n, k]) => [n, k]), spec.struct);
+      assert.match(source, new RegExp(`static_assert\\(sizeof\\(${spec.struct}\\) == ${spec.fields.length} \\* 8`), `${spec.struct}'s size is asserted`);
+      for (const k of spec.kernels) assert.match(source, new RegExp(`__global__ void (__launch_bounds__\\(\\w+\\) )?${k}\\(const ${spec.struct} p\\)`), k);
+    }
+    const kernels = [...source.matchAll(/__global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(/g)].map((m) => m[1]).sort();
+    assert.deepEqual(kernels, Object.values(TOKEN_KERNELS).flatMap((s) => s.kernels).sort(), 'every kernel has a spec');
+  });
+
+  test('kernels/moe-tokens.cu compiles for the device under nvcc', (t) => {
+    if (nvcc === undefined) return t.skip('nvcc not found: the kernels cannot be compiled here (CI has nvcc)');
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-moe-tokens-cu-'));
+    try {
+      const r = spawnSync(nvcc, ['-std=c++17', '-arch=sm_90', `-I${kernelsDir()}`, '-c', join(kernelsDir(), 'moe-tokens.cu'), '-o', join(dir, 'moe-tokens.o')], { encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('f16: every f16 widens exactly and rounds back; f32 values round to nearest-even as the reference does', () => {
+    for (let h = 0; h < 0x10000; h++) {
+      if ((h & 0x7c00) === 0x7c00 && (h & 0x3ff) !== 0) continue; // NaN
+      assert.equal(f32BitsToF16(bitsOfF32(f16ToF32(h))), h, `f16 ${h.toString(16)}`);
+    }
+    const edges = [0, -0, 1, -1, 65504, 65519.99, 65520, 1e9, 2 ** -14, 2 ** -24, 2 ** -25, 3 * 2 ** -26, 2 ** -26, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 5.960464477539063e-8 * 1.5];
+    const random = Array.from({ length: 20000 }, (_, i) => Math.fround(Math.sin(i * 12.9898) * 2 ** ((i % 60) - 30)));
+    for (const x of [...edges, ...random]) assert.equal(f32BitsToF16(bitsOfF32(x)), bitsOf('f16', Math.fround(x)), `f16 of ${x}`);
+    assert.equal(f32BitsToF16(0x7fc00000), 0x7e00, 'NaN stays a quiet NaN');
+  });
+});
+
+describe('MoE token group with the kernels compiled for the host (cpu backend)', () => {
+  // Small ones: every kernel runs in a host thread per GPU thread where it syncs.
+  const picked = ['MoE tokens W=2, expanded', 'MoE tokens W=3, compact', 'MoE tokens graph replay W=2', 'MoE tokens errors W=2', 'MoE tokens errors W=3'];
+  const chosen = suite.filter((c) => picked.some((p) => c.name.startsWith(p)));
+  test('the cases are there', () => assert.equal(chosen.length, picked.length));
+  let lib: string | undefined;
+  let dir: string | undefined;
+  for (const c of chosen) {
+    test(c.name, async (t) => {
+      const compiler = hostCompiler();
+      if (compiler === undefined) return t.skip('no host C++ compiler (g++ or clang++)');
+      if (lib === undefined) {
+        dir = mkdtempSync(join(tmpdir(), 'a2av-moe-tokens-emu-'));
+        lib = buildEmulator(compiler, dir);
+      }
+      const seed = 1 + Math.floor(Math.random() * 2 ** 30);
+      try {
+        await runRanks({ backend: 'cpu', ranks: c.ranks, timeoutMs: 60_000, lanes: 2 }, cases, c.fn, { ...caseArg(c, seed), emulator: lib });
+      } catch (err) {
+        throw new Error(`${c.fn} W=${c.ranks} failed with seed ${seed}: ${(err as Error).message}`, { cause: err });
+      }
+    });
+  }
+  test('clean up', () => {
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  });
+});
+
+function bitsOfF32(x: number): number {
+  return new Uint32Array(Float32Array.of(x).buffer)[0];
+}
