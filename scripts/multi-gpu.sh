@@ -12,7 +12,8 @@
 #      MoE step, beside the 1-D call of the same bytes.
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance",
-# A2AV_MG_OPS="alltoallv dispatch combine tune" (which sweeps; tune: a2av tune, the measured plan table $OUT/plans.json).
+# A2AV_MG_OPS="alltoallv dispatch combine allreduce tune" (which sweeps; allreduce: a2av bench allreduce, cuda against
+# nccl; tune: a2av tune, the measured plan table $OUT/plans.json).
 set -uo pipefail
 OUT=${OUT:-./multi-gpu-out}
 mkdir -p "$OUT"
@@ -94,7 +95,7 @@ sweep() {
     grep -h 'a2av' "$err" | tail -3 | cut -c1-300
   fi
 }
-ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine tune} "
+ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine allreduce tune} "
 max=${A2AV_MG_MAX:-4G}
 for w in $worlds; do
   if [[ "$ops" == *" alltoallv "* ]]; then
@@ -109,6 +110,18 @@ for w in $worlds; do
   # The small MoE step: 4 rows of 4 KiB per expert per source; its graph µs is per dispatch.
   [[ "$ops" == *" dispatch "* ]] && sweep "dispatch-step" "$w" --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096
 done
+
+if [[ "$ops" == *" allreduce "* ]]; then
+  # comm.allReduce against NCCL's, one process per GPU, f32 and bf16, 4 KiB .. 256 MiB.
+  for w in $worlds; do
+    for dtype in f32 bf16; do
+      step "allreduce W=$w $dtype: cuda against nccl"
+      timeout 600 "${cli[@]}" launch -n "$w" --output-ranks 0 --no-prefix -- node dist/src/cli.js bench allreduce --backend cuda,nccl --dtype "$dtype" \
+        > "$OUT/allreduce-w$w-$dtype.txt" 2> "$OUT/allreduce-w$w-$dtype.err" || { rc=1; echo "allreduce W=$w $dtype failed: $(tail -2 "$OUT/allreduce-w$w-$dtype.err")"; }
+      cat "$OUT/allreduce-w$w-$dtype.txt"
+    done
+  done
+fi
 
 if [[ "$ops" == *" tune "* ]]; then
   # Measured launch plans with one process per GPU, for every world of the sweeps ($OUT/plans.json).

@@ -154,6 +154,21 @@ benchCommand
     'the compute stream, one for the data stream, one per lane')
   .action((flags: PipelineFlags) => benchPipeline(flags));
 
+benchCommand
+  .command('allreduce')
+  .description('Sweep comm.allReduce over sizes (eager, and on cuda in graphs), every size checked against the host sum first; ' +
+    'with several backends one table and each row against NCCL (vs nccl = NCCL time / its time)')
+  .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
+  .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
+  .addOption(new Option('--min <size>', 'smallest buffer per rank').argParser(size).default(4096, '4K'))
+  .option('--max <size>', `largest buffer per rank (default: 256M on cuda and nccl, 16M on cpu)`, size)
+  .addOption(new Option('--dtype <dtype>', 'element type').choices(['f32', 'bf16']).default('f32'))
+  .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
+  .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
+  .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+  .option('--json', 'print only the JSON result to stdout')
+  .action((flags: AllReduceFlags) => benchAllReduce(flags));
+
 program
   .command('tune')
   .description("Time the cuda backend's 1-D call under candidate launch plans on this machine (blocks from one to the fair share, " +
@@ -303,6 +318,49 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     process.stderr.write(`a2av: the arms trained to different results: ${problems[0]}\n`);
     process.exitCode = 1;
   }
+}
+
+interface AllReduceFlags {
+  backend?: BackendName[];
+  ranks?: number;
+  min: number;
+  max?: number;
+  dtype: 'f32' | 'bf16';
+  iters?: number;
+  repeats: number;
+  timeoutMs?: number;
+  json?: boolean;
+}
+
+async function benchAllReduce(flags: AllReduceFlags): Promise<void> {
+  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
+  const gpu = names.some((n) => n !== 'cpu');
+  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const max = flags.max ?? (names.includes('cpu') ? 16 << 20 : 256 << 20);
+  if (flags.min > max) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(max)}`);
+  const element = flags.dtype === 'f32' ? 4 : 2;
+  if (flags.min < element) fail(`--min ${formatBytes(flags.min)} is smaller than one ${flags.dtype} element`);
+  const { doublingSizes } = await import('./bench/units.js');
+  const { formatAllReduceTable, runAllReduceBench } = await import('./bench/all-reduce.js');
+  const sizes = doublingSizes(flags.min, max);
+  const results = [];
+  for (const backend of names) {
+    try {
+      const result = await runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
+        if (!flags.json || !process.stderr.isTTY) {
+          process.stderr.write(`${names.length > 1 ? `${backend}: ` : ''}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
+            `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${r.row.busbwGBs.toFixed(1)} GB/s, checked\n`);
+        }
+      });
+      if (result) results.push(result);
+    } catch (err) {
+      if (names.length === 1) throw err;
+      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
+      process.exitCode = 1;
+    }
+  }
+  if (results.length === 0) return;
+  process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatAllReduceTable(results));
 }
 
 interface TuneFlags {

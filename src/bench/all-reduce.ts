@@ -1,0 +1,214 @@
+// `a2av bench allreduce`: comm.allReduce timed size by size (eager, and on cuda in graphs of 20
+// calls up to 4 MiB), every size checked first against the host sum, for one backend or several in
+// one table (vs nccl = NCCL's time / this row's). Inputs are small integers (benchValue), so the
+// check is exact whatever order a backend sums in.
+import type { BackendName, Comm, ReduceDtype } from '../backends/backend.js';
+import { UsageError } from '../errors.js';
+import { rankEnv } from '../world/env.js';
+import { init } from '../world/init.js';
+import type { RankContext } from '../world/ranks.js';
+import { runRanks } from '../world/threads.js';
+import { Agreement } from './agree.js';
+import { measure, slowestRank } from './measure.js';
+import { formatMicros } from './table.js';
+import { formatBytes } from './units.js';
+
+const GRAPH_CALLS = 20;
+const GRAPH_MAX_BYTES = 4 << 20;
+/** Elements checked per size (evenly spread, first and last included). */
+const CHECKED = 4099;
+/** Bytes past the output's `count` elements that must stay as they were. */
+const CANARY_BYTES = 256;
+const CANARY = 0xa5;
+
+export interface AllReduceBenchArg {
+  /** Bytes per rank, ascending. */
+  sizes: number[];
+  dtype: ReduceDtype;
+  repeats: number;
+  iters?: number;
+}
+
+export interface AllReduceRow {
+  bytes: number;
+  count: number;
+  timeUs: number;
+  timeMinUs: number;
+  timeMaxUs: number;
+  /** Per call in a graph of GRAPH_CALLS (cuda, up to GRAPH_MAX_BYTES); absent elsewhere. */
+  graphUs?: number;
+  /** bytes / time, and NCCL's bus bandwidth convention: algbw * 2(W-1)/W. */
+  algbwGBs: number;
+  busbwGBs: number;
+}
+
+export type AllReduceReport = { type: 'row'; index: number; count: number; row: AllReduceRow };
+
+export interface AllReduceBenchResult {
+  backend: BackendName;
+  ranks: number;
+  dtype: ReduceDtype;
+  device: string;
+  date: string;
+  rows: AllReduceRow[];
+}
+
+const elementBytes = (dtype: ReduceDtype): number => (dtype === 'f32' ? 4 : 2);
+
+/**
+ * Rank r's element i: an integer in [-3, 3]. Any partial sum over <= 64 ranks stays within 192,
+ * exact in bf16 (8 significant bits) as in f32, so a backend that rounds as it adds (NCCL's bf16)
+ * meets the same exact sum as one that adds in f32.
+ */
+export function benchValue(rank: number, i: number): number {
+  return ((i * 5 + rank * 3) % 7) - 3;
+}
+
+function encode(dtype: ReduceDtype, values: Float32Array): Uint8Array {
+  if (dtype === 'f32') return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
+  // bf16: the high half of the f32 bits (the values are exact in bf16).
+  const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
+  const out = new Uint16Array(values.length);
+  for (let i = 0; i < values.length; i++) out[i] = bits[i] >>> 16;
+  return new Uint8Array(out.buffer);
+}
+
+function decodeAt(dtype: ReduceDtype, bytes: Uint8Array): number {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return dtype === 'f32' ? view.getFloat32(0, true) : new DataView(new Uint32Array([view.getUint16(0, true) << 16]).buffer).getFloat32(0, true);
+}
+
+/** The rank program: every size checked, then timed; rank 0 reports each row. */
+export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: RankContext): Promise<AllReduceRow[]> {
+  const W = comm.worldSize;
+  if (W > 64) throw new UsageError(`bench allreduce: at most 64 ranks (the check's sums stay exact), got ${W}`);
+  const eb = elementBytes(arg.dtype);
+  const maxBytes = arg.sizes[arg.sizes.length - 1]!;
+  const agree = await Agreement.create(comm, Math.max(4, arg.repeats));
+  const input = comm.alloc(maxBytes);
+  const output = await comm.allocSymmetric(maxBytes + CANARY_BYTES);
+  const stream = comm.lane(0).stream;
+  const rows: AllReduceRow[] = [];
+  try {
+    // This rank's input, written in chunks (the largest sizes do not fit one host array comfortably).
+    const chunk = 1 << 22;
+    for (let first = 0; first < maxBytes / eb; first += chunk) {
+      const n = Math.min(chunk, maxBytes / eb - first);
+      comm.write(input, encode(arg.dtype, Float32Array.from({ length: n }, (_, k) => benchValue(comm.rank, first + k))), first * eb);
+    }
+    for (const [index, bytes] of arg.sizes.entries()) {
+      const count = Math.floor(bytes / eb);
+      const call = () => comm.allReduce({ input, output, count, dtype: arg.dtype, op: 'sum', lane: comm.lane(0), stream });
+      comm.write(output, new Uint8Array(count * eb + CANARY_BYTES).fill(CANARY));
+      call().wait();
+      checkSums(comm, output, count, arg.dtype, W);
+      const t = slowestRank(agree, measure(comm, stream, () => void call(), { repeats: arg.repeats, fixedIters: arg.iters, agree }));
+      let graphUs: number | undefined;
+      if (comm.backend === 'cuda' && bytes <= GRAPH_MAX_BYTES) {
+        const graph = comm.capture(stream, () => {
+          for (let k = 0; k < GRAPH_CALLS; k++) call();
+        });
+        try {
+          graphUs = slowestRank(agree, measure(comm, stream, () => void graph.launch(stream), { repeats: arg.repeats, agree })).medianUs / GRAPH_CALLS;
+        } finally {
+          graph.close();
+        }
+      }
+      const algbw = bytes / (t.medianUs * 1e3);
+      const row: AllReduceRow = { bytes, count, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, graphUs, algbwGBs: algbw, busbwGBs: (algbw * 2 * (W - 1)) / W };
+      rows.push(row);
+      if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.sizes.length, row } satisfies AllReduceReport);
+    }
+  } finally {
+    agree.close();
+    comm.free(input);
+    comm.free(output);
+  }
+  return comm.rank === 0 ? rows : [];
+}
+
+/** Sampled elements equal the exact sum over ranks, and the canary past `count` is untouched. */
+function checkSums(comm: Comm, output: Parameters<Comm['read']>[0], count: number, dtype: ReduceDtype, W: number): void {
+  const eb = elementBytes(dtype);
+  const picks = new Set<number>([0, count - 1]);
+  for (let k = 0; k < CHECKED && count > 0; k++) picks.add(Math.floor((k * count) / CHECKED));
+  for (const i of picks) {
+    if (i < 0) continue;
+    let want = 0;
+    for (let r = 0; r < W; r++) want += benchValue(r, i);
+    const got = decodeAt(dtype, comm.read(output, i * eb, eb));
+    if (got !== want) throw new UsageError(`bench allreduce: rank ${comm.rank}, ${count} ${dtype} elements: element ${i} is ${got}, the sum over ranks is ${want}`);
+  }
+  const canary = comm.read(output, count * eb, CANARY_BYTES);
+  const bad = canary.findIndex((b) => b !== CANARY);
+  if (bad >= 0) throw new UsageError(`bench allreduce: rank ${comm.rank}, ${count} ${dtype} elements: byte ${count * eb + bad} past the sum was written`);
+}
+
+export interface AllReduceBenchOptions extends AllReduceBenchArg {
+  backend: BackendName;
+  ranks: number;
+  timeoutMs?: number;
+}
+
+/** Runs the sweep (ranks as threads, or this rank of a launched job); rank 0 gets the result. */
+export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: AllReduceReport) => void = () => {}): Promise<AllReduceBenchResult | undefined> {
+  const date = new Date().toISOString();
+  const arg: AllReduceBenchArg = { sizes: opts.sizes, dtype: opts.dtype, repeats: opts.repeats, iters: opts.iters };
+  let rows: AllReduceRow[];
+  let device: string;
+  if (rankEnv() !== undefined) {
+    const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs });
+    try {
+      if (comm.worldSize !== opts.ranks) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${comm.worldSize}`);
+      device = comm.deviceName;
+      rows = await allReduceSweep(comm, arg, { report: (m) => comm.rank === 0 && onRow(m as AllReduceReport) });
+      if (comm.rank !== 0) return undefined;
+    } finally {
+      await comm.close();
+    }
+  } else {
+    const all = await runRanks<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
+      { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
+      new URL('./all-reduce-rank.js', import.meta.url),
+      'allReduceRank',
+      arg,
+    );
+    rows = all[0]!.rows;
+    device = all[0]!.device;
+  }
+  return { backend: opts.backend, ranks: opts.ranks, dtype: opts.dtype, device, date, rows };
+}
+
+/** One table: a row per size and backend; with nccl among them, each row's NCCL time / its time. */
+export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): string {
+  const first = results[0]!;
+  const nccl = results.find((r) => r.backend === 'nccl');
+  const lines = [
+    `# a2av bench allreduce: ${results.map((r) => r.backend).join(',')}, ${first.ranks} ranks, ${first.dtype}, ${first.device}, ${first.date}`,
+    '# time µs = median of the timed loops (slowest rank in each), min-max their spread; graph µs = per call in a graph of ' +
+      `${GRAPH_CALLS} (cuda, up to ${formatBytes(GRAPH_MAX_BYTES)}); every size checked against the host sum first`,
+    '# algbw = bytes per rank / time; busbw = algbw * 2(W-1)/W (NCCL\'s convention); vs nccl = NCCL time / this row\'s time',
+  ];
+  const head = ['bytes', 'backend', 'time µs', 'min-max µs', 'graph µs', 'algbw GB/s', 'busbw GB/s', 'vs nccl'];
+  const table: string[][] = [];
+  for (const [i, row] of first.rows.entries()) {
+    for (const r of results) {
+      const x = r.rows[i];
+      if (!x) continue;
+      const ref = nccl?.rows[i];
+      table.push([
+        formatBytes(x.bytes),
+        r.backend,
+        formatMicros(x.timeUs),
+        `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`,
+        formatMicros(x.graphUs),
+        x.algbwGBs.toFixed(1),
+        x.busbwGBs.toFixed(1),
+        ref && r.backend !== 'nccl' ? (ref.timeUs / x.timeUs).toFixed(2) : '-',
+      ]);
+    }
+  }
+  const widths = head.map((h, c) => Math.max(h.length, ...table.map((t) => t[c]!.length)));
+  const fmt = (cells: string[]) => cells.map((v, c) => (c === 1 ? v.padEnd(widths[c]!) : v.padStart(widths[c]!))).join('  ');
+  return [...lines, fmt(head), ...table.map(fmt)].join('\n') + '\n';
+}
