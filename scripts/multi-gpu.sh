@@ -12,8 +12,8 @@
 #      MoE step, beside the 1-D call of the same bytes.
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance",
-# A2AV_MG_OPS="alltoallv dispatch combine allreduce tune" (which sweeps; allreduce: a2av bench allreduce, cuda against
-# nccl; tune: a2av tune, the measured plan table $OUT/plans.json).
+# A2AV_MG_OPS="alltoallv dispatch combine allreduce moe-tokens tune" (which sweeps; allreduce: a2av bench allreduce,
+# cuda against nccl; moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
 set -uo pipefail
 OUT=${OUT:-./multi-gpu-out}
 mkdir -p "$OUT"
@@ -95,7 +95,7 @@ sweep() {
     grep -h 'a2av' "$err" | tail -3 | cut -c1-300
   fi
 }
-ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine allreduce tune} "
+ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine allreduce moe-tokens tune} "
 max=${A2AV_MG_MAX:-4G}
 for w in $worlds; do
   if [[ "$ops" == *" alltoallv "* ]]; then
@@ -119,6 +119,18 @@ if [[ "$ops" == *" allreduce "* ]]; then
       timeout 600 "${cli[@]}" launch -n "$w" --output-ranks 0 --no-prefix -- node dist/src/cli.js bench allreduce --backend cuda,nccl --dtype "$dtype" \
         > "$OUT/allreduce-w$w-$dtype.txt" 2> "$OUT/allreduce-w$w-$dtype.err" || { rc=1; echo "allreduce W=$w $dtype failed: $(tail -2 "$OUT/allreduce-w$w-$dtype.err")"; }
       cat "$OUT/allreduce-w$w-$dtype.txt"
+    done
+  done
+fi
+
+if [[ "$ops" == *" moe-tokens "* ]]; then
+  # The token MoE group (DeepSeek-V3's shape), dispatch and combine, cuda against nccl, one process per GPU.
+  for w in $worlds; do
+    for op in moe-dispatch moe-combine; do
+      step "$op W=$w: cuda against nccl"
+      timeout 600 "${cli[@]}" launch -n "$w" --output-ranks 0 --no-prefix -- node dist/src/cli.js bench --op "$op" --backend cuda,nccl --repeats 3 \
+        > "$OUT/$op-w$w.txt" 2> "$OUT/$op-w$w.err" || { rc=1; echo "$op W=$w failed: $(tail -2 "$OUT/$op-w$w.err")"; }
+      cat "$OUT/$op-w$w.txt"
     done
   done
 fi

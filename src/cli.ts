@@ -30,6 +30,10 @@ const BACKENDS = Object.keys(DEFAULT_MAX) as BackendName[];
 const DEFAULT_CPU_RANKS = 2;
 /** The MoE ops' experts per rank unless --experts says: the issue's small MoE step (and a common EP layout). */
 const DEFAULT_EXPERTS = 16;
+/** bench --op values that time a token MoE group (src/bench/moe-tokens.ts), not a split sweep. */
+const MOE_TOKEN_OPS = ['moe-dispatch', 'moe-combine'] as const;
+type MoeTokenOp = (typeof MOE_TOKEN_OPS)[number];
+
 
 /** commander's parse of `a2av bench`: runBench's options, with several backends and optional bounds. */
 interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' | 'iters' | 'repeats' | 'timeoutMs' | 'align'> {
@@ -37,11 +41,17 @@ interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' |
   ranks?: number;
   min: number;
   max?: number;
-  op: NonNullable<BenchOptions['op']>;
+  op: NonNullable<BenchOptions['op']> | MoeTokenOp;
   experts?: number;
   rowsPerExpert?: number;
   json?: boolean;
   plot?: string;
+  /** --op moe-dispatch|moe-combine (the token MoE group). */
+  tokens?: number[];
+  numExperts: number;
+  topk: number;
+  hidden: number;
+  layout: 'expanded' | 'compact';
 }
 
 /** commander's parse of `a2av bench pipeline`; unset counts take the backend's defaults (PIPELINE_DEFAULTS). */
@@ -118,8 +128,14 @@ const benchCommand = program
   .addOption(new Option('--splits <kind>', 'rows to each peer (MoE ops: to each (peer, expert) chunk): uniform (an even share), or zipf (exponent 1.1 over a per-sender permutation of them)').choices(SPLITS_KINDS).default('uniform'))
   .option('--row-bytes <n>', 'bytes per row', integer(1), DEFAULT_ROW_BYTES)
   .addOption(new Option('--op <op>', 'what is timed: alltoallv (the 1-D call), or the MoE ops: dispatch (allToAllV2d), combine ' +
-    '(allToAllV2dOffset, fed by one untimed dispatch), roundtrip (dispatch then combine); the MoE ops show the 1-D call of the same bytes beside them')
-    .choices(BENCH_OPS).default('alltoallv'))
+    '(allToAllV2dOffset, fed by one untimed dispatch), roundtrip (dispatch then combine); the MoE ops show the 1-D call of the same bytes beside them; ' +
+    'moe-dispatch, moe-combine: a token MoE group (createMoeGroup) per --tokens count, DeepSeek-V3\'s shape by default')
+    .choices([...BENCH_OPS, ...MOE_TOKEN_OPS]).default('alltoallv'))
+  .option('--tokens <list>', 'moe-dispatch, moe-combine: tokens per rank, a row each (default 1,128,4096; 1,16,128 on cpu)', countList)
+  .option('--num-experts <n>', 'moe-dispatch, moe-combine: experts of the whole job, a multiple of the ranks', integer(1), 256)
+  .option('--topk <k>', 'moe-dispatch, moe-combine: experts per token', integer(1), 8)
+  .option('--hidden <n>', 'moe-dispatch, moe-combine: bf16 elements per token row', integer(1), 7168)
+  .addOption(new Option('--layout <layout>', 'moe-dispatch, moe-combine: the group\'s layout').choices(['expanded', 'compact']).default('expanded'))
   .option('--experts <E>', `MoE ops: experts per rank; each rank's input is split over W×E (peer, expert) chunks (default ${DEFAULT_EXPERTS})`, integer(1))
   .option('--align <A>', "MoE ops: the dispatch's majorAlign, rows each expert's block is aligned to (default 1)", integer(1))
   .option('--rows-per-expert <n>', 'one size instead of --min/--max: W×E×n×row-bytes per rank, n rows per (peer, expert) chunk with uniform splits ' +
@@ -230,6 +246,7 @@ function backends(text: string): BackendName[] {
 }
 
 async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
+  if (flags.op === 'moe-dispatch' || flags.op === 'moe-combine') return benchMoeTokens(flags, flags.op);
   const moe = flags.op !== 'alltoallv';
   if (!moe && (flags.experts !== undefined || flags.align !== undefined)) fail('--experts and --align need --op dispatch, combine or roundtrip');
   const experts = moe ? flags.experts ?? DEFAULT_EXPERTS : 1;
@@ -318,6 +335,37 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     process.stderr.write(`a2av: the arms trained to different results: ${problems[0]}\n`);
     process.exitCode = 1;
   }
+}
+
+function countList(text: string): number[] {
+  const list = text.split(',').map((t) => Number(t.trim()));
+  const bad = list.find((t) => !Number.isSafeInteger(t) || t < 1);
+  if (bad !== undefined) throw new InvalidArgumentError(`counts are positive integers, got ${bad}`);
+  return list.sort((a, b) => a - b);
+}
+
+async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> {
+  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
+  const gpu = names.some((n) => n !== 'cpu');
+  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const tokens = flags.tokens ?? (names.includes('cpu') ? [1, 16, 128] : [1, 128, 4096]);
+  const { formatMoeTokenTable, runMoeTokenBench } = await import('./bench/moe-tokens.js');
+  const results = [];
+  for (const backend of names) {
+    try {
+      const result = await runMoeTokenBench(
+        { backend, ranks, op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
+        (r) => process.stderr.write(`${names.length > 1 ? `${backend}: ` : ''}[${r.index + 1}/${r.count}] ${r.row.tokens} tokens: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBs.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
+      );
+      if (result) results.push(result);
+    } catch (err) {
+      if (names.length === 1) throw err;
+      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
+      process.exitCode = 1;
+    }
+  }
+  if (results.length === 0) return;
+  process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatMoeTokenTable(results));
 }
 
 interface AllReduceFlags {

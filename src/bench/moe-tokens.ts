@@ -1,0 +1,218 @@
+// `a2av bench --op moe-dispatch|moe-combine`: a token MoE group (createMoeGroup) timed per token
+// count, DeepSeek-V3's shape by default (256 experts, top-8, hidden 7168 in bf16): µs per dispatch
+// and per combine, GB/s by DeepEP's byte count (selections x hidden x 2 bytes), and the 1-D call
+// moving the same rows between the same ranks beside them. Routing: every token picks topk
+// distinct experts uniformly at random (seeded). Each token count is checked first: every rank's
+// expertCounts must equal the histogram of every rank's ids for its experts.
+import type { BackendName, Comm, DeviceBuffer } from '../backends/backend.js';
+import { WrongResultError } from './verify.js';
+import { UsageError } from '../errors.js';
+import { createMoeGroup } from '../moe/group.js';
+import type { MoeLayout } from '../moe/api.js';
+import { rankEnv } from '../world/env.js';
+import { init } from '../world/init.js';
+import type { RankContext } from '../world/ranks.js';
+import { runRanks } from '../world/threads.js';
+import { Agreement } from './agree.js';
+import { measure, slowestRank } from './measure.js';
+import { mulberry32 } from './splits.js';
+import { formatMicros } from './table.js';
+
+export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
+
+export interface MoeTokenArg {
+  op: MoeTokenOp;
+  /** Tokens per rank, one row of the table each. */
+  tokens: number[];
+  numExperts: number;
+  topk: number;
+  /** bf16 elements per row. */
+  hidden: number;
+  layout: MoeLayout;
+  seed: number;
+  repeats: number;
+}
+
+export interface MoeTokenRow {
+  tokens: number;
+  /** (token, k) selections on this rank... summed over ranks: DeepEP's count. */
+  selections: number;
+  /** DeepEP's bytes per rank: selections per rank x hidden x 2. */
+  bytes: number;
+  timeUs: number;
+  timeMinUs: number;
+  timeMaxUs: number;
+  /** bytes / time. */
+  GBs: number;
+  /** The 1-D allToAllV of the same rows between the same ranks (eager), and its time over the op's. */
+  oneDUs: number;
+  vsOneD: number;
+}
+
+export type MoeTokenReport = { type: 'row'; index: number; count: number; row: MoeTokenRow };
+
+/** Rank q's expert ids for `tokens` tokens: topk distinct experts each, uniform. */
+export function tokenRouting(seed: number, rank: number, tokens: number, numExperts: number, topk: number): BigInt64Array {
+  const random = mulberry32((seed * 0x9e3779b1 + rank * 0x85ebca6b + tokens) >>> 0);
+  const ids = new BigInt64Array(tokens * topk);
+  for (let t = 0; t < tokens; t++) {
+    const picked = new Set<number>();
+    while (picked.size < topk) picked.add(Math.floor(random() * numExperts));
+    [...picked].forEach((g, k) => (ids[t * topk + k] = BigInt(g)));
+  }
+  return ids;
+}
+
+export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankContext): Promise<MoeTokenRow[]> {
+  const W = comm.worldSize;
+  if (arg.numExperts % W !== 0) throw new UsageError(`--num-experts ${arg.numExperts} is not a multiple of the ${W} ranks`);
+  if (arg.topk > arg.numExperts) throw new UsageError(`--topk ${arg.topk} is more than the ${arg.numExperts} experts`);
+  const E = arg.numExperts / W;
+  const rowBytes = 2 * arg.hidden;
+  const maxTokens = Math.max(...arg.tokens);
+  const agree = await Agreement.create(comm, Math.max(4, arg.repeats));
+  const held: DeviceBuffer[] = [];
+  const own = (b: DeviceBuffer) => (held.push(b), b);
+  // This rank's buffers first, then the collective ones (allocating while a peer spins can stall).
+  const x = own(comm.alloc(maxTokens * rowBytes));
+  const topkIdx = own(comm.alloc(8 * maxTokens * arg.topk));
+  const weights = own(comm.alloc(4 * maxTokens * arg.topk));
+  const expertCounts = own(comm.alloc(8 * E));
+  const out = own(comm.alloc(maxTokens * rowBytes));
+  const inSplits = own(comm.alloc(8 * W));
+  const outSplitsOffsets = own(comm.alloc(16 * W));
+  comm.write(x, new Uint8Array(maxTokens * rowBytes).fill(0x3c));
+  comm.write(weights, new Float32Array(maxTokens * arg.topk).fill(0.125));
+  const group = await createMoeGroup(comm, { numExperts: arg.numExperts, topk: arg.topk, maxTokensPerRank: maxTokens, rowBytes, layout: arg.layout });
+  const recvX = own(await comm.allocSymmetric(group.recvRows * rowBytes));
+  const y = own(comm.alloc(group.recvRows * group.combineRowBytes));
+  const oneDOut = own(await comm.allocSymmetric(group.recvRows * rowBytes));
+  comm.write(y, new Uint8Array(group.recvRows * group.combineRowBytes).fill(0x3c));
+  const stream = comm.lane(0).stream;
+  const rows: MoeTokenRow[] = [];
+  try {
+    for (const [index, tokens] of arg.tokens.entries()) {
+      const all = Array.from({ length: W }, (_, q) => tokenRouting(arg.seed, q, tokens, arg.numExperts, arg.topk));
+      comm.write(topkIdx, all[comm.rank]!);
+      const dispatch = () => group.dispatch({ x, topkIdx, topkWeights: weights, numTokens: tokens, recvX, expertCounts, stream });
+      const first = dispatch();
+      first.done.wait();
+      checkCounts(comm, expertCounts, all, E);
+      const route = first.route;
+      const combine = () => group.combine({ y, route, out, topkWeights: arg.layout === 'expanded' ? weights : undefined, dtype: 'bf16', stream });
+      combine().wait();
+      const t = slowestRank(agree, measure(comm, stream, arg.op === 'moe-dispatch' ? () => void dispatch().done : () => void combine(), { repeats: arg.repeats, agree }));
+      // The 1-D call of the same rows: this rank's selections per destination rank (one row per
+      // (token, k) in expanded; per (token, rank) in compact), there for dispatch, back for combine.
+      const perRank = rowsPerRank(all, W, E, arg.topk, arg.layout);
+      const mine = arg.op === 'moe-dispatch' ? perRank[comm.rank]! : perRank.map((r) => r[comm.rank]!);
+      comm.write(inSplits, BigInt64Array.from(mine, (n) => BigInt(n)));
+      const oneD = () => void comm.allToAllV({ input: recvX, output: oneDOut, inSplits, outSplitsOffsets, rowBytes, stream });
+      const oneDUs = slowestRank(agree, measure(comm, stream, oneD, { repeats: arg.repeats, agree })).medianUs;
+      const selections = all.reduce((s, ids) => s + ids.length, 0) / W;
+      const bytes = selections * arg.hidden * 2;
+      const row: MoeTokenRow = { tokens, selections, bytes, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, GBs: bytes / (t.medianUs * 1e3), oneDUs, vsOneD: oneDUs / t.medianUs };
+      rows.push(row);
+      if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.tokens.length, row } satisfies MoeTokenReport);
+    }
+  } finally {
+    agree.close();
+    await group.close();
+    for (const b of held) comm.free(b);
+  }
+  return comm.rank === 0 ? rows : [];
+}
+
+/** rows[src][dst]: rows src sends dst, one per (token, k) (expanded) or per (token, rank) (compact). */
+function rowsPerRank(all: readonly BigInt64Array[], W: number, E: number, topk: number, layout: MoeLayout): number[][] {
+  return all.map((ids) => {
+    const n = new Array<number>(W).fill(0);
+    for (let t = 0; t < ids.length / topk; t++) {
+      const ranks = new Set<number>();
+      for (let k = 0; k < topk; k++) ranks.add(Math.floor(Number(ids[t * topk + k]) / E));
+      if (layout === 'expanded') for (let k = 0; k < topk; k++) n[Math.floor(Number(ids[t * topk + k]) / E)]! += 1;
+      else for (const r of ranks) n[r]! += 1;
+    }
+    return n;
+  });
+}
+
+/** This rank's expertCounts against the histogram of every rank's ids (expanded: selections; compact: tokens). */
+function checkCounts(comm: Comm, expertCounts: DeviceBuffer, all: readonly BigInt64Array[], E: number): void {
+  const want = new Array<number>(E).fill(0);
+  for (const ids of all) for (const g of ids) if (Number(g) >= comm.rank * E && Number(g) < (comm.rank + 1) * E) want[Number(g) - comm.rank * E]! += 1;
+  const got = new BigInt64Array(comm.read(expertCounts, 0, 8 * E).slice().buffer);
+  for (let e = 0; e < E; e++) {
+    if (Number(got[e]) !== want[e]) {
+      throw new WrongResultError({
+        rank: comm.rank,
+        form: 'eager',
+        op: 'moe-dispatch',
+        bytesPerRank: 0,
+        wrong: { buffer: 'expertCounts', offset: 8 * e, detail: `expert ${comm.rank * E + e} received ${got[e]} rows, the ids give ${want[e]}` },
+      });
+    }
+  }
+}
+
+export interface MoeTokenResult {
+  backend: BackendName;
+  ranks: number;
+  op: MoeTokenOp;
+  numExperts: number;
+  topk: number;
+  hidden: number;
+  layout: MoeLayout;
+  device: string;
+  date: string;
+  rows: MoeTokenRow[];
+}
+
+export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendName; ranks: number; timeoutMs?: number }, onRow: (r: MoeTokenReport) => void = () => {}): Promise<MoeTokenResult | undefined> {
+  const date = new Date().toISOString();
+  const { backend, ranks, timeoutMs, ...arg } = opts;
+  let rows: MoeTokenRow[];
+  let device: string;
+  if (rankEnv() !== undefined) {
+    const comm = await init({ backend, timeoutMs });
+    try {
+      if (comm.worldSize !== ranks) throw new UsageError(`${ranks} ranks asked for, but the launcher started ${comm.worldSize}`);
+      device = comm.deviceName;
+      rows = await moeTokenSweep(comm, arg, { report: (m) => comm.rank === 0 && onRow(m as MoeTokenReport) });
+      if (comm.rank !== 0) return undefined;
+    } finally {
+      await comm.close();
+    }
+  } else {
+    const all = await runRanks<MoeTokenArg, { rows: MoeTokenRow[]; device: string }>(
+      { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as MoeTokenReport) },
+      new URL('./moe-tokens-rank.js', import.meta.url),
+      'moeTokenRank',
+      arg,
+    );
+    rows = all[0]!.rows;
+    device = all[0]!.device;
+  }
+  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, device, date, rows };
+}
+
+export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string {
+  const first = results[0]!;
+  const lines = [
+    `# a2av bench ${first.op}: ${results.map((r) => r.backend).join(',')}, ${first.ranks} ranks, ${first.numExperts} experts, top-${first.topk}, hidden ${first.hidden} bf16, ` +
+      `${first.layout}, ${first.device}, ${first.date}`,
+    '# time µs = median of the timed loops (slowest rank in each); bytes = DeepEP\'s count: selections per rank x hidden x 2; GB/s = bytes / time',
+    '# 1d µs = allToAllV of the same rows between the same ranks, same run; vs 1d = 1d µs / time µs; checked: expertCounts = the ids\' histogram',
+  ];
+  const head = ['tokens', 'backend', 'time µs', 'min-max µs', 'bytes', 'GB/s', '1d µs', 'vs 1d'];
+  const table = first.rows.flatMap((_, i) =>
+    results.flatMap((r) => {
+      const x = r.rows[i];
+      if (!x) return [];
+      return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, String(Math.round(x.bytes)), x.GBs.toFixed(1), formatMicros(x.oneDUs), x.vsOneD.toFixed(2)]];
+    }),
+  );
+  const widths = head.map((h, c) => Math.max(h.length, ...table.map((t) => t[c]!.length)));
+  const fmt = (cells: string[]) => cells.map((v, c) => (c === 1 ? v.padEnd(widths[c]!) : v.padStart(widths[c]!))).join('  ');
+  return [...lines, fmt(head), ...table.map(fmt)].join('\n') + '\n';
+}

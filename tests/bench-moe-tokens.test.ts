@@ -1,0 +1,39 @@
+// a2av bench --op moe-dispatch|moe-combine: the routing (topk distinct experts per token, the same
+// for a seed), and a short run on cpu, expanded and compact, every token count checked.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { runMoeTokenBench, tokenRouting } from '../src/bench/moe-tokens.js';
+
+test('routing: topk distinct experts per token in range, the same for the same seed, rank and count', () => {
+  const ids = tokenRouting(5, 1, 200, 64, 8);
+  assert.equal(ids.length, 1600);
+  for (let t = 0; t < 200; t++) {
+    const row = [...ids.slice(t * 8, t * 8 + 8)].map(Number);
+    assert.equal(new Set(row).size, 8);
+    for (const g of row) assert.ok(g >= 0 && g < 64);
+  }
+  assert.deepEqual(tokenRouting(5, 1, 200, 64, 8), ids);
+  assert.notDeepEqual(tokenRouting(5, 2, 200, 64, 8), ids);
+});
+
+test('cpu, 2 ranks: dispatch and combine rows for every token count, expanded and compact', { timeout: 120_000 }, async () => {
+  for (const [op, layout] of [['moe-dispatch', 'expanded'], ['moe-combine', 'compact']] as const) {
+    const result = await runMoeTokenBench({ backend: 'cpu', ranks: 2, op, tokens: [1, 9], numExperts: 8, topk: 3, hidden: 64, layout, seed: 1, repeats: 1 });
+    assert.ok(result);
+    assert.deepEqual(result.rows.map((r) => r.tokens), [1, 9]);
+    for (const r of result.rows) {
+      assert.equal(r.selections, r.tokens * 3, 'every token picks topk experts');
+      assert.equal(r.bytes, r.selections * 64 * 2);
+      assert.ok(r.timeUs > 0 && r.oneDUs > 0);
+    }
+  }
+});
+
+test('the CLI refuses experts that are not a multiple of the ranks, in one line', { timeout: 60_000 }, () => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const run = spawnSync(process.execPath, [cli, 'bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--ranks', '3', '--num-experts', '8', '--tokens', '1'], { encoding: 'utf8' });
+  assert.equal(run.status, 1);
+  assert.match(run.stderr, /--num-experts 8 is not a multiple of the 3 ranks/);
+});
