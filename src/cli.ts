@@ -267,27 +267,20 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const plotting = flags.plot === undefined ? undefined : await import('./plot/index.js');
   await plotting?.loadPlotLibraries();
   const { runBench } = await import('./bench/run.js');
-  const results: BenchResult[] = [];
-  for (const backend of names) {
-    // With several backends, one that cannot run (no NCCL here) still leaves the others' table; a
-    // wrong result (WrongResultError, naming the first wrong byte) still makes the exit status 1.
-    const progress = new Progress(names.length > 1 ? `${backend}: ` : '');
+  // A wrong result (WrongResultError, naming the first wrong byte) makes the exit status 1 too.
+  const results: BenchResult[] = await eachBackend(names, async (backend, label) => {
+    const progress = new Progress(label);
     try {
-      const result = await runBench(
+      return await runBench(
         { backend, ranks, minBytes, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
           iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs,
-          ...(moe ? { op: flags.op, experts, align: flags.align ?? 1 } : {}) },
+          ...(moe ? { op: flags.op as NonNullable<BenchOptions['op']>, experts, align: flags.align ?? 1 } : {}) },
         progress,
       );
-      if (result) results.push(result);
-    } catch (err) {
-      if (names.length === 1) throw err;
-      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
-      process.exitCode = 1;
     } finally {
       progress.stop();
     }
-  }
+  });
   // Launched ranks other than 0 have no result: the job prints one table.
   if (results.length === 0) return;
   const { compareBackends } = await import('./bench/compare.js');
@@ -302,24 +295,18 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
   const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
   const defaults = names.includes('cpu') ? PIPELINE_DEFAULTS.cpu : PIPELINE_DEFAULTS.gpu;
   const { runPipeline } = await import('./pipeline/run.js');
-  const results = [];
-  for (const backend of names) {
-    const progress = new PipelineProgress(names.length > 1 ? `${backend}: ` : '');
+  const results = await eachBackend(names, async (backend, label) => {
+    const progress = new PipelineProgress(label);
     try {
-      const result = await runPipeline(
+      return await runPipeline(
         { backend, ranks, shape: flags.shape ?? defaults.shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
           seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks },
         progress,
       );
-      if (result) results.push(result);
-    } catch (err) {
-      if (names.length === 1) throw err;
-      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
-      process.exitCode = 1;
     } finally {
       progress.stop();
     }
-  }
+  });
   // Launched ranks other than 0 have no result: the job prints one table.
   if (results.length === 0) return;
   const { formatPipelineJson, formatPipelineTable, pipelineRows } = await import('./pipeline/table.js');
@@ -350,20 +337,12 @@ async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> 
   const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
   const tokens = flags.tokens ?? (names.includes('cpu') ? [1, 16, 128] : [1, 128, 4096]);
   const { formatMoeTokenTable, runMoeTokenBench } = await import('./bench/moe-tokens.js');
-  const results = [];
-  for (const backend of names) {
-    try {
-      const result = await runMoeTokenBench(
-        { backend, ranks, op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
-        (r) => process.stderr.write(`${names.length > 1 ? `${backend}: ` : ''}[${r.index + 1}/${r.count}] ${r.row.tokens} tokens: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBs.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
-      );
-      if (result) results.push(result);
-    } catch (err) {
-      if (names.length === 1) throw err;
-      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
-      process.exitCode = 1;
-    }
-  }
+  const results = await eachBackend(names, (backend, label) =>
+    runMoeTokenBench(
+      { backend, ranks, op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
+      (r) => process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${r.row.tokens} tokens: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBs.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
+    ),
+  );
   if (results.length === 0) return;
   process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatMoeTokenTable(results));
 }
@@ -391,22 +370,12 @@ async function benchAllReduce(flags: AllReduceFlags): Promise<void> {
   const { doublingSizes } = await import('./bench/units.js');
   const { formatAllReduceTable, runAllReduceBench } = await import('./bench/all-reduce.js');
   const sizes = doublingSizes(flags.min, max);
-  const results = [];
-  for (const backend of names) {
-    try {
-      const result = await runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
-        if (!flags.json || !process.stderr.isTTY) {
-          process.stderr.write(`${names.length > 1 ? `${backend}: ` : ''}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
-            `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${r.row.busbwGBs.toFixed(1)} GB/s, checked\n`);
-        }
-      });
-      if (result) results.push(result);
-    } catch (err) {
-      if (names.length === 1) throw err;
-      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
-      process.exitCode = 1;
-    }
-  }
+  const results = await eachBackend(names, (backend, label) =>
+    runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
+      process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
+        `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${r.row.busbwGBs.toFixed(1)} GB/s, checked\n`);
+    }),
+  );
   if (results.length === 0) return;
   process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatAllReduceTable(results));
 }
@@ -466,6 +435,26 @@ async function tuneCommand(flags: TuneFlags): Promise<void> {
   if (flags.output === undefined) process.stdout.write(json);
   else writeFileSync(flags.output, json);
   process.stderr.write(formatTune(out.result));
+}
+
+/**
+ * Runs `run` for each backend in turn; with several, one that cannot run (no NCCL here) still
+ * leaves the others' results, its error one line on stderr and the exit status 1. Launched ranks
+ * other than 0 get no result: the job prints one table.
+ */
+async function eachBackend<R>(names: readonly BackendName[], run: (backend: BackendName, label: string) => Promise<R | undefined>): Promise<R[]> {
+  const results: R[] = [];
+  for (const backend of names) {
+    try {
+      const result = await run(backend, names.length > 1 ? `${backend}: ` : '');
+      if (result !== undefined) results.push(result);
+    } catch (err) {
+      if (names.length === 1) throw err;
+      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
+      process.exitCode = 1;
+    }
+  }
+  return results;
 }
 
 async function plot(files: string[], output: string): Promise<void> {

@@ -2,6 +2,7 @@
 // initial values from a seed (kernels/pipeline.cu has the same functions), the fixed-point format of
 // the embedding tables, the learning rates, and the checksum of a buffer's words. Every value drawn
 // is exact in f32 (a 24-bit integer times a power of two), so no rounding is left to agree on.
+import { fmix32 } from '../bench/data.js';
 
 /** Streams of the hash: kernels/pipeline.cu PL_TAG_*. */
 export const Tag = { length: 1, id: 2, dense: 3, label: 4, table: 5, weight: 6 } as const;
@@ -18,14 +19,8 @@ export const TABLE_INIT_SHIFT = 2;
 export const DENSE_LR = 2 ** -4;
 export const EMBEDDING_LR = 2 ** -3;
 
-export function mix(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
+/** The bench's hash (MurmurHash3's finaliser); kernels/pipeline.cu has the same one. */
+export const mix = fmix32;
 
 export function step(h: number, v: number): number {
   return mix((h + mix((v + 0x9e3779b9) >>> 0)) >>> 0);

@@ -3,33 +3,18 @@
 // timeouts work as for allToAllV. Each lane's staging is one symmetric allocation made at set-up:
 // allocating while a peer's kernel spins on this rank can stall until its timeout (README).
 import type { Handle, ReduceDtype, Stream } from '../backend.js';
-import type { CudaDevice, CudaStream } from '../../cuda/device.js';
+import type { CudaStream } from '../../cuda/device.js';
 import { ELEMENT_BYTES } from '../../collectives/reduce.js';
 import { UsageError } from '../../errors.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { AR_PARAMS_BYTES, ArDtype, ArOp, writeArParams } from './kernel-params.js';
+import type { CallHost } from './call-host.js';
 import type { CudaLane } from './lane.js';
 import { arOneShotBytes, arRounds, arSharedBytes, arSlots, arStageBytes } from './layout.js';
 
 /** What allReduce needs from its communicator. */
-export interface AllReduceHost {
-  readonly rank: number;
-  readonly worldSize: number;
-  readonly timeoutMs: number;
-  readonly laneCount: number;
-  /** Ranks sharing this GPU: their kernels wait on each other, so all must be resident at once. */
-  readonly ranksOnDevice: number;
-  readonly device: CudaDevice;
-  /** The signal pad (symmetric: its peer table). */
-  pad(): GpuBuffer;
-  /** Orders the lane after `stream` (or the capture's), as allToAllV does. */
-  follow(lane: CudaLane, stream: Stream | undefined): void;
-  /** Ends the call just queued on the lane: its handle. */
-  finish(lane: CudaLane, what: string): Handle;
-  /** Throws CommAbortedError after a timeout. */
-  usable(): void;
-}
+export type AllReduceHost = CallHost;
 
 /** One checked call: `output` symmetric, both buffers at least `count` elements. */
 export interface AllReduceCall {

@@ -32,6 +32,7 @@ import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
+import type { CallHost } from './call-host.js';
 import type { PlanProbe } from '../../tune/plan.js';
 import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
@@ -103,45 +104,25 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#memory = new GpuMemory(device, this);
     const gpus = new Set(init.places.map((w) => `${w.host}/${w.ordinal}`)).size;
     this.#kernels = new A2avKernels({ module: init.module, device, worldSize: this.worldSize, ranksOnDevice: this.ranksOnDevice, gpus });
-    this.#moe = new MoeCalls(
-      {
-        rank: this.rank,
-        worldSize: this.worldSize,
-        ranksOnDevice: this.ranksOnDevice,
-        timeoutMs: this.timeoutMs,
-        device,
-        pad: () => this.#pad,
-        follow: (lane, stream) => {
-          this.#makeRoom(lane, 1);
-          lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream);
-        },
-        finish: (lane, what) => this.#finish(lane, what),
-        usable: () => {
-          if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
-        },
+    const host: CallHost = {
+      rank: this.rank,
+      worldSize: this.worldSize,
+      laneCount: this.laneCount,
+      ranksOnDevice: this.ranksOnDevice,
+      timeoutMs: this.timeoutMs,
+      device,
+      pad: () => this.#pad,
+      follow: (lane, stream) => {
+        this.#makeRoom(lane, 1);
+        lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream);
       },
-      init.moeModule,
-    );
-    this.#allReduce = new AllReduceCalls(
-      {
-        rank: this.rank,
-        worldSize: this.worldSize,
-        timeoutMs: this.timeoutMs,
-        laneCount: this.laneCount,
-        ranksOnDevice: this.ranksOnDevice,
-        device,
-        pad: () => this.#pad,
-        follow: (lane, stream) => {
-          this.#makeRoom(lane, 1);
-          lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream);
-        },
-        finish: (lane, what) => this.#finish(lane, what),
-        usable: () => {
-          if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
-        },
+      finish: (lane, what) => this.#finish(lane, what),
+      usable: () => {
+        if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
       },
-      init.allReduceModule,
-    );
+    };
+    this.#moe = new MoeCalls(host, init.moeModule);
+    this.#allReduce = new AllReduceCalls(host, init.allReduceModule);
     this.#symmetric = { device, store: opts.store, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs, places: init.places };
   }
 

@@ -4,31 +4,18 @@
 // x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
 // replays and timeouts work as for allToAllV.
 import type { DeviceBuffer, ExchangePlan, Handle, PlanMoveArgs, Stream } from '../backend.js';
-import type { CudaDevice, CudaStream } from '../../cuda/device.js';
+import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
+import type { CallHost } from './call-host.js';
 import type { CudaLane } from './lane.js';
 import { fusedFits, fusedSharedBytes, planBytes, scratchBytes, scratchPlanOffset } from './layout.js';
 
 /** What the MoE calls need from their communicator. */
-export interface MoeHost {
-  readonly rank: number;
-  readonly worldSize: number;
-  readonly ranksOnDevice: number;
-  readonly timeoutMs: number;
-  readonly device: CudaDevice;
-  /** The signal pad (symmetric: its peer table). */
-  pad(): GpuBuffer;
-  /** Orders the lane after `stream` (or the capture's), as allToAllV does. */
-  follow(lane: CudaLane, stream: Stream | undefined): void;
-  /** Ends the call just queued on the lane: its handle. */
-  finish(lane: CudaLane, what: string): Handle;
-  /** Throws CommAbortedError after a timeout. */
-  usable(): void;
-}
+export type MoeHost = CallHost;
 
 /** One exchange as the kernels take it: the call's kind and its buffers, counts in rows. */
 export interface ExchangeCall {
