@@ -87,6 +87,14 @@ export class CudaDevice {
   readonly arch: number;
   #released = false;
 
+  /**
+   * The GPU of the context current on this thread: code beside a communicator (its compute, built
+   * in the rank's thread after the communicator made its context current) runs where it runs.
+   */
+  static current(): CudaDevice {
+    return new CudaDevice(outI32('cuCtxGetDevice', (o) => cu().cuCtxGetDevice(o)));
+  }
+
   constructor(ordinal: number) {
     const d = cu();
     this.ordinal = ordinal;

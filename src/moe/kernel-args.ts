@@ -2,18 +2,11 @@
 // or an i64), so field i sits at byte 8·i and the order is the whole layout.
 // tests/moe-tokens.test.ts checks these lists against the structs in the .cu file.
 
-export type FieldKind = 'ptr' | 'int';
+import { ints, ptrs, type StructSpec } from '../jit/kernel-set.js';
 
-export interface TokenKernelSpec {
-  /** The struct's name in kernels/moe-tokens.cu. */
-  struct: string;
-  /** Kernels taking it. */
-  kernels: string[];
-  fields: ReadonlyArray<readonly [name: string, kind: FieldKind]>;
-}
-
-const ptrs = (...names: string[]) => names.map((n) => [n, 'ptr'] as const);
-const ints = (...names: string[]) => names.map((n) => [n, 'int'] as const);
+export type { FieldKind } from '../jit/kernel-set.js';
+/** A struct of kernels/moe-tokens.cu and the kernels taking it. */
+export type TokenKernelSpec = StructSpec;
 
 export const TOKEN_KERNELS = {
   route: {

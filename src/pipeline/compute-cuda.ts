@@ -3,8 +3,8 @@
 // communicator, whose context is then current; the GPU is that context's.
 import type { Stream } from '../backends/backend.js';
 import { CudaDevice, type CudaEvent, type CudaStream } from '../cuda/device.js';
-import { cu, outI32 } from '../cuda/driver.js';
-import { KernelModule, StructLauncher, type KernelFunction } from '../jit/module.js';
+import { KernelModule } from '../jit/module.js';
+import { KernelSet } from '../jit/kernel-set.js';
 import type { Clock, Ref } from './compute.js';
 import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
 import { KernelCompute, type KernelDevice } from './kernel-compute.js';
@@ -24,18 +24,11 @@ class CudaKernelDevice implements KernelDevice {
   readonly multiprocessors: number;
   readonly scratch: bigint;
   readonly #device: CudaDevice;
-  readonly #module: KernelModule;
-  /** One parameter block per struct (a launch copies it), and every kernel taking it. */
-  readonly #launchers = new Map<KernelName, StructLauncher>();
-  readonly #fns = new Map<string, KernelFunction>();
+  readonly #kernels: KernelSet<KernelName>;
 
   constructor() {
-    this.#device = new CudaDevice(outI32('cuCtxGetDevice', (o) => cu().cuCtxGetDevice(o)));
-    this.#module = new KernelModule('pipeline.cu', this.#device.arch);
-    for (const [name, spec] of Object.entries(KERNEL_SPECS) as [KernelName, (typeof KERNEL_SPECS)[KernelName]][]) {
-      for (const k of spec.kernels) this.#fns.set(k, this.#module.fn(k));
-      this.#launchers.set(name, new StructLauncher(this.#fns.get(spec.kernels[0])!, 8 * spec.fields.length));
-    }
+    this.#device = CudaDevice.current();
+    this.#kernels = new KernelSet(new KernelModule('pipeline.cu', this.#device.arch), KERNEL_SPECS);
     this.compute = this.#device.createStream();
     this.data = this.#device.createStream();
     this.clock = new EventClock(this.#device);
@@ -44,10 +37,10 @@ class CudaKernelDevice implements KernelDevice {
   }
 
   params(spec: KernelName): DataView {
-    return this.#launchers.get(spec)!.view;
+    return this.#kernels.params(spec);
   }
   launch(spec: KernelName, kernel: string, grid: number, block: number, stream: Stream): void {
-    this.#launchers.get(spec)!.launch(grid, block, cudaStream(stream, WHO), 0, this.#fns.get(kernel)!);
+    this.#kernels.launch(spec, kernel, grid, block, cudaStream(stream, WHO));
   }
   address(ref: Ref): bigint {
     return devicePointer(ref.buf, WHO) + BigInt(ref.byte);
@@ -71,7 +64,7 @@ class CudaKernelDevice implements KernelDevice {
     this.clock.destroy();
     this.#device.free(this.scratch);
     for (const s of [this.compute, this.data]) this.#device.destroyStream(s);
-    this.#module.unload();
+    this.#kernels.unload();
     this.#device.release();
   }
 }

@@ -2,18 +2,11 @@
 // an i64, or an f64 carrying an f32 value), so field i sits at byte 8·i and the order is the whole
 // layout. tests/pipeline.test.ts checks these lists against the structs in the .cu file.
 
-export type FieldKind = 'ptr' | 'int' | 'float';
+import { ints, ptrs, type StructSpec } from '../jit/kernel-set.js';
 
-export interface KernelSpec {
-  /** The struct's name in kernels/pipeline.cu. */
-  struct: string;
-  /** Kernels taking it. */
-  kernels: string[];
-  fields: ReadonlyArray<readonly [name: string, kind: FieldKind]>;
-}
-
-const ptrs = (...names: string[]) => names.map((n) => [n, 'ptr'] as const);
-const ints = (...names: string[]) => names.map((n) => [n, 'int'] as const);
+export type { FieldKind } from '../jit/kernel-set.js';
+/** A struct of kernels/pipeline.cu and the kernels taking it. */
+export type KernelSpec = StructSpec;
 
 export const KERNEL_SPECS = {
   scan: { struct: 'ScanArgs', kernels: ['pl_scan_lengths'], fields: [...ptrs('lengths', 'offsets', 'totals'), ...ints('segments', 'segLen', 'generate', 'seed', 'batch', 'rank', 'world', 'features', 'pooling')] },
