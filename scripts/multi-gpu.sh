@@ -12,7 +12,7 @@
 #      MoE step, beside the 1-D call of the same bytes.
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance",
-# A2AV_MG_OPS="alltoallv dispatch combine allreduce moe-tokens tune" (which sweeps; allreduce: a2av bench allreduce,
+# A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu; allreduce: a2av bench allreduce,
 # cuda against nccl; moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
 set -uo pipefail
 OUT=${OUT:-./multi-gpu-out}
@@ -95,7 +95,7 @@ sweep() {
     grep -h 'a2av' "$err" | tail -3 | cut -c1-300
   fi
 }
-ops=" ${A2AV_MG_OPS:-alltoallv dispatch combine allreduce moe-tokens tune} "
+ops=" ${A2AV_MG_OPS:-ceiling alltoallv dispatch combine allreduce moe-tokens tune} "
 max=${A2AV_MG_MAX:-4G}
 for w in $worlds; do
   if [[ "$ops" == *" alltoallv "* ]]; then
@@ -110,6 +110,17 @@ for w in $worlds; do
   # The small MoE step: 4 rows of 4 KiB per expert per source; its graph µs is per dispatch.
   [[ "$ops" == *" dispatch "* ]] && sweep "dispatch-step" "$w" --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096
 done
+
+if [[ "$ops" == *" ceiling "* ]] && [ "$gpus" -ge 2 ]; then
+  # What SM-driven copies reach between GPUs 0 and 1 against the copy engine (scripts/probe/peer-ceiling.cu).
+  step "peer copy ceiling (GPUs 0 and 1)"
+  nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  if "$nvcc_bin" -O3 -arch=sm_90 -std=c++17 -o "$OUT/peer-ceiling" scripts/probe/peer-ceiling.cu > "$OUT/peer-ceiling.build" 2>&1; then
+    timeout 300 "$OUT/peer-ceiling" 256 | tee "$OUT/peer-ceiling.txt" || rc=1
+  else
+    echo "peer-ceiling did not build: $(tail -2 "$OUT/peer-ceiling.build")"; rc=1
+  fi
+fi
 
 if [[ "$ops" == *" allreduce "* ]]; then
   # comm.allReduce against NCCL's, one process per GPU, f32 and bf16, 4 KiB .. 256 MiB.
