@@ -289,4 +289,5 @@ export class HostClock implements Clock {
   reset(): void {
     this.#marks = [];
   }
+  reserve(): void {}
 }

@@ -87,6 +87,9 @@ class EventClock implements Clock {
   reset(): void {
     this.#used = 0;
   }
+  reserve(marks: number): void {
+    while (this.#events.length < marks) this.#events.push(this.device.createEvent(true));
+  }
   destroy(): void {
     for (const e of this.#events) e.destroy();
     this.#events.length = 0;

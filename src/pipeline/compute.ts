@@ -163,6 +163,11 @@ export interface Clock {
   micros(from: number, to: number): number;
   /** Forgets every mark (ids start again at 0). */
   reset(): void;
+  /**
+   * Makes `marks` marks ready before the timed steps, so none is created while peers wait in a
+   * collective (creating driver objects then is what has stalled ranks before).
+   */
+  reserve(marks: number): void;
 }
 
 export interface Compute {

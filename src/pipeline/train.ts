@@ -30,6 +30,8 @@ export type Arm = (typeof ARMS)[number];
  * most this many steps ahead of the device. Never a wait for work the device could still need.
  */
 const HANDLE_LAG = 8;
+/** Marks a timed step may make, at most (its phases on every stream, its collectives): Clock.reserve. */
+const MARKS_PER_STEP = 40;
 
 export interface ArmOptions {
   arm: Arm;
@@ -115,6 +117,8 @@ class ArmLoop {
     const steps = warmup + iters;
     const clock = compute.clock;
     clock.reset();
+    // A timed step marks about 30 points (phases and collectives on every stream): room for all.
+    clock.reserve(MARKS_PER_STEP * (iters + 1));
     this.#m.init(this.#C, seed);
     compute.zero(this.#C, at4(b.loss), 4 * steps);
     compute.sync(this.#C);
