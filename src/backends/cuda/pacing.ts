@@ -26,7 +26,13 @@ export class LanePacer {
   /** Sequence number of the newest checkpoint queued. */
   #marked = 0;
 
-  constructor(readonly device: CudaDevice) {}
+  /**
+   * Every event a lane can need (one checkpoint a call at most), made now, at set-up: creating
+   * driver objects while a peer's kernel spins on this rank is what has stalled ranks before.
+   */
+  constructor(readonly device: CudaDevice) {
+    for (let i = 0; i <= PACE_LIMIT; i++) this.#free.push(device.createEvent());
+  }
 
   /**
    * Before queueing `calls` calls on a lane whose last queued call is `seq`: waits (through
@@ -45,6 +51,7 @@ export class LanePacer {
   /** After queueing on `stream` up to call `seq`; `always`: record one now (a replay), else every few calls. */
   mark(stream: CudaStream, seq: number, always: boolean): void {
     if (!always && seq - this.#marked < CHECKPOINT_EVERY) return;
+    // Never empty: at most PACE_LIMIT checkpoints are pending when a new one is made.
     const event = this.#free.pop() ?? this.device.createEvent();
     event.record(stream);
     this.#pending.push({ seq, event });
