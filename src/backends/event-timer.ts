@@ -6,11 +6,17 @@ export function hostWaitLimitMs(timeoutMs: number, calls: number): number {
   return timeoutMs * 1.5 * Math.max(1, calls / 16) + 5000;
 }
 
-/** A start and an end event, created on first use and reused by every timed loop. */
+/**
+ * A start and an end event, reused by every timed loop. Made with the communicator, not at the first
+ * loop: by then a peer's kernel may spin on this rank, and making driver objects meanwhile is what
+ * has stalled ranks before.
+ */
 export class EventTimer {
   #events: [CudaEvent, CudaEvent] | undefined;
 
-  constructor(readonly device: CudaDevice) {}
+  constructor(readonly device: CudaDevice) {
+    this.#events = [device.createEvent(true), device.createEvent(true)];
+  }
 
   /**
    * Comm.timeLoop's device side: `leadIn` untimed calls, then `iters` timed ones on `stream`;
