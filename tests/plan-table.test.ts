@@ -18,9 +18,10 @@ const ctx = (inputBytes: number, more: Partial<PlanContext> = {}): PlanContext =
   ranksOnDevice: 1,
   inputBytes,
   allOnDevice: false,
-  shape,
   ...more,
 });
+/** The default plan's view of `tables` for calls of `s` (as the cuda backend builds it). */
+const from = (tables: PlanTable[], s: PlanShape = shape) => (bytes: number) => lookupPlan(tables, s, bytes)?.plan;
 const table = (entries: PlanTable['entries']): PlanTable => ({ format: TABLE_FORMAT, entries });
 
 test('lookup: same GPU, GPU count, world and ranks per GPU, size inside [minBytes, maxBytes)', () => {
@@ -103,14 +104,14 @@ test('the default plan: a table plan where it fits, else the heuristic; grid pla
     { ...shape, minBytes: MiB, maxBytes: 2 * MiB, plan: { blocks: 9999, threads: 512 } }, // cannot be resident
     { ...shape, minBytes: 2 * MiB, maxBytes: 4 * MiB, plan: { blocks: 1, threads: 256, grid: { threads: 256 } } },
   ]);
-  assert.deepEqual(defaultPlan(ctx(1000, { tables: [t] })), { blocks: 4, threads: 256 });
-  assert.deepEqual(defaultPlan(ctx(MiB, { tables: [t] })), heuristicPlan(ctx(MiB)));
-  assert.deepEqual(defaultPlan(ctx(3 * MiB, { tables: [t], rowBytes: 64 })), { blocks: 1, threads: 256, grid: { threads: 256 } });
-  assert.deepEqual(defaultPlan(ctx(3 * MiB, { tables: [t], rowBytes: 7 })), heuristicPlan(ctx(3 * MiB, { rowBytes: 7 })));
+  assert.deepEqual(defaultPlan(ctx(1000, { measured: from([t]) })), { blocks: 4, threads: 256 });
+  assert.deepEqual(defaultPlan(ctx(MiB, { measured: from([t]) })), heuristicPlan(ctx(MiB)));
+  assert.deepEqual(defaultPlan(ctx(3 * MiB, { measured: from([t]), rowBytes: 64 })), { blocks: 1, threads: 256, grid: { threads: 256 } });
+  assert.deepEqual(defaultPlan(ctx(3 * MiB, { measured: from([t]), rowBytes: 7 })), heuristicPlan(ctx(3 * MiB, { rowBytes: 7 })));
   // A2AV_GRID_COPY forcing a mode wins over tables.
-  assert.deepEqual(defaultPlan(ctx(1000, { tables: [t], gridCopy: 'never' })), heuristicPlan(ctx(1000, { gridCopy: 'never' })));
+  assert.deepEqual(defaultPlan(ctx(1000, { measured: from([t]), gridCopy: 'never' })), heuristicPlan(ctx(1000, { gridCopy: 'never' })));
   // Another shape: the heuristic.
-  assert.deepEqual(defaultPlan(ctx(1000, { tables: [t], shape: { ...shape, world: 8 } })), heuristicPlan(ctx(1000)));
+  assert.deepEqual(defaultPlan(ctx(1000, { measured: from([t], { ...shape, world: 8 }) })), heuristicPlan(ctx(1000)));
 });
 
 test('a block budget caps every plan, at least one block', () => {

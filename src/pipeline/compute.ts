@@ -1,7 +1,7 @@
 // What the pipeline asks of a backend's compute: the kernels of kernels/pipeline.cu as calls that
 // queue work on a stream (cuda, nccl) or run it at once (cpu, compute-cpu.ts). Each argument type
 // names the fields of the kernel's struct; buffers are refs into the communicator's buffers.
-import type { Comm, DeviceBuffer, Stream } from '../backends/backend.js';
+import type { DeviceBuffer, Stream } from '../backends/backend.js';
 
 /** A position inside a buffer, in bytes. */
 export interface Ref {
@@ -195,23 +195,4 @@ export interface Compute {
   /** Blocks the host until the work queued on `s` has run. */
   sync(s: Stream): void;
   close(): void;
-}
-
-/**
- * The compute for `comm`'s backend. Collective on cuda and nccl: every rank loads the kernels
- * before any rank queues a collective (loading code waits for the kernels running on the GPU,
- * and a peer's collective spins until this rank arrives).
- */
-export async function createCompute(comm: Comm): Promise<Compute> {
-  if (comm.backend === 'cpu') {
-    const { CpuCompute } = await import('./compute-cpu.js');
-    return new CpuCompute();
-  }
-  const { createCudaCompute } = await import('./compute-cuda.js');
-  // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
-  if (comm.rank !== 0) await comm.barrier();
-  const compute = createCudaCompute();
-  if (comm.rank === 0) await comm.barrier();
-  await comm.barrier();
-  return compute;
 }

@@ -7,7 +7,7 @@ import { median } from '../bench/measure.js';
 import { formatBytes } from '../bench/units.js';
 import { UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
-import { createCompute } from './compute.js';
+import { createCompute } from './create-compute.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
 import { checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';

@@ -2,7 +2,6 @@
 // Blocks share the rank's send bytes tile by tile (see kernels/a2av.cu), so each peer gets blocks in
 // proportion to its bytes: with fewer peers every peer gets more blocks, and the total stays put.
 import { UsageError } from '../errors.js';
-import { lookupPlan, type PlanShape, type PlanTable } from './table.js';
 
 export interface LaunchPlan {
   /** Thread blocks per rank and call. */
@@ -30,9 +29,8 @@ export interface PlanContext {
   allOnDevice: boolean;
   /** Grid mode: 'auto' (default: large calls on one GPU), 'always' or 'never' (A2AV_GRID_COPY). */
   gridCopy?: GridCopy;
-  /** Where the call runs, and the measured tables (table.ts) to look it up in before the heuristic. */
-  shape?: PlanShape;
-  tables?: readonly PlanTable[];
+  /** The measured plan for this call's shape and size, if a table (table.ts) has one. */
+  measured?: (inputBytes: number) => LaunchPlan | undefined;
   /**
    * At most this many thread blocks for the call (its data grid included), so collectives leave SMs
    * to the compute beside them; the call stays correct with any count, only slower.
@@ -70,13 +68,13 @@ export function defaultPlan(ctx: PlanContext): LaunchPlan {
 }
 
 function measuredPlan(ctx: PlanContext): LaunchPlan | undefined {
-  if (ctx.shape === undefined || ctx.tables === undefined || (ctx.gridCopy ?? 'auto') !== 'auto') return undefined;
-  const entry = lookupPlan(ctx.tables, ctx.shape, ctx.inputBytes);
-  if (entry === undefined) return undefined;
+  if (ctx.measured === undefined || (ctx.gridCopy ?? 'auto') !== 'auto') return undefined;
+  const plan = ctx.measured(ctx.inputBytes);
+  if (plan === undefined) return undefined;
   // A grid plan needs 16-byte rows, as the heuristic's does.
-  if (entry.plan.grid && ctx.rowBytes !== undefined && ctx.rowBytes % 16 !== 0) return undefined;
+  if (plan.grid && ctx.rowBytes !== undefined && ctx.rowBytes % 16 !== 0) return undefined;
   try {
-    return validatePlan(entry.plan, ctx);
+    return validatePlan(plan, ctx);
   } catch {
     return undefined;
   }
@@ -123,13 +121,4 @@ export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
         `(at most ${fair} blocks of ${threads} threads per rank); ranks wait on each other, so all must fit`,
     );
   return grid ? { blocks, threads, grid: { threads: grid.threads } } : { blocks, threads };
-}
-
-/** What `a2av tune` needs from the cuda backend to pick candidate plans for its shape. */
-export interface PlanProbe {
-  readonly shape: import('./table.js').PlanShape;
-  /** Blocks of `threads` threads one rank may use: resident beside this GPU's other ranks. */
-  fairBlocks(threads: number): number;
-  /** The heuristic's plan for a call (no table consulted): what a table entry must beat. */
-  heuristic(inputBytes: number, rowBytes: number): LaunchPlan;
 }

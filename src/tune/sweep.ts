@@ -9,8 +9,8 @@ import { Agreement } from '../bench/agree.js';
 import { InputPattern } from '../bench/data.js';
 import { measure, slowestRank } from '../bench/measure.js';
 import { makeSplits } from '../bench/splits.js';
-import type { LaunchPlan, PlanProbe } from './plan.js';
-import type { MeasuredSize, PlanShape } from './table.js';
+import type { LaunchPlan } from './plan.js';
+import type { MeasuredSize, PlanProbe, PlanShape } from './table.js';
 
 export interface TuneArg {
   /** Input bytes per rank, ascending. */

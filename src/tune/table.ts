@@ -148,3 +148,12 @@ export function loadTables(override = process.env.A2AV_PLAN, dir = shippedTables
   }
   return tables;
 }
+
+/** What `a2av tune` needs from the cuda backend to pick candidate plans for its shape. */
+export interface PlanProbe {
+  readonly shape: PlanShape;
+  /** Blocks of `threads` threads one rank may use: resident beside this GPU's other ranks. */
+  fairBlocks(threads: number): number;
+  /** The heuristic's plan for a call (no table consulted): what a table entry must beat. */
+  heuristic(inputBytes: number, rowBytes: number): LaunchPlan;
+}

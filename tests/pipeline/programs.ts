@@ -1,6 +1,6 @@
 // Rank programs for tests/pipeline.test.ts: every arm on one model, each rank's raw results.
 import type { Comm } from '../../src/backends/backend.js';
-import { createCompute } from '../../src/pipeline/compute.js';
+import { createCompute } from '../../src/pipeline/create-compute.js';
 import { Model } from '../../src/pipeline/model.js';
 import { Layout, shapeOf, type ShapeName } from '../../src/pipeline/shapes.js';
 import { runArm, type Arm } from '../../src/pipeline/train.js';

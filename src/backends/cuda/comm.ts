@@ -33,7 +33,7 @@ import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
 import type { CallHost } from './call-host.js';
-import type { PlanProbe } from '../../tune/plan.js';
+import type { PlanProbe } from '../../tune/table.js';
 import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
 import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';

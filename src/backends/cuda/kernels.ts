@@ -2,8 +2,8 @@
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, gridCopyFromEnv, heuristicPlan, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext, type PlanProbe } from '../../tune/plan.js';
-import { loadTables, type PlanShape, type PlanTable } from '../../tune/table.js';
+import { defaultPlan, gridCopyFromEnv, heuristicPlan, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { loadTables, lookupPlan, type PlanProbe, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';
 
@@ -50,8 +50,7 @@ export class A2avKernels {
   /** The plan a call with this much input gets by default, and the limit any override must meet. */
   planContext(inputBytes: number, rowBytes?: number, maxBlocks?: number): PlanContext {
     return {
-      shape: this.#shape,
-      tables: this.#tables,
+      measured: (bytes) => lookupPlan(this.#tables, this.#shape, bytes)?.plan,
       maxBlocks,
       residentBlocks: (t) => this.#residentBlocks(t),
       ranksOnDevice: this.#ranksOnDevice,
@@ -92,7 +91,7 @@ export class A2avKernels {
     return {
       shape: this.#shape,
       fairBlocks: (threads) => Math.max(1, Math.floor(this.#residentBlocks(threads) / this.#ranksOnDevice)),
-      heuristic: (inputBytes, rowBytes) => heuristicPlan(this.planContext(inputBytes, rowBytes)),
+      heuristic: (inputBytes, rowBytes) => heuristicPlan({ ...this.planContext(inputBytes, rowBytes), measured: undefined }),
     };
   }
 
