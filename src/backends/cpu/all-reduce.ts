@@ -5,9 +5,13 @@
 // the interface's "any buffer" and makes in-place free: the output is written only after every
 // input chunk it covers has been staged. It costs one copy per element, which the cpu reference can
 // afford; the pad's fixed scratch also means no collective allocation per call size.
+// First, one round compares every rank's call (count, dtype, op, output) with rank 0's, as the cuda
+// kernels do: a rank that differs fails the call on every rank with the same SplitsError, nothing
+// written. The output is compared only where both are symmetric (on cpu any buffer will do).
 import type { Buffer } from 'node:buffer';
 import type { ReduceDtype } from '../backend.js';
 import { ELEMENT_BYTES, orderedSum } from '../../collectives/reduce.js';
+import { SplitsError } from '../../errors.js';
 import type { CpuBuffer } from './buffer.js';
 import type { CpuLane } from './lane.js';
 import { copyBytes } from './memcpy.js';
@@ -35,12 +39,14 @@ export class CpuReducer {
     this.#scratch = pads.map((pad) => pad.u8.subarray(at, at + SCRATCH_BYTES));
   }
 
-  /** Runs the call to completion: its error (a peer timed out), else undefined. */
+  /** Runs the call to completion: its error (a peer timed out, or the ranks' calls differ), else undefined. */
   run(call: CpuAllReduceCall): Error | undefined {
     const size = ELEMENT_BYTES[call.dtype];
     const chunk = Math.floor(SCRATCH_BYTES / size);
     const what = `allReduce of ${call.count} ${call.dtype} on lane ${this.#lane.index}`;
     const mine = this.#scratch[this.#rank];
+    const refused = this.#compareCalls(call, what);
+    if (refused !== undefined) return refused;
     const out = call.output.u8;
     // A zero count still meets the peers once, so every rank's lane stays in step and a missing
     // rank is still named.
@@ -62,4 +68,35 @@ export class CpuReducer {
     }
     return undefined;
   }
+
+  /** The header round: a timeout, a SplitsError naming the first rank whose call differs, or undefined. */
+  #compareCalls(call: CpuAllReduceCall, what: string): Error | undefined {
+    const mine = this.#scratch[this.#rank];
+    const header = BigInt64Array.of(BigInt(call.count), BigInt(DTYPE_CODE[call.dtype]), OP_SUM, BigInt(call.output.symmetricId));
+    const all: BigInt64Array[] = [];
+    const err = this.#lane.round(
+      `${what}: the ranks' calls compared`,
+      () => mine.set(new Uint8Array(header.buffer), 0),
+      () => {
+        for (const s of this.#scratch) all.push(new BigInt64Array(Uint8Array.from(s.subarray(0, HEADER_BYTES)).buffer));
+      },
+    );
+    if (err !== undefined) return err;
+    for (let q = 1; q < all.length; q++) {
+      for (let j = 0; j < HEADER_WORDS; j++) {
+        const a = all[q]![j]!, b = all[0]![j]!;
+        // The output counts only where both ranks gave a symmetric one (id >= 0).
+        if (a === b || (j === OUTPUT_WORD && (a < 0n || b < 0n))) continue;
+        return new SplitsError({ problem: 'mismatch', rank: q, peer: 0, needed: a, available: b, reportedBy: this.#rank });
+      }
+    }
+    return undefined;
+  }
 }
+
+/** The header's words, as the cuda kernels send theirs: count, dtype (f32 1, bf16 2), op (sum 1), output id. */
+const HEADER_WORDS = 4;
+const HEADER_BYTES = 8 * HEADER_WORDS;
+const OUTPUT_WORD = 3;
+const DTYPE_CODE: Record<ReduceDtype, number> = { f32: 1, bf16: 2 };
+const OP_SUM = 1n;
