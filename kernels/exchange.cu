@@ -287,6 +287,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   const u32 flag = ll_flag(seq);
   i64* const ready = p.scratch + 1;  // [0] the call block 0 has decided, [1] how (XF_*)
   const PlanArrays left = plan_arrays(p.plan, W);
+  // A2AV_PROBE_XF_ALL_POLL (a probe's define): every block polls every packet and lays out the
+  // call itself, with no flag from block 0 (measured faster across GPUs, docs/perf.md).
+#ifndef A2AV_PROBE_XF_ALL_POLL
   if (blockIdx.x != 0) {
     if (tid == 0) {
       // Block 0 records any timeout (its own wait may start later: this one is twice as long).
@@ -323,6 +326,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
     for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
     return;
   }
+#endif
   const i64 sent = block_scan_sat(rows, cum, N, st.scan);
   for (i64 i = tid; i < N; i += nt) {
     if (rows[i] < 0) atomicMin(&st.at, (unsigned long long)i);
@@ -353,7 +357,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   // Round 1: to every peer the header, my verdict, my whole row, my output rows and how many
   // completion signals this rank sends (its blocks).
   const int words = A2AV_X1_HEADER + (int)N + A2AV_XF_EXTRA;
-  for (i64 k = tid; k < (i64)W * words; k += nt) {
+  for (i64 k = tid; blockIdx.x == 0 && k < (i64)W * words; k += nt) {
     const int r = (int)(k / words), j = (int)(k % words);
     i64 v;
     if (j < 5) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
@@ -382,6 +386,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   if (st.mis != X_NONE) {
     // The calls differ (peers may even be in x_exchange): x_exchange's receivers' verdict, sent as
     // their round-2 answer, then completion with one signal, as x_done; the other blocks leave.
+    if (blockIdx.x != 0) return;
     if (tid == 0) announce(ready, seq, XF_MISMATCH);
     if (tid == 0) {
       const int q = (int)st.mis;
@@ -468,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   __syncthreads();
   const bool refused = st.v.key != (i64)X_NONE;
   if (refused) {
-    if (tid == 0) {
+    if (blockIdx.x == 0 && tid == 0) {
       const int prio = (int)(st.v.key >> 56);
       const i64 code = prio == X_PRIO_NEGATIVE ? A2AV_ERR_NEGATIVE : prio == X_PRIO_INPUT ? A2AV_ERR_INPUT_OVERFLOW : A2AV_ERR_OUTPUT_OVERFLOW;
       record_refusal(h, StatusRecord{code, st.v.rank, st.v.peer, st.v.needed, st.v.available, me, seq, st.v.expert});
@@ -476,7 +481,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
     }
   } else {
     // My chunks for the other blocks, then the flag; then outSplitsOffsets and my tiles.
-    for (i64 i = tid; i < N; i += nt) {
+    for (i64 i = tid; blockIdx.x == 0 && i < N; i += nt) {
       const i64 k = (i / E) * A2AV_MAX_EXPERTS + i % E;
       left.rows[k] = rows[i];
       left.src[k] = srcRow[i];
@@ -484,8 +489,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       left.cum[k] = cum[i];
     }
     __syncthreads();
-    if (tid == 0) announce(ready, seq, XF_ACCEPTED);
-    for (i64 k = tid; k < N; k += nt) {
+    if (blockIdx.x == 0 && tid == 0) announce(ready, seq, XF_ACCEPTED);
+    for (i64 k = tid; blockIdx.x == 0 && k < N; k += nt) {
       const int src = byExpert ? (int)(k % W) : (int)(k / E), e = byExpert ? (int)(k / W) : (int)(k % E);
       p.outSplitsOffsets[k] = cnt[(i64)src * N + (i64)me * E + e];
       p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
@@ -499,6 +504,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   // block 0 waits for the blocks every peer announced.
   __syncthreads();
   for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
+  if (blockIdx.x != 0) return;  // only with A2AV_PROBE_XF_ALL_POLL: the others left above
   const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return hdr[q * XF_HDR + A2AV_X1_HEADER + 1]; });
   if (__syncthreads_and(ok) && tid == 0) st_volatile(&h->seq, seq);
 }

@@ -5,7 +5,8 @@
 // up to 4 MiB per rank.
 //   node scripts/probe/moe-timing.mjs 2 '[{"E":16,"rowsPer":4,"rb":4096},{"E":16,"rowsPer":2048,"rb":4096}]'
 // A2AV_PROBE_DEFINES=A2AV_PROBE_NO_COPY times every call without its data (the kernels' exchange and
-// completion alone; results are then wrong by design); A2AV_PROBE_ONLY=dg,oneg picks timings,
+// completion alone; results are then wrong by design), A2AV_PROBE_XF_ALL_POLL has every block of
+// x_fused poll the packets and lay out the call (no flag from block 0); A2AV_PROBE_ONLY=dg,oneg picks timings,
 // A2AV_PROBE_ITERS fixes the calls per loop, A2AV_MOE_FUSED=0 takes the three-kernel MoE path.
 import { runRanks } from '../../dist/src/world/threads.js';
 
