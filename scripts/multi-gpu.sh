@@ -4,14 +4,16 @@
 #   1. build (when a TypeScript compiler is installed; else the dist/ that came along is used),
 #   2. nvidia-smi topo -m,
 #   3. the test suite (ranks as threads: cuda with ranks sharing GPUs, nccl on up to one rank a GPU),
-#   4. the conformance suite with one process per rank (a2av launch) on cuda and on nccl,
+#   4. the conformance suite with one process per rank (a2av launch) on cuda and on nccl, and its
+#      two-rank cases with two launchers as the two nodes of one job (one GPU each): init() must
+#      pick nccl for a job across nodes,
 #   5. the sweep 0.5 MiB .. 4 GiB per rank, cuda and nccl in one table (time, host sync of nccl,
 #      ratio to NCCL), uniform and zipf splits, for W = all GPUs, and 2 and 4 where there are more;
 #      one process per GPU (A2AV_MG_SWEEP=threads: ranks as threads of one process);
 #   6. the MoE dispatch and combine sweeps (16 experts a rank, majorAlign 1 and 16) and the small
 #      MoE step, beside the 1-D call of the same bytes.
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
-# Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance",
+# Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu; allreduce: a2av bench allreduce,
 # cuda against nccl; moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
 set -uo pipefail
@@ -66,6 +68,35 @@ if [[ "$skip" != *" conformance "* ]]; then
     done < <(node dist/tests/multi-gpu/conformance-rank.js list "$backend" "$gpus")
     echo "$backend: $pass passed, $fail failed"
   done
+fi
+
+if [[ "$skip" != *" nodes "* ]] && [ "$gpus" -ge 2 ]; then
+  # Two launchers on this host as the two nodes of one job, one GPU each: init() must pick nccl
+  # (the job spans nodes) and the conformance cases of two ranks must pass on it.
+  step "two nodes on this host, one GPU each: the default backend, conformance"
+  token=$(node -e "process.stdout.write(require('node:crypto').randomBytes(32).toString('hex'))")
+  seed=${A2AV_SEED:-$RANDOM$RANDOM}
+  pass=0 fail=0 port=$((29600 + RANDOM % 300))
+  while read -r index ranks name; do
+    [ "$ranks" = 2 ] || continue
+    port=$((port + 1))
+    pids=()
+    for node in 0 1; do
+      CUDA_VISIBLE_DEVICES=$node A2AV_STORE_TOKEN=$token timeout 300 "${cli[@]}" launch -n 1 --nnodes 2 --node-rank $node --master-port $port -- \
+        node dist/tests/multi-gpu/conformance-rank.js run default "$index" "$seed" > "$OUT/nodes-$index-$node.log" 2>&1 &
+      pids+=($!)
+    done
+    ok=1
+    for pid in "${pids[@]}"; do wait "$pid" || ok=0; done
+    if [ $ok = 1 ] && grep -q '"picked":"nccl"' "$OUT/nodes-$index-0.log"; then
+      pass=$((pass + 1))
+    else
+      fail=$((fail + 1)); rc=1
+      echo "FAIL two nodes: $name ($OUT/nodes-$index-*.log)"
+      grep -h '"ok":false\|a2av:' "$OUT"/nodes-$index-*.log | head -2 | cut -c1-300
+    fi
+  done < <(node dist/tests/multi-gpu/conformance-rank.js list nccl 2)
+  echo "two nodes (nccl picked by default): $pass passed, $fail failed"
 fi
 
 worlds=${A2AV_MG_WORLDS:-$gpus}

@@ -4,7 +4,8 @@
 //     run on a machine with <gpus> GPUs: ranks <= gpus (one process per GPU at most).
 //   a2av launch -n <ranks> -- node dist/tests/multi-gpu/conformance-rank.js run <backend> <index> <seed>
 //     runs case <index> on this process's communicator (init(): rank and world from the launcher),
-//     prints one JSON line per rank, exits 1 when the rank failed.
+//     prints one JSON line per rank, exits 1 when the rank failed. <backend> 'default': the one
+//     init() picks for this job (nccl when it spans nodes), named in the line.
 import type { Comm } from '../../src/backends/backend.js';
 import type { BackendName } from '../../src/backends/backend.js';
 import { init } from '../../src/world/init.js';
@@ -32,8 +33,10 @@ if (command === 'list') {
   try {
     if (c === undefined) throw new Error(`no case ${third} (the suite has ${suite.length})`);
     if (Number(process.env.WORLD_SIZE) !== c.ranks) throw new Error(`case '${c.name}' needs ${c.ranks} ranks, this job has ${process.env.WORLD_SIZE}`);
-    comm = await init({ backend, timeoutMs: c.timeoutMs ?? 30_000, lanes: c.lanes ?? 2 });
-    print({ ok: true, device: comm.deviceName, result: await programs[c.fn]!(comm, caseArg(c, seed)) });
+    comm = await init({ backend: backendText === 'default' ? undefined : backend, timeoutMs: c.timeoutMs ?? 30_000, lanes: c.lanes ?? 2 });
+    const skip = notFor(comm.backend, c);
+    if (skip !== undefined) throw new Error(`case '${c.name}' is not for ${comm.backend}: ${skip}`);
+    print({ ok: true, picked: comm.backend, device: comm.deviceName, result: await programs[c.fn]!(comm, caseArg(c, seed)) });
   } catch (err) {
     const e = err as Error & Record<string, unknown>;
     print({ ok: false, error: { ...e, name: e.name, message: e.message }, rerun: `A2AV_SEED=${seed}` });
