@@ -253,10 +253,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   if (experts > MAX_EXPERTS_PER_RANK) fail(`--experts ${experts}: at most ${MAX_EXPERTS_PER_RANK} experts per rank`);
   const explicitSizes = ['min', 'max'].filter((name) => cmd.getOptionValueSource(name) === 'cli');
   if (flags.rowsPerExpert !== undefined && explicitSizes.length > 0) fail(`--rows-per-expert sets the size: leave out --${explicitSizes.join(' and --')}`);
-  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
-  const gpu = names.some((n) => n !== 'cpu');
-  // Under a launcher the job's processes are the ranks.
-  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const { names, ranks } = await backendsAndRanks(flags);
   // --rows-per-expert: one size, every (peer, expert) chunk n rows (uniform splits).
   const stepBytes = flags.rowsPerExpert === undefined ? undefined : ranks * experts * flags.rowsPerExpert * flags.rowBytes;
   const minBytes = stepBytes ?? flags.min;
@@ -290,9 +287,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
 }
 
 async function benchPipeline(flags: PipelineFlags): Promise<void> {
-  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
-  const gpu = names.some((n) => n !== 'cpu');
-  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const { names, ranks } = await backendsAndRanks(flags);
   const defaults = names.includes('cpu') ? PIPELINE_DEFAULTS.cpu : PIPELINE_DEFAULTS.gpu;
   const { runPipeline } = await import('./pipeline/run.js');
   const results = await eachBackend(names, async (backend, label) => {
@@ -332,9 +327,7 @@ function countList(text: string): number[] {
 }
 
 async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> {
-  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
-  const gpu = names.some((n) => n !== 'cpu');
-  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const { names, ranks } = await backendsAndRanks(flags);
   const tokens = flags.tokens ?? (names.includes('cpu') ? [1, 16, 128] : [1, 128, 4096]);
   const { formatMoeTokenTable, runMoeTokenBench } = await import('./bench/moe-tokens.js');
   const results = await eachBackend(names, (backend, label) =>
@@ -360,9 +353,7 @@ interface AllReduceFlags {
 }
 
 async function benchAllReduce(flags: AllReduceFlags): Promise<void> {
-  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
-  const gpu = names.some((n) => n !== 'cpu');
-  const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
+  const { names, ranks } = await backendsAndRanks(flags);
   const max = flags.max ?? (names.includes('cpu') ? 16 << 20 : 256 << 20);
   if (flags.min > max) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(max)}`);
   const element = flags.dtype === 'f32' ? 4 : 2;
@@ -408,7 +399,8 @@ async function tuneCommand(flags: TuneFlags): Promise<void> {
   }
   const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (await gpuCount('cuda'));
   const { doublingSizes } = await import('./bench/units.js');
-  const { formatTune, mergeTables, readTable, runTune } = await import('./tune/run.js');
+  const { formatTune, mergeTables, runTune } = await import('./tune/run.js');
+  const { readTable } = await import('./tune/table.js');
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);
   const sizes = doublingSizes(flags.min, flags.max);
@@ -460,6 +452,16 @@ async function eachBackend<R>(names: readonly BackendName[], run: (backend: Back
 async function plot(files: string[], output: string): Promise<void> {
   const { readResultFile, writePlot } = await import('./plot/index.js');
   await writePlot(files.map(readResultFile), output);
+}
+
+/**
+ * The backends a bench command runs (--backend, else the default) and its ranks: --ranks, else a
+ * launched job's, else one per GPU, or DEFAULT_CPU_RANKS on cpu.
+ */
+async function backendsAndRanks(flags: { backend?: BackendName[]; ranks?: number }): Promise<{ names: BackendName[]; ranks: number }> {
+  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
+  const gpu = names.some((n) => n !== 'cpu');
+  return { names, ranks: flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS) };
 }
 
 async function gpuCount(backend: string): Promise<number> {

@@ -3,14 +3,13 @@
 // one table (vs nccl = NCCL's time / this row's). Inputs are small integers (benchValue), so the
 // check is exact whatever order a backend sums in.
 import type { BackendName, Comm, ReduceDtype } from '../backends/backend.js';
+import { bf16ToF32, ELEMENT_BYTES, f32ToBf16 } from '../collectives/reduce.js';
 import { UsageError } from '../errors.js';
-import { rankEnv } from '../world/env.js';
-import { init } from '../world/init.js';
+import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
-import { runRanks } from '../world/threads.js';
 import { Agreement } from './agree.js';
 import { measure, slowestRank } from './measure.js';
-import { formatMicros } from './table.js';
+import { alignColumns, formatMicros } from './table.js';
 import { formatBytes } from './units.js';
 
 const GRAPH_CALLS = 20;
@@ -53,7 +52,6 @@ export interface AllReduceBenchResult {
   rows: AllReduceRow[];
 }
 
-const elementBytes = (dtype: ReduceDtype): number => (dtype === 'f32' ? 4 : 2);
 
 /**
  * Rank r's element i: an integer in [-3, 3]. Any partial sum over <= 64 ranks stays within 192,
@@ -66,23 +64,19 @@ export function benchValue(rank: number, i: number): number {
 
 function encode(dtype: ReduceDtype, values: Float32Array): Uint8Array {
   if (dtype === 'f32') return new Uint8Array(values.buffer, values.byteOffset, values.byteLength);
-  // bf16: the high half of the f32 bits (the values are exact in bf16).
-  const bits = new Uint32Array(values.buffer, values.byteOffset, values.length);
-  const out = new Uint16Array(values.length);
-  for (let i = 0; i < values.length; i++) out[i] = bits[i] >>> 16;
-  return new Uint8Array(out.buffer);
+  return new Uint8Array(Uint16Array.from(values, f32ToBf16).buffer);
 }
 
 function decodeAt(dtype: ReduceDtype, bytes: Uint8Array): number {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  return dtype === 'f32' ? view.getFloat32(0, true) : new DataView(new Uint32Array([view.getUint16(0, true) << 16]).buffer).getFloat32(0, true);
+  return dtype === 'f32' ? view.getFloat32(0, true) : bf16ToF32(view.getUint16(0, true));
 }
 
-/** The rank program: every size checked, then timed; rank 0 reports each row. */
-export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: RankContext): Promise<AllReduceRow[]> {
+/** The rank program: every size checked, then timed; rank 0 reports each row and returns them all. */
+export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: RankContext): Promise<{ rows: AllReduceRow[]; device: string }> {
   const W = comm.worldSize;
   if (W > 64) throw new UsageError(`bench allreduce: at most 64 ranks (the check's sums stay exact), got ${W}`);
-  const eb = elementBytes(arg.dtype);
+  const eb = ELEMENT_BYTES[arg.dtype];
   const maxBytes = arg.sizes[arg.sizes.length - 1]!;
   const agree = await Agreement.create(comm, Math.max(4, arg.repeats));
   const input = comm.alloc(maxBytes);
@@ -124,12 +118,12 @@ export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: Ra
     comm.free(input);
     comm.free(output);
   }
-  return comm.rank === 0 ? rows : [];
+  return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName };
 }
 
 /** Sampled elements equal the exact sum over ranks, and the canary past `count` is untouched. */
 function checkSums(comm: Comm, output: Parameters<Comm['read']>[0], count: number, dtype: ReduceDtype, W: number): void {
-  const eb = elementBytes(dtype);
+  const eb = ELEMENT_BYTES[dtype];
   const picks = new Set<number>([0, count - 1]);
   for (let k = 0; k < CHECKED && count > 0; k++) picks.add(Math.floor((k * count) / CHECKED));
   for (const i of picks) {
@@ -153,30 +147,15 @@ export interface AllReduceBenchOptions extends AllReduceBenchArg {
 /** Runs the sweep (ranks as threads, or this rank of a launched job); rank 0 gets the result. */
 export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: AllReduceReport) => void = () => {}): Promise<AllReduceBenchResult | undefined> {
   const date = new Date().toISOString();
-  const arg: AllReduceBenchArg = { sizes: opts.sizes, dtype: opts.dtype, repeats: opts.repeats, iters: opts.iters };
-  let rows: AllReduceRow[];
-  let device: string;
-  if (rankEnv() !== undefined) {
-    const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs });
-    try {
-      if (comm.worldSize !== opts.ranks) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${comm.worldSize}`);
-      device = comm.deviceName;
-      rows = await allReduceSweep(comm, arg, { report: (m) => comm.rank === 0 && onRow(m as AllReduceReport) });
-      if (comm.rank !== 0) return undefined;
-    } finally {
-      await comm.close();
-    }
-  } else {
-    const all = await runRanks<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
-      { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
-      new URL('./all-reduce-rank.js', import.meta.url),
-      'allReduceRank',
-      arg,
-    );
-    rows = all[0]!.rows;
-    device = all[0]!.device;
-  }
-  return { backend: opts.backend, ranks: opts.ranks, dtype: opts.dtype, device, date, rows };
+  const { backend, ranks, timeoutMs, ...arg } = opts;
+  const { rank, result } = await runJob<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
+    { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
+    new URL(import.meta.url),
+    'allReduceSweep',
+    arg,
+  );
+  if (rank !== 0) return undefined;
+  return { backend, ranks, dtype: arg.dtype, device: result.device, date, rows: result.rows };
 }
 
 /** One table: a row per size and backend; with nccl among them, each row's NCCL time / its time. */
@@ -208,7 +187,5 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
       ]);
     }
   }
-  const widths = head.map((h, c) => Math.max(h.length, ...table.map((t) => t[c]!.length)));
-  const fmt = (cells: string[]) => cells.map((v, c) => (c === 1 ? v.padEnd(widths[c]!) : v.padStart(widths[c]!))).join('  ');
-  return [...lines, fmt(head), ...table.map(fmt)].join('\n') + '\n';
+  return [...lines, ...alignColumns([head, ...table], [1])].join('\n') + '\n';
 }

@@ -9,14 +9,12 @@ import { WrongResultError } from './verify.js';
 import { UsageError } from '../errors.js';
 import { createMoeGroup } from '../moe/group.js';
 import type { MoeLayout } from '../moe/api.js';
-import { rankEnv } from '../world/env.js';
-import { init } from '../world/init.js';
+import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
-import { runRanks } from '../world/threads.js';
 import { Agreement } from './agree.js';
 import { measure, slowestRank } from './measure.js';
 import { mulberry32 } from './splits.js';
-import { formatMicros } from './table.js';
+import { alignColumns, formatMicros } from './table.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
 
@@ -63,7 +61,8 @@ export function tokenRouting(seed: number, rank: number, tokens: number, numExpe
   return ids;
 }
 
-export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankContext): Promise<MoeTokenRow[]> {
+/** The rank program: every token count checked, then timed; rank 0 reports each row and returns them all. */
+export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankContext): Promise<{ rows: MoeTokenRow[]; device: string }> {
   const W = comm.worldSize;
   if (arg.numExperts % W !== 0) throw new UsageError(`--num-experts ${arg.numExperts} is not a multiple of the ${W} ranks`);
   if (arg.topk > arg.numExperts) throw new UsageError(`--topk ${arg.topk} is more than the ${arg.numExperts} experts`);
@@ -120,7 +119,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
     await group.close();
     for (const b of held) comm.free(b);
   }
-  return comm.rank === 0 ? rows : [];
+  return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName };
 }
 
 /** rows[src][dst]: rows src sends dst, one per (token, k) (expanded) or per (token, rank) (compact). */
@@ -171,29 +170,14 @@ export interface MoeTokenResult {
 export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendName; ranks: number; timeoutMs?: number }, onRow: (r: MoeTokenReport) => void = () => {}): Promise<MoeTokenResult | undefined> {
   const date = new Date().toISOString();
   const { backend, ranks, timeoutMs, ...arg } = opts;
-  let rows: MoeTokenRow[];
-  let device: string;
-  if (rankEnv() !== undefined) {
-    const comm = await init({ backend, timeoutMs });
-    try {
-      if (comm.worldSize !== ranks) throw new UsageError(`${ranks} ranks asked for, but the launcher started ${comm.worldSize}`);
-      device = comm.deviceName;
-      rows = await moeTokenSweep(comm, arg, { report: (m) => comm.rank === 0 && onRow(m as MoeTokenReport) });
-      if (comm.rank !== 0) return undefined;
-    } finally {
-      await comm.close();
-    }
-  } else {
-    const all = await runRanks<MoeTokenArg, { rows: MoeTokenRow[]; device: string }>(
-      { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as MoeTokenReport) },
-      new URL('./moe-tokens-rank.js', import.meta.url),
-      'moeTokenRank',
-      arg,
-    );
-    rows = all[0]!.rows;
-    device = all[0]!.device;
-  }
-  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, device, date, rows };
+  const { rank, result } = await runJob<MoeTokenArg, { rows: MoeTokenRow[]; device: string }>(
+    { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as MoeTokenReport) },
+    new URL(import.meta.url),
+    'moeTokenSweep',
+    arg,
+  );
+  if (rank !== 0) return undefined;
+  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, device: result.device, date, rows: result.rows };
 }
 
 export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string {
@@ -212,7 +196,5 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
       return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, String(Math.round(x.bytes)), x.GBs.toFixed(1), formatMicros(x.oneDUs), x.vsOneD.toFixed(2)]];
     }),
   );
-  const widths = head.map((h, c) => Math.max(h.length, ...table.map((t) => t[c]!.length)));
-  const fmt = (cells: string[]) => cells.map((v, c) => (c === 1 ? v.padEnd(widths[c]!) : v.padStart(widths[c]!))).join('  ');
-  return [...lines, fmt(head), ...table.map(fmt)].join('\n') + '\n';
+  return [...lines, ...alignColumns([head, ...table], [1])].join('\n') + '\n';
 }

@@ -2,12 +2,9 @@
 // a launcher, runs this rank's part), turns rank 0's reports into events, and assembles the result.
 import { randomBytes } from 'node:crypto';
 import type { BackendName } from '../backends/backend.js';
-import { UsageError } from '../errors.js';
-import { rankEnv } from '../world/env.js';
-import { init } from '../world/init.js';
-import { runRanks } from '../world/threads.js';
+import { runJob } from '../world/job.js';
 import type { BenchOp } from './ops.js';
-import { sweep, type PlanReport, type ProgressReport, type RowReport, type SweepArg, type SweepReport, type SweepResult, type WrongElsewhere } from './rank.js';
+import type { PlanReport, ProgressReport, RowReport, SweepArg, SweepReport, SweepResult, WrongElsewhere } from './rank.js';
 import type { SplitsKind } from './splits.js';
 import type { BenchResult } from './table.js';
 import { doublingSizes } from './units.js';
@@ -72,38 +69,22 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
       events.onRow?.(m);
     }
   };
-  const launched = rankEnv() !== undefined;
-  const rank0 = launched
-    ? await sweepThisProcess(opts, arg, onReport)
-    : (await runRanks<SweepArg, SweepResult>(
-        { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport },
-        new URL('./rank.js', import.meta.url),
-        'sweep',
-        arg,
-      ))[0];
-  if (rank0 === undefined) return undefined;
-  // Threads: the rank that found a wrong result threw, so runRanks has rejected with its error already.
-  if (rank0.stoppedBy) throw stoppedError(rank0.stoppedBy, 0);
+  const { rank, result } = await runJob<SweepArg, SweepResult>(
+    { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport },
+    new URL('./rank.js', import.meta.url),
+    'sweep',
+    arg,
+  );
+  // Threads: the rank that found a wrong result threw, so runRanks has rejected with its error
+  // already; a launched rank whose check passed exits non-zero too when another's failed.
+  if (result.stoppedBy) throw stoppedError(result.stoppedBy, rank);
+  if (rank !== 0) return undefined;
   // The 1-D call's results keep the keys they always had.
   const moe = opts.op !== undefined && opts.op !== 'alltoallv' ? { op: opts.op, experts: opts.experts ?? 1, align: opts.align ?? 1 } : {};
-  return { backend: opts.backend, ranks: opts.ranks, ...moe, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: rank0.rows };
+  return { backend: opts.backend, ranks: opts.ranks, ...moe, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: result.rows };
 }
 
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */
 function stoppedError(stop: WrongElsewhere, rank: number): WrongResultError {
   return new WrongResultError({ ...stop, reportedBy: rank });
-}
-
-/** This process is one rank of a launched job: its part of the sweep; rank 0's result, else undefined. */
-async function sweepThisProcess(opts: BenchOptions, arg: SweepArg, onReport: (rank: number, message: unknown) => void): Promise<SweepResult | undefined> {
-  const worldSize = rankEnv()!.worldSize;
-  if (opts.ranks !== worldSize) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${worldSize}`);
-  const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs });
-  try {
-    const result = await sweep(comm, arg, { report: (message) => onReport(comm.rank, message) });
-    if (result.stoppedBy) throw stoppedError(result.stoppedBy, comm.rank);
-    return comm.rank === 0 ? result : undefined;
-  } finally {
-    await comm.close();
-  }
 }

@@ -220,10 +220,13 @@ export function formatTable(result: BenchResult): string {
   }
   if (shown('vs nccl')) head.push("# vs nccl = NCCL's time / this row's time (> 1: faster than NCCL)");
   if (shown('sync µs')) head.push('# sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');
-  const cells = [columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))];
-  const widths = columns.map((_, i) => Math.max(...cells.map((line) => line[i].length)));
-  const lines = cells.map((line) => line.map((cell, i) => cell.padStart(widths[i])).join('  '));
-  return [...head, ...lines].join('\n') + '\n';
+  return [...head, ...alignColumns([columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))])].join('\n') + '\n';
+}
+
+/** The lines of a table: each column as wide as its widest cell, right-aligned but for the columns in `left`. */
+export function alignColumns(cells: readonly (readonly string[])[], left: readonly number[] = []): string[] {
+  const widths = cells[0]!.map((_, i) => Math.max(...cells.map((line) => line[i]!.length)));
+  return cells.map((line) => line.map((cell, i) => (left.includes(i) ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join('  '));
 }
 
 export function formatJson(result: BenchResult): string {

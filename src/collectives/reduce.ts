@@ -7,6 +7,12 @@
 import type { ReduceDtype } from '../backends/backend.js';
 
 export const ELEMENT_BYTES: Readonly<Record<ReduceDtype, number>> = { f32: 4, bf16: 2 };
+/**
+ * Element types and ops as ranks compare their allReduce calls (a mismatch's needed / available
+ * carry these numbers); the cuda kernels use the same (AR_F32, AR_BF16, AR_SUM).
+ */
+export const DTYPE_CODE = { f32: 1, bf16: 2 } as const satisfies Record<ReduceDtype, number>;
+export const OP_CODE = { sum: 1 } as const;
 
 const one = new Float32Array(1);
 const oneBits = new Uint32Array(one.buffer);

@@ -1,27 +1,16 @@
 // The driving side of `a2av bench pipeline`: starts the ranks as threads (or, in a process started
 // by a launcher, runs this rank's part), turns rank 0's reports into events, returns its result.
 import type { BackendName } from '../backends/backend.js';
-import { UsageError } from '../errors.js';
-import { rankEnv } from '../world/env.js';
-import { init } from '../world/init.js';
-import { runRanks } from '../world/threads.js';
-import { pipelineRank, type ArmResult, type PipelineArg, type PipelineRankResult, type PipelineReport } from './rank.js';
-import { SHAPES, type Shape, type ShapeName } from './shapes.js';
-import type { Arm } from './train.js';
+import { runJob } from '../world/job.js';
+import type { ArmResult, PipelineArg, PipelineRankResult, PipelineReport } from './rank.js';
+import { SHAPES, type Shape } from './shapes.js';
 import type { ArmTrace } from './trace.js';
 
-export interface PipelineOptions {
+/** The run: the rank program's argument (PipelineArg), and where it runs. */
+export interface PipelineOptions extends PipelineArg {
   backend: BackendName;
   ranks: number;
-  shape: ShapeName;
-  arms: Arm[];
-  warmup: number;
-  iters: number;
-  seed: number;
-  trace: boolean;
   timeoutMs?: number;
-  /** At most this many blocks for each input-dist all-to-all (cuda): its lane's SM budget. */
-  inputDistBlocks?: number;
 }
 
 export interface PipelineResult {
@@ -50,30 +39,18 @@ export interface PipelineEvents {
 /** Runs every arm on `opts.backend`; rank 0's result (undefined on a launched job's other ranks). */
 export async function runPipeline(opts: PipelineOptions, events: PipelineEvents = {}): Promise<PipelineResult | undefined> {
   const date = new Date().toISOString();
-  const arg: PipelineArg = { shape: opts.shape, arms: opts.arms, warmup: opts.warmup, iters: opts.iters, seed: opts.seed, trace: opts.trace, inputDistBlocks: opts.inputDistBlocks };
+  const arg: PipelineArg = opts;
   const onReport = (_rank: number, message: unknown) => {
     const m = message as PipelineReport;
     if (m.type === 'start') events.onStart?.(m);
     else events.onStep?.(m);
   };
-  let rank0: PipelineRankResult | undefined;
-  const env = rankEnv();
-  if (env !== undefined) {
-    if (opts.ranks !== env.worldSize) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${env.worldSize}`);
-    const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs });
-    try {
-      rank0 = await pipelineRank(comm, arg, { report: (m) => onReport(comm.rank, m) });
-    } finally {
-      await comm.close();
-    }
-  } else {
-    [rank0] = await runRanks<PipelineArg, PipelineRankResult | undefined>(
-      { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport },
-      new URL('./rank.js', import.meta.url),
-      'pipelineRank',
-      arg,
-    );
-  }
+  const { result: rank0 } = await runJob<PipelineArg, PipelineRankResult | undefined>(
+    { backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport },
+    new URL('./rank.js', import.meta.url),
+    'pipelineRank',
+    arg,
+  );
   if (rank0 === undefined) return undefined;
   return {
     backend: opts.backend,

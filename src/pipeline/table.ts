@@ -4,6 +4,7 @@ import { formatMicros } from '../bench/table.js';
 import type { ArmResult } from './rank.js';
 import type { PipelineResult } from './run.js';
 import { digest } from './synth.js';
+import { alignColumns } from '../bench/table.js';
 
 export interface PipelineRow extends ArmResult {
   backend: string;
@@ -83,9 +84,7 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
       ? `# checksums: every row ended with the same loss, tables and parameters (loss ${rows[0].checksums.loss}, tables ${rows[0].checksums.tables}, params ${rows[0].checksums.params})`
       : `# CHECKSUMS DIFFER: ${problems.join('; ')}`,
   ];
-  const cells = [COLUMNS.map((c) => c.title), ...rows.map((r) => COLUMNS.map((c) => c.cell(r)))];
-  const widths = COLUMNS.map((_, i) => Math.max(...cells.map((line) => line[i].length)));
-  return [...head, ...cells.map((line) => line.map((cell, i) => (i < 2 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  '))].join('\n') + '\n';
+  return [...head, ...alignColumns([COLUMNS.map((c) => c.title), ...rows.map((r) => COLUMNS.map((c) => c.cell(r)))], [0, 1])].join('\n') + '\n';
 }
 
 export function formatPipelineJson(results: readonly PipelineResult[]): string {

@@ -1,14 +1,10 @@
 // The driving side of `a2av tune`: ranks as threads on the visible GPUs (or, in a launched process,
 // this rank's part), rank 0's measurements turned into a plan table (table.ts), merged into an
 // existing table when asked, and a short report of what each size gained over the heuristic.
-import { readFileSync } from 'node:fs';
-import { UsageError } from '../errors.js';
-import { rankEnv } from '../world/env.js';
-import { init } from '../world/init.js';
-import { runRanks } from '../world/threads.js';
+import { runJob } from '../world/job.js';
 import { formatBytes } from '../bench/units.js';
 import type { TuneArg, TuneReport, TuneResult } from './sweep.js';
-import { bucketize, parseTable, TABLE_FORMAT, type PlanShape, type PlanTable } from './table.js';
+import { bucketize, TABLE_FORMAT, type PlanShape, type PlanTable } from './table.js';
 
 export interface TuneOptions extends TuneArg {
   ranks: number;
@@ -21,19 +17,12 @@ export interface TuneOptions extends TuneArg {
 export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => void = () => {}): Promise<{ table: PlanTable; result: TuneResult } | undefined> {
   const arg: TuneArg = { sizes: opts.sizes, rowBytes: opts.rowBytes, repeats: opts.repeats, threads: opts.threads };
   const report = (_rank: number, m: unknown) => onReport(m as TuneReport);
-  let result: TuneResult | undefined;
-  if (rankEnv() !== undefined) {
-    const comm = await init({ backend: 'cuda', timeoutMs: opts.timeoutMs });
-    try {
-      if (comm.worldSize !== opts.ranks) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${comm.worldSize}`);
-      const { tune } = await import('./sweep.js');
-      result = await tune(comm, arg, { report: (m) => report(comm.rank, m) });
-    } finally {
-      await comm.close();
-    }
-  } else {
-    result = (await runRanks<TuneArg, TuneResult | undefined>({ backend: 'cuda', ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport: report }, new URL('./sweep.js', import.meta.url), 'tune', arg))[0];
-  }
+  const { result } = await runJob<TuneArg, TuneResult | undefined>(
+    { backend: 'cuda', ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport: report },
+    new URL('./sweep.js', import.meta.url),
+    'tune',
+    arg,
+  );
   if (result === undefined) return undefined;
   const table: PlanTable = {
     format: TABLE_FORMAT,
@@ -55,16 +44,6 @@ export function mergeTables(into: PlanTable, table: PlanTable): PlanTable {
     measured: table.measured,
     entries: [...into.entries.filter((e) => !tuned.some((t) => same(t, e))), ...table.entries],
   };
-}
-
-export function readTable(path: string): PlanTable {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    throw new UsageError(`${path}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
-  }
-  return parseTable(text, path);
 }
 
 /** One line per size: the plan kept, its time and the heuristic's. */

@@ -134,19 +134,20 @@ export function shippedTablesDir(): string | undefined {
  */
 export function loadTables(override = process.env.A2AV_PLAN, dir = shippedTablesDir()): PlanTable[] {
   const tables: PlanTable[] = [];
-  if (override !== undefined && override !== '') {
-    let text: string;
-    try {
-      text = readFileSync(override, 'utf8');
-    } catch (err) {
-      throw new UsageError(`A2AV_PLAN=${override}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
-    }
-    tables.push(parseTable(text, `A2AV_PLAN=${override}`));
-  }
-  if (dir !== undefined) {
-    for (const f of readdirSync(dir).filter((n) => n.endsWith('.json')).sort()) tables.push(parseTable(readFileSync(join(dir, f), 'utf8'), join(dir, f)));
-  }
+  if (override !== undefined && override !== '') tables.push(readTable(override, `A2AV_PLAN=${override}`));
+  if (dir !== undefined) for (const f of readdirSync(dir).filter((n) => n.endsWith('.json')).sort()) tables.push(readTable(join(dir, f)));
   return tables;
+}
+
+/** A table file, read and checked; `label` names it in errors (UsageError). */
+export function readTable(path: string, label = path): PlanTable {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new UsageError(`${label}: cannot read it (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
+  return parseTable(text, label);
 }
 
 /** What `a2av tune` needs from the cuda backend to pick candidate plans for its shape. */

@@ -10,7 +10,7 @@
 // written. The output is compared only where both are symmetric (on cpu any buffer will do).
 import type { Buffer } from 'node:buffer';
 import type { ReduceDtype } from '../backend.js';
-import { ELEMENT_BYTES, orderedSum } from '../../collectives/reduce.js';
+import { DTYPE_CODE, ELEMENT_BYTES, OP_CODE, orderedSum } from '../../collectives/reduce.js';
 import { SplitsError } from '../../errors.js';
 import type { CpuBuffer } from './buffer.js';
 import type { CpuLane } from './lane.js';
@@ -72,7 +72,7 @@ export class CpuReducer {
   /** The header round: a timeout, a SplitsError naming the first rank whose call differs, or undefined. */
   #compareCalls(call: CpuAllReduceCall, what: string): Error | undefined {
     const mine = this.#scratch[this.#rank];
-    const header = BigInt64Array.of(BigInt(call.count), BigInt(DTYPE_CODE[call.dtype]), OP_SUM, BigInt(call.output.symmetricId));
+    const header = BigInt64Array.of(BigInt(call.count), BigInt(DTYPE_CODE[call.dtype]), BigInt(OP_CODE.sum), BigInt(call.output.symmetricId));
     const all: BigInt64Array[] = [];
     const err = this.#lane.round(
       `${what}: the ranks' calls compared`,
@@ -94,9 +94,7 @@ export class CpuReducer {
   }
 }
 
-/** The header's words, as the cuda kernels send theirs: count, dtype (f32 1, bf16 2), op (sum 1), output id. */
+/** The header's words, as the cuda kernels send theirs: count, dtype, op (DTYPE_CODE, OP_CODE), output id. */
 const HEADER_WORDS = 4;
 const HEADER_BYTES = 8 * HEADER_WORDS;
 const OUTPUT_WORD = 3;
-const DTYPE_CODE: Record<ReduceDtype, number> = { f32: 1, bf16: 2 };
-const OP_SUM = 1n;

@@ -91,8 +91,7 @@ export function writeXParams(v: DataView, p: XParams): void {
 // Writes struct ArParams (kernels/all-reduce.cuh).
 export const AR_PARAMS_BYTES = 96;
 /** Element types and ops as the allReduce kernels number them (AR_F32, AR_BF16, AR_SUM). */
-export const ArDtype = { f32: 1, bf16: 2 } as const;
-export const ArOp = { sum: 1 } as const;
+export { DTYPE_CODE as ArDtype, OP_CODE as ArOp } from '../../collectives/reduce.js';
 
 export interface ArParams {
   input: bigint;
