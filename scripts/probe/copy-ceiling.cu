@@ -12,14 +12,7 @@
 #include <functional>
 #include <vector>
 
-#define CK(x)                                                                                \
-  do {                                                                                       \
-    cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
+#include "check.cuh"
 
 typedef unsigned long long u64;
 
