@@ -1,6 +1,7 @@
 // CUDA driver API through koffi. Handles and device pointers travel as bigint (uint64_t), which is
 // ABI-identical to the pointers on every 64-bit target and avoids wrapping objects on hot paths.
 // Every call goes through check(), which throws CudaError with the driver's own error name.
+import { isMainThread } from 'node:worker_threads';
 import koffi from 'koffi';
 import { CudaError } from '../errors.js';
 import { loadLibrary, systemLibFolders, wheelFolders } from '../native/find-library.js';
@@ -99,8 +100,22 @@ export function cu(): Driver {
   const d = {} as Driver;
   for (const [key, sig] of Object.entries(signatures)) (d as Record<string, Fn>)[key] = lib.func(sig) as Fn;
   driver = d;
+  shareHardwareQueues();
   check('cuInit', d.cuInit(0));
   return d;
+}
+
+/**
+ * Ranks as threads of one process share one context, and a kernel of one rank spins until its peers'
+ * kernels run. With the driver's default of 8 hardware queues, their streams share queues: a kernel
+ * that waits for its stream's previous one holds the queue's head, and a peer's kernel queued behind
+ * it never starts (a timeout after 30 s). The driver reads CUDA_DEVICE_MAX_CONNECTIONS once, at
+ * cuInit, and only from the process's environment, which a worker thread cannot change: so here, in
+ * the main thread, before the first cuInit. A process of `a2av launch` (LOCAL_WORLD_SIZE set) keeps
+ * the default: under MPS, 32 queues per process made context creation fail.
+ */
+function shareHardwareQueues(): void {
+  if (isMainThread && process.env.LOCAL_WORLD_SIZE === undefined) process.env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
 }
 
 export function errorName(status: number): string {

@@ -94,6 +94,8 @@ export async function allReduce(comm: Comm, arg: AllReduceArg): Promise<number> 
     }
   }
   misuse(comm, b);
+  // misuse() allocated and freed: no rank may spin in the next call until every rank is done with that.
+  await comm.barrier();
   const after = start(b, { seed: arg.seed, call: ++call, dtype: 'f32', count: 3, inPlace: false });
   after.handle.wait();
   after.verify();

@@ -176,6 +176,8 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
   }
   expectUsageError(() => comm.lane(comm.laneCount), 'comm.lane(laneCount)');
   ex.verifyUntouched('misuse');
+  // The misuse allocated and freed: no rank may spin in the good call until every rank is past that.
+  await comm.barrier();
   const S = makeSplits(new Rng(arg.seed, 4000), W, 'random', 2);
   ex.prepare(arg.seed, 4000, S, rowBytes);
   ex.call(rowBytes).wait();

@@ -58,6 +58,8 @@ export interface CudaCommInit {
 interface Capture {
   stream: CudaStream;
   calls: CudaLane[];
+  /** Each captured call's operation, for its error's message. */
+  whats: string[];
 }
 
 export class CudaComm implements Comm, CheckContext, HostWaiter {
@@ -283,11 +285,12 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     if (this.#capture) {
       // Its sequence number is known only when a replay is launched: the replay's handle reports it.
       this.#capture.calls.push(lane);
+      this.#capture.whats.push(what);
       return lane.finish(this, `${what} captured on lane ${lane.index}`, () => {
         return new UsageError(`rank ${this.rank}: a captured call has no outcome of its own; wait on the handle its replay's launch() returns`);
       });
     }
-    const call: LaneCall = { lane, seq: ++lane.seq };
+    const call: LaneCall = { lane, seq: ++lane.seq, what };
     lane.pacer.mark(lane.stream, lane.seq, false);
     return lane.finish(this, `${what} on lane ${lane.index}, call ${call.seq}`, () => this.#outcome([call]));
   }
@@ -295,7 +298,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   capture(stream: Stream, fn: () => void): Replay {
     const s = stream as CudaStream;
     if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
-    const capture: Capture = { stream: s, calls: [] };
+    const capture: Capture = { stream: s, calls: [], whats: [] };
     this.#capture = capture;
     let graph: CudaGraph;
     try {
@@ -318,7 +321,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         const target = (on as CudaStream | undefined) ?? s;
         for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
         graph.launch(target);
-        const calls: LaneCall[] = capture.calls.map((lane) => ({ lane, seq: ++lane.seq }));
+        const calls: LaneCall[] = capture.calls.map((lane, i) => ({ lane, seq: ++lane.seq, what: capture.whats[i] }));
         // The graph ends joined on `target`: one checkpoint there covers its calls on every lane.
         for (const [i, n] of perLane.entries()) if (n > 0) this.#lanes[i].pacer.mark(target, this.#lanes[i].seq, true);
         return this.#marks.handle(this, target, `a graph replay of ${calls.length} calls`, () => this.#outcome(calls));
@@ -366,11 +369,17 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   async close(): Promise<void> {
     // Peers may still be writing into our output or pad: meet them first. A peer that gave up on
     // this job (timeout) never comes, so a failed meeting only delays the release, bounded.
-    if (!this.#aborted) await this.barrier().catch(() => {});
+    const met = !this.#aborted && (await this.barrier().then(() => true, () => false));
     this.#device.synchronize();
-    this.#moe.release();
-    this.#allReduce.release();
-    this.#memory.freeAll();
+    // Unmet, a peer may yet run a call it queued (one held up in the driver until after our timeout)
+    // and write into our outputs, pad, scratch or stage: freed, that write would be an illegal address
+    // that ends the context of every rank sharing it. So after a failure they stay allocated until the
+    // process ends.
+    if (met) {
+      this.#moe.release();
+      this.#allReduce.release();
+      this.#memory.freeAll();
+    }
     this.#records.release();
     for (const lane of this.#lanes) lane.release(this.#device);
     this.#marks.destroy();

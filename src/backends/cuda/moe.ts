@@ -58,6 +58,8 @@ export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowByt
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
 const FUSED_THREADS = 512;
+/** Open exchange plans served from the pool; more are allocated (and freed) as they come and go. */
+export const PLAN_POOL = 8;
 
 export class MoeCalls {
   readonly #host: MoeHost;
@@ -70,6 +72,12 @@ export class MoeCalls {
   /** Programmatic dependent launch of x_fused (Hopper+), as kernels.ts; A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
   readonly #resident = new Map<number, number>();
+  /**
+   * Plans' buffers, allocated at set-up: allocating or freeing device memory can wait for every
+   * kernel on the GPU, among them a peer's that spins until this rank's next call.
+   */
+  #planPool = 0n;
+  readonly #freePlans: bigint[] = [];
 
   /** `module`: kernels/exchange.cu, loaded before any rank launches (setup.ts says why). */
   constructor(host: MoeHost, module: KernelModule) {
@@ -99,7 +107,7 @@ export class MoeCalls {
     this.#host.usable();
     const scratch = this.#scratchOf(lane);
     const host = this.#host;
-    const buf = host.device.alloc(planBytes(host.worldSize));
+    const buf = this.#takePlanBuffer();
     host.follow(lane, stream);
     this.#queue(lane.stream, this.#paramsOf(lane, x, { rowBytes: 0 }, buf, scratch), ['exchange', 'done'], { rowBytes: 0 });
     const ready = host.finish(lane, what);
@@ -119,15 +127,18 @@ export class MoeCalls {
         closed = true;
         // Its moves may still be queued: the buffer goes once the lane has run them.
         lane.stream.synchronize();
-        host.device.free(buf);
+        this.#givePlanBuffer(buf);
       },
     };
   }
 
-  /** Frees the lanes' scratch (the communicator has synchronised the device). */
+  /** Frees the lanes' scratch and the plans' pool (the communicator has synchronised the device). */
   release(): void {
     for (const ptr of this.#scratch.values()) this.#host.device.free(ptr);
     this.#scratch.clear();
+    if (this.#planPool !== 0n) this.#host.device.free(this.#planPool);
+    this.#planPool = 0n;
+    this.#freePlans.length = 0;
     this.#module.unload();
   }
 
@@ -136,6 +147,11 @@ export class MoeCalls {
    * kernels running on the GPU, and once calls run, a peer's kernel may be spinning on this rank.
    */
   prepare(lanes: readonly CudaLane[]): void {
+    if (this.#planPool === 0n) {
+      const bytes = planBytes(this.#host.worldSize);
+      this.#planPool = this.#host.device.alloc(PLAN_POOL * bytes);
+      for (let i = PLAN_POOL - 1; i >= 0; i--) this.#freePlans.push(this.#planPool + BigInt(i * bytes));
+    }
     for (const lane of lanes) {
       if (this.#scratch.has(lane)) continue;
       const bytes = scratchBytes(this.#host.worldSize);
@@ -145,6 +161,17 @@ export class MoeCalls {
       lane.stream.synchronize();
       this.#scratch.set(lane, ptr);
     }
+  }
+
+  /** A plan's device buffer: from the pool while it lasts (no allocation beside running calls), else allocated. */
+  #takePlanBuffer(): bigint {
+    return this.#freePlans.pop() ?? this.#host.device.alloc(planBytes(this.#host.worldSize));
+  }
+
+  #givePlanBuffer(buf: bigint): void {
+    const bytes = BigInt(planBytes(this.#host.worldSize));
+    if (this.#planPool !== 0n && buf >= this.#planPool && buf < this.#planPool + BigInt(PLAN_POOL) * bytes) this.#freePlans.push(buf);
+    else this.#host.device.free(buf);
   }
 
   #scratchOf(lane: CudaLane): bigint {

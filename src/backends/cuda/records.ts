@@ -12,6 +12,8 @@ import { STATUS_AREA_BYTES, STATUS_RING, StatusAreaField } from './layout.js';
 export interface LaneCall {
   lane: CudaLane;
   seq: number;
+  /** The operation, for the error's message (allToAllV, allToAllV2d, allReduce, ...). */
+  what?: string;
 }
 
 export class LaneRecords {
@@ -48,7 +50,7 @@ export class LaneRecords {
       const at = StatusAreaField.ring / 8 + (call.seq % STATUS_RING) * STATUS_WORDS;
       if (area[at + StatusField.seq] !== BigInt(call.seq)) continue; // the slot holds another call's record
       const entry = readStatus(area, at);
-      if (entry) return entryError(entry, this.timeoutMs, `allToAllV on lane ${call.lane.index}, call ${call.seq}`);
+      if (entry) return entryError(entry, this.timeoutMs, `${call.what ?? 'a call'} on lane ${call.lane.index}, call ${call.seq}`);
     }
     return undefined;
   }
@@ -76,7 +78,7 @@ export class LaneRecords {
   #aborted(call: LaneCall, area: BigInt64Array): Error | undefined {
     const entry = readStatus(area, StatusAreaField.abort / 8);
     if (entry === undefined || call.seq < Number(area[StatusAreaField.abort / 8 + StatusField.seq])) return undefined;
-    const err = entryError(entry, this.timeoutMs, `allToAllV on lane ${call.lane.index}`);
+    const err = entryError(entry, this.timeoutMs, `${call.what ?? 'a call'} on lane ${call.lane.index}`);
     this.onAbort(err);
     return err;
   }
