@@ -148,8 +148,8 @@ __host__ __device__ __forceinline__ uint4* lane_mv(u8* lane, int W, int parity, 
 #define A2AV_AR_TILE_BYTES (32 << 10)
 #define A2AV_AR_ONE_SHOT_MAX (256 << 10)
 #define A2AV_AR_ONE_SHOT_TOTAL (512 << 10)
-#define A2AV_AR_SLOT_BUDGET (8 << 20)
-#define A2AV_AR_MAX_SLOTS 32
+#define A2AV_AR_SLOT_BUDGET (16 << 20)
+#define A2AV_AR_MAX_SLOTS 256
 __host__ __device__ __forceinline__ i64 ar_one_shot_bytes(int W) {
   const i64 b = A2AV_AR_ONE_SHOT_TOTAL / W;
   return (b < A2AV_AR_ONE_SHOT_MAX ? b : A2AV_AR_ONE_SHOT_MAX) & ~127ll;

@@ -55,8 +55,8 @@ export const AR_HEADER = 4;
 export const AR_TILE_BYTES = 32 << 10;
 const AR_ONE_SHOT_MAX = 256 << 10;
 const AR_ONE_SHOT_TOTAL = 512 << 10;
-const AR_SLOT_BUDGET = 8 << 20;
-const AR_MAX_SLOTS = 32;
+const AR_SLOT_BUDGET = 16 << 20;
+const AR_MAX_SLOTS = 256;
 
 /** Calls of at most this many bytes a rank are one-shot (ar_one_shot_bytes). */
 export function arOneShotBytes(world: number): number {
