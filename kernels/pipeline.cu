@@ -252,7 +252,10 @@ extern "C" __global__ void pl_scatter_update(const BagArgs p) {
 
 // C[m][n] = sum over k ascending of op(A)[m][k]·op(B)[k][n], then + bias[n], then ReLU. op(A)[m][k]
 // is A[m·lda + k], or A[k·lda + m] when transA; likewise B. Each output is one thread's running
-// sum, k = 0, 1, ...: the host's loop order.
+// sum, k = 0, 1, ...: the host's loop order. Split k (partials set, kChunk < k): block
+// (chunk, tile) sums its chunk of k from zero into partials[chunk][m][n], and pl_gemm_sum adds the
+// chunks in order, then bias and ReLU (src/pipeline/compute.ts gemmChunks: the weight gradients,
+// whose k is the batch, would otherwise have a few dozen blocks walk all of it).
 struct GemmArgs {
   u64 a;
   u64 b;
@@ -267,8 +270,10 @@ struct GemmArgs {
   i64 transA;
   i64 transB;
   i64 relu;
+  u64 partials;  // f32 [chunks][m][n], or 0: k in one piece
+  i64 kChunk;
 };
-static_assert(sizeof(GemmArgs) == 13 * 8, "GemmArgs: 8-byte fields");
+static_assert(sizeof(GemmArgs) == 15 * 8, "GemmArgs: 8-byte fields");
 
 #define PL_TILE 64
 #define PL_TILE_K 16
@@ -279,24 +284,28 @@ extern "C" __global__ void __launch_bounds__(PL_GEMM_THREADS) pl_gemm(const Gemm
   __shared__ float bs[PL_TILE_K][PL_TILE + 1];
   const float* A = (const float*)p.a;
   const float* B = (const float*)p.b;
-  const i64 tilesN = (p.n + PL_TILE - 1) / PL_TILE;
-  const i64 m0 = (blockIdx.x / tilesN) * PL_TILE, n0 = (blockIdx.x % tilesN) * PL_TILE;
+  const i64 tilesN = (p.n + PL_TILE - 1) / PL_TILE, tiles = tilesN * ((p.m + PL_TILE - 1) / PL_TILE);
+  const i64 tile = blockIdx.x % tiles, chunk = blockIdx.x / tiles;
+  const i64 m0 = (tile / tilesN) * PL_TILE, n0 = (tile % tilesN) * PL_TILE;
+  const bool split = p.partials != 0;
+  const i64 kLo = split ? chunk * p.kChunk : 0;
+  const i64 kHi = split && kLo + p.kChunk < p.k ? kLo + p.kChunk : p.k;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4];
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
-  for (i64 k0 = 0; k0 < p.k; k0 += PL_TILE_K) {
+  for (i64 k0 = kLo; k0 < kHi; k0 += PL_TILE_K) {
     // Loads walk along whichever index is contiguous in memory.
     for (int e = threadIdx.x; e < PL_TILE * PL_TILE_K; e += PL_GEMM_THREADS) {
       const int mm = p.transA ? e % PL_TILE : e / PL_TILE_K, ka = p.transA ? e / PL_TILE : e % PL_TILE_K;
       const i64 gm = m0 + mm, gka = k0 + ka;
-      as[ka][mm] = gm < p.m && gka < p.k ? A[p.transA ? gka * p.lda + gm : gm * p.lda + gka] : 0.f;
+      as[ka][mm] = gm < p.m && gka < kHi ? A[p.transA ? gka * p.lda + gm : gm * p.lda + gka] : 0.f;
       const int nn = p.transB ? e / PL_TILE_K : e % PL_TILE, kb = p.transB ? e % PL_TILE_K : e / PL_TILE;
       const i64 gn = n0 + nn, gkb = k0 + kb;
-      bs[kb][nn] = gn < p.n && gkb < p.k ? B[p.transB ? gn * p.ldb + gkb : gkb * p.ldb + gn] : 0.f;
+      bs[kb][nn] = gn < p.n && gkb < kHi ? B[p.transB ? gn * p.ldb + gkb : gkb * p.ldb + gn] : 0.f;
     }
     __syncthreads();
-    const int kmax = p.k - k0 < PL_TILE_K ? (int)(p.k - k0) : PL_TILE_K;
+    const int kmax = kHi - k0 < PL_TILE_K ? (int)(kHi - k0) : PL_TILE_K;
     for (int kk = 0; kk < kmax; kk++) {
       float a[4], b[4];
       for (int i = 0; i < 4; i++) a[i] = as[kk][ty + 16 * i];
@@ -308,6 +317,7 @@ extern "C" __global__ void __launch_bounds__(PL_GEMM_THREADS) pl_gemm(const Gemm
   }
   float* C = (float*)p.c;
   const float* bias = (const float*)p.bias;
+  float* P = (float*)p.partials + chunk * p.m * p.n;
   for (int i = 0; i < 4; i++) {
     const i64 gm = m0 + ty + 16 * i;
     if (gm >= p.m) continue;
@@ -315,11 +325,29 @@ extern "C" __global__ void __launch_bounds__(PL_GEMM_THREADS) pl_gemm(const Gemm
       const i64 gn = n0 + tx + 16 * j;
       if (gn >= p.n) continue;
       float v = acc[i][j];
+      if (split) {
+        P[gm * p.n + gn] = v;
+        continue;
+      }
       if (bias) v = __fadd_rn(v, bias[gn]);
       if (p.relu) v = v > 0.f ? v : 0.f;
       C[gm * p.ldc + gn] = v;
     }
   }
+}
+
+// Split k, second half: the chunks' sums in chunk order, then bias and ReLU; a thread an output.
+extern "C" __global__ void pl_gemm_sum(const GemmArgs p) {
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.m * p.n) return;
+  const i64 gm = i / p.n, gn = i % p.n, chunks = (p.k + p.kChunk - 1) / p.kChunk;
+  const float* P = (const float*)p.partials;
+  float v = P[i];
+  for (i64 c = 1; c < chunks; c++) v = __fadd_rn(v, P[c * p.m * p.n + i]);
+  const float* bias = (const float*)p.bias;
+  if (bias) v = __fadd_rn(v, bias[gn]);
+  if (p.relu) v = v > 0.f ? v : 0.f;
+  ((float*)p.c)[gm * p.ldc + gn] = v;
 }
 
 // out[c] = sum over rows ascending of x[r·ld + c] (a bias gradient): one thread per column.

@@ -19,7 +19,8 @@ import { pipelineRows } from '../src/pipeline/table.js';
 import { ARMS, type Arm } from '../src/pipeline/train.js';
 import { chromeTrace, PHASES } from '../src/pipeline/trace.js';
 import { runRanks } from '../src/world/threads.js';
-import type { ArmsArg, RankArm, Survivor, VictimArg } from './pipeline/programs.js';
+import type { ArmsArg, GemmArg, GemmResult, RankArm, Survivor, VictimArg } from './pipeline/programs.js';
+import { gemmChunks } from '../src/pipeline/compute.js';
 import { buildEmulator, hostCompiler } from './pipeline/emulated-device.js';
 import { referenceRun } from './pipeline/reference.js';
 
@@ -145,6 +146,30 @@ describe('pipeline kernels', () => {
     const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-emu-'));
     try {
       await armsAgreeWithReference('cpu', 2, ['two-lanes'], { warmup: 1, iters: 1 }, buildEmulator(compiler, dir));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('split k (the weight gradients): the kernels compiled for the host give the host GEMM\'s bits, near the exact sums', async (t) => {
+    const compiler = hostCompiler();
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-gemm-'));
+    try {
+      const emulator = compiler === undefined ? undefined : buildEmulator(compiler, dir);
+      const cases: Omit<GemmArg, 'emulator' | 'seed'>[] = [
+        { m: 70, n: 45, k: 1100, transA: true, relu: false },
+        { m: 16, n: 13, k: 8200, transA: true, relu: true },
+        { m: 33, n: 70, k: 600, transA: false, relu: true },
+      ];
+      for (const [i, c] of cases.entries()) {
+        const label = `m ${c.m} n ${c.n} k ${c.k} (${gemmChunks(c.k).count} chunks of ${gemmChunks(c.k).size})`;
+        const [r] = await runRanks<GemmArg, GemmResult>({ backend: 'cpu', ranks: 1 }, programs, 'gemm', { ...c, emulator, seed: 1000 + i });
+        if (r.kernels) assert.deepEqual(r.kernels, r.host, `${label}: kernels against the host`);
+        assert.ok(r.host.some((v, j) => v !== r.unsplit[j]), `${label}: the split sum differs from one pass somewhere (it is taken)`);
+        const worst = Math.max(...r.host.map((v, j) => Math.abs(v - r.exact[j])));
+        assert.ok(worst < 1e-3, `${label}: ${worst} from the float64 sum`);
+      }
+      if (compiler === undefined) t.diagnostic('no host C++ compiler (g++ or clang++): the kernels were not run, the host GEMM was');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

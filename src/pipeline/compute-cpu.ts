@@ -22,6 +22,7 @@ import type {
   SgdArgs,
 } from './compute.js';
 import { hostBytes } from '../backends/raw.js';
+import { gemmChunks } from './compute.js';
 import { ownedBy, slotFeature } from './shapes.js';
 import { bagHash, bagLength, checksumWords, denseValue, fillBits, label, rintInt32, step } from './synth.js';
 
@@ -139,15 +140,22 @@ export class CpuCompute implements Compute {
     const bRow = transB ? N : ldb;
     const bAt = transB ? 0 : b0;
     const acc = new Float32Array(N);
+    const total = new Float32Array(N);
+    // Split k (a.partials): each chunk summed from zero, then the chunks in order, as the kernels do.
+    const chunk = a.partials ? gemmChunks(K).size : Math.max(K, 1);
     // Row by row, k outermost: each output still sums k = 0, 1, ... in order, as the kernel does.
     for (let m = 0; m < M; m++) {
-      acc.fill(0);
-      for (let k = 0; k < K; k++) {
-        const av = A[a0 + (transA ? k * lda + m : m * lda + k)];
-        for (let n = 0, row = bAt + k * bRow; n < N; n++) acc[n] += fround(av * Bk[row + n]);
+      for (let k0 = 0; k0 < Math.max(K, 1); k0 += chunk) {
+        acc.fill(0);
+        for (let k = k0; k < Math.min(K, k0 + chunk); k++) {
+          const av = A[a0 + (transA ? k * lda + m : m * lda + k)];
+          for (let n = 0, row = bAt + k * bRow; n < N; n++) acc[n] += fround(av * Bk[row + n]);
+        }
+        if (k0 === 0) total.set(acc);
+        else for (let n = 0; n < N; n++) total[n] += acc[n];
       }
       for (let n = 0; n < N; n++) {
-        let v = acc[n];
+        let v = total[n];
         if (bias) v = fround(v + bias.a[bias.at + n]);
         if (relu) v = v > 0 ? v : 0;
         C[c0 + m * ldc + n] = v;

@@ -94,6 +94,26 @@ export interface GemmArgs {
   transA: boolean;
   transB: boolean;
   relu: boolean;
+  /**
+   * Where given, k is summed in chunks (gemmChunks): each chunk from zero in k order, then the
+   * chunks' sums in chunk order, and on a GPU the chunks' sums go here (f32 [chunks][m][n]) between
+   * two kernels. The bits of C depend on it, so every Compute honours it. For long k with few
+   * outputs (the weight gradients: k is the batch), where one thread per output would walk all of k.
+   */
+  partials?: Ref;
+}
+
+/** Chunks of a split k: at most 16, each at least 512 and a multiple of 16 (the kernel's k tile). */
+export function gemmChunks(k: number): { count: number; size: number } {
+  const count = Math.max(1, Math.min(16, Math.ceil(k / 512)));
+  const size = Math.max(16, Math.ceil(Math.ceil(k / count) / 16) * 16);
+  return { count: Math.max(1, Math.ceil(k / size)), size };
+}
+
+/** f32 elements of `partials` for a GEMM of m x n outputs over k. */
+export function gemmPartialFloats(m: number, n: number, k: number): number {
+  const { count } = gemmChunks(k);
+  return count > 1 ? count * m * n : 0;
 }
 
 export interface ColSumArgs {

@@ -19,6 +19,7 @@ import type {
   ScanArgs,
   SgdArgs,
 } from './compute.js';
+import { gemmChunks } from './compute.js';
 import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
 
 export interface KernelDevice {
@@ -82,7 +83,13 @@ export class KernelCompute implements Compute {
   }
   gemm(s: Stream, a: GemmArgs): void {
     const tiles = Math.ceil(a.m / GEMM_TILE) * Math.ceil(a.n / GEMM_TILE);
-    this.#launch('gemm', 'pl_gemm', { ...a }, tiles, THREADS, s);
+    const chunks = a.partials ? gemmChunks(a.k) : { count: 1, size: a.k };
+    if (chunks.count === 1) {
+      this.#launch('gemm', 'pl_gemm', { ...a, partials: undefined, kChunk: a.k }, tiles, THREADS, s);
+      return;
+    }
+    this.#launch('gemm', 'pl_gemm', { ...a, kChunk: chunks.size }, tiles * chunks.count, THREADS, s);
+    this.#launch('gemm', 'pl_gemm_sum', { ...a, kChunk: chunks.size }, blocks(a.m * a.n), THREADS, s);
   }
   colSum(s: Stream, a: ColSumArgs): void {
     this.#launch('colSum', 'pl_col_sum', { ...a }, Math.ceil(a.cols / 128), 128, s);

@@ -3,7 +3,7 @@
 // embedding lookup and update, and the dense layers forward and backward. train.ts orders these
 // against the collectives.
 import type { Comm, DeviceBuffer, Stream } from '../backends/backend.js';
-import { at4, at8, type Compute, type Ref } from './compute.js';
+import { at4, at8, gemmPartialFloats, type Compute, type Ref } from './compute.js';
 import type { Layer, Layout } from './shapes.js';
 import { DENSE_LR, EMBEDDING_LR, FIXED_SHIFT, TABLE_INIT_SHIFT, Tag, weightScale } from './synth.js';
 
@@ -55,6 +55,8 @@ export interface Buffers {
   loss: DeviceBuffer;
   /** A word for the all-reduce that lines the ranks' clocks up. */
   align: DeviceBuffer;
+  /** The chunks' sums of the weight gradients' split k (compute.ts gemmChunks), the largest layer's. */
+  partials: DeviceBuffer;
 }
 
 export class Model {
@@ -116,6 +118,7 @@ export class Model {
       grads: await symmetric(4 * layout.paramCount),
       loss: local(4 * steps),
       align: await symmetric(256),
+      partials: local(4 * partialFloats(layout)),
     };
     const model = new Model(comm, compute, layout, b, all);
     const splits = (buf: DeviceBuffer, rowsTo: (p: number) => number) =>
@@ -133,7 +136,7 @@ export class Model {
     const slot = 4 * shape.features * B * 2 + 4 * layout.maxSendIds + 4 * world * layout.maxLocal * B + 4 * layout.maxRecvIds;
     const widths = [...layout.bottom, ...layout.top].reduce((n, l) => n + l.out, 0) + shape.denseIn + 1 + 2 * layout.topIn + 2 * layout.maxWidth;
     return 2 * slot + 4 * layout.recvBags * (2 + shape.dim) + 8 * shape.features * B * shape.dim + 4 * world * layout.maxLocal * B * shape.dim +
-      4 * layout.local * shape.rows * shape.dim + 4 * B * widths + 8 * layout.paramCount + 4 * steps;
+      4 * layout.local * shape.rows * shape.dim + 4 * B * widths + 8 * layout.paramCount + 4 * steps + 4 * partialFloats(layout);
   }
 
   /** The initial tables and weights of `seed` (the same on every rank and backend), on `s`. */
@@ -262,10 +265,16 @@ export class Model {
       dz = dy.ref.buf === this.b.dTopX ? { ref: at4(dx?.ref.buf === this.b.gradA ? this.b.gradB : this.b.gradA), ld: l.out } : dy;
       this.compute.reluGrad(s, { dy: dy.ref, y: y.ref, dz: dz.ref, rows: B, cols: l.out, ldDy: dy.ld, ldY: y.ld, ldDz: dz.ld });
     }
-    this.compute.gemm(s, { a: dz.ref, b: x.ref, c: at4(this.b.grads, l.w), m: l.out, n: l.in, k: B, lda: dz.ld, ldb: x.ld, ldc: l.in, transA: true, transB: false, relu: false });
+    const partials = at4(this.b.partials);
+    this.compute.gemm(s, { a: dz.ref, b: x.ref, c: at4(this.b.grads, l.w), m: l.out, n: l.in, k: B, lda: dz.ld, ldb: x.ld, ldc: l.in, transA: true, transB: false, relu: false, partials });
     this.compute.colSum(s, { x: dz.ref, out: at4(this.b.grads, l.b), rows: B, cols: l.out, ld: dz.ld });
     if (dx) this.compute.gemm(s, { a: dz.ref, b: at4(this.b.params, l.w), c: dx.ref, m: B, n: l.in, k: l.out, lda: dz.ld, ldb: l.in, ldc: dx.ld, transA: false, transB: false, relu: false });
   }
+}
+
+/** f32 elements of the split-k sums of the largest weight gradient (k = the batch). */
+function partialFloats(layout: Layout): number {
+  return Math.max(0, ...[...layout.bottom, ...layout.top].map((l) => gemmPartialFloats(l.out, l.in, layout.shape.batch)));
 }
 
 /** A row-major matrix in a buffer: where it starts, and its row stride in elements. */

@@ -90,6 +90,7 @@ extern "C" int pl_emulate(const char* kernel, const void* params, unsigned grid,
   KERNEL(pl_embedding_bag, BagArgs, false)
   KERNEL(pl_scatter_update, BagArgs, false)
   KERNEL(pl_gemm, GemmArgs, true)
+  KERNEL(pl_gemm_sum, GemmArgs, false)
   KERNEL(pl_col_sum, ColSumArgs, false)
   KERNEL(pl_relu_grad, ReluGradArgs, false)
   KERNEL(pl_permute, PermuteArgs, false)

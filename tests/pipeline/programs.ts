@@ -1,5 +1,6 @@
 // Rank programs for tests/pipeline.test.ts: every arm on one model, each rank's raw results.
 import type { Comm } from '../../src/backends/backend.js';
+import { at4, gemmPartialFloats, type Compute } from '../../src/pipeline/compute.js';
 import { createCompute } from '../../src/pipeline/create-compute.js';
 import { Model } from '../../src/pipeline/model.js';
 import { Layout, shapeOf, type ShapeName } from '../../src/pipeline/shapes.js';
@@ -95,4 +96,58 @@ export async function victim(comm: Comm, arg: VictimArg): Promise<Survivor | nul
       compute.close();
     }
   }
+}
+
+export interface GemmArg {
+  /** The emulator library (emulated-device.ts); without, only the host's GEMM runs. */
+  emulator?: string;
+  seed: number;
+  m: number;
+  n: number;
+  k: number;
+  transA: boolean;
+  relu: boolean;
+}
+
+export interface GemmResult {
+  /** C from the host's GEMM, split k; from the kernels (when an emulator is given); and from the host unsplit. */
+  host: number[];
+  kernels?: number[];
+  unsplit: number[];
+  /** The float64 sum of every output, bias and ReLU applied. */
+  exact: number[];
+}
+
+/** One GEMM on random data, k split as the weight gradients' is (B k-major, A either way), bias and ReLU. */
+export async function gemm(comm: Comm, arg: GemmArg): Promise<GemmResult> {
+  const { m, n, k, transA, relu } = arg;
+  let s = arg.seed >>> 0;
+  const rand = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 2 - 1;
+  const A = Float32Array.from({ length: m * k }, rand);
+  const B = Float32Array.from({ length: k * n }, rand);
+  const bias = Float32Array.from({ length: n }, rand);
+  const buf = (a: Float32Array) => {
+    const b = comm.alloc(a.byteLength);
+    comm.write(b, new Uint8Array(a.buffer));
+    return b;
+  };
+  const [a, b, bi] = [buf(A), buf(B), buf(bias)];
+  const lda = transA ? m : k;
+  const exact = Array.from({ length: m * n }, (_, i) => {
+    const [r, c] = [Math.floor(i / n), i % n];
+    let v = bias[c];
+    for (let q = 0; q < k; q++) v += A[transA ? q * m + r : r * k + q] * B[q * n + c];
+    return relu && !(v > 0) ? 0 : v;
+  });
+  const partials = comm.alloc(4 * Math.max(1, gemmPartialFloats(m, n, k)));
+  const run = (compute: Compute, split: boolean): number[] => {
+    const c = comm.alloc(4 * m * n);
+    compute.gemm(compute.compute, { a: at4(a), b: at4(b), c: at4(c), bias: at4(bi), m, n, k, lda, ldb: n, ldc: n, transA, transB: false, relu, partials: split ? at4(partials) : undefined });
+    compute.sync(compute.compute);
+    return Array.from(new Float32Array(comm.read(c, 0, 4 * m * n).slice().buffer));
+  };
+  const host = await createCompute(comm);
+  const out: GemmResult = { host: run(host, true), unsplit: run(host, false), exact };
+  if (arg.emulator !== undefined) out.kernels = run(emulatedCompute(arg.emulator), true);
+  return out;
 }

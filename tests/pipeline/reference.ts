@@ -2,7 +2,9 @@
 // lookups straight from the global tables, each rank's dense forward and backward, the gradients
 // summed in rank order, the update and SGD. Only the model's definition is shared with the code
 // under test (synth.ts: the data, the fixed point, the checksums; shapes.ts: layer sizes and
-// which rank owns which feature); the loops are written out here, plainly.
+// which rank owns which feature; compute.ts gemmChunks: how the weight gradients split the batch);
+// the loops are written out here, plainly.
+import { gemmChunks } from '../../src/pipeline/compute.js';
 import { Layout, slotFeature, type Shape } from '../../src/pipeline/shapes.js';
 import { bagHash, bagLength, checksumWords, DENSE_LR, denseValue, EMBEDDING_LR, fillBits, FIXED_SHIFT, label, rintInt32, step, TABLE_INIT_SHIFT, Tag, weightScale } from '../../src/pipeline/synth.js';
 
@@ -100,6 +102,7 @@ export function referenceRun(shape: Shape, world: number, seed: number, steps: n
       for (let s = LOSS_THREADS / 2; s > 0; s >>= 1) for (let th = 0; th < s; th++) part[th] = f(part[th] + part[th + s]);
       loss[r].push(f(f(part[0] * 0.5) * inv));
       // Backward through the over arch, then the bottom MLP from the first columns of dx.
+      const chunk = gemmChunks(B).size;
       const backward = (stack: typeof layers, ins: Float32Array[], outs: Float32Array[], dyIn: Float32Array, rank: Float32Array): Float32Array => {
         let dy = dyIn;
         for (let i = stack.length - 1; i >= 0; i--) {
@@ -107,8 +110,13 @@ export function referenceRun(shape: Shape, world: number, seed: number, steps: n
           const dz = dy.map((g, j) => (l.relu && !(outs[i][j] > 0) ? 0 : g));
           for (let o = 0; o < l.out; o++) {
             for (let k = 0; k < l.in; k++) {
+              // The batch in chunks (compute.ts gemmChunks), each summed from zero, then the chunks in order.
               let acc = 0;
-              for (let b = 0; b < B; b++) acc = f(acc + f(dz[b * l.out + o] * ins[i][b * l.in + k]));
+              for (let b0 = 0; b0 < B; b0 += chunk) {
+                let part = 0;
+                for (let b = b0; b < Math.min(B, b0 + chunk); b++) part = f(part + f(dz[b * l.out + o] * ins[i][b * l.in + k]));
+                acc = b0 === 0 ? part : f(acc + part);
+              }
               rank[l.w + o * l.in + k] = acc;
             }
             let db = 0;
