@@ -1,6 +1,8 @@
-// rankEnv(): torchrun, Slurm and Open MPI variables, and refusal of inconsistent ones.
+// rankEnv(): torchrun, Slurm and Open MPI variables, and refusal of inconsistent ones; and the
+// driver's hardware queues, which depend on whether the process is a launched rank.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { shareHardwareQueues } from '../src/cuda/driver.js';
 import { UsageError } from '../src/errors.js';
 import { firstHost, jobId, rankEnv, storeToken } from '../src/world/env.js';
 
@@ -74,4 +76,12 @@ test('jobId reads A2AV_JOB_ID: letters and digits only, since it goes into file 
   assert.equal(jobId({}), undefined);
   assert.equal(jobId({ A2AV_JOB_ID: '' }), undefined);
   for (const bad of ['../x', 'a-b', 'x'.repeat(33)]) assert.throws(() => jobId({ A2AV_JOB_ID: bad }), UsageError);
+});
+
+test('32 hardware queues for ranks as threads, before the driver starts; a launched rank or the program\'s own value keeps its own', () => {
+  const queues = (env: NodeJS.ProcessEnv, main = true) => (shareHardwareQueues(env, main), env.CUDA_DEVICE_MAX_CONNECTIONS);
+  assert.equal(queues({}), '32');
+  assert.equal(queues({ CUDA_DEVICE_MAX_CONNECTIONS: '4' }), '4');
+  assert.equal(queues({ LOCAL_WORLD_SIZE: '2' }), undefined, 'a2av launch or torchrun: MPS may be on');
+  assert.equal(queues({}, false), undefined, 'a worker thread cannot change what the driver reads');
 });

@@ -114,8 +114,8 @@ export function cu(): Driver {
  * the main thread, before the first cuInit. A process of `a2av launch` (LOCAL_WORLD_SIZE set) keeps
  * the default: under MPS, 32 queues per process made context creation fail.
  */
-function shareHardwareQueues(): void {
-  if (isMainThread && process.env.LOCAL_WORLD_SIZE === undefined) process.env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
+export function shareHardwareQueues(env: NodeJS.ProcessEnv = process.env, mainThread = isMainThread): void {
+  if (mainThread && env.LOCAL_WORLD_SIZE === undefined) env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
 }
 
 export function errorName(status: number): string {

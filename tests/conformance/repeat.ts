@@ -13,7 +13,9 @@ if (!backend || !pattern) {
   console.error('usage: repeat.js <backend> <case name substring> [runs] [seed...]');
   process.exit(2);
 }
-const matches = suite.filter((c) => c.name.includes(pattern));
+// A name that starts with the pattern wins over names that merely contain it ('usage W=2').
+const starts = suite.filter((c) => c.name.startsWith(pattern));
+const matches = starts.length === 1 ? starts : suite.filter((c) => c.name.includes(pattern));
 if (matches.length !== 1) {
   console.error(`"${pattern}" names ${matches.length} cases${matches.length ? ':\n  ' + matches.map((c) => c.name).join('\n  ') : ''}`);
   process.exit(2);
