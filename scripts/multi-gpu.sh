@@ -11,11 +11,14 @@
 #      ratio to NCCL), uniform and zipf splits, for W = all GPUs, and 2 and 4 where there are more;
 #      one process per GPU (A2AV_MG_SWEEP=threads: ranks as threads of one process);
 #   6. the MoE dispatch and combine sweeps (16 experts a rank, majorAlign 1 and 16) and the small
-#      MoE step, beside the 1-D call of the same bytes.
+#      MoE step, beside the 1-D call of the same bytes,
+#   7. the peer-copy ceiling probe, allReduce, the pipeline's arms, the token MoE ops and a2av tune,
+#      each against NCCL where it has one (A2AV_MG_OPS picks).
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
-# A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu; allreduce: a2av bench allreduce,
-# cuda against nccl; moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
+# A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
+# allreduce: a2av bench allreduce, cuda against nccl; pipeline: a2av bench pipeline, the arms on cuda and nccl;
+# moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
 set -uo pipefail
 OUT=${OUT:-./multi-gpu-out}
 mkdir -p "$OUT"
@@ -126,7 +129,7 @@ sweep() {
     grep -h 'a2av' "$err" | tail -3 | cut -c1-300
   fi
 }
-ops=" ${A2AV_MG_OPS:-ceiling alltoallv dispatch combine allreduce moe-tokens tune} "
+ops=" ${A2AV_MG_OPS:-ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune} "
 max=${A2AV_MG_MAX:-4G}
 for w in $worlds; do
   if [[ "$ops" == *" alltoallv "* ]]; then
@@ -162,6 +165,16 @@ if [[ "$ops" == *" allreduce "* ]]; then
         > "$OUT/allreduce-w$w-$dtype.txt" 2> "$OUT/allreduce-w$w-$dtype.err" || { rc=1; echo "allreduce W=$w $dtype failed: $(tail -2 "$OUT/allreduce-w$w-$dtype.err")"; }
       cat "$OUT/allreduce-w$w-$dtype.txt"
     done
+  done
+fi
+
+if [[ "$ops" == *" pipeline "* ]]; then
+  # The DLRM-like training step, one lane against two, cuda against nccl, one process per GPU (with a trace).
+  for w in $worlds; do
+    step "pipeline W=$w: cuda against nccl"
+    timeout 600 "${cli[@]}" launch -n "$w" --output-ranks 0 --no-prefix -- node dist/src/cli.js bench pipeline --backend cuda,nccl --trace "$OUT/pipeline-w$w.trace.json" \
+      > "$OUT/pipeline-w$w.txt" 2> "$OUT/pipeline-w$w.err" || { rc=1; echo "pipeline W=$w failed: $(tail -2 "$OUT/pipeline-w$w.err")"; }
+    cat "$OUT/pipeline-w$w.txt"
   done
 fi
 
