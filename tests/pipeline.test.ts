@@ -17,6 +17,7 @@ import { shapeOf } from '../src/pipeline/shapes.js';
 import { checksumWords, rintInt32 } from '../src/pipeline/synth.js';
 import { pipelineRows } from '../src/pipeline/table.js';
 import { ARMS, type Arm } from '../src/pipeline/train.js';
+import type { PipelineResult } from '../src/pipeline/run.js';
 import { chromeTrace, PHASES } from '../src/pipeline/trace.js';
 import { runRanks } from '../src/world/threads.js';
 import type { ArmsArg, GemmArg, GemmResult, RankArm, Survivor, VictimArg } from './pipeline/programs.js';
@@ -97,6 +98,23 @@ describe('pipeline on cpu', () => {
     }
   });
 
+  test('each row against the same backend\'s one lane and against nccl\'s one lane (TorchRec\'s way)', () => {
+    const checksums = { loss: 'aa', tables: 'bb', params: 'cc' };
+    const arm = (a: Arm, itPerSec: number) => ({ arm: a, itPerSec, checksums, paramsAgree: true }) as unknown as PipelineResult['arms'][number];
+    const results = [
+      { backend: 'cuda', ranks: 2, arms: [arm('one-lane', 60), arm('two-lanes', 66)] },
+      { backend: 'nccl', ranks: 2, arms: [arm('one-lane', 50), arm('two-lanes', 55)] },
+    ] as unknown as PipelineResult[];
+    const { rows, problems } = pipelineRows(results);
+    assert.deepEqual(problems, []);
+    assert.deepEqual(rows.map((r) => [r.backend, r.arm, r.vsOneLane, r.vsNcclOneLane]), [
+      ['cuda', 'one-lane', 1, 60 / 50],
+      ['cuda', 'two-lanes', 66 / 60, 66 / 50],
+      ['nccl', 'one-lane', 1, 1],
+      ['nccl', 'two-lanes', 55 / 50, 55 / 50],
+    ]);
+  });
+
   test('a2av bench pipeline --backend cpu --json --trace: the table as JSON, and a trace file', () => {
     const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-'));
     try {
@@ -107,6 +125,7 @@ describe('pipeline on cpu', () => {
       assert.equal(out.checksumsAgree, true);
       assert.deepEqual(out.rows.map((row: { arm: string }) => row.arm), [...ARMS]);
       assert.equal(out.rows[0].vsOneLane, 1);
+      assert.equal(out.rows[0].vsNcclOneLane, null, 'no nccl row: nothing to compare with');
       const trace = JSON.parse(readFileSync(traceFile, 'utf8'));
       assert.ok(trace.traceEvents.some((e: { ph: string }) => e.ph === 'X'));
     } finally {

@@ -10,6 +10,8 @@ export interface PipelineRow extends ArmResult {
   backend: string;
   /** it/s over the same backend's one-lane it/s; null without a one-lane row. */
   vsOneLane: number | null;
+  /** it/s over nccl's one-lane it/s (one communicator, splits through the host: TorchRec's way); null without that row. */
+  vsNcclOneLane: number | null;
   /** digest of the three checksums: equal rows trained to the same bits. */
   checksum: string;
 }
@@ -27,12 +29,14 @@ export interface PipelineReportData {
  * arms must still agree with each other).
  */
 export function pipelineRows(results: readonly PipelineResult[]): PipelineReportData {
+  const nccl = results.find((r) => r.backend === 'nccl')?.arms.find((a) => a.arm === 'one-lane');
   const rows: PipelineRow[] = results.flatMap((r) => {
     const base = r.arms.find((a) => a.arm === 'one-lane');
     return r.arms.map((a) => ({
       backend: r.backend,
       ...a,
       vsOneLane: base ? a.itPerSec / base.itPerSec : null,
+      vsNcclOneLane: nccl ? a.itPerSec / nccl.itPerSec : null,
       checksum: digest([a.checksums.loss, a.checksums.tables, a.checksums.params].flatMap((h) => [parseInt(h.slice(0, 8), 16), parseInt(h.slice(8), 16)])).slice(0, 12),
     }));
   });
@@ -59,6 +63,7 @@ const COLUMNS: ReadonlyArray<{ title: string; cell: (r: PipelineRow) => string }
   { title: 'step µs', cell: (r) => formatMicros(r.steps.medianUs) },
   { title: 'p10-p90 µs', cell: (r) => `${formatMicros(r.steps.p10Us)}-${formatMicros(r.steps.p90Us)}` },
   { title: 'vs one-lane', cell: (r) => (r.vsOneLane === null ? '-' : `${r.vsOneLane.toFixed(3)}×`) },
+  { title: 'vs nccl one-lane', cell: (r) => (r.vsNcclOneLane === null ? '-' : `${r.vsNcclOneLane.toFixed(3)}×`) },
   { title: 'compute µs', cell: (r) => formatMicros(r.computeUs) },
   { title: 'exposed comm µs', cell: (r) => formatMicros(r.exposedUs) },
   { title: 'host blocked µs', cell: (r) => formatMicros(r.hostBlockedUs) },
@@ -70,12 +75,14 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
   const first = results[0];
   const s = first.shape;
   const { rows, problems, notes } = pipelineRows(results);
+  const columns = COLUMNS.filter((c) => c.title !== 'vs nccl one-lane' || rows.some((r) => r.vsNcclOneLane !== null));
   const head = [
     `# a2av bench pipeline: ${s.name} (${s.features} features, dim ${s.dim}, ${s.rows} rows a table, batch ${s.batch} a rank, pooling ${s.pooling}, ` +
       `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${first.ranks} rank${first.ranks === 1 ? '' : 's'}, ${first.device}, ${first.date}`,
     `# ${first.iters} timed steps after ${first.warmup} warm-up steps; each step's figure is the slowest rank's; step µs = median, p10-p90 = its spread`,
     ...(first.inputDistBlocks === undefined ? [] : [`# input dist: at most ${first.inputDistBlocks} thread blocks per all-to-all (its lane's SM budget; cuda)`]),
     ...results.map((r) => `# ${r.backend} clock: ${r.clock}`),
+    ...(columns.length === COLUMNS.length ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),
     '# vs one-lane = it/s over the same backend\'s one-lane it/s; compute µs = the compute stream busy per step (median); ' +
       'exposed comm µs = median of (step − compute): the compute waiting, mostly for collectives',
     '# host blocked µs = per step, the host inside collective calls (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself)',
@@ -84,7 +91,7 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
       ? `# checksums: every row ended with the same loss, tables and parameters (loss ${rows[0].checksums.loss}, tables ${rows[0].checksums.tables}, params ${rows[0].checksums.params})`
       : `# CHECKSUMS DIFFER: ${problems.join('; ')}`,
   ];
-  return [...head, ...alignColumns([COLUMNS.map((c) => c.title), ...rows.map((r) => COLUMNS.map((c) => c.cell(r)))], [0, 1])].join('\n') + '\n';
+  return [...head, ...alignColumns([columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))], [0, 1])].join('\n') + '\n';
 }
 
 export function formatPipelineJson(results: readonly PipelineResult[]): string {
