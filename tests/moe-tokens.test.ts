@@ -4,8 +4,7 @@
 // TypeScript loops, so the kernels' own routing order, gates and sums meet the host reference.
 // The conformance suite (tests/conformance.test.ts) runs the same programs on every backend.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
@@ -15,35 +14,19 @@ import { TOKEN_KERNELS } from '../src/moe/kernel-args.js';
 import { runRanks } from '../src/world/threads.js';
 import { bitsOf } from './conformance/moe-token-reference.js';
 import { caseArg, suite } from './conformance/suite.js';
-import { buildEmulator, hostCompiler } from './moe/emulated-device.js';
+import { buildEmulator } from './moe/emulated-device.js';
+import { hostCompiler } from './support/host-kernels.js';
+import { assertCompilesForDevice, assertStructsMatch } from './support/kernel-source.js';
 
-const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
 const cases = new URL('./conformance/cases.js', import.meta.url);
 
 describe('MoE token kernels', () => {
   test('kernels/moe-tokens.cu: every struct matches src/moe/kernel-args.ts field by field, every kernel has a spec', () => {
-    const source = readFileSync(join(kernelsDir(), 'moe-tokens.cu'), 'utf8');
-    for (const spec of Object.values(TOKEN_KERNELS)) {
-      const body = new RegExp(`struct ${spec.struct} \\{([^}]*)\\};`).exec(source);
-      assert.ok(body, `struct ${spec.struct} in moe-tokens.cu`);
-      const fields = [...body[1].matchAll(/^\s*(u64|i64) (\w+);/gm)].map((m) => [m[2], m[1] === 'u64' ? 'ptr' : 'int']);
-      assert.deepEqual(fields, spec.fields.map(([n, k]) => [n, k]), spec.struct);
-      assert.match(source, new RegExp(`static_assert\\(sizeof\\(${spec.struct}\\) == ${spec.fields.length} \\* 8`), `${spec.struct}'s size is asserted`);
-      for (const k of spec.kernels) assert.match(source, new RegExp(`__global__ void (__launch_bounds__\\(\\w+\\) )?${k}\\(const ${spec.struct} p\\)`), k);
-    }
-    const kernels = [...source.matchAll(/__global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(/g)].map((m) => m[1]).sort();
-    assert.deepEqual(kernels, Object.values(TOKEN_KERNELS).flatMap((s) => s.kernels).sort(), 'every kernel has a spec');
+    assertStructsMatch('moe-tokens.cu', TOKEN_KERNELS);
   });
 
   test('kernels/moe-tokens.cu compiles for the device under nvcc', (t) => {
-    if (nvcc === undefined) return t.skip('nvcc not found: the kernels cannot be compiled here (CI has nvcc)');
-    const dir = mkdtempSync(join(tmpdir(), 'a2av-moe-tokens-cu-'));
-    try {
-      const r = spawnSync(nvcc, ['-std=c++17', '-arch=sm_90', `-I${kernelsDir()}`, '-c', join(kernelsDir(), 'moe-tokens.cu'), '-o', join(dir, 'moe-tokens.o')], { encoding: 'utf8' });
-      assert.equal(r.status, 0, r.stderr);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    assertCompilesForDevice(t, 'moe-tokens.cu', [`-I${kernelsDir()}`]);
   });
 
   test('f16: every f16 widens exactly and rounds back; f32 values round to nearest-even as the reference does', () => {

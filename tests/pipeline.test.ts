@@ -10,7 +10,6 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { BackendName } from '../src/backends/backend.js';
-import { kernelsDir } from '../src/jit/module.js';
 import { KERNEL_SPECS } from '../src/pipeline/kernel-args.js';
 import { runPipeline } from '../src/pipeline/run.js';
 import { shapeOf } from '../src/pipeline/shapes.js';
@@ -22,13 +21,13 @@ import { chromeTrace, PHASES } from '../src/pipeline/trace.js';
 import { runRanks } from '../src/world/threads.js';
 import type { ArmsArg, GemmArg, GemmResult, RankArm, Survivor, VictimArg } from './pipeline/programs.js';
 import { gemmChunks } from '../src/pipeline/compute.js';
-import { buildEmulator, hostCompiler } from './pipeline/emulated-device.js';
+import { buildEmulator } from './pipeline/emulated-device.js';
 import { referenceRun } from './pipeline/reference.js';
+import { hostCompiler } from './support/host-kernels.js';
+import { assertCompilesForDevice, assertStructsMatch } from './support/kernel-source.js';
 
 const programs = new URL('./pipeline/programs.js', import.meta.url);
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
-const source = readFileSync(join(kernelsDir(), 'pipeline.cu'), 'utf8');
-const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
 
 /** Every arm on `backend`, each rank's results; then: the arms agree, and match the host reference. */
 async function armsAgreeWithReference(
@@ -136,27 +135,11 @@ describe('pipeline on cpu', () => {
 
 describe('pipeline kernels', () => {
   test('every argument struct of kernels/pipeline.cu has the fields kernel-args.ts writes, in order', () => {
-    for (const spec of Object.values(KERNEL_SPECS)) {
-      const body = new RegExp(`struct ${spec.struct} \\{([^}]*)\\};`).exec(source);
-      assert.ok(body, `struct ${spec.struct} in pipeline.cu`);
-      const fields = [...body[1].matchAll(/^\s*(u64|i64|double) (\w+);/gm)].map((m) => [m[2], m[1] === 'u64' ? 'ptr' : m[1] === 'i64' ? 'int' : 'float']);
-      assert.deepEqual(fields, spec.fields.map(([n, k]) => [n, k]), spec.struct);
-      assert.match(source, new RegExp(`static_assert\\(sizeof\\(${spec.struct}\\) == ${spec.fields.length} \\* 8`), `${spec.struct}'s size is asserted`);
-      for (const k of spec.kernels) assert.match(source, new RegExp(`__global__ void (__launch_bounds__\\(\\w+\\) )?${k}\\(const ${spec.struct} p\\)`), k);
-    }
-    const kernels = [...source.matchAll(/__global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(/g)].map((m) => m[1]).sort();
-    assert.deepEqual(kernels, Object.values(KERNEL_SPECS).flatMap((s) => s.kernels).sort(), 'every kernel has a spec');
+    assertStructsMatch('pipeline.cu', KERNEL_SPECS);
   });
 
   test('kernels/pipeline.cu compiles for the device under nvcc', (t) => {
-    if (nvcc === undefined) return t.skip('nvcc not found: the kernels cannot be compiled here (CI has nvcc)');
-    const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-cu-'));
-    try {
-      const r = spawnSync(nvcc, ['-std=c++17', '-arch=sm_90', '-c', join(kernelsDir(), 'pipeline.cu'), '-o', join(dir, 'pipeline.o')], { encoding: 'utf8' });
-      assert.equal(r.status, 0, r.stderr);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
+    assertCompilesForDevice(t, 'pipeline.cu');
   });
 
   test('the kernels compiled for the host (tests/pipeline/emulate.cpp), on cpu buffers: two steps to the reference bits', async (t) => {
