@@ -145,11 +145,33 @@ __host__ __device__ __forceinline__ uint4* lane_mv(u8* lane, int W, int parity, 
 //   tile[slot][src][A2AV_AR_TILE_BYTES]         larger calls: src's tile for this rank to sum
 // One-shot below ar_one_shot_bytes: every rank pushes its input to every peer, which costs W - 1
 // copies of it (doubled by LL packets), so the limit falls as W grows, and with it the LL area.
+// A tuning run may set each (A2AV_PROBE_AR_*, src/backends/cuda/probe-defines.ts; layout.ts reads
+// the same values).
+#ifdef A2AV_PROBE_AR_TILE_BYTES
+#define A2AV_AR_TILE_BYTES ((i64)A2AV_PROBE_AR_TILE_BYTES)
+#else
 #define A2AV_AR_TILE_BYTES (32 << 10)
+#endif
+#ifdef A2AV_PROBE_AR_ONE_SHOT_MAX
+#define A2AV_AR_ONE_SHOT_MAX ((i64)A2AV_PROBE_AR_ONE_SHOT_MAX)
+#else
 #define A2AV_AR_ONE_SHOT_MAX (256 << 10)
+#endif
+#ifdef A2AV_PROBE_AR_ONE_SHOT_TOTAL
+#define A2AV_AR_ONE_SHOT_TOTAL ((i64)A2AV_PROBE_AR_ONE_SHOT_TOTAL)
+#else
 #define A2AV_AR_ONE_SHOT_TOTAL (512 << 10)
+#endif
+#ifdef A2AV_PROBE_AR_SLOT_BUDGET
+#define A2AV_AR_SLOT_BUDGET ((i64)A2AV_PROBE_AR_SLOT_BUDGET)
+#else
 #define A2AV_AR_SLOT_BUDGET (16 << 20)
+#endif
+#ifdef A2AV_PROBE_AR_MAX_SLOTS
+#define A2AV_AR_MAX_SLOTS A2AV_PROBE_AR_MAX_SLOTS
+#else
 #define A2AV_AR_MAX_SLOTS 256
+#endif
 __host__ __device__ __forceinline__ i64 ar_one_shot_bytes(int W) {
   const i64 b = A2AV_AR_ONE_SHOT_TOTAL / W;
   return (b < A2AV_AR_ONE_SHOT_MAX ? b : A2AV_AR_ONE_SHOT_MAX) & ~127ll;

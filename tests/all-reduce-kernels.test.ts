@@ -8,11 +8,14 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { WaitSite } from '../src/collectives/status.js';
 import { allReduceBlocks } from '../src/backends/cuda/all-reduce.js';
 import { AR_PARAMS_BYTES, ArDtype, ArOp, writeArParams } from '../src/backends/cuda/kernel-params.js';
 import { allReduceOffset, AR_HEADER, AR_TILE_BYTES, arOneShotBytes, arRounds, arSharedBytes, arSlots, arStageBytes, laneEnd } from '../src/backends/cuda/layout.js';
 import { kernelsDir } from '../src/jit/module.js';
+import { probeDefines, probeNumber } from '../src/backends/cuda/probe-defines.js';
+import { UsageError } from '../src/errors.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
 const header = readFileSync(join(kernelsDir(), 'all-reduce.cuh'), 'utf8');
@@ -22,6 +25,21 @@ function define(source: string, name: string): number {
   const m = new RegExp(`^#define ${name} \\(?(\\d+)(?: << (\\d+))?\\)?`, 'm').exec(source);
   assert.ok(m, `#define ${name}`);
   return Number(m[1]) * 2 ** Number(m[2] ?? 0);
+}
+
+/** Per W: what layout.cu prints, from layout.ts (the lane's allReduce region and its staging). */
+function expectedLayout(worlds: number[]): number[][] {
+  return worlds.map((W) => {
+    const at = allReduceOffset(W), S = arSlots(W);
+    const ready = at + 16 * AR_HEADER * W;
+    return [at, ready, ready + 8 * S * W, ready + 16 * S * W, laneEnd(W), arOneShotBytes(W), S, arStageBytes(W), 2 * W * arOneShotBytes(W) + (W + 2) * AR_TILE_BYTES];
+  });
+}
+
+// Run as a program by the layout test, with the tuning run's A2AV_PROBE_DEFINES: prints the layout.
+if (process.argv[2] === '--print-layout') {
+  process.stdout.write(JSON.stringify(expectedLayout(process.argv[3].split(',').map(Number))));
+  process.exit(0);
 }
 
 describe('allReduce kernels mirrored in TypeScript', () => {
@@ -53,6 +71,17 @@ describe('allReduce kernels mirrored in TypeScript', () => {
       [0x22n, 0x33n, 0x44n, 0x55n, 0x66n, 0x77n, 0x88n, 0x99n, 0xaan],
     );
     assert.deepEqual(['dtype', 'op', 'rank', 'world'].map(i32), [0xb, 0xc, 0xd, 0xe]);
+  });
+
+  test('tuning sizes (A2AV_PROBE_DEFINES): the flags, the values, and a named error for one the kernels cannot take', () => {
+    assert.deepEqual(probeDefines('A2AV_PROBE_NO_COPY  A2AV_PROBE_AR_TILE_BYTES=65536'), ['-DA2AV_PROBE_NO_COPY', '-DA2AV_PROBE_AR_TILE_BYTES=65536']);
+    assert.deepEqual(probeDefines(''), []);
+    assert.throws(() => probeDefines('-DA2AV_PROBE_X'), UsageError);
+    assert.equal(probeNumber('A2AV_PROBE_AR_TILE_BYTES', 7, 256, 'A2AV_PROBE_NO_COPY'), 7, 'not given: the default');
+    assert.equal(probeNumber('A2AV_PROBE_AR_TILE_BYTES', 7, 256, 'A2AV_PROBE_NO_COPY A2AV_PROBE_AR_TILE_BYTES=512'), 512);
+    for (const bad of ['A2AV_PROBE_AR_TILE_BYTES=100', 'A2AV_PROBE_AR_TILE_BYTES=0', 'A2AV_PROBE_AR_TILE_BYTES', 'A2AV_PROBE_AR_TILE_BYTES=1k']) {
+      assert.throws(() => probeNumber('A2AV_PROBE_AR_TILE_BYTES', 7, 256, bad), (e: unknown) => e instanceof UsageError && /A2AV_PROBE_AR_TILE_BYTES must be/.test(e.message), bad);
+    }
   });
 
   test('round counts and shared memory: small cases by hand', () => {
@@ -100,14 +129,18 @@ describe('allReduce kernels mirrored in TypeScript', () => {
           `           (long long)ar_one_shot_bytes(W), ar_slots(W), (long long)ar_stage_bytes(W), (long long)(ar_stage_tile(l, W, 1, 2) - l));\n` +
           `  }\n}\n`,
       );
-      execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
-      const got = execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n').map((l) => l.split(' ').map(Number));
-      const want = worlds.map((W) => {
-        const at = allReduceOffset(W), S = arSlots(W);
-        const ready = at + 16 * AR_HEADER * W;
-        return [at, ready, ready + 8 * S * W, ready + 16 * S * W, laneEnd(W), arOneShotBytes(W), S, arStageBytes(W), 2 * W * arOneShotBytes(W) + (W + 2) * AR_TILE_BYTES];
-      });
-      assert.deepEqual(got, want);
+      const hostLayout = (defines: string[]) => {
+        execFileSync(nvcc, ['-std=c++17', ...defines, `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
+        return execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n').map((l) => l.split(' ').map(Number));
+      };
+      assert.deepEqual(hostLayout([]), expectedLayout(worlds));
+      // A tuning run's sizes (A2AV_PROBE_DEFINES): layout.ts reads them when it loads, so in a child.
+      const tuned = 'A2AV_PROBE_AR_TILE_BYTES=65536 A2AV_PROBE_AR_ONE_SHOT_MAX=1048576 A2AV_PROBE_AR_ONE_SHOT_TOTAL=2097152 A2AV_PROBE_AR_SLOT_BUDGET=8388608 A2AV_PROBE_AR_MAX_SLOTS=64';
+      const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--print-layout', worlds.join(',')], { encoding: 'utf8', env: { ...process.env, A2AV_PROBE_DEFINES: tuned } });
+      assert.equal(child.status, 0, child.stderr);
+      const tunedWant = JSON.parse(child.stdout) as number[][];
+      assert.notDeepEqual(tunedWant, expectedLayout(worlds), 'the tuned sizes change the layout');
+      assert.deepEqual(hostLayout(tuned.split(' ').map((d) => `-D${d}`)), tunedWant);
       for (const W of worlds) {
         assert.equal(arStageBytes(W) % 256, 0, `W=${W}: lanes' staging stays 256-byte aligned`);
         assert.ok(arStageBytes(W) <= (16 << 20) + (1 << 20), `W=${W}: staging of a lane stays within the slot budget and the LL area`);

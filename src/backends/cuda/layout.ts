@@ -1,5 +1,6 @@
 // Signal-pad layout; mirrors kernels/config.cuh (tests/kernel-layout.test.ts compares the two).
 import { STATUS_BYTES } from '../../collectives/status.js';
+import { probeNumber } from './probe-defines.js';
 
 export const PAYLOAD_HEADER = 5;
 export const LANE_HEADER_BYTES = 128;
@@ -52,11 +53,13 @@ export function laneEnd(world: number): number {
 
 /** allReduce (kernels/config.cuh A2AV_AR_*): header words, and what sizes its staging. */
 export const AR_HEADER = 4;
-export const AR_TILE_BYTES = 32 << 10;
-const AR_ONE_SHOT_MAX = 256 << 10;
-const AR_ONE_SHOT_TOTAL = 512 << 10;
-const AR_SLOT_BUDGET = 16 << 20;
-const AR_MAX_SLOTS = 256;
+// Each may be set for a tuning run (A2AV_PROBE_DEFINES="A2AV_PROBE_AR_TILE_BYTES=65536 ..."), which
+// the kernels then get too (probe-defines.ts).
+export const AR_TILE_BYTES = probeNumber('A2AV_PROBE_AR_TILE_BYTES', 32 << 10, 256);
+const AR_ONE_SHOT_MAX = probeNumber('A2AV_PROBE_AR_ONE_SHOT_MAX', 256 << 10, 128);
+const AR_ONE_SHOT_TOTAL = probeNumber('A2AV_PROBE_AR_ONE_SHOT_TOTAL', 512 << 10, 128);
+const AR_SLOT_BUDGET = probeNumber('A2AV_PROBE_AR_SLOT_BUDGET', 16 << 20, 256);
+const AR_MAX_SLOTS = probeNumber('A2AV_PROBE_AR_MAX_SLOTS', 256, 2);
 
 /** Calls of at most this many bytes a rank are one-shot (ar_one_shot_bytes). */
 export function arOneShotBytes(world: number): number {

@@ -8,6 +8,7 @@ import { KernelModule } from '../../jit/module.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import { CudaComm } from './comm.js';
+import { probeDefines } from './probe-defines.js';
 import type { RankPlace } from './symmetric.js';
 
 
@@ -52,19 +53,4 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, places: where, peerDevices: [...peerDevices.values()] });
   await comm.init();
   return comm;
-}
-
-/**
- * A2AV_PROBE_DEFINES="NAME NAME=1": extra -D flags for the kernels, for probes that time a kernel
- * with a phase left out (scripts/probe/). Results are then wrong by design: never in real runs.
- */
-function probeDefines(value = process.env.A2AV_PROBE_DEFINES): string[] {
-  if (value === undefined || value.trim() === '') return [];
-  return value
-    .trim()
-    .split(/\s+/)
-    .map((d) => {
-      if (!/^A2AV_PROBE_[A-Z0-9_]+(=[A-Za-z0-9_]+)?$/.test(d)) throw new UsageError(`A2AV_PROBE_DEFINES: '${d}' is not A2AV_PROBE_NAME or A2AV_PROBE_NAME=value`);
-      return `-D${d}`;
-    });
 }
