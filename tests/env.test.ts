@@ -82,6 +82,9 @@ test('32 hardware queues for ranks as threads, before the driver starts; a launc
   const queues = (env: NodeJS.ProcessEnv, main = true) => (shareHardwareQueues(env, main), env.CUDA_DEVICE_MAX_CONNECTIONS);
   assert.equal(queues({}), '32');
   assert.equal(queues({ CUDA_DEVICE_MAX_CONNECTIONS: '4' }), '4');
-  assert.equal(queues({ LOCAL_WORLD_SIZE: '2' }), undefined, 'a2av launch or torchrun: MPS may be on');
+  assert.equal(queues({ RANK: '0', WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2' }), undefined, 'a2av launch or torchrun: MPS may be on');
+  assert.equal(queues({ SLURM_PROCID: '1', SLURM_NTASKS: '2', SLURM_STEP_ID: '0' }), undefined, 'an srun task');
+  assert.equal(queues({ OMPI_COMM_WORLD_RANK: '0', OMPI_COMM_WORLD_SIZE: '2' }), undefined, 'an mpirun rank');
+  assert.equal(queues({ SLURM_PROCID: '0', SLURM_NTASKS: '2' }), '32', 'a Slurm batch script is not a rank');
   assert.equal(queues({}, false), undefined, 'a worker thread cannot change what the driver reads');
 });

@@ -4,6 +4,7 @@
 import { isMainThread } from 'node:worker_threads';
 import koffi from 'koffi';
 import { CudaError } from '../errors.js';
+import { rankEnv } from '../world/env.js';
 import { loadLibrary, systemLibFolders, wheelFolders } from '../native/find-library.js';
 
 const signatures = {
@@ -111,11 +112,20 @@ export function cu(): Driver {
  * that waits for its stream's previous one holds the queue's head, and a peer's kernel queued behind
  * it never starts (a timeout after 30 s). The driver reads CUDA_DEVICE_MAX_CONNECTIONS once, at
  * cuInit, and only from the process's environment, which a worker thread cannot change: so here, in
- * the main thread, before the first cuInit. A process of `a2av launch` (LOCAL_WORLD_SIZE set) keeps
- * the default: under MPS, 32 queues per process made context creation fail.
+ * the main thread, before the first cuInit. A launched rank (a2av launch, torchrun, srun, mpirun)
+ * keeps the default: under MPS, 32 queues per process made context creation fail.
  */
 export function shareHardwareQueues(env: NodeJS.ProcessEnv = process.env, mainThread = isMainThread): void {
-  if (mainThread && env.LOCAL_WORLD_SIZE === undefined) env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
+  if (mainThread && !launchedRank(env)) env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
+}
+
+/** A rank process of a launcher (a2av launch, torchrun, srun, mpirun): one rank, maybe under MPS. */
+function launchedRank(env: NodeJS.ProcessEnv): boolean {
+  try {
+    return rankEnv(env) !== undefined;
+  } catch {
+    return true; // inconsistent variables: init() names them; here, leave the driver's default
+  }
 }
 
 export function errorName(status: number): string {
