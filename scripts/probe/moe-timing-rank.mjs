@@ -2,7 +2,7 @@
 export async function timing(comm, arg) {
   const W = comm.worldSize;
   const out = [];
-  for (const { E, rowsPer, rb, align = 1 } of arg.configs) {
+  for (const { E, rowsPer, rb, align = 1, maxBlocks } of arg.configs) {
     const bytes = W * E * rowsPer * rb;
     const input = comm.alloc(bytes);
     const output = await comm.allocSymmetric(W * E * Math.max(rowsPer, align) * rb + align * E * rb);
@@ -12,8 +12,8 @@ export async function timing(comm, arg) {
     comm.write(inSplits, BigInt64Array.from({ length: W * E }, () => BigInt(rowsPer)));
     comm.write(in1, BigInt64Array.from({ length: W }, () => BigInt(E * rowsPer)));
     const s = comm.lane(0).stream;
-    const dispatch = () => comm.allToAllV2d({ input, output, inSplits, outSplitsOffsets: so, expertsPerRank: E, rowBytes: rb, majorAlign: align, stream: s });
-    const combine = () => comm.allToAllV2dOffset({ input: output, output: back, inSplitsOffsets: so, outSplitsOffsets: so2, expertsPerRank: E, rowBytes: rb, stream: s });
+    const dispatch = () => comm.allToAllV2d({ input, output, inSplits, outSplitsOffsets: so, expertsPerRank: E, rowBytes: rb, majorAlign: align, stream: s, maxBlocks });
+    const combine = () => comm.allToAllV2dOffset({ input: output, output: back, inSplitsOffsets: so, outSplitsOffsets: so2, expertsPerRank: E, rowBytes: rb, stream: s, maxBlocks });
     const oneD = () => comm.allToAllV({ input, output, inSplits: in1, outSplitsOffsets: so1, rowBytes: rb, stream: s });
     // A move along a plan of the same routing (x_check + x_copy + x_done): the call less its exchange.
     const planArgs = { inSplits, outSplitsOffsets: so, expertsPerRank: E, majorAlign: align, inputRows: bytes / rb, outputRows: output.bytes / rb, stream: s };

@@ -101,6 +101,8 @@ export interface AllToAllV2dArgs {
   stream?: Stream;
   /** As in AllToAllVArgs: bytes this rank usually sends, to size the launch. */
   sizeHintBytes?: number;
+  /** As in AllToAllVArgs: at most this many thread blocks for the call on cuda (an SM budget). */
+  maxBlocks?: number;
 }
 
 /**
@@ -121,6 +123,8 @@ export interface AllToAllV2dOffsetArgs {
   lane?: Lane;
   stream?: Stream;
   sizeHintBytes?: number;
+  /** As in AllToAllVArgs: at most this many thread blocks for the call on cuda (an SM budget). */
+  maxBlocks?: number;
 }
 
 /** Element types allReduce sums. bf16 is summed in f32 and rounded once (see AllReduceArgs). */

@@ -62,10 +62,14 @@ export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
   checkBuffer(ctx, 'inSplits (int64[W])', args.inSplits, 8 * w);
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W])', args.outSplitsOffsets, 16 * w);
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
-  if (args.maxBlocks !== undefined && (!Number.isSafeInteger(args.maxBlocks) || args.maxBlocks < 1)) {
-    throw new UsageError(`rank ${ctx.rank}: maxBlocks must be a positive integer, got ${args.maxBlocks}`);
-  }
+  checkMaxBlocks(ctx, args.maxBlocks);
   return checkLane(ctx, args.lane);
+}
+
+function checkMaxBlocks(ctx: CheckContext, maxBlocks: number | undefined): void {
+  if (maxBlocks !== undefined && (!Number.isSafeInteger(maxBlocks) || maxBlocks < 1)) {
+    throw new UsageError(`rank ${ctx.rank}: maxBlocks must be a positive integer, got ${maxBlocks}`);
+  }
 }
 
 /** Checks an allToAllV2d (dispatch) call; returns the lane index to run it on. */
@@ -76,6 +80,7 @@ export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): numb
   checkBuffer(ctx, 'inSplits (int64[W*E])', args.inSplits, 8 * n);
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][E*W])', args.outSplitsOffsets, 16 * n);
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
+  checkMaxBlocks(ctx, args.maxBlocks);
   return checkLane(ctx, args.lane);
 }
 
@@ -86,6 +91,7 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
   checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
   checkPayload(ctx, args.input, args.output, args.inSplitsOffsets, args.outSplitsOffsets);
+  checkMaxBlocks(ctx, args.maxBlocks);
   return checkLane(ctx, args.lane);
 }
 

@@ -49,11 +49,13 @@ export async function moeExchange(comm: Comm, arg: MoeExchangeArg): Promise<numb
     const C = makeMoeSplits(new Rng(arg.seed, call, 0xd2), W, E, pattern, rowsFor(arg, rowBytes));
     const key = (q: number): number => moeInputKey(arg.seed, call, q);
     const label = `call ${call} (W ${W}, E ${E}, majorAlign ${align}, ${pattern} splits, rowBytes ${rowBytes})`;
+    // Every third call on an SM budget of 1 to 3 blocks (cuda: the data grid loops over its tiles).
+    const maxBlocks = call % 3 === 2 ? 1 + ((call >> 2) % 3) : undefined;
     moe.prepare(key, C, rowBytes, call);
-    moe.dispatch({ experts: E, rowBytes, align }).wait();
-    moe.verifyDispatch(key, C, align, rowBytes, `dispatch ${label}`);
-    moe.combine({ experts: E, rowBytes }).wait();
-    moe.verifyCombine(key, C, rowBytes, `combine ${label}`);
+    moe.dispatch({ experts: E, rowBytes, align, maxBlocks }).wait();
+    moe.verifyDispatch(key, C, align, rowBytes, `dispatch ${label}${maxBlocks ? `, maxBlocks ${maxBlocks}` : ''}`);
+    moe.combine({ experts: E, rowBytes, maxBlocks }).wait();
+    moe.verifyCombine(key, C, rowBytes, `combine ${label}${maxBlocks ? `, maxBlocks ${maxBlocks}` : ''}`);
   }
   return arg.calls;
 }

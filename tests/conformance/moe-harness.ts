@@ -91,8 +91,9 @@ export class Moe {
     return poisonBytes(this.#salts[name], this[name].bytes);
   }
 
-  dispatch(a: { experts: number; rowBytes: number; align?: number; lane?: Lane; output?: DeviceBuffer }): Handle {
+  dispatch(a: { experts: number; rowBytes: number; align?: number; lane?: Lane; output?: DeviceBuffer; maxBlocks?: number }): Handle {
     return this.comm.allToAllV2d({
+      maxBlocks: a.maxBlocks,
       input: this.input,
       output: a.output ?? this.mid,
       inSplits: this.inSplits,
@@ -106,8 +107,9 @@ export class Moe {
   }
 
   /** Combine of what dispatch left in `mid`, with dispatch's outSplitsOffsets as they are. */
-  combine(a: { experts: number; rowBytes: number; lane?: Lane; output?: DeviceBuffer }): Handle {
+  combine(a: { experts: number; rowBytes: number; lane?: Lane; output?: DeviceBuffer; maxBlocks?: number }): Handle {
     return this.comm.allToAllV2dOffset({
+      maxBlocks: a.maxBlocks,
       input: this.mid,
       output: a.output ?? this.back,
       inSplitsOffsets: this.midOffsets,

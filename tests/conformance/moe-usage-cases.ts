@@ -23,6 +23,8 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ...[0, -1, 1.5, NaN, 257, 2 * E].map((x): [string, () => unknown] => [`dispatch with expertsPerRank ${x}`, () => comm.allToAllV2d({ ...d, expertsPerRank: x })]),
     ...[0, -2, 2.5, 2 ** 21].map((x): [string, () => unknown] => [`dispatch with majorAlign ${x}`, () => comm.allToAllV2d({ ...d, majorAlign: x })]),
     ['dispatch with rowBytes 0', () => comm.allToAllV2d({ ...d, rowBytes: 0 })],
+    ...[0, -1, 1.5].map((x): [string, () => unknown] => [`dispatch with maxBlocks ${x}`, () => comm.allToAllV2d({ ...d, maxBlocks: x })]),
+    ['combine with maxBlocks NaN', () => comm.allToAllV2dOffset({ ...c, maxBlocks: NaN })],
     ['dispatch with inSplits smaller than int64[W*E]', () => comm.allToAllV2d({ ...d, inSplits: small })],
     ['dispatch with outSplitsOffsets smaller than int64[2][E*W]', () => comm.allToAllV2d({ ...d, outSplitsOffsets: small })],
     ['dispatch into a buffer that is not symmetric', () => comm.allToAllV2d({ ...d, output: local })],
@@ -41,6 +43,8 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
   moe.poison(1);
   for (const [label, fn] of misuse) expectUsageError(fn, label);
   moe.verifyUntouched('misuse');
+  // The misuse allocated: no rank may spin in the next call until every rank is past that.
+  await comm.barrier();
 
   // A good plan: its moves check their payloads against its capacity.
   const C = makeMoeSplits(new Rng(arg.seed, 4100), W, E, 'random', 1);
