@@ -2,7 +2,7 @@
 // driver's hardware queues, which depend on whether the process is a launched rank.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { shareHardwareQueues } from '../src/cuda/driver.js';
+import { queueShortfall, shareHardwareQueues } from '../src/cuda/driver.js';
 import { UsageError } from '../src/errors.js';
 import { firstHost, jobId, rankEnv, storeToken } from '../src/world/env.js';
 
@@ -87,4 +87,11 @@ test('32 hardware queues for ranks as threads, before the driver starts; a launc
   assert.equal(queues({ OMPI_COMM_WORLD_RANK: '0', OMPI_COMM_WORLD_SIZE: '2' }), undefined, 'an mpirun rank');
   assert.equal(queues({ SLURM_PROCID: '0', SLURM_NTASKS: '2' }), '32', 'a Slurm batch script is not a rank');
   assert.equal(queues({}, false), undefined, 'a worker thread cannot change what the driver reads');
+});
+
+test('lanes of ranks sharing a context past its hardware queues are named, with what to do', () => {
+  assert.equal(queueShortfall(32, { CUDA_DEVICE_MAX_CONNECTIONS: '32' }), undefined, '16 ranks x 2 lanes fit');
+  assert.equal(queueShortfall(8, {}), undefined, "the driver's default of 8");
+  assert.match(queueShortfall(9, {}) ?? '', /^9 lanes .* over 8 hardware queues/);
+  assert.match(queueShortfall(48, { CUDA_DEVICE_MAX_CONNECTIONS: '64' }) ?? '', /over 32 hardware queues .*fewer lanes/, 'the driver caps it at 32');
 });

@@ -119,6 +119,21 @@ export function shareHardwareQueues(env: NodeJS.ProcessEnv = process.env, mainTh
   if (mainThread && !launchedRank(env)) env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
 }
 
+/**
+ * Why `streams` streams of ranks sharing one context (each lane of each rank; their kernels wait on
+ * each other) may hold each other back: more of them than hardware queues. Undefined when they fit.
+ */
+export function queueShortfall(streams: number, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const set = Number(env.CUDA_DEVICE_MAX_CONNECTIONS);
+  const queues = Number.isInteger(set) && set > 0 ? Math.min(set, 32) : 8;
+  if (streams <= queues) return undefined;
+  return (
+    `${streams} lanes of ranks sharing this GPU's context over ${queues} hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, at most 32): ` +
+    'lanes that share a queue can hold back each other\'s kernels, and a call waiting for a peer held back that way ends in a timeout. ' +
+    'Use fewer lanes or fewer ranks a GPU, or processes (a2av launch) under MPS'
+  );
+}
+
 /** A rank process of a launcher (a2av launch, torchrun, srun, mpirun): one rank, maybe under MPS. */
 function launchedRank(env: NodeJS.ProcessEnv): boolean {
   try {

@@ -21,6 +21,7 @@ import type {
   Stream,
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
+import { queueShortfall } from '../../cuda/driver.js';
 import type { KernelModule } from '../../jit/module.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
@@ -97,6 +98,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.laneCount = opts.lanes;
     if (this.worldSize > MAX_WORLD) throw new UsageError(`cuda backend supports at most ${MAX_WORLD} ranks, got ${this.worldSize}`);
     this.ranksOnDevice = init.places.filter((w) => w.ordinal === device.ordinal).length;
+    // Ranks of this process on this GPU share its context and so its hardware queues: said once, by the first.
+    const sharing = init.places.map((w, rank) => ({ ...w, rank })).filter((w) => w.ordinal === device.ordinal && w.pid === process.pid && w.host === init.places[this.rank].host);
+    const shortfall = queueShortfall(sharing.length * opts.lanes);
+    if (shortfall !== undefined && sharing[0]?.rank === this.rank) process.emitWarning(shortfall, { code: 'A2AV_HARDWARE_QUEUES' });
     this.#device = device;
     this.#peerDevices = init.peerDevices;
     this.#store = opts.store;
