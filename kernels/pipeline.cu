@@ -275,54 +275,110 @@ struct GemmArgs {
 };
 static_assert(sizeof(GemmArgs) == 15 * 8, "GemmArgs: 8-byte fields");
 
-#define PL_TILE 64
+// A block computes a 128 x 128 tile of C, each of its 256 threads an 8 x 8 block in registers: per
+// k a thread reads 8 + 8 values from shared memory (four float4 reads) for 64 products, where a 4 x 4
+// block read 8 scalars for 16 (an eighth of the shared-memory instructions per product), and each
+// element loaded from global memory serves 128 outputs, not 64. A thread owns rows 4·ty + {0..3}
+// and 64 + 4·ty + {0..3} (columns likewise with tx), so a warp's reads of a k row are broadcasts
+// (A) or 256 contiguous bytes (B): no bank conflicts. k tiles of 16 are double-buffered, the next
+// tile's global loads in flight during this one's products, one barrier a tile. Past m, n or the
+// chunk's k the tiles hold zeros and the unrolled loop adds their +0·+0 products too: a running sum
+// from +0 is never -0 under round to nearest, so adding +0 keeps its bits, and each output is still
+// the host's sum, one product at a time in k order.
+#define PL_TILE_M 128
+#define PL_TILE_N 128
 #define PL_TILE_K 16
-#define PL_GEMM_THREADS 256  // 16 x 16, each 4 x 4 outputs strided by 16 (no bank conflicts)
+#define PL_TILE_PAD 4        // rows stay float4-aligned; the 8 k a warp stores land 4 banks apart
+#define PL_GEMM_THREADS 256  // 16 x 16, each 8 x 8 outputs
+static_assert(PL_TILE_M == 128 && PL_TILE_N == 128 && PL_TILE_K == 16 && PL_GEMM_THREADS == 256, "pl_gemm's thread layout");
+// At most 128 registers a thread, so that two blocks share an SM and one's barrier is the other's
+// issue time. One macro argument: tests/support/cuda-on-host.hpp's __launch_bounds__ takes one.
+#define PL_GEMM_BOUNDS PL_GEMM_THREADS, 2
 
-extern "C" __global__ void __launch_bounds__(PL_GEMM_THREADS) pl_gemm(const GemmArgs p) {
-  __shared__ float as[PL_TILE_K][PL_TILE + 1];
-  __shared__ float bs[PL_TILE_K][PL_TILE + 1];
+struct alignas(16) pl_f4 {
+  float x, y, z, w;
+};
+
+// Where element r (of 8) of a thread's share of a 128 x 16 tile of A (or B) goes: loads walk along
+// whichever index is contiguous in memory, a warp 32 floats along m (or n), or 8 k in each of 4 rows
+// (whole 32-byte sectors) when k is contiguous.
+__device__ __forceinline__ int pl_gemm_row(bool alongRow, int r) {
+  return alongRow ? threadIdx.x % PL_TILE_M : threadIdx.x / 8 + 32 * (r / 2);
+}
+__device__ __forceinline__ int pl_gemm_k(bool alongRow, int r) {
+  return alongRow ? threadIdx.x / PL_TILE_M + 2 * r : threadIdx.x % 8 + 8 * (r % 2);
+}
+
+extern "C" __global__ void __launch_bounds__(PL_GEMM_BOUNDS) pl_gemm(const GemmArgs p) {
+  alignas(16) __shared__ float as[2][PL_TILE_K][PL_TILE_M + PL_TILE_PAD];
+  alignas(16) __shared__ float bs[2][PL_TILE_K][PL_TILE_N + PL_TILE_PAD];
   const float* A = (const float*)p.a;
   const float* B = (const float*)p.b;
-  const i64 tilesN = (p.n + PL_TILE - 1) / PL_TILE, tiles = tilesN * ((p.m + PL_TILE - 1) / PL_TILE);
+  const i64 tilesN = (p.n + PL_TILE_N - 1) / PL_TILE_N, tiles = tilesN * ((p.m + PL_TILE_M - 1) / PL_TILE_M);
   const i64 tile = blockIdx.x % tiles, chunk = blockIdx.x / tiles;
-  const i64 m0 = (tile / tilesN) * PL_TILE, n0 = (tile % tilesN) * PL_TILE;
+  const i64 m0 = (tile / tilesN) * PL_TILE_M, n0 = (tile % tilesN) * PL_TILE_N;
   const bool split = p.partials != 0;
   const i64 kLo = split ? chunk * p.kChunk : 0;
   const i64 kHi = split && kLo + p.kChunk < p.k ? kLo + p.kChunk : p.k;
+  const bool aRow = p.transA != 0, bRow = p.transB == 0;  // A (B) contiguous along m (n)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  float acc[4][4];
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 4; j++) acc[i][j] = 0.f;
-  for (i64 k0 = kLo; k0 < kHi; k0 += PL_TILE_K) {
-    // Loads walk along whichever index is contiguous in memory.
-    for (int e = threadIdx.x; e < PL_TILE * PL_TILE_K; e += PL_GEMM_THREADS) {
-      const int mm = p.transA ? e % PL_TILE : e / PL_TILE_K, ka = p.transA ? e / PL_TILE : e % PL_TILE_K;
-      const i64 gm = m0 + mm, gka = k0 + ka;
-      as[ka][mm] = gm < p.m && gka < kHi ? A[p.transA ? gka * p.lda + gm : gm * p.lda + gka] : 0.f;
-      const int nn = p.transB ? e / PL_TILE_K : e % PL_TILE, kb = p.transB ? e % PL_TILE_K : e / PL_TILE;
-      const i64 gn = n0 + nn, gkb = k0 + kb;
-      bs[kb][nn] = gn < p.n && gkb < kHi ? B[p.transB ? gn * p.ldb + gkb : gkb * p.ldb + gn] : 0.f;
+  float ra[8], rb[8];
+  // The tile at k0 into ra, rb (zeros outside the matrices and the chunk).
+  auto load = [&](i64 k0) {
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+      const i64 gm = m0 + pl_gemm_row(aRow, r), gka = k0 + pl_gemm_k(aRow, r);
+      ra[r] = gm < p.m && gka < kHi ? A[aRow ? gka * p.lda + gm : gm * p.lda + gka] : 0.f;
+      const i64 gn = n0 + pl_gemm_row(bRow, r), gkb = k0 + pl_gemm_k(bRow, r);
+      rb[r] = gn < p.n && gkb < kHi ? B[bRow ? gkb * p.ldb + gn : gn * p.ldb + gkb] : 0.f;
     }
-    __syncthreads();
-    const int kmax = kHi - k0 < PL_TILE_K ? (int)(kHi - k0) : PL_TILE_K;
-    for (int kk = 0; kk < kmax; kk++) {
-      float a[4], b[4];
-      for (int i = 0; i < 4; i++) a[i] = as[kk][ty + 16 * i];
-      for (int j = 0; j < 4; j++) b[j] = bs[kk][tx + 16 * j];
-      for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(a[i], b[j]));
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+      as[buf][pl_gemm_k(aRow, r)][pl_gemm_row(aRow, r)] = ra[r];
+      bs[buf][pl_gemm_k(bRow, r)][pl_gemm_row(bRow, r)] = rb[r];
     }
+  };
+  float acc[8][8];
+#pragma unroll
+  for (int i = 0; i < 8; i++)
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
+  const int kTiles = kHi > kLo ? (int)((kHi - kLo + PL_TILE_K - 1) / PL_TILE_K) : 0;
+  if (kTiles > 0) {
+    load(kLo);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < kTiles; t++) {
+    const int buf = t % 2;
+    if (t + 1 < kTiles) load(kLo + (i64)(t + 1) * PL_TILE_K);
+#pragma unroll
+    for (int kk = 0; kk < PL_TILE_K; kk++) {
+      const pl_f4 a0 = *(const pl_f4*)&as[buf][kk][4 * ty], a1 = *(const pl_f4*)&as[buf][kk][PL_TILE_M / 2 + 4 * ty];
+      const pl_f4 b0 = *(const pl_f4*)&bs[buf][kk][4 * tx], b1 = *(const pl_f4*)&bs[buf][kk][PL_TILE_N / 2 + 4 * tx];
+      const float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+      for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[i][j] = __fadd_rn(acc[i][j], __fmul_rn(a[i], b[j]));
+    }
+    // The other buffer was last read before the previous barrier.
+    if (t + 1 < kTiles) store(buf ^ 1);
     __syncthreads();
   }
   float* C = (float*)p.c;
   const float* bias = (const float*)p.bias;
   float* P = (float*)p.partials + chunk * p.m * p.n;
-  for (int i = 0; i < 4; i++) {
-    const i64 gm = m0 + ty + 16 * i;
+#pragma unroll
+  for (int i = 0; i < 8; i++) {
+    const i64 gm = m0 + PL_TILE_M / 2 * (i / 4) + 4 * ty + i % 4;
     if (gm >= p.m) continue;
-    for (int j = 0; j < 4; j++) {
-      const i64 gn = n0 + tx + 16 * j;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const i64 gn = n0 + PL_TILE_N / 2 * (j / 4) + 4 * tx + j % 4;
       if (gn >= p.n) continue;
       float v = acc[i][j];
       if (split) {

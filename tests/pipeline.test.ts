@@ -153,7 +153,7 @@ describe('pipeline kernels', () => {
     }
   });
 
-  test('split k (the weight gradients): the kernels compiled for the host give the host GEMM\'s bits, near the exact sums', async (t) => {
+  test('split k (the weight gradients) and k in one piece: the kernels compiled for the host give the host GEMM\'s bits, near the exact sums', async (t) => {
     const compiler = hostCompiler();
     const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-gemm-'));
     try {
@@ -162,14 +162,26 @@ describe('pipeline kernels', () => {
         { m: 70, n: 45, k: 1100, transA: true, relu: false },
         { m: 16, n: 13, k: 8200, transA: true, relu: true },
         { m: 33, n: 70, k: 600, transA: false, relu: true },
+        // Against the kernel's 128 x 128 x 16 tiles: partial tiles in m, n and k, tiles smaller than
+        // a thread's 8 x 8, several tiles each way, and both layouts of A and of B.
+        { m: 130, n: 70, k: 37, transA: false, transB: true, relu: true },
+        { m: 130, n: 70, k: 37, transA: true, transB: false, relu: false },
+        { m: 5, n: 3, k: 37, transA: true, transB: true, relu: false },
+        { m: 5, n: 3, k: 1, transA: false, transB: false, relu: true },
+        { m: 257, n: 200, k: 1030, transA: false, transB: true, relu: false },
+        { m: 3, n: 129, k: 600, transA: false, transB: false, relu: true },
       ];
       for (const [i, c] of cases.entries()) {
-        const label = `m ${c.m} n ${c.n} k ${c.k} (${gemmChunks(c.k).count} chunks of ${gemmChunks(c.k).size})`;
+        const { count, size } = gemmChunks(c.k);
+        const label = `m ${c.m} n ${c.n} k ${c.k} transA ${c.transA} transB ${c.transB ?? false} (${count} chunks of ${size})`;
         const [r] = await runRanks<GemmArg, GemmResult>({ backend: 'cpu', ranks: 1 }, programs, 'gemm', { ...c, emulator, seed: 1000 + i });
-        if (r.kernels) assert.deepEqual(r.kernels, r.host, `${label}: kernels against the host`);
-        assert.ok(r.host.some((v, j) => v !== r.unsplit[j]), `${label}: the split sum differs from one pass somewhere (it is taken)`);
-        const worst = Math.max(...r.host.map((v, j) => Math.abs(v - r.exact[j])));
-        assert.ok(worst < 1e-3, `${label}: ${worst} from the float64 sum`);
+        if (r.kernels) assert.deepEqual(r.kernels, r.host, `${label}: kernels against the host, split k`);
+        if (r.kernelsUnsplit) assert.deepEqual(r.kernelsUnsplit, r.unsplit, `${label}: kernels against the host, k in one piece`);
+        if (count > 1) assert.ok(r.host.some((v, j) => v !== r.unsplit[j]), `${label}: the split sum differs from one pass somewhere (it is taken)`);
+        for (const [what, got] of [['split', r.host], ['unsplit', r.unsplit]] as const) {
+          const worst = Math.max(...got.map((v, j) => Math.abs(v - r.exact[j])));
+          assert.ok(worst < 1e-3, `${label}: ${what}: ${worst} from the float64 sum`);
+        }
       }
       if (compiler === undefined) t.diagnostic('no host C++ compiler (g++ or clang++): the kernels were not run, the host GEMM was');
     } finally {

@@ -43,8 +43,9 @@ export interface KernelDevice {
 }
 
 const THREADS = 256;
-/** kernels/pipeline.cu PL_TILE: a GEMM block computes a 64 x 64 tile of C. */
-const GEMM_TILE = 64;
+/** kernels/pipeline.cu PL_TILE_M, PL_TILE_N: a GEMM block computes a 128 x 128 tile of C. */
+const GEMM_TILE_M = 128;
+const GEMM_TILE_N = 128;
 /** kernels/pipeline.cu PL_LOSS_THREADS: the loss is one block of them (its summation order). */
 const LOSS_THREADS = 256;
 
@@ -82,7 +83,7 @@ export class KernelCompute implements Compute {
     this.#launch('bag', 'pl_scatter_update', { ...a }, blocks(a.bags * a.dim), THREADS, s);
   }
   gemm(s: Stream, a: GemmArgs): void {
-    const tiles = Math.ceil(a.m / GEMM_TILE) * Math.ceil(a.n / GEMM_TILE);
+    const tiles = Math.ceil(a.m / GEMM_TILE_M) * Math.ceil(a.n / GEMM_TILE_N);
     const chunks = a.partials ? gemmChunks(a.k) : { count: 1, size: a.k };
     if (chunks.count === 1) {
       this.#launch('gemm', 'pl_gemm', { ...a, partials: undefined, kChunk: a.k }, tiles, THREADS, s);

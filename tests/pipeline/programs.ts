@@ -106,21 +106,25 @@ export interface GemmArg {
   n: number;
   k: number;
   transA: boolean;
+  /** B stored n-major (the forward pass's weights), else k-major. */
+  transB?: boolean;
   relu: boolean;
 }
 
 export interface GemmResult {
-  /** C from the host's GEMM, split k; from the kernels (when an emulator is given); and from the host unsplit. */
+  /** C from the host's GEMM and from the kernels (when an emulator is given), split k and unsplit. */
   host: number[];
   kernels?: number[];
   unsplit: number[];
+  kernelsUnsplit?: number[];
   /** The float64 sum of every output, bias and ReLU applied. */
   exact: number[];
 }
 
-/** One GEMM on random data, k split as the weight gradients' is (B k-major, A either way), bias and ReLU. */
+/** One GEMM on random data, k split as the weight gradients' is and in one piece, bias and ReLU. */
 export async function gemm(comm: Comm, arg: GemmArg): Promise<GemmResult> {
   const { m, n, k, transA, relu } = arg;
+  const transB = arg.transB ?? false;
   let s = arg.seed >>> 0;
   const rand = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 2 - 1;
   const A = Float32Array.from({ length: m * k }, rand);
@@ -133,21 +137,26 @@ export async function gemm(comm: Comm, arg: GemmArg): Promise<GemmResult> {
   };
   const [a, b, bi] = [buf(A), buf(B), buf(bias)];
   const lda = transA ? m : k;
+  const ldb = transB ? k : n;
   const exact = Array.from({ length: m * n }, (_, i) => {
     const [r, c] = [Math.floor(i / n), i % n];
     let v = bias[c];
-    for (let q = 0; q < k; q++) v += A[transA ? q * m + r : r * k + q] * B[q * n + c];
+    for (let q = 0; q < k; q++) v += A[transA ? q * m + r : r * k + q] * B[transB ? c * k + q : q * n + c];
     return relu && !(v > 0) ? 0 : v;
   });
   const partials = comm.alloc(4 * Math.max(1, gemmPartialFloats(m, n, k)));
   const run = (compute: Compute, split: boolean): number[] => {
     const c = comm.alloc(4 * m * n);
-    compute.gemm(compute.compute, { a: at4(a), b: at4(b), c: at4(c), bias: at4(bi), m, n, k, lda, ldb: n, ldc: n, transA, transB: false, relu, partials: split ? at4(partials) : undefined });
+    compute.gemm(compute.compute, { a: at4(a), b: at4(b), c: at4(c), bias: at4(bi), m, n, k, lda, ldb, ldc: n, transA, transB, relu, partials: split ? at4(partials) : undefined });
     compute.sync(compute.compute);
     return Array.from(new Float32Array(comm.read(c, 0, 4 * m * n).slice().buffer));
   };
   const host = await createCompute(comm);
   const out: GemmResult = { host: run(host, true), unsplit: run(host, false), exact };
-  if (arg.emulator !== undefined) out.kernels = run(emulatedCompute(arg.emulator), true);
+  if (arg.emulator !== undefined) {
+    const kernels = emulatedCompute(arg.emulator);
+    out.kernels = run(kernels, true);
+    out.kernelsUnsplit = run(kernels, false);
+  }
   return out;
 }
