@@ -291,9 +291,6 @@ static_assert(sizeof(GemmArgs) == 15 * 8, "GemmArgs: 8-byte fields");
 #define PL_TILE_PAD 4        // rows stay float4-aligned; the 8 k a warp stores land 4 banks apart
 #define PL_GEMM_THREADS 256  // 16 x 16, each 8 x 8 outputs
 static_assert(PL_TILE_M == 128 && PL_TILE_N == 128 && PL_TILE_K == 16 && PL_GEMM_THREADS == 256, "pl_gemm's thread layout");
-// At most 128 registers a thread, so that two blocks share an SM and one's barrier is the other's
-// issue time. One macro argument: tests/support/cuda-on-host.hpp's __launch_bounds__ takes one.
-#define PL_GEMM_BOUNDS PL_GEMM_THREADS, 2
 
 struct alignas(16) pl_f4 {
   float x, y, z, w;
@@ -309,7 +306,8 @@ __device__ __forceinline__ int pl_gemm_k(bool alongRow, int r) {
   return alongRow ? threadIdx.x / PL_TILE_M + 2 * r : threadIdx.x % 8 + 8 * (r % 2);
 }
 
-extern "C" __global__ void __launch_bounds__(PL_GEMM_BOUNDS) pl_gemm(const GemmArgs p) {
+// At least two blocks an SM (at most 128 registers a thread): one's barrier is the other's issue time.
+extern "C" __global__ void __launch_bounds__(PL_GEMM_THREADS, 2) pl_gemm(const GemmArgs p) {
   alignas(16) __shared__ float as[2][PL_TILE_K][PL_TILE_M + PL_TILE_PAD];
   alignas(16) __shared__ float bs[2][PL_TILE_K][PL_TILE_N + PL_TILE_PAD];
   const float* A = (const float*)p.a;

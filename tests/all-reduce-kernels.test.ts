@@ -14,12 +14,12 @@ import { allReduceBlocks } from '../src/backends/cuda/all-reduce.js';
 import { AR_PARAMS_BYTES, ArDtype, ArOp, writeArParams } from '../src/backends/cuda/kernel-params.js';
 import { allReduceOffset, AR_HEADER, AR_TILE_BYTES, arOneShotBytes, arRounds, arSharedBytes, arSlots, arStageBytes, laneEnd } from '../src/backends/cuda/layout.js';
 import { kernelsDir } from '../src/jit/module.js';
+import { nvcc } from './support/kernel-source.js';
 import { probeDefines, probeNumber } from '../src/backends/cuda/probe-defines.js';
 import { UsageError } from '../src/errors.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
 const header = readFileSync(join(kernelsDir(), 'all-reduce.cuh'), 'utf8');
-const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
 
 function define(source: string, name: string): number {
   const m = new RegExp(`^#define ${name} \\(?(\\d+)(?: << (\\d+))?\\)?`, 'm').exec(source);
@@ -115,7 +115,8 @@ describe('allReduce kernels mirrored in TypeScript', () => {
   });
 
   test('allReduce region and staging: the headers compiled for the host give what layout.ts computes', (t) => {
-    if (nvcc === undefined) return t.skip('nvcc not found: the layout cannot be compiled here (CI has nvcc)');
+    const compiler = nvcc;
+    if (compiler === undefined) return t.skip('nvcc not found: the layout cannot be compiled here (CI has nvcc)');
     const dir = mkdtempSync(join(tmpdir(), 'a2av-ar-layout-'));
     try {
       const worlds = [1, 2, 3, 7, 8, 16, 72, 160];
@@ -130,7 +131,7 @@ describe('allReduce kernels mirrored in TypeScript', () => {
           `  }\n}\n`,
       );
       const hostLayout = (defines: string[]) => {
-        execFileSync(nvcc, ['-std=c++17', ...defines, `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
+        execFileSync(compiler, ['-std=c++17', ...defines, `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
         return execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n').map((l) => l.split(' ').map(Number));
       };
       assert.deepEqual(hostLayout([]), expectedLayout(worlds));

@@ -2,7 +2,7 @@
 // driver's hardware queues, which depend on whether the process is a launched rank.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { queueShortfall, shareHardwareQueues } from '../src/cuda/driver.js';
+import { queueShortfall, shareHardwareQueues } from '../src/cuda/hardware-queues.js';
 import { UsageError } from '../src/errors.js';
 import { firstHost, jobId, rankEnv, storeToken } from '../src/world/env.js';
 

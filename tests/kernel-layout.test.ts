@@ -3,7 +3,7 @@
 // from the sources, and the pad layout is computed by the headers themselves, compiled by nvcc
 // for the host (skipped with a message where nvcc is missing; CI has it).
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +15,7 @@ import { MAX_EXPERTS_PER_RANK } from '../src/backends/backend.js';
 import { writeXParams, X_PARAMS_BYTES } from '../src/backends/cuda/kernel-params.js';
 import { EVENT_RING } from '../src/backends/stream-lane.js';
 import { kernelsDir } from '../src/jit/module.js';
+import { nvcc } from './support/kernel-source.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
 const kernel = readFileSync(join(kernelsDir(), 'a2av.cu'), 'utf8');
@@ -96,7 +97,6 @@ describe('kernel structures mirrored in TypeScript', () => {
   });
 
   test('pad layout: the headers compiled for the host give the offsets layout.ts computes', (t) => {
-    const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
     if (nvcc === undefined) return t.skip('nvcc not found: the layout cannot be compiled here (CI has nvcc)');
     const dir = mkdtempSync(join(tmpdir(), 'a2av-layout-'));
     try {

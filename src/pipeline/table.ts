@@ -56,6 +56,7 @@ export function pipelineRows(results: readonly PipelineResult[]): PipelineReport
   return { rows, problems, notes };
 }
 
+const VS_NCCL = 'vs nccl one-lane';
 const COLUMNS: ReadonlyArray<{ title: string; cell: (r: PipelineRow) => string }> = [
   { title: 'backend', cell: (r) => r.backend },
   { title: 'arm', cell: (r) => r.arm },
@@ -63,7 +64,7 @@ const COLUMNS: ReadonlyArray<{ title: string; cell: (r: PipelineRow) => string }
   { title: 'step µs', cell: (r) => formatMicros(r.steps.medianUs) },
   { title: 'p10-p90 µs', cell: (r) => `${formatMicros(r.steps.p10Us)}-${formatMicros(r.steps.p90Us)}` },
   { title: 'vs one-lane', cell: (r) => (r.vsOneLane === null ? '-' : `${r.vsOneLane.toFixed(3)}×`) },
-  { title: 'vs nccl one-lane', cell: (r) => (r.vsNcclOneLane === null ? '-' : `${r.vsNcclOneLane.toFixed(3)}×`) },
+  { title: VS_NCCL, cell: (r) => (r.vsNcclOneLane === null ? '-' : `${r.vsNcclOneLane.toFixed(3)}×`) },
   { title: 'compute µs', cell: (r) => formatMicros(r.computeUs) },
   { title: 'exposed comm µs', cell: (r) => formatMicros(r.exposedUs) },
   { title: 'host blocked µs', cell: (r) => formatMicros(r.hostBlockedUs) },
@@ -75,14 +76,15 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
   const first = results[0];
   const s = first.shape;
   const { rows, problems, notes } = pipelineRows(results);
-  const columns = COLUMNS.filter((c) => c.title !== 'vs nccl one-lane' || rows.some((r) => r.vsNcclOneLane !== null));
+  const withNccl = rows.some((r) => r.vsNcclOneLane !== null);
+  const columns = withNccl ? COLUMNS : COLUMNS.filter((c) => c.title !== VS_NCCL);
   const head = [
     `# a2av bench pipeline: ${s.name} (${s.features} features, dim ${s.dim}, ${s.rows} rows a table, batch ${s.batch} a rank, pooling ${s.pooling}, ` +
       `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${first.ranks} rank${first.ranks === 1 ? '' : 's'}, ${first.device}, ${first.date}`,
     `# ${first.iters} timed steps after ${first.warmup} warm-up steps; each step's figure is the slowest rank's; step µs = median, p10-p90 = its spread`,
     ...(first.inputDistBlocks === undefined ? [] : [`# input dist: at most ${first.inputDistBlocks} thread blocks per all-to-all (its lane's SM budget; cuda)`]),
     ...results.map((r) => `# ${r.backend} clock: ${r.clock}`),
-    ...(columns.length === COLUMNS.length ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),
+    ...(withNccl ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),
     '# vs one-lane = it/s over the same backend\'s one-lane it/s; compute µs = the compute stream busy per step (median); ' +
       'exposed comm µs = median of (step − compute): the compute waiting, mostly for collectives',
     '# host blocked µs = per step, the host inside collective calls (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself)',

@@ -3,6 +3,7 @@
 import { pathToFileURL } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import { defaultBackend } from '../backends/create.js';
+import { useEveryHardwareQueue } from '../cuda/hardware-queues.js';
 import { RankExitedError, UsageError } from '../errors.js';
 import { reviveError } from './error-transfer.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
@@ -27,11 +28,9 @@ export type RankFailure = Error & { failedRank: number };
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
   const ranks = opts.ranks;
   if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${ranks}`);
-  // Ranks sharing a GPU each drive their own streams; with the driver's default of 8 hardware
-  // queues, streams of different ranks share queues and falsely serialise. Read at context creation,
-  // which happens in the rank threads, after this (the environment is the process's); and before
-  // the default backend's probe, which loads the driver.
-  if ((opts.backend ?? 'cuda') === 'cuda') process.env.CUDA_DEVICE_MAX_CONNECTIONS ??= '32';
+  // Ranks sharing a GPU each drive their own streams (hardware-queues.ts says why they need a queue
+  // each). Set here, before the rank threads or the default backend's probe start the driver.
+  if ((opts.backend ?? 'cuda') === 'cuda') useEveryHardwareQueue();
   const backend = opts.backend ?? (await defaultBackend(null));
   const broker = new ThreadStoreBroker();
   const run = new RankRun<R>(ranks, opts.onReport);

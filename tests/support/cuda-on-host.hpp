@@ -26,7 +26,7 @@ inline std::barrier<>* blockBarrier;
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 
 inline void __syncthreads() { blockBarrier->arrive_and_wait(); }

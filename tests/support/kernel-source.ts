@@ -21,13 +21,14 @@ export function assertStructsMatch(file: string, specs: Readonly<Record<string, 
     const fields = [...body[1].matchAll(/^\s*(u64|i64|double) (\w+);/gm)].map((m) => [m[2], KINDS[m[1]]]);
     assert.deepEqual(fields, spec.fields.map(([n, k]) => [n, k]), spec.struct);
     assert.match(source, new RegExp(`static_assert\\(sizeof\\(${spec.struct}\\) == ${spec.fields.length} \\* 8`), `${spec.struct}'s size is asserted`);
-    for (const k of spec.kernels) assert.match(source, new RegExp(`__global__ void (__launch_bounds__\\(\\w+\\) )?${k}\\(const ${spec.struct} p\\)`), k);
+    for (const k of spec.kernels) assert.match(source, new RegExp(`__global__ void (__launch_bounds__\\([\\w, ]+\\) )?${k}\\(const ${spec.struct} p\\)`), k);
   }
-  const kernels = [...source.matchAll(/__global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(/g)].map((m) => m[1]).sort();
+  const kernels = [...source.matchAll(/__global__ void (?:__launch_bounds__\([\w, ]+\) )?(\w+)\(/g)].map((m) => m[1]).sort();
   assert.deepEqual(kernels, Object.values(specs).flatMap((s) => s.kernels).sort(), 'every kernel has a spec');
 }
 
-const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
+/** nvcc, where there is one (CI has it; GPU machines may not). */
+export const nvcc = ['nvcc', '/usr/local/cuda/bin/nvcc'].find((c) => spawnSync(c, ['--version']).status === 0);
 
 /** `file` compiles for sm_90 under nvcc, with `args` besides; skips `t` where there is no nvcc. */
 export function assertCompilesForDevice(t: TestContext, file: string, args: string[] = []): void {

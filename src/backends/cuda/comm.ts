@@ -21,7 +21,7 @@ import type {
   Stream,
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
-import { queueShortfall } from '../../cuda/driver.js';
+import { queueShortfall } from '../../cuda/hardware-queues.js';
 import type { KernelModule } from '../../jit/module.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
@@ -55,12 +55,10 @@ export interface CudaCommInit {
   peerDevices: CudaDevice[];
 }
 
-/** A graph being recorded: its stream, and the lane of each call it holds, in issue order. */
+/** A graph being recorded: its stream, and the lane and operation of each call it holds, in issue order. */
 interface Capture {
   stream: CudaStream;
-  calls: CudaLane[];
-  /** Each captured call's operation, for its error's message. */
-  whats: string[];
+  calls: { lane: CudaLane; what: string }[];
 }
 
 export class CudaComm implements Comm, CheckContext, HostWaiter {
@@ -289,8 +287,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   #finish(lane: CudaLane, what: string): Handle {
     if (this.#capture) {
       // Its sequence number is known only when a replay is launched: the replay's handle reports it.
-      this.#capture.calls.push(lane);
-      this.#capture.whats.push(what);
+      this.#capture.calls.push({ lane, what });
       return lane.finish(this, `${what} captured on lane ${lane.index}`, () => {
         return new UsageError(`rank ${this.rank}: a captured call has no outcome of its own; wait on the handle its replay's launch() returns`);
       });
@@ -303,18 +300,18 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   capture(stream: Stream, fn: () => void): Replay {
     const s = stream as CudaStream;
     if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
-    const capture: Capture = { stream: s, calls: [], whats: [] };
+    const capture: Capture = { stream: s, calls: [] };
     this.#capture = capture;
     let graph: CudaGraph;
     try {
       graph = this.#device.capture(s, () => {
         fn();
-        for (const lane of new Set(capture.calls)) s.waitEvent(lane.lastEvent());
+        for (const lane of new Set(capture.calls.map((c) => c.lane))) s.waitEvent(lane.lastEvent());
       });
     } finally {
       this.#capture = undefined;
     }
-    const perLane = this.#lanes.map((lane) => capture.calls.filter((l) => l === lane).length);
+    const perLane = this.#lanes.map((lane) => capture.calls.filter((c) => c.lane === lane).length);
     const most = Math.max(...perLane);
     if (most > STATUS_RING) {
       graph.destroy();
@@ -326,7 +323,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         const target = (on as CudaStream | undefined) ?? s;
         for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
         graph.launch(target);
-        const calls: LaneCall[] = capture.calls.map((lane, i) => ({ lane, seq: ++lane.seq, what: capture.whats[i] }));
+        const calls: LaneCall[] = capture.calls.map(({ lane, what }) => ({ lane, seq: ++lane.seq, what }));
         // The graph ends joined on `target`: one checkpoint there covers its calls on every lane.
         for (const [i, n] of perLane.entries()) if (n > 0) this.#lanes[i].pacer.mark(target, this.#lanes[i].seq, true);
         return this.#marks.handle(this, target, `a graph replay of ${calls.length} calls`, () => this.#outcome(calls));
