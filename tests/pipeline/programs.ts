@@ -6,6 +6,7 @@ import { Model } from '../../src/pipeline/model.js';
 import { Layout, shapeOf, type ShapeName } from '../../src/pipeline/shapes.js';
 import { runArm, type Arm } from '../../src/pipeline/train.js';
 import { emulatedCompute } from './emulated-device.js';
+import { Rng } from '../conformance/reference.js';
 
 export interface ArmsArg {
   shape: ShapeName;
@@ -125,8 +126,8 @@ export interface GemmResult {
 export async function gemm(comm: Comm, arg: GemmArg): Promise<GemmResult> {
   const { m, n, k, transA, relu } = arg;
   const transB = arg.transB ?? false;
-  let s = arg.seed >>> 0;
-  const rand = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) * 2 - 1;
+  const rng = new Rng(arg.seed, 0x6e);
+  const rand = () => (rng.next() / 2 ** 32) * 2 - 1;
   const A = Float32Array.from({ length: m * k }, rand);
   const B = Float32Array.from({ length: k * n }, rand);
   const bias = Float32Array.from({ length: n }, rand);
