@@ -287,9 +287,10 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   const u32 flag = ll_flag(seq);
   i64* const ready = p.scratch + 1;  // [0] the call block 0 has decided, [1] how (XF_*)
   const PlanArrays left = plan_arrays(p.plan, W);
-  // A2AV_PROBE_XF_ALL_POLL (a probe's define): every block polls every packet and lays out the
-  // call itself, with no flag from block 0 (measured faster across GPUs, docs/perf.md).
-#ifndef A2AV_PROBE_XF_ALL_POLL
+  // Every block polls every packet and lays out the call itself: no flag hop from block 0 (about
+  // 2 µs faster across GPUs, no slower on one: docs/perf.md). A2AV_PROBE_XF_BLOCK0_POLL (a probe's
+  // define) brings back block 0 polling alone and the others waiting on its flag.
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
   if (blockIdx.x != 0) {
     if (tid == 0) {
       // Block 0 records any timeout (its own wait may start later: this one is twice as long).
@@ -504,7 +505,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   // block 0 waits for the blocks every peer announced.
   __syncthreads();
   for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
-  if (blockIdx.x != 0) return;  // only with A2AV_PROBE_XF_ALL_POLL: the others left above
+  if (blockIdx.x != 0) return;  // with A2AV_PROBE_XF_BLOCK0_POLL the others left above
   const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return hdr[q * XF_HDR + A2AV_X1_HEADER + 1]; });
   if (__syncthreads_and(ok) && tid == 0) st_volatile(&h->seq, seq);
 }

@@ -7,8 +7,8 @@
 // A config may give "maxBlocks" (the calls' SM budget: with at most half the resident share, the
 // next call's kernel is launched early and its exchange overlaps this call's copy).
 // A2AV_PROBE_DEFINES=A2AV_PROBE_NO_COPY times every call without its data (the kernels' exchange and
-// completion alone; results are then wrong by design), A2AV_PROBE_XF_ALL_POLL has every block of
-// x_fused poll the packets and lay out the call (no flag from block 0); A2AV_PROBE_ONLY=dg,oneg picks timings,
+// completion alone; results are then wrong by design), A2AV_PROBE_XF_BLOCK0_POLL has block 0 of
+// x_fused alone poll the packets and the other blocks wait on its flag; A2AV_PROBE_ONLY=dg,oneg picks timings,
 // A2AV_PROBE_ITERS fixes the calls per loop, A2AV_MOE_FUSED=0 takes the three-kernel MoE path.
 import { runRanks } from '../../dist/src/world/threads.js';
 
