@@ -1,6 +1,6 @@
 // allReduce: the sum of every rank's input in every rank's output, in the order of
 // src/collectives/reduce.ts (rank 0 first, in f32), so every rank and run gets the same bits.
-// Per rank and call, two launches:
+// Per rank and call, one launch (one-shot) or two (rounds):
 //   ar_reduce  block 0 sends every peer this call's header (count, dtype, op, output id) as LL
 //              packets; every block waits for all headers and refuses the call when any differs
 //              from rank 0's (every rank sees the same headers, so all refuse or none does; nothing
@@ -8,7 +8,11 @@
 //              - one-shot (up to ar_one_shot_bytes): every rank pushes its input to every peer as LL
 //                packets (data and flag in one store: no fence, no round trip) and sums all of
 //                them itself, into its own output. Pushed before the headers are checked, into an
-//                area only one-shot calls use, sized for any call that takes this path.
+//                area only one-shot calls use, sized for any call that takes this path. Nothing
+//                is written to a peer's output, and the packet areas alternate by the call's parity
+//                (config.cuh says why that is safe), so the call needs no completion exchange: the
+//                last of its blocks to finish numbers it. Refused, it completes as ar_done would
+//                (a peer whose call was not one-shot runs ar_done and waits for this rank's signal).
 //              - rounds (larger): in round k, rank o owns tile kW + o of the buffer; every rank
 //                copies its share of that tile into o's staging slot and raises ready, o sums the
 //                W shares in rank order and writes the sum into every rank's output, then frees
@@ -17,8 +21,8 @@
 //                not read by peers: it may be any buffer of its rank. In place is safe: a rank
 //                reads its share of a tile before raising ready, and only then does the owner
 //                write the tile's sum there.
-//   ar_done    completion (complete_call, one signal per peer): after it, every peer's writes into
-//              this rank's output are visible, and the staging may be used again.
+//   ar_done    after rounds, completion (complete_call, one signal per peer): after it, every peer's
+//              writes into this rank's output are visible, and the staging may be used again.
 // Every wait is bounded by the lane's timeout and ends in a record naming the missing rank.
 //
 // Staging slots are numbered by round, lane-wide: ar_done adds the call's rounds to the lane's
@@ -30,21 +34,22 @@
 // One-shot, before the headers are checked: this rank's input, 8 bytes a packet, to every peer.
 __device__ void ar_push_packets(const ArCall& c, i64 bytes, u32 flag) {
   const ArParams& p = c.p;
-  const int W = p.world, me = p.rank;
+  const int W = p.world, me = p.rank, parity = (int)(c.seq & 1);
   const i64 words = (bytes + 7) / 8;
   for (i64 w = (i64)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += (i64)gridDim.x * blockDim.x) {
     u32 x[2];
     ar_load8(p.input + 8 * w, bytes - 8 * w, x);
     const i64 v = (i64)(((u64)x[1] << 32) | x[0]);
-    for (int i = 1; i < W; ++i) ll_store(ar_stage_ll(c.stages[(me + i) % W], W, me) + w, v, flag);
+    for (int i = 1; i < W; ++i) ll_store(ar_stage_ll(c.stages[(me + i) % W], W, parity, me) + w, v, flag);
   }
 }
 
-// One-shot: every source's packets, summed in rank order into this rank's output.
+// One-shot: every source's packets, summed in rank order into this rank's output. False when a
+// wait did not end well (recorded).
 template <int DT>
-__device__ void ar_one_shot(const ArCall& c, i64 bytes, u32 flag) {
+__device__ bool ar_one_shot(const ArCall& c, i64 bytes, u32 flag) {
   const ArParams& p = c.p;
-  const int W = p.world, me = p.rank;
+  const int W = p.world, me = p.rank, parity = (int)(c.seq & 1);
   const i64 words = (bytes + 7) / 8;
   const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
   for (i64 w = (i64)blockIdx.x * blockDim.x + threadIdx.x; w < words; w += (i64)gridDim.x * blockDim.x) {
@@ -56,7 +61,7 @@ __device__ void ar_one_shot(const ArCall& c, i64 bytes, u32 flag) {
       } else {
         i64 v;
         // The peer sent its header for this call: it got that far.
-        if (c.failed(ar_wait_packet(ar_stage_ll(c.stages[me], W, q) + w, flag, deadline, c.h, &v), q, c.seq, A2AV_WAIT_AR_DATA)) return;
+        if (c.failed(ar_wait_packet(ar_stage_ll(c.stages[me], W, parity, q) + w, flag, deadline, c.h, &v), q, c.seq, A2AV_WAIT_AR_DATA)) return false;
         x[0] = (u32)v;
         x[1] = (u32)((u64)v >> 32);
       }
@@ -67,6 +72,20 @@ __device__ void ar_one_shot(const ArCall& c, i64 bytes, u32 flag) {
     acc.out(o);
     ar_store8(c.outs[me] + 8 * w, bytes - 8 * w, o);
   }
+  return true;
+}
+
+// The end of a one-shot call on every block that got this far: the last block to finish numbers
+// the call, unless the lane has given up. Blocks that read the lane's number at their start have
+// all finished by then (a block counts itself only after that read).
+__device__ void ar_one_shot_finish(const ArCall& c) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  i64* finished = lane_ar_rounds(c.lane, c.p.world) + 2;
+  __threadfence();
+  if (atomicAdd((unsigned long long*)finished, 1ull) != (unsigned long long)gridDim.x - 1) return;
+  *finished = 0;
+  if (ld_volatile(&c.h->abort.code) == A2AV_OK) st_volatile(&c.h->seq, c.seq);
 }
 
 // Rounds: copies this rank's share of round k into every other owner's slot, then raises ready there.
@@ -194,6 +213,7 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   if (sAbort) return;
   const ArCall c{p, h, lane, outs, stages, sSeq, sBase};
   const u32 flag = ll_flag(c.seq);
+  const int parity = (int)(c.seq & 1);
   const i64 bytes = p.count * (p.dtype == AR_BF16 ? 2 : 4);
   const bool oneShot = bytes <= ar_one_shot_bytes(W);
 
@@ -201,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
     for (int k = tid; k < W * A2AV_AR_HEADER; k += nt) {
       const int q = k / A2AV_AR_HEADER, j = k % A2AV_AR_HEADER;
       const i64 v = j == 0 ? p.count : j == 1 ? p.dtype : j == 2 ? p.op : p.outId;
-      ll_store(lane_ar_header(p.padPeers[q] + p.laneOffset, W, me) + j, v, flag);
+      ll_store(lane_ar_header(p.padPeers[q] + p.laneOffset, W, parity, me) + j, v, flag);
     }
   if (oneShot) ar_push_packets(c, bytes, flag);
 
@@ -210,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   for (int k = tid; k < W * A2AV_AR_HEADER; k += nt) {
     const int q = k / A2AV_AR_HEADER;
     i64 v;
-    if (c.failed(ar_wait_packet(lane_ar_header(lane, W, q) + k % A2AV_AR_HEADER, flag, deadline, h, &v), q, v, A2AV_WAIT_AR_HEADER)) {
+    if (c.failed(ar_wait_packet(lane_ar_header(lane, W, parity, q) + k % A2AV_AR_HEADER, flag, deadline, h, &v), q, v, A2AV_WAIT_AR_HEADER)) {
       failed = true;
       break;
     }
@@ -236,17 +256,30 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
     const i64 tileElements = p.dtype == AR_BF16 ? ArType<AR_BF16>::tileElements : ArType<AR_F32>::tileElements;
     lane_ar_rounds(lane, W)[1] = c.base + (refused || oneShot ? 0 : ar_round_count(p.count, tileElements, W));
   }
-  if (refused) return;
+  if (refused && !oneShot) return;  // ar_done completes it
+  if (refused) {
+    // As ar_done: one signal to every peer, then theirs (a peer whose call was not one-shot waits
+    // for it in its ar_done).
+    if (blockIdx.x == 0) {
+      fence_peers();
+      for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
+      if (!__syncthreads_and(await_done(h, lane, W, me, c.seq, p.timeoutNs, [](int) { return (i64)1; }))) return;
+    }
+    ar_one_shot_finish(c);
+    return;
+  }
 
-  if (p.dtype == AR_BF16) {
-    if (oneShot) ar_one_shot<AR_BF16>(c, bytes, flag);
-    else ar_rounds<AR_BF16>(c);
+  if (oneShot) {
+    const bool ok = p.dtype == AR_BF16 ? ar_one_shot<AR_BF16>(c, bytes, flag) : ar_one_shot<AR_F32>(c, bytes, flag);
+    if (!__syncthreads_and(ok)) return;
+    ar_one_shot_finish(c);
+  } else if (p.dtype == AR_BF16) {
+    ar_rounds<AR_BF16>(c);
   } else {
-    if (oneShot) ar_one_shot<AR_F32>(c, bytes, flag);
-    else ar_rounds<AR_F32>(c);
+    ar_rounds<AR_F32>(c);
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // ar_done (launched early) may be scheduled now; it waits for this grid to finish.
+  // ar_done or the lane's next kernel (launched early) may be scheduled now; it waits for this grid to finish.
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }

@@ -131,17 +131,20 @@ __host__ __device__ __forceinline__ uint4* lane_mv(u8* lane, int W, int parity, 
   return lane_x2(lane, W, 2, 0) + ((i64)parity * W + src) * 2;
 }
 // allReduce (kernels/all-reduce.cu). Its region of a lane, after the MoE packets:
-//   ar_header[src][A2AV_AR_HEADER]  LL packets: src's call (count, dtype, op, output id). One slot per
-//                                   source, no parity: a peer writes call s + 1's only after completing
-//                                   call s, which needs this rank's done signal of s, sent once this
-//                                   rank's kernels of s have read everything
+//   ar_header[parity][src][A2AV_AR_HEADER]  LL packets: src's call (count, dtype, op, output id), in
+//                                   the slot of the call's parity. A one-shot call has no completion
+//                                   exchange: a peer writes call s + 2's only after it has received this
+//                                   rank's packets of call s + 1 (every call on a lane exchanges with
+//                                   every peer), sent once this rank's kernel of call s had finished
 //   ar_ready[src][slots]            src's tile for this rank is in staging slot s: its round + 1
 //   ar_free[owner][slots]           owner has consumed this rank's tile in its slot s: the round + 1
-//   ar_rounds[2]                    (local) rounds run on this lane so far; the count after this call
+//   ar_rounds[3]                    (local) rounds run on this lane so far; the count after this call;
+//                                   blocks of a one-shot call that have finished (the last numbers it)
 // Rounds are numbered lane-wide (every rank runs the same rounds), so flags only grow.
 #define A2AV_AR_HEADER 4
 // Its staging, a symmetric allocation of its own (ar_stage_bytes a lane):
-//   ll[src][ar_one_shot_bytes / 8]              one-shot calls: src's input as LL packets
+//   ll[parity][src][ar_one_shot_bytes / 8]      one-shot calls: src's input as LL packets (parity: as
+//                                               the headers)
 //   tile[slot][src][A2AV_AR_TILE_BYTES]         larger calls: src's tile for this rank to sum
 // One-shot below ar_one_shot_bytes: every rank pushes its input to every peer, which costs W - 1
 // copies of it (doubled by LL packets), so the limit falls as W grows, and with it the LL area.
@@ -150,17 +153,17 @@ __host__ __device__ __forceinline__ uint4* lane_mv(u8* lane, int W, int parity, 
 #ifdef A2AV_PROBE_AR_TILE_BYTES
 #define A2AV_AR_TILE_BYTES ((i64)A2AV_PROBE_AR_TILE_BYTES)
 #else
-#define A2AV_AR_TILE_BYTES (32 << 10)
+#define A2AV_AR_TILE_BYTES (64 << 10)
 #endif
 #ifdef A2AV_PROBE_AR_ONE_SHOT_MAX
 #define A2AV_AR_ONE_SHOT_MAX ((i64)A2AV_PROBE_AR_ONE_SHOT_MAX)
 #else
-#define A2AV_AR_ONE_SHOT_MAX (256 << 10)
+#define A2AV_AR_ONE_SHOT_MAX (1 << 20)
 #endif
 #ifdef A2AV_PROBE_AR_ONE_SHOT_TOTAL
 #define A2AV_AR_ONE_SHOT_TOTAL ((i64)A2AV_PROBE_AR_ONE_SHOT_TOTAL)
 #else
-#define A2AV_AR_ONE_SHOT_TOTAL (512 << 10)
+#define A2AV_AR_ONE_SHOT_TOTAL (2 << 20)
 #endif
 #ifdef A2AV_PROBE_AR_SLOT_BUDGET
 #define A2AV_AR_SLOT_BUDGET ((i64)A2AV_PROBE_AR_SLOT_BUDGET)
@@ -183,17 +186,21 @@ __host__ __device__ __forceinline__ int ar_slots(int W) {
   return s < 2 ? 2 : s > A2AV_AR_MAX_SLOTS ? A2AV_AR_MAX_SLOTS : (int)s;
 }
 __host__ __device__ __forceinline__ i64 ar_stage_bytes(int W) {
-  return 2 * (i64)W * ar_one_shot_bytes(W) + (i64)ar_slots(W) * W * A2AV_AR_TILE_BYTES;
+  return 4 * (i64)W * ar_one_shot_bytes(W) + (i64)ar_slots(W) * W * A2AV_AR_TILE_BYTES;
 }
-__host__ __device__ __forceinline__ uint4* ar_stage_ll(u8* stage, int W, int src) { return (uint4*)stage + (i64)src * (ar_one_shot_bytes(W) / 8); }
+__host__ __device__ __forceinline__ uint4* ar_stage_ll(u8* stage, int W, int parity, int src) {
+  return (uint4*)stage + ((i64)parity * W + src) * (ar_one_shot_bytes(W) / 8);
+}
 __host__ __device__ __forceinline__ u8* ar_stage_tile(u8* stage, int W, int slot, int src) {
-  return (u8*)ar_stage_ll(stage, W, W) + ((i64)slot * W + src) * A2AV_AR_TILE_BYTES;
+  return (u8*)ar_stage_ll(stage, W, 2, 0) + ((i64)slot * W + src) * A2AV_AR_TILE_BYTES;
 }
-__host__ __device__ __forceinline__ uint4* lane_ar_header(u8* lane, int W, int src) { return lane_mv(lane, W, 2, 0) + (i64)src * A2AV_AR_HEADER; }
-__host__ __device__ __forceinline__ i64* lane_ar_ready(u8* lane, int W, int src) { return (i64*)lane_ar_header(lane, W, W) + (i64)src * ar_slots(W); }
+__host__ __device__ __forceinline__ uint4* lane_ar_header(u8* lane, int W, int parity, int src) {
+  return lane_mv(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_AR_HEADER;
+}
+__host__ __device__ __forceinline__ i64* lane_ar_ready(u8* lane, int W, int src) { return (i64*)lane_ar_header(lane, W, 2, 0) + (i64)src * ar_slots(W); }
 __host__ __device__ __forceinline__ i64* lane_ar_free(u8* lane, int W, int owner) { return lane_ar_ready(lane, W, W) + (i64)owner * ar_slots(W); }
 __host__ __device__ __forceinline__ i64* lane_ar_rounds(u8* lane, int W) { return lane_ar_free(lane, W, W); }
-__host__ __device__ __forceinline__ u8* lane_end(u8* lane, int W) { return (u8*)(lane_ar_rounds(lane, W) + 2); }
+__host__ __device__ __forceinline__ u8* lane_end(u8* lane, int W) { return (u8*)(lane_ar_rounds(lane, W) + 3); }
 
 // A lane's local scratch for the MoE exchange (its own allocation, i64 words):
 //   [0]                            gate: non-zero while the current call must move nothing

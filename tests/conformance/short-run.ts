@@ -33,9 +33,10 @@ const picks: Pick[] = [
   { fn: 'lanes', ranks: 2, arg: { budget: 2048 } },
   // Each handle reads its own call's record from the lane's ring.
   { fn: 'ownOutcomes', ranks: 2, arg: { calls: 6 } },
-  // allReduce: one-shot and, past 256 KiB, rounds of reduce-scatter + all-gather; in place; misuse.
-  { fn: 'allReduce', ranks: 2, arg: { counts: [0, 1, 7, 4099, 70_001] } },
-  { fn: 'allReduce', ranks: 3, arg: { counts: [1, 4099, 70_001] } },
+  // allReduce: one-shot and, past ar_one_shot_bytes (1 MiB at W = 2, 682.5 KiB at W = 3), rounds of
+  // reduce-scatter + all-gather; in place; misuse.
+  { fn: 'allReduce', ranks: 2, arg: { counts: [0, 1, 7, 4099, 300_001] } },
+  { fn: 'allReduce', ranks: 3, arg: { counts: [1, 4099, 300_001] } },
 ];
 
 const backend = (process.argv[2] ?? 'cuda') as BackendName;

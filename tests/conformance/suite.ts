@@ -64,13 +64,13 @@ export const suite: Case[] = [
     name: `allReduce replay W=${W}: a one-shot and a larger call in one graph, new inputs each launch, direct calls between`,
     fn: 'allReduceReplay',
     ranks: W,
-    arg: { launches: 6, counts: [1001, 300_007] },
+    arg: { launches: 6, counts: [1001, 1_300_007] },
   })),
   ...[2, 3].map((W) => ({
     name: `allReduce mismatch W=${W}: another count (on either path), dtype or output is refused on every rank, nothing written`,
     fn: 'allReduceMismatch',
     ranks: W,
-    arg: { large: 300_007 },
+    arg: { large: 1_300_007 },
   })),
   {
     name: `allReduce timeout W=3: a rank that never calls is named (${TIMEOUT_CASE_MS} ms)`,

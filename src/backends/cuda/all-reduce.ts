@@ -1,6 +1,7 @@
-// allReduce on the cuda backend (kernels/all-reduce.cu): what a call queues on its lane. A call is
-// ar_reduce + ar_done, one call on the lane (ar_done numbers it), so handles, records, replays and
-// timeouts work as for allToAllV. Each lane's staging is one symmetric allocation made at set-up:
+// allReduce on the cuda backend (kernels/all-reduce.cu): what a call queues on its lane. A one-shot
+// call is ar_reduce alone (its last block numbers it), a larger one ar_reduce + ar_done (ar_done
+// numbers it): one call on the lane either way, so handles, records, replays and timeouts work as
+// for allToAllV. Each lane's staging is one symmetric allocation made at set-up:
 // allocating while a peer's kernel spins on this rank can stall until its timeout (README).
 import type { Handle, ReduceDtype, Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
@@ -88,6 +89,7 @@ export class AllReduceCalls {
       world: host.worldSize,
     });
     launcher.launch(allReduceBlocks(host.worldSize, a.count, ELEMENT_BYTES[a.dtype], this.#fair), THREADS, lane.stream, this.#smem);
+    if (a.count * ELEMENT_BYTES[a.dtype] <= arOneShotBytes(host.worldSize)) return host.finish(lane, `allReduce of ${a.count} ${a.dtype}`);
     const doneThreads = Math.min(1024, 32 * Math.ceil(host.worldSize / 32));
     if (this.#early) launcher.launchEarly(1, doneThreads, lane.stream, 0, this.#done);
     else launcher.launch(1, doneThreads, lane.stream, 0, this.#done);

@@ -263,7 +263,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     return this.#finish(lane, 'allToAllV');
   }
 
-  /** ar_reduce + ar_done on the lane (all-reduce.ts); the handle reports this call's outcome. */
+  /** ar_reduce (and ar_done after rounds) on the lane (all-reduce.ts); the handle reports this call's outcome. */
   /** For a2av tune (src/tune/sweep.ts): the shape and limits its candidate plans come from. */
   planProbe(): PlanProbe {
     return this.#kernels.probe();

@@ -46,18 +46,18 @@ export function allReduceOffset(world: number): number {
   return moeOffset(world) + 2 * world * (X1_WORDS + X2_WORDS + 2) * 16;
 }
 
-/** Where a lane's region ends (lane_end): allReduce's headers, ready and free flags, round counts. */
+/** Where a lane's region ends (lane_end): allReduce's headers (two parities), ready and free flags, round counts and finished blocks. */
 export function laneEnd(world: number): number {
-  return allReduceOffset(world) + world * AR_HEADER * 16 + 2 * world * arSlots(world) * 8 + 16;
+  return allReduceOffset(world) + 2 * world * AR_HEADER * 16 + 2 * world * arSlots(world) * 8 + 24;
 }
 
 /** allReduce (kernels/config.cuh A2AV_AR_*): header words, and what sizes its staging. */
 export const AR_HEADER = 4;
 // Each may be set for a tuning run (A2AV_PROBE_DEFINES="A2AV_PROBE_AR_TILE_BYTES=65536 ..."), which
 // the kernels then get too (probe-defines.ts).
-export const AR_TILE_BYTES = probeNumber('A2AV_PROBE_AR_TILE_BYTES', 32 << 10, 256);
-const AR_ONE_SHOT_MAX = probeNumber('A2AV_PROBE_AR_ONE_SHOT_MAX', 256 << 10, 128);
-const AR_ONE_SHOT_TOTAL = probeNumber('A2AV_PROBE_AR_ONE_SHOT_TOTAL', 512 << 10, 128);
+export const AR_TILE_BYTES = probeNumber('A2AV_PROBE_AR_TILE_BYTES', 64 << 10, 256);
+const AR_ONE_SHOT_MAX = probeNumber('A2AV_PROBE_AR_ONE_SHOT_MAX', 1 << 20, 128);
+const AR_ONE_SHOT_TOTAL = probeNumber('A2AV_PROBE_AR_ONE_SHOT_TOTAL', 2 << 20, 128);
 const AR_SLOT_BUDGET = probeNumber('A2AV_PROBE_AR_SLOT_BUDGET', 16 << 20, 256);
 const AR_MAX_SLOTS = probeNumber('A2AV_PROBE_AR_MAX_SLOTS', 256, 2);
 
@@ -73,7 +73,7 @@ export function arSlots(world: number): number {
 
 /** Bytes of one lane's allReduce staging on each rank (ar_stage_bytes). */
 export function arStageBytes(world: number): number {
-  return 2 * world * arOneShotBytes(world) + arSlots(world) * world * AR_TILE_BYTES;
+  return 4 * world * arOneShotBytes(world) + arSlots(world) * world * AR_TILE_BYTES;
 }
 
 /** Rounds of a call of `count` elements of `elementBytes` (ar_round_count). */
