@@ -4,8 +4,13 @@
 // the host (the cpu backend), so the two are one definition:
 //   - routing is a stable counting sort: within a bucket (expanded: an expert; compact: a rank),
 //     entries keep (token, k) order, so the same topkIdx always gives the same layout;
-//   - a rejected call writes nothing: the exchange leaves its outSplitsOffsets as it was, the host
-//     fills them with -1 before each call, and every kernel after the exchange reads them first;
+//   - a rejected call writes nothing: the exchange leaves its outSplitsOffsets as it was, -1 before
+//     each call (mt_gather sets the dispatch's, the previous mt_combine_reduce or the group's
+//     set-up the combine's: no memset of their own), and every kernel after the exchange reads
+//     them first;
+//   - a call's work follows its tokens, not the group's capacity: a dispatch is mt_route (counts
+//     and their scan in one launch: its last block scans), mt_gather, the exchange, then
+//     mt_dispatch_layout; a combine the exchange, then mt_combine_reduce;
 //   - combine sums in top-k order in f32 with separate multiply and add (__fmul_rn, __fadd_rn: no
 //     FMA contraction, which the host cannot reproduce), rounding once to the output type.
 // Each kernel takes one struct of 8-byte fields, mirrored field by field in src/moe/kernel-args.ts
@@ -16,8 +21,7 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 #define MT_THREADS 256
-#define MT_SCAN_THREADS 512
-// Threads that move one (token, k) row in mt_gather.
+// Threads that move one (token, k) row in mt_gather, at least.
 #define MT_GROUP 32
 // The splits a bad routing leaves at inSplits[0], so that every rank refuses the call
 // (src/moe/errors.ts decodes them): -1 - entry for a bad expert id, this for a bad token count.
@@ -29,11 +33,12 @@ typedef unsigned long long u64;
 struct RouteArgs {
   u64 topkIdx;      // int32 or int64 [tokenCap][topk]
   u64 numTokens;    // int64 [1] read when the call runs; 0: `tokens` is the count
-  u64 hist;         // int32 [chunks][buckets], zero before mt_route_count; exclusive prefix after mt_route_scan
+  u64 hist;         // int32 [chunks][buckets]: each chunk's count per bucket, then where its entries start
   u64 local;        // int32 [tokenCap][topk]: an entry's rank among its chunk's entries of its bucket; -1 none
   u64 starts;       // int64 [buckets]: where each bucket starts in the send order
   u64 inSplits;     // int64 [buckets]: the exchange's splits
-  u64 fault;        // u64 [1], zero before mt_route_count: 2^62 - the lowest bad entry, 0 when none
+  u64 fault;        // u64 [1], zero between calls: 2^62 - the lowest bad entry, 0 when none
+  u64 ticket;       // u64 [1], zero between calls: the chunks done so far
   u64 routeTokens;  // int64 [1]: the token count the route was built with
   i64 tokens;
   i64 tokenCap;
@@ -43,7 +48,6 @@ struct RouteArgs {
   i64 expertsPerRank;
   i64 compact;
   i64 buckets;
-  i64 chunks;
   i64 chunkTokens;
 };
 static_assert(sizeof(RouteArgs) == 18 * 8, "RouteArgs: 8-byte fields");
@@ -57,8 +61,8 @@ struct GatherArgs {
   u64 slot;         // int32 [tokenCap][topk]: the send row of each entry, -1 none
   u64 local;
   u64 hist;
-  u64 starts;
   u64 routeTokens;
+  u64 oso;          // int64 [2][buckets]: the exchange's outSplitsOffsets, set to -1 here
   i64 place;        // 1: work out the slots (a new route); 0: read them (a route reused)
   i64 topk;
   i64 idx64;
@@ -92,18 +96,31 @@ struct LayoutArgs {
 static_assert(sizeof(LayoutArgs) == 15 * 8, "LayoutArgs: 8-byte fields");
 
 struct ReduceArgs {
-  u64 gate;         // int64: combine's outSplitsOffsets; -1 when refused
+  u64 gate;         // int64 [2][buckets]: combine's outSplitsOffsets; -1 when refused, and set to -1 again here
   u64 recv;         // [sendRows][hidden] of dtype: the rows back, in send order
   u64 slot;
   u64 routeTokens;
   u64 weights;      // f32 [tokenCap][topk], or 0
   u64 bias;         // [tokenCap][hidden] of dtype, or 0
   u64 out;          // [tokenCap][hidden] of dtype
+  u64 ticket;       // u64 [1], zero between calls: the blocks done so far
   i64 topk;
   i64 hidden;
   i64 dtype;
+  i64 buckets;
 };
-static_assert(sizeof(ReduceArgs) == 10 * 8, "ReduceArgs: 8-byte fields");
+static_assert(sizeof(ReduceArgs) == 12 * 8, "ReduceArgs: 8-byte fields");
+
+// The last block of a grid to get here (after the block's writes): every block's writes are then
+// visible to it, if it reads them past L1 (__ldcg). Every thread of the block calls it.
+__device__ __forceinline__ bool mt_last_block(u64 ticket, u64 blocks) {
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd((u64*)ticket, 1ull) == blocks - 1;
+  __syncthreads();
+  return last != 0;
+}
 
 // --- routing ------------------------------------------------------------------------------------
 
@@ -131,49 +148,29 @@ __device__ i64 mt_bucket(u64 topkIdx, i64 t, i64 k, i64 K, i64 idx64, i64 N, i64
   return id / E;
 }
 
-// One thread per chunk of tokens, through them in order: the chunk's count per bucket and each
-// entry's rank in it. Sequential within a chunk, so the order needs no atomics.
-extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_count(const RouteArgs p) {
-  const i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= p.chunks) return;
-  const i64 T = mt_tokens(p.numTokens, p.tokens, p.tokenCap);
-  int* hist = (int*)p.hist + j * p.buckets;
-  int* local = (int*)p.local;
-  const i64 end = T < (j + 1) * p.chunkTokens ? T : (j + 1) * p.chunkTokens;
-  for (i64 t = j * p.chunkTokens; t < end; t++) {
-    for (i64 k = 0; k < p.topk; k++) {
-      const i64 b = mt_bucket(p.topkIdx, t, k, p.topk, p.idx64, p.experts, p.expertsPerRank, p.compact);
-      if (b == -2) atomicMax((u64*)p.fault, (1ull << 62) - (u64)(t * p.topk + k));
-      local[t * p.topk + k] = b >= 0 ? hist[b]++ : -1;
-    }
-  }
-}
+// Values a thread of mt_route's scan holds at once: its loads go out together (one L2 round trip
+// per batch, not per value).
+#define MT_SCAN_BATCH 16
 
-// One block: each bucket's chunks in order (where each chunk's entries start within the bucket),
-// the buckets' totals (the splits), and where each bucket starts (an exclusive scan). A bad id or
-// token count becomes a negative split, which every rank's exchange refuses.
-extern "C" __global__ void __launch_bounds__(MT_SCAN_THREADS) mt_route_scan(const RouteArgs p) {
-  __shared__ i64 part[MT_SCAN_THREADS];
+// The last block of mt_route: an exclusive scan of the chunks' counts in bucket-major order
+// (bucket 0's chunks in order, then bucket 1's, ...), so each (chunk, bucket) count becomes where
+// its entries start in the send order; the buckets' totals are the splits.
+__device__ void mt_route_scan(const RouteArgs& p, i64 C, i64 T) {
+  __shared__ i64 part[MT_THREADS];
   const int tid = threadIdx.x, nt = blockDim.x;
-  const i64 NB = p.buckets;
+  const i64 NB = p.buckets, M = NB * C;
   int* hist = (int*)p.hist;
   i64* starts = (i64*)p.starts;
   i64* splits = (i64*)p.inSplits;
-  for (i64 b = tid; b < NB; b += nt) {
-    i64 run = 0;
-    for (i64 j = 0; j < p.chunks; j++) {
-      const int c = hist[j * NB + b];
-      hist[j * NB + b] = (int)run;
-      run += c;
-    }
-    starts[b] = run;
-    splits[b] = run;
-  }
-  __syncthreads();
-  const i64 seg = (NB + nt - 1) / nt;
-  const i64 lo = tid * seg < NB ? tid * seg : NB, hi = lo + seg < NB ? lo + seg : NB;
+  const i64 seg = (M + nt - 1) / nt, lo = tid * seg < M ? tid * seg : M, hi = lo + seg < M ? lo + seg : M;
+  int c[MT_SCAN_BATCH];
   i64 sum = 0;
-  for (i64 b = lo; b < hi; b++) sum += starts[b];
+  for (i64 q0 = lo; q0 < hi; q0 += MT_SCAN_BATCH) {
+#pragma unroll
+    for (int j = 0; j < MT_SCAN_BATCH; j++) c[j] = q0 + j < hi ? __ldcg(hist + ((q0 + j) % C) * NB + (q0 + j) / C) : 0;
+#pragma unroll
+    for (int j = 0; j < MT_SCAN_BATCH; j++) sum += c[j];
+  }
   part[tid] = sum;
   __syncthreads();
   for (int d = 1; d < nt; d *= 2) {
@@ -182,27 +179,96 @@ extern "C" __global__ void __launch_bounds__(MT_SCAN_THREADS) mt_route_scan(cons
     part[tid] += add;
     __syncthreads();
   }
+  const i64 total = part[nt - 1];
   i64 run = part[tid] - sum;
-  for (i64 b = lo; b < hi; b++) {
-    const i64 c = starts[b];
-    starts[b] = run;
-    run += c;
+  for (i64 q0 = lo; q0 < hi; q0 += MT_SCAN_BATCH) {
+#pragma unroll
+    for (int j = 0; j < MT_SCAN_BATCH; j++) c[j] = q0 + j < hi ? __ldcg(hist + ((q0 + j) % C) * NB + (q0 + j) / C) : 0;
+#pragma unroll
+    for (int j = 0; j < MT_SCAN_BATCH; j++) {
+      const i64 q = q0 + j;
+      if (q >= hi) break;
+      hist[(q % C) * NB + q / C] = (int)run;
+      if (q % C == 0) starts[q / C] = run;
+      run += c[j];
+    }
   }
+  __syncthreads();
+  for (i64 b = tid; b < NB; b += nt) splits[b] = (b + 1 < NB ? starts[b + 1] : total) - starts[b];
+  __syncthreads();
   if (tid == 0) {
-    const i64 T = mt_tokens(p.numTokens, p.tokens, p.tokenCap);
-    const u64 fault = *(u64*)p.fault;
+    const u64 fault = __ldcg((const u64*)p.fault);
     if (T < 0) splits[0] = MT_BAD_TOKEN_COUNT;
     else if (fault != 0) splits[0] = -1 - (i64)((1ull << 62) - fault);
     *(i64*)p.routeTokens = T < 0 ? 0 : T;
+    *(u64*)p.fault = 0;
+    *(u64*)p.ticket = 0;
   }
+}
+
+// The routing, a stable counting sort of the entries (t, k) by bucket. One block per chunk of
+// chunkTokens tokens (blocks past the call's tokens leave at once): each tile of MT_THREADS entries
+// in order, every entry's rank among the tile's entries of its bucket (a scan of the tile in shared
+// memory: no atomics, so the order is the entries'), plus the chunk's count so far. The last chunk
+// done scans every chunk's counts (mt_route_scan). A bad id or token count becomes a negative
+// split, which every rank's exchange refuses.
+extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route(const RouteArgs p) {
+  __shared__ int bk[MT_THREADS];
+  __shared__ u64 bad;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const i64 T = mt_tokens(p.numTokens, p.tokens, p.tokenCap), K = p.topk, NB = p.buckets;
+  const i64 n = T < 0 ? 0 : T, C = n == 0 ? 1 : (n + p.chunkTokens - 1) / p.chunkTokens;
+  const i64 j = blockIdx.x;
+  if (j >= C) return;
+  int* row = (int*)p.hist + j * NB;
+  int* local = (int*)p.local;
+  for (i64 b = tid; b < NB; b += nt) row[b] = 0;
+  if (tid == 0) bad = 0;
+  __syncthreads();
+  const i64 end = (n < (j + 1) * p.chunkTokens ? n : (j + 1) * p.chunkTokens) * K;
+  for (i64 g0 = j * p.chunkTokens * K; g0 < end; g0 += nt) {
+    const i64 g = g0 + tid, m = end - g0 < nt ? end - g0 : nt;
+    const i64 b = g < end ? mt_bucket(p.topkIdx, g / K, g % K, K, p.idx64, p.experts, p.expertsPerRank, p.compact) : -1;
+    if (b == -2) atomicMax(&bad, (1ull << 62) - (u64)g);
+    bk[tid] = (int)b;
+    __syncthreads();
+    int rank = 0, count = 0;
+    if (b >= 0) {
+      for (int i = 0; i < m; i++) {
+        const bool same = bk[i] == (int)b;
+        count += same;
+        rank += same && i < tid;
+      }
+      local[g] = row[b] + rank;
+    } else if (g < end) {
+      local[g] = -1;
+    }
+    __syncthreads();
+    if (b >= 0 && rank == 0) row[b] += count;
+    __syncthreads();
+  }
+  if (tid == 0 && bad != 0) atomicMax((u64*)p.fault, bad);
+  if (mt_last_block(p.ticket, (u64)C)) mt_route_scan(p, C, T);
 }
 
 // --- gather -------------------------------------------------------------------------------------
 
-// `bytes` from src to dst by `lanes` threads: 16-byte words where both ends and the size allow.
-__device__ void mt_copy_row(u8* dst, const u8* src, i64 bytes, int lane, int lanes) {
+// `bytes` from src to dst by `lanes` threads: 16-byte words where both ends and the size allow,
+// four loads in flight before their stores.
+__device__ __forceinline__ void mt_copy_row(u8* dst, const u8* src, i64 bytes, int lane, int lanes) {
   if ((((u64)dst | (u64)src | (u64)bytes) & 15) == 0) {
-    for (i64 i = lane; i < bytes / 16; i += lanes) ((uint4*)dst)[i] = ((const uint4*)src)[i];
+    const uint4* s = (const uint4*)src;
+    uint4* d = (uint4*)dst;
+    const i64 words = bytes / 16;
+    i64 i = lane;
+    for (; i + 3 * lanes < words; i += 4 * lanes) {
+      const uint4 a = s[i], b = s[i + lanes], c = s[i + 2 * lanes], e = s[i + 3 * lanes];
+      d[i] = a;
+      d[i + lanes] = b;
+      d[i + 2 * lanes] = c;
+      d[i + 3 * lanes] = e;
+    }
+    for (; i < words; i += lanes) d[i] = s[i];
   } else if ((((u64)dst | (u64)src | (u64)bytes) & 3) == 0) {
     for (i64 i = lane; i < bytes / 4; i += lanes) ((u32*)dst)[i] = ((const u32*)src)[i];
   } else {
@@ -210,50 +276,72 @@ __device__ void mt_copy_row(u8* dst, const u8* src, i64 bytes, int lane, int lan
   }
 }
 
-// MT_GROUP threads per entry (t, k): its send row (a new route: bucket start + chunk start + rank
-// in chunk), its x row there, and its metadata: expanded, the entry's weight; compact, the
-// token's local expert ids on that rank (-1 elsewhere) and their weights (0 elsewhere).
+// A group of threads per entry (t, k), the grid striding over the call's entries: its send row (a
+// new route: where its chunk's entries of its bucket start + its rank among them), its x row
+// there, and its metadata: expanded, the entry's weight; compact, the token's local expert ids on
+// that rank (-1 elsewhere) and their weights (0 elsewhere). A group is MT_GROUP threads, or up to
+// a block where the grid has threads to spare (a few tokens: a row's round trips to memory are its
+// copy's latency). Block 0 first sets the exchange's outSplitsOffsets to -1 (the gate of every
+// kernel after it), which saves a memset before it.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherArgs p) {
-  const i64 g = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / MT_GROUP;
-  const int lane = threadIdx.x % MT_GROUP;
   const i64 K = p.topk, E = p.expertsPerRank;
-  if (g >= *(const i64*)p.routeTokens * K) return;
-  const i64 t = g / K;
+  if (blockIdx.x == 0)
+    for (i64 i = threadIdx.x; i < 2 * p.buckets; i += blockDim.x) ((i64*)p.oso)[i] = -1;
+  const i64 n = *(const i64*)p.routeTokens * K, threads = (i64)gridDim.x * blockDim.x;
+  int lanes = MT_GROUP;
+  while (2 * lanes <= (int)blockDim.x && 2 * lanes * n <= threads) lanes *= 2;
+  const int lane = threadIdx.x & (lanes - 1);
   int* slot = (int*)p.slot;
-  i64 pos;
-  if (p.place) {
-    const int l = ((const int*)p.local)[g];
-    const i64 id = mt_idx(p.topkIdx, g, p.idx64);
-    if (l < 0) {
-      if (lane == 0) slot[g] = -1;
-      return;
-    }
-    const i64 b = p.compact ? id / E : id;
-    pos = ((const i64*)p.starts)[b] + ((const int*)p.hist)[(t / p.chunkTokens) * p.buckets + b] + l;
-    if (lane == 0) slot[g] = (int)pos;
-  } else {
-    pos = slot[g];
-    if (pos < 0) return;
-  }
-  mt_copy_row((u8*)p.send + pos * p.rowBytes, (const u8*)p.x + t * p.rowBytes, p.rowBytes, lane, MT_GROUP);
-  if (!p.sendMeta) return;
   const float* w = (const float*)p.weights;
-  u8* meta = (u8*)p.sendMeta + pos * p.metaBytes;
-  if (!p.compact) {
-    if (lane == 0) *(float*)meta = w ? w[g] : 0.f;
-    return;
-  }
-  const i64 id = mt_idx(p.topkIdx, g, p.idx64);
-  const i64 dst = id >= 0 && id < p.experts ? id / E : -1;
-  for (i64 k = lane; k < K; k += MT_GROUP) {
-    const i64 o = mt_idx(p.topkIdx, t * K + k, p.idx64);
-    const bool here = dst >= 0 && o >= 0 && o < p.experts && o / E == dst;
-    ((int*)meta)[k] = here ? (int)(o - dst * E) : -1;
-    ((float*)meta)[K + k] = here && w ? w[t * K + k] : 0.f;
+  const i64 groups = threads / lanes;
+  for (i64 g = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / lanes; g < n; g += groups) {
+    const i64 t = g / K;
+    i64 pos;
+    if (p.place) {
+      const int l = ((const int*)p.local)[g];
+      if (l < 0) {
+        if (lane == 0) slot[g] = -1;
+        continue;
+      }
+      const i64 id = mt_idx(p.topkIdx, g, p.idx64);
+      const i64 b = p.compact ? id / E : id;
+      pos = ((const int*)p.hist)[(t / p.chunkTokens) * p.buckets + b] + l;
+      if (lane == 0) slot[g] = (int)pos;
+    } else {
+      pos = slot[g];
+      if (pos < 0) continue;
+    }
+    mt_copy_row((u8*)p.send + pos * p.rowBytes, (const u8*)p.x + t * p.rowBytes, p.rowBytes, lane, lanes);
+    if (!p.sendMeta) continue;
+    u8* meta = (u8*)p.sendMeta + pos * p.metaBytes;
+    if (!p.compact) {
+      if (lane == 0) *(float*)meta = w ? w[g] : 0.f;
+      continue;
+    }
+    const i64 id = mt_idx(p.topkIdx, g, p.idx64);
+    const i64 dst = id >= 0 && id < p.experts ? id / E : -1;
+    for (i64 k = lane; k < K; k += lanes) {
+      const i64 o = mt_idx(p.topkIdx, t * K + k, p.idx64);
+      const bool here = dst >= 0 && o >= 0 && o < p.experts && o / E == dst;
+      ((int*)meta)[k] = here ? (int)(o - dst * E) : -1;
+      ((float*)meta)[K + k] = here && w ? w[t * K + k] : 0.f;
+    }
   }
 }
 
 // --- what a rank received -----------------------------------------------------------------------
+
+// `bytes` zeros at dst by `lanes` threads: 16-byte words between the unaligned ends (an empty
+// expert's padding row is 14 KiB in DeepSeek-V3's shape, and most experts are empty at 1 token).
+__device__ void mt_zero(u8* dst, i64 bytes, int lane, int lanes) {
+  const i64 head = ((16 - ((u64)dst & 15)) & 15) < bytes ? ((16 - ((u64)dst & 15)) & 15) : bytes;
+  const i64 words = (bytes - head) / 16;
+  for (i64 i = lane; i < head; i += lanes) dst[i] = 0;
+  uint4 zero;
+  zero.x = zero.y = zero.z = zero.w = 0;
+  for (i64 i = lane; i < words; i += lanes) ((uint4*)(dst + head))[i] = zero;
+  for (i64 i = head + 16 * words + lane; i < bytes; i += lanes) dst[i] = 0;
+}
 
 // Expanded: one block per local expert: its count and start, its padding rows zeroed, its rows'
 // weights (padding 0). Compact: the counts zeroed for mt_dispatch_unpack.
@@ -275,8 +363,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_dispatch_layout(cons
     counts[e] = cnt;
     if (p.offsets) ((i64*)p.offsets)[e] = start;
   }
-  u8* pad = (u8*)p.recvX + (start + cnt) * p.rowBytes;
-  for (i64 i = threadIdx.x; i < (span - cnt) * p.rowBytes; i += blockDim.x) pad[i] = 0;
+  mt_zero((u8*)p.recvX + (start + cnt) * p.rowBytes, (span - cnt) * p.rowBytes, threadIdx.x, blockDim.x);
   if (!p.recvWeights) return;
   float* rw = (float*)p.recvWeights + start;
   const u8* meta = (const u8*)p.recvMeta + start * p.metaBytes;
@@ -344,31 +431,101 @@ __device__ __forceinline__ void mt_store(u64 base, i64 i, float v, i64 dtype) {
   else ((unsigned short*)base)[i] = (unsigned short)(dtype == MT_DTYPE_BF16 ? mt_bf16_round(v) : mt_f16_round(v));
 }
 
+// V elements of type DT at element i of base: one 16-byte load where V > 1.
+template <int DT, int V>
+__device__ __forceinline__ void mt_read(u64 base, i64 i, float* v) {
+  if (V == 1) {
+    v[0] = mt_load(base, i, DT);
+    return;
+  }
+  const uint4 q = *(const uint4*)((const u8*)base + i * (DT == MT_DTYPE_F32 ? 4 : 2));
+  const u32 u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    const u32 h = (u[j / 2] >> (16 * (j % 2))) & 0xffffu;
+    v[j] = DT == MT_DTYPE_F32 ? __uint_as_float(u[j % 4]) : DT == MT_DTYPE_BF16 ? __uint_as_float(h << 16) : mt_f16_value(h);
+  }
+}
+
+template <int DT, int V>
+__device__ __forceinline__ void mt_write(u64 base, i64 i, const float* v) {
+  if (V == 1) {
+    mt_store(base, i, v[0], DT);
+    return;
+  }
+  u32 u[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    if (DT == MT_DTYPE_F32) u[j % 4] = __float_as_uint(v[j]);
+    else u[j / 2] |= ((DT == MT_DTYPE_BF16 ? mt_bf16_round(v[j]) : mt_f16_round(v[j])) & 0xffffu) << (16 * (j % 2));
+  }
+  uint4 q;
+  q.x = u[0];
+  q.y = u[1];
+  q.z = u[2];
+  q.w = u[3];
+  *(uint4*)((u8*)base + i * (DT == MT_DTYPE_F32 ? 4 : 2)) = q;
+}
+
+// Terms a thread loads before it adds them: their loads are in flight together.
+#define MT_REDUCE_BATCH 4
+
 // out[t][h] = the terms of token t in top-k order, w[t][k] * y (rounded to f32) or y, then the
 // bias: the first as it is, each next one added in f32; rounded once to the output type. A token
-// with no term and no bias gets 0.
-extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_combine_reduce(const ReduceArgs p) {
-  if (((const i64*)p.gate)[0] < 0) return;
-  const i64 H = p.hidden, K = p.topk;
-  const i64 n = *(const i64*)p.routeTokens * H;
+// with no term and no bias gets 0. V consecutive elements a thread (16 bytes where rows allow).
+template <int DT, int V>
+__device__ void mt_reduce(const ReduceArgs& p, i64 T) {
+  const i64 H = p.hidden, K = p.topk, n = T * H / V;
   const int* slot = (const int*)p.slot;
   const float* w = (const float*)p.weights;
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
-    const i64 t = i / H, h = i % H;
-    float acc = 0.f;
+    const i64 t = i * V / H, h = i * V - t * H;
+    float acc[V];
+#pragma unroll
+    for (int e = 0; e < V; e++) acc[e] = 0.f;
     bool any = false;
-    for (i64 k = 0; k < K; k++) {
-      const int s = slot[t * K + k];
-      if (s < 0) continue;
-      float v = mt_load(p.recv, (i64)s * H + h, p.dtype);
-      if (w) v = __fmul_rn(w[t * K + k], v);
-      acc = any ? __fadd_rn(acc, v) : v;
-      any = true;
+    for (i64 k0 = 0; k0 < K; k0 += MT_REDUCE_BATCH) {
+      float v[MT_REDUCE_BATCH][V];
+      int s[MT_REDUCE_BATCH];
+#pragma unroll
+      for (int j = 0; j < MT_REDUCE_BATCH; j++) {
+        s[j] = k0 + j < K ? slot[t * K + k0 + j] : -1;
+        if (s[j] >= 0) mt_read<DT, V>(p.recv, (i64)s[j] * H + h, v[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < MT_REDUCE_BATCH; j++) {
+        if (s[j] < 0) continue;
+        const float wk = w ? w[t * K + k0 + j] : 0.f;
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+          const float x = w ? __fmul_rn(wk, v[j][e]) : v[j][e];
+          acc[e] = any ? __fadd_rn(acc[e], x) : x;
+        }
+        any = true;
+      }
     }
     if (p.bias) {
-      const float b = mt_load(p.bias, i, p.dtype);
-      acc = any ? __fadd_rn(acc, b) : b;
+      float b[V];
+      mt_read<DT, V>(p.bias, i * V, b);
+#pragma unroll
+      for (int e = 0; e < V; e++) acc[e] = any ? __fadd_rn(acc[e], b[e]) : b[e];
     }
-    mt_store(p.out, i, acc, p.dtype);
+    mt_write<DT, V>(p.out, i * V, acc);
+  }
+}
+
+// The reduction, then the gate set back to -1 for the next combine's exchange by the last block
+// (every block has read it by then), which saves a memset before each combine.
+extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_combine_reduce(const ReduceArgs p) {
+  i64* gate = (i64*)p.gate;
+  if (gate[0] < 0) return;
+  const i64 T = *(const i64*)p.routeTokens;
+  const bool wide = (p.hidden * (p.dtype == MT_DTYPE_F32 ? 4 : 2)) % 16 == 0 && ((p.recv | p.out | p.bias) & 15) == 0;
+  if (p.dtype == MT_DTYPE_F32) wide ? mt_reduce<MT_DTYPE_F32, 4>(p, T) : mt_reduce<MT_DTYPE_F32, 1>(p, T);
+  else if (p.dtype == MT_DTYPE_BF16) wide ? mt_reduce<MT_DTYPE_BF16, 8>(p, T) : mt_reduce<MT_DTYPE_BF16, 1>(p, T);
+  else wide ? mt_reduce<MT_DTYPE_F16, 8>(p, T) : mt_reduce<MT_DTYPE_F16, 1>(p, T);
+  if (mt_last_block(p.ticket, gridDim.x)) {
+    for (i64 i = threadIdx.x; i < 2 * p.buckets; i += blockDim.x) gate[i] = -1;
+    if (threadIdx.x == 0) *(u64*)p.ticket = 0;
   }
 }

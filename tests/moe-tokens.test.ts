@@ -13,7 +13,7 @@ import { f16ToF32, f32BitsToF16 } from '../src/moe/dtype.js';
 import { TOKEN_KERNELS } from '../src/moe/kernel-args.js';
 import { runRanks } from '../src/world/threads.js';
 import { bitsOf } from './conformance/moe-token-reference.js';
-import { caseArg, suite } from './conformance/suite.js';
+import { caseArg, suite, type Case } from './conformance/suite.js';
 import { buildEmulator } from './moe/emulated-device.js';
 import { hostCompiler } from './support/host-kernels.js';
 import { assertCompilesForDevice, assertStructsMatch } from './support/kernel-source.js';
@@ -44,8 +44,26 @@ describe('MoE token kernels', () => {
 describe('MoE token group with the kernels compiled for the host (cpu backend)', () => {
   // Small ones: every kernel runs in a host thread per GPU thread where it syncs.
   const picked = ['MoE tokens W=2, expanded', 'MoE tokens W=3, compact', 'MoE tokens graph replay W=2', 'MoE tokens errors W=2', 'MoE tokens errors W=3'];
-  const chosen = suite.filter((c) => picked.some((p) => c.name.startsWith(p)));
-  test('the cases are there', () => assert.equal(chosen.length, picked.length));
+  const found = suite.filter((c) => picked.some((p) => c.name.startsWith(p)));
+  test('the cases are there', () => assert.equal(found.length, picked.length));
+  // Sizes the suite's cases never reach: mt_route with many chunks of more than one tile each
+  // (256 entries) and its scan over them, uneven tiles, a hot expert filling whole tiles; the
+  // reduction 16 bytes a thread (rows of 32 B) and one element a thread (rows of 24 B).
+  const wide: Case[] = [
+    {
+      name: 'MoE tokens W=2, expanded, many routing chunks: E=64, top-8, up to 2200 tokens',
+      fn: 'moeTokens',
+      ranks: 2,
+      arg: { layout: 'expanded', experts: 64, topk: 8, maxTokens: 2200, align: 1, rowBytes: 48, hidden: 8, calls: 3 },
+    },
+    {
+      name: 'MoE tokens W=3, compact, many routing chunks: E=4, top-6, up to 1500 tokens',
+      fn: 'moeTokens',
+      ranks: 3,
+      arg: { layout: 'compact', experts: 4, topk: 6, maxTokens: 1500, align: 1, rowBytes: 20, hidden: 6, calls: 3 },
+    },
+  ];
+  const chosen = [...found, ...wide];
   let lib: string | undefined;
   let dir: string | undefined;
   for (const c of chosen) {

@@ -8,7 +8,7 @@ import type { TokenShape } from './shape.js';
 
 /** The group's buffers, allocated once (see shape.ts for their rows). */
 export interface TokenBuffers {
-  /** int32 [chunks][buckets]: each chunk's count per bucket, then where its entries start in it. */
+  /** int32 [chunks][buckets]: each chunk's count per bucket, then where its entries start in the send order. */
   hist: DeviceBuffer;
   /** int32 [tokenCap][K]: an entry's rank among its chunk's entries of its bucket; -1 none. */
   local: DeviceBuffer;
@@ -18,11 +18,18 @@ export interface TokenBuffers {
   starts: DeviceBuffer;
   /** int64 [buckets]: the dispatch's inSplits. */
   inSplits: DeviceBuffer;
-  /** 8 bytes: the lowest bad entry of a routing, while it is worked out. */
+  /** 8 bytes, zero between calls: the lowest bad entry of a routing, while it is worked out. */
   fault: DeviceBuffer;
+  /** 8 bytes each, zero between calls: the blocks of a routing, of a reduction, done so far (the last one finishes the call). */
+  routeTicket: DeviceBuffer;
+  reduceTicket: DeviceBuffer;
   /** int64 [1]: the token count of the current routing. */
   routeTokens: DeviceBuffer;
-  /** int64 [2][buckets] each: the x exchange's outSplitsOffsets (combine's inSplitsOffsets), the metadata's, combine's. */
+  /**
+   * int64 [2][buckets] each: the x exchange's outSplitsOffsets (combine's inSplitsOffsets), the
+   * metadata's, combine's. routeOso and combineOso are -1 before their exchanges (gather sets the
+   * first, the group's set-up and each reduce the second), so that a refused call leaves them so.
+   */
   routeOso: DeviceBuffer;
   metaOso: DeviceBuffer;
   combineOso: DeviceBuffer;
@@ -54,6 +61,8 @@ export interface GatherCall {
   weights?: DeviceBuffer;
   /** Whether the metadata rows are written (compact always; expanded for recvTopkWeights). */
   meta: boolean;
+  /** Tokens the route holds at most: sizes the grid. */
+  tokenCap: number;
 }
 
 export interface LayoutCall {
@@ -72,18 +81,18 @@ export interface ReduceCall {
   dtype: CombineDtype;
   /** Elements a row. */
   hidden: number;
+  /** Tokens the route holds at most: sizes the grid. */
+  tokenCap: number;
 }
 
 export interface TokenCompute {
   /** Works out the routing: inSplits, the chunks' offsets, the token count; a bad id or count becomes a negative split. */
   route(stream: Stream, c: RouteCall): void;
-  /** Copies the rows (and metadata) into send order; a new routing's slots first. */
+  /** Copies the rows (and metadata) into send order, a new routing's slots first; sets routeOso to -1. */
   gather(stream: Stream, c: GatherCall): void;
-  /** Fills an exchange's outSplitsOffsets with -1 before the exchange: left so, the call was refused. */
-  poison(stream: Stream, buf: DeviceBuffer): void;
   /** After the dispatch's exchanges: counts, offsets, padding, the metadata unpacked. Nothing if refused. */
   layout(stream: Stream, c: LayoutCall): void;
-  /** After combine's exchange: the weighted sum of each token's rows. Nothing if refused. */
+  /** After combine's exchange: the weighted sum of each token's rows (nothing if refused); sets combineOso back to -1. */
   reduce(stream: Stream, c: ReduceCall): void;
   close(): void;
 }

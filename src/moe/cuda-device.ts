@@ -39,10 +39,6 @@ export class CudaTokenDevice implements TokenDevice {
     return devicePointer(buf, WHO);
   }
 
-  fill(stream: Stream, buf: DeviceBuffer, byte: number): void {
-    if (buf.bytes > 0) this.#device.memsetAsync(devicePointer(buf, WHO), byte, buf.bytes, cudaStream(stream, WHO));
-  }
-
   close(): void {
     this.#kernels.unload();
     this.#device.release();

@@ -6,7 +6,9 @@
 //   gather  the rows, and their metadata, into send order;
 //   x       the exchange of the rows into recvX, then of the metadata (compact; expanded weights);
 //   layout  counts, offsets, padding rows zeroed, metadata unpacked: only if the exchange ran.
-// All on the caller's stream around the exchanges on the group's lane, so graph-capturable.
+// All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
+// step is one launch on a GPU and nothing waits on the host: at one token a call costs its
+// launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
 import type { Comm, Handle, Lane, Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
@@ -47,13 +49,15 @@ export async function createMoeGroupWith(comm: Comm, options: MoeGroupOptions, f
 async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
   const local = (bytes: number) => comm.alloc(bytes);
   const n = s.buckets;
-  return {
+  const bufs: TokenBuffers = {
     hist: local(4 * s.chunks * n),
     local: local(4 * s.tokenCap * s.topk),
     slot: local(4 * s.tokenCap * s.topk),
     starts: local(8 * n),
     inSplits: local(8 * n),
     fault: local(8),
+    routeTicket: local(8),
+    reduceTicket: local(8),
     routeTokens: local(8),
     routeOso: local(16 * n),
     metaOso: local(16 * n),
@@ -63,6 +67,10 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
     recvMeta: await comm.allocSymmetric(s.recvRows * s.metaBytes),
     back: await comm.allocSymmetric(s.sendRows * s.combineRowBytes),
   };
+  // What the kernels leave so after every call (compute.ts), and where they start: device memory starts as anything.
+  for (const b of [bufs.fault, bufs.routeTicket, bufs.reduceTicket]) comm.write(b, new Uint8Array(b.bytes));
+  comm.write(bufs.combineOso, new Uint8Array(bufs.combineOso.bytes).fill(0xff));
+  return bufs;
 }
 
 /** A route: the group's routing as of one dispatch, and that dispatch's capacities. */
@@ -119,13 +127,17 @@ class TokenGroup implements MoeGroup {
     const [s, b, sh, comm] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#comm];
     const compute = this.#compute;
     if (reused === undefined) compute.route(s, { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap });
-    compute.gather(s, { place: reused === undefined, topkIdx: a.topkIdx, idx64: p.idx64, x: a.x, weights: a.topkWeights, meta: p.meta });
+    compute.gather(s, { place: reused === undefined, topkIdx: a.topkIdx, idx64: p.idx64, x: a.x, weights: a.topkWeights, meta: p.meta, tokenCap: p.tokenCap });
     const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
+    // The rows this call sends at most, to size the exchange's launch by (its input holds the worst case).
+    const sends = p.tokenCap * sh.rowsPerToken;
     const exchange = { inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s };
-    compute.poison(s, b.routeOso);
-    const parts = [comm.allToAllV2d({ ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes })];
-    if (p.meta) parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, input: b.sendMeta, output: b.recvMeta, outSplitsOffsets: b.metaOso, rowBytes: sh.metaBytes })));
-    for (const h of parts) h.waitOn(s);
+    const parts = [comm.allToAllV2d({ ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes })];
+    if (p.meta) {
+      const meta = { input: b.sendMeta, output: b.recvMeta, outSplitsOffsets: b.metaOso, rowBytes: sh.metaBytes, sizeHintBytes: sends * sh.metaBytes };
+      parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta })));
+    }
+    this.#follow(parts, s);
     compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets });
     return { route, done: joined(parts, comm.record(s), (err) => dispatchError(err, sh)) };
   }
@@ -135,7 +147,6 @@ class TokenGroup implements MoeGroup {
     const route = this.#current(a.route, 'combine');
     const hidden = checkCombine(checkContext(this.#comm), this.#shape, a, route);
     const [s, b, sh] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape];
-    this.#compute.poison(s, b.combineOso);
     const h = this.#comm.allToAllV2dOffset({
       input: a.y,
       output: b.back,
@@ -145,9 +156,11 @@ class TokenGroup implements MoeGroup {
       rowBytes: sh.combineRowBytes,
       lane: this.#lane,
       stream: s,
+      // What this rank sent in the dispatch: what it gets back where the routing is even.
+      sizeHintBytes: route.tokenCap * sh.rowsPerToken * sh.combineRowBytes,
     });
-    h.waitOn(s);
-    this.#compute.reduce(s, { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden });
+    this.#follow([h], s);
+    this.#compute.reduce(s, { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden, tokenCap: route.tokenCap });
     return joined([h], this.#comm.record(s), combineError);
   }
 
@@ -159,6 +172,11 @@ class TokenGroup implements MoeGroup {
     await this.#comm.barrier().catch(() => {});
     this.#compute.close();
     for (const buf of Object.values(this.#bufs)) this.#comm.free(buf);
+  }
+
+  /** Orders `stream` after the exchanges; on the lane's own stream they are already before it. */
+  #follow(parts: Handle[], stream: Stream): void {
+    if (stream !== this.#lane.stream) for (const h of parts) h.waitOn(stream);
   }
 
   #current(route: MoeRoute, what: string): TokenRoute {

@@ -75,6 +75,7 @@ export class HostCompute implements TokenCompute {
 
   gather(_s: unknown, c: GatherCall): void {
     const { topk: K, experts: N, expertsPerRank: E, rowBytes, metaBytes } = this.#shape;
+    hostBytes(this.#bufs.routeOso, WHO).fill(0xff);
     const compact = this.#shape.layout === 'compact';
     const T = int64At(i32(this.#bufs.routeTokens), 0);
     const slot = i32(this.#bufs.slot);
@@ -104,10 +105,6 @@ export class HostCompute implements TokenCompute {
         metaF[s * words + K + k] = here && w ? w[t * K + k] : 0;
       }
     }
-  }
-
-  poison(_s: unknown, buf: DeviceBuffer): void {
-    hostBytes(buf, WHO).fill(0xff);
   }
 
   layout(_s: unknown, c: LayoutCall): void {
@@ -153,7 +150,8 @@ export class HostCompute implements TokenCompute {
   reduce(_s: unknown, c: ReduceCall): void {
     const K = this.#shape.topk;
     const H = c.hidden;
-    if (int64At(i32(this.#bufs.combineOso), 0) < 0) return;
+    const gate = i32(this.#bufs.combineOso);
+    if (int64At(gate, 0) < 0) return;
     const T = int64At(i32(this.#bufs.routeTokens), 0);
     const slot = i32(this.#bufs.slot);
     const y = loader(c.dtype, hostBytes(this.#bufs.back, WHO));
@@ -175,6 +173,7 @@ export class HostCompute implements TokenCompute {
         out(t * H + h, acc);
       }
     }
+    gate.fill(-1);
   }
 
   close(): void {}

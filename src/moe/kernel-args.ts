@@ -11,17 +11,17 @@ export type TokenKernelSpec = StructSpec;
 export const TOKEN_KERNELS = {
   route: {
     struct: 'RouteArgs',
-    kernels: ['mt_route_count', 'mt_route_scan'],
+    kernels: ['mt_route'],
     fields: [
-      ...ptrs('topkIdx', 'numTokens', 'hist', 'local', 'starts', 'inSplits', 'fault', 'routeTokens'),
-      ...ints('tokens', 'tokenCap', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunks', 'chunkTokens'),
+      ...ptrs('topkIdx', 'numTokens', 'hist', 'local', 'starts', 'inSplits', 'fault', 'ticket', 'routeTokens'),
+      ...ints('tokens', 'tokenCap', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunkTokens'),
     ],
   },
   gather: {
     struct: 'GatherArgs',
     kernels: ['mt_gather'],
     fields: [
-      ...ptrs('topkIdx', 'weights', 'x', 'send', 'sendMeta', 'slot', 'local', 'hist', 'starts', 'routeTokens'),
+      ...ptrs('topkIdx', 'weights', 'x', 'send', 'sendMeta', 'slot', 'local', 'hist', 'routeTokens', 'oso'),
       ...ints('place', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunkTokens', 'rowBytes', 'metaBytes'),
     ],
   },
@@ -36,13 +36,12 @@ export const TOKEN_KERNELS = {
   reduce: {
     struct: 'ReduceArgs',
     kernels: ['mt_combine_reduce'],
-    fields: [...ptrs('gate', 'recv', 'slot', 'routeTokens', 'weights', 'bias', 'out'), ...ints('topk', 'hidden', 'dtype')],
+    fields: [...ptrs('gate', 'recv', 'slot', 'routeTokens', 'weights', 'bias', 'out', 'ticket'), ...ints('topk', 'hidden', 'dtype', 'buckets')],
   },
 } satisfies Record<string, TokenKernelSpec>;
 
 export type TokenKernelName = keyof typeof TOKEN_KERNELS;
 
-/** Threads a block (kernels/moe-tokens.cu MT_THREADS, MT_SCAN_THREADS) and a gathered row's threads (MT_GROUP). */
+/** Threads a block (kernels/moe-tokens.cu MT_THREADS) and a gathered row's threads (MT_GROUP). */
 export const THREADS = 256;
-export const SCAN_THREADS = 512;
 export const GROUP = 32;

@@ -1,10 +1,12 @@
 // The group's compute as launches of kernels/moe-tokens.cu: each step writes its kernel's struct
-// (kernel-args.ts) and sizes the grid from the group's capacities, never from a count on the
-// device, so a captured graph serves any routing. Where the kernels run is a TokenDevice's
-// business (a GPU, cuda-device.ts; the tests also run them compiled for the host).
+// (kernel-args.ts) and sizes the grid from the call's capacity (its host token count, or what its
+// buffers hold), never from a count on the device, so a captured graph serves any routing. One
+// launch a step and nothing else (no memsets): at one token a step's cost is its launch. Where
+// the kernels run is a TokenDevice's business (a GPU, cuda-device.ts; the tests also run them
+// compiled for the host).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
 import { DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
-import { GROUP, SCAN_THREADS, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
+import { GROUP, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenShape } from './shape.js';
 
 export interface TokenDevice {
@@ -16,8 +18,6 @@ export interface TokenDevice {
   launch(spec: TokenKernelName, kernel: string, grid: number, block: number, stream: Stream): void;
   /** The address kernels use for a buffer. */
   address(buf: DeviceBuffer): bigint;
-  /** Fills the whole buffer with `byte`, in stream order. */
-  fill(stream: Stream, buf: DeviceBuffer, byte: number): void;
   close(): void;
 }
 
@@ -42,7 +42,6 @@ export class KernelCompute implements TokenCompute {
       expertsPerRank: s.expertsPerRank,
       compact: s.layout === 'compact',
       buckets: s.buckets,
-      chunks: s.chunks,
       chunkTokens: s.chunkTokens,
       rowBytes: s.rowBytes,
       metaBytes: s.metaBytes,
@@ -52,21 +51,16 @@ export class KernelCompute implements TokenCompute {
   }
 
   route(stream: Stream, c: RouteCall): void {
-    // The counts start from zero, and so does the fault word (device memory starts as anything).
-    this.#device.fill(stream, this.#bufs.hist, 0);
-    this.#device.fill(stream, this.#bufs.fault, 0);
-    this.#launch('route', 'mt_route_count', { ...c }, Math.ceil(this.#shape.chunks / THREADS), THREADS, stream);
-    this.#launch('route', 'mt_route_scan', { ...c }, 1, SCAN_THREADS, stream);
+    // One block per chunk the call's buffers can hold; those past its tokens leave at once.
+    const grid = Math.min(this.#shape.chunks, Math.ceil(c.tokenCap / this.#shape.chunkTokens) || 1);
+    this.#launch('route', 'mt_route', { ...c, ticket: this.#bufs.routeTicket }, grid, THREADS, stream);
   }
 
   gather(stream: Stream, c: GatherCall): void {
-    const entries = this.#shape.tokenCap * this.#shape.topk;
-    const args = { ...c, sendMeta: c.meta ? this.#bufs.sendMeta : undefined };
-    this.#launch('gather', 'mt_gather', args, Math.ceil((entries * GROUP) / THREADS), THREADS, stream);
-  }
-
-  poison(stream: Stream, buf: DeviceBuffer): void {
-    this.#device.fill(stream, buf, 0xff);
+    const args = { ...c, sendMeta: c.meta ? this.#bufs.sendMeta : undefined, oso: this.#bufs.routeOso };
+    // A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads each).
+    const lanes = Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
+    this.#launch('gather', 'mt_gather', args, this.#blocks(c.tokenCap * this.#shape.topk * lanes), THREADS, stream);
   }
 
   layout(stream: Stream, c: LayoutCall): void {
@@ -81,28 +75,29 @@ export class KernelCompute implements TokenCompute {
   }
 
   reduce(stream: Stream, c: ReduceCall): void {
-    const args = { ...c, gate: this.#bufs.combineOso, recv: this.#bufs.back, dtype: DTYPES[c.dtype].code };
-    this.#launch('reduce', 'mt_combine_reduce', args, this.#blocks(this.#shape.tokenCap * c.hidden), THREADS, stream);
+    const dtype = DTYPES[c.dtype];
+    const args = { ...c, gate: this.#bufs.combineOso, recv: this.#bufs.back, dtype: dtype.code, ticket: this.#bufs.reduceTicket };
+    // A thread sums 16 bytes of a row where the rows allow (else one element: the grid strides).
+    this.#launch('reduce', 'mt_combine_reduce', args, this.#blocks((c.tokenCap * c.hidden * dtype.bytes) / 16), THREADS, stream);
   }
 
   close(): void {
     this.#device.close();
   }
 
-  /** A grid-stride kernel's blocks for `work` items: no more than 8 a multiprocessor. */
+  /** A grid-stride kernel's blocks for `work` threads: at most 4 a multiprocessor (a full one of 256-thread blocks at 8). */
   #blocks(work: number): number {
-    return Math.max(1, Math.min(Math.ceil(work / THREADS), 8 * this.#device.multiprocessors));
+    return Math.max(1, Math.min(Math.ceil(work / THREADS), 4 * this.#device.multiprocessors));
   }
 
   #launch(spec: TokenKernelName, kernel: string, args: Record<string, Value>, grid: number, block: number, stream: Stream): void {
-    if (grid === 0) return;
     const view = this.#device.params(spec);
-    const all = { ...this.#common, ...args };
-    TOKEN_KERNELS[spec].fields.forEach(([name, kind], i) => {
-      const v = all[name];
+    const common = this.#common;
+    for (const [i, [name, kind]] of TOKEN_KERNELS[spec].fields.entries()) {
+      const v = name in args ? args[name] : common[name];
       if (kind === 'ptr') view.setBigUint64(8 * i, v === undefined ? 0n : this.#device.address(v as DeviceBuffer), true);
       else view.setBigInt64(8 * i, BigInt(typeof v === 'boolean' ? Number(v) : ((v as number | undefined) ?? 0)), true);
-    });
+    }
     this.#device.launch(spec, kernel, grid, block, stream);
   }
 }

@@ -3,15 +3,18 @@
 // allocates nothing and a graph of it can be replayed with any routing.
 import type { MoeLayout } from './api.js';
 
-/** Tokens one routing thread takes at least: enough sequential work to be worth a thread. */
-const MIN_CHUNK_TOKENS = 4;
 /**
- * Chunks at most: mt_route_scan walks each bucket's chunks in order in one thread, so their count
- * is its latency (256: 16 tokens a chunk at 4096 tokens).
+ * Entries (token, k) a routing block takes at least: one tile of its threads (kernels/moe-tokens.cu
+ * mt_route ranks a tile's entries against each other, so a tile costs its length squared).
  */
-const MAX_CHUNKS = 256;
-/** Counts the routing's per-chunk histogram holds at most (int32: 16 MiB). */
-const HIST_BUDGET = 1 << 22;
+const MIN_CHUNK_ENTRIES = 256;
+/** Chunks at most: more blocks count at once, and mt_route's last block scans more counts. */
+const MAX_CHUNKS = 64;
+/**
+ * Counts (chunks x buckets) mt_route's last block scans at most: 256 a thread, 16 round trips to L2
+ * a pass (DeepSeek-V3's 256 experts: 64 x 256, four).
+ */
+const SCAN_BUDGET = 1 << 16;
 
 export interface TokenShape {
   world: number;
@@ -32,13 +35,15 @@ export interface TokenShape {
   exchangeAlign: number;
   /** W · exchangeExperts: the routing's buckets, in the exchange's rank-major order. */
   buckets: number;
+  /** Rows a token sends at most: K (expanded), min(K, W) (compact). */
+  rowsPerToken: number;
   /** Rows a rank sends at most: every (token, k) (expanded), every (token, rank) (compact). */
   sendRows: number;
   /** Rows a rank receives at most, padding included. */
   recvRows: number;
   /** Bytes of a send row's metadata: its weight (expanded); K local ids, K weights (compact). */
   metaBytes: number;
-  /** The routing's chunks of tokens (one thread each) and tokens a chunk. */
+  /** The routing's chunks of tokens (one block each, those of a call's tokens only) and tokens a chunk. */
   chunks: number;
   chunkTokens: number;
 }
@@ -60,7 +65,7 @@ export function tokenShape(o: {
   const exchangeAlign = expanded ? o.align : 1;
   const buckets = o.world * exchangeExperts;
   const perToken = expanded ? o.topk : Math.min(o.topk, o.world);
-  const most = Math.max(1, Math.min(Math.ceil(o.tokenCap / MIN_CHUNK_TOKENS), MAX_CHUNKS, Math.floor(HIST_BUDGET / buckets)));
+  const most = Math.max(1, Math.min(Math.ceil((o.tokenCap * o.topk) / MIN_CHUNK_ENTRIES), MAX_CHUNKS, Math.floor(SCAN_BUDGET / buckets)));
   const chunkTokens = Math.max(1, Math.ceil(o.tokenCap / most));
   return {
     ...o,
@@ -68,6 +73,7 @@ export function tokenShape(o: {
     exchangeExperts,
     exchangeAlign,
     buckets,
+    rowsPerToken: perToken,
     sendRows: o.tokenCap * perToken,
     // Each expert's block at most its rows plus its alignment (an empty one takes the alignment).
     recvRows: o.world * o.tokenCap * (expanded ? o.topk : 1) + exchangeExperts * exchangeAlign,

@@ -103,6 +103,9 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
   r = dispatch(d);
   expectError(r.done, MoeRoutingError, { problem: 'expert-id', rank: q, token: t, k, reportedBy: me }, `a bad expert id on rank ${q}`);
   rig.verifyUntouched(`a bad expert id on rank ${q}`);
+  // Its combine, after a good one: what let that one's reduction through must not let this one's.
+  expectError(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), MoeRoutingError, { problem: 'route-refused', reportedBy: me }, 'combine of a refused dispatch after a good one');
+  rig.verifyUntouched('combine of a refused dispatch after a good one');
   good('good round trip after a bad expert id');
 
   // A device token count past the buffers, then a negative one, on rank q.

@@ -7,13 +7,10 @@
 
 extern "C" int mt_emulate(const char* kernel, const void* params, unsigned grid, unsigned block) {
   std::lock_guard<std::mutex> lock(oneKernel);
-  KERNEL(mt_route_count, RouteArgs, false)
-  KERNEL(mt_route_scan, RouteArgs, true)
+  KERNEL(mt_route, RouteArgs, true)
   KERNEL(mt_gather, GatherArgs, false)
   KERNEL(mt_dispatch_layout, LayoutArgs, false)
   KERNEL(mt_dispatch_unpack, LayoutArgs, false)
-  KERNEL(mt_combine_reduce, ReduceArgs, false)
+  KERNEL(mt_combine_reduce, ReduceArgs, true)
   return -1;
 }
-
-extern "C" void mt_fill(unsigned long long address, unsigned long long bytes, int value) { std::memset((void*)address, value, bytes); }

@@ -14,16 +14,12 @@ export function buildEmulator(compiler: string, dir: string): string {
   return buildHostLibrary(compiler, 'moe/emulate.cpp', join(dir, 'moe-tokens-emulated.so'));
 }
 
-type Fill = (address: bigint, bytes: bigint, value: number) => void;
-
 class EmulatedTokenDevice implements TokenDevice {
   readonly multiprocessors = 4;
   readonly #kernels: HostKernels<TokenKernelName>;
-  readonly #fill: Fill;
 
   constructor(library: string) {
     this.#kernels = new HostKernels(library, 'mt_emulate', TOKEN_KERNELS);
-    this.#fill = this.#kernels.lib.func('void mt_fill(uint64_t address, uint64_t bytes, int value)') as Fill;
   }
 
   params(spec: TokenKernelName): DataView {
@@ -34,9 +30,6 @@ class EmulatedTokenDevice implements TokenDevice {
   }
   address(buf: DeviceBuffer): bigint {
     return BigInt(koffi.address(hostBytes(buf, 'emulated MoE kernels')));
-  }
-  fill(_s: unknown, buf: DeviceBuffer, byte: number): void {
-    this.#fill(this.address(buf), BigInt(buf.bytes), byte);
   }
   close(): void {}
 }

@@ -4,6 +4,7 @@
 // The f32 intrinsics are plain float operations: built with -ffp-contract=off they stay unfused, as
 // __fmul_rn / __fadd_rn are on the device. One kernel runs at a time (__shared__ is static here).
 #pragma once
+#include <atomic>
 #include <barrier>
 #include <climits>
 #include <cmath>
@@ -30,6 +31,12 @@ inline std::barrier<>* blockBarrier;
 #define __shared__ static
 
 inline void __syncthreads() { blockBarrier->arrive_and_wait(); }
+// Blocks run one after another here: a fence orders nothing more than the barrier does.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <class T>
+T __ldcg(const T* p) {
+  return *p;
+}
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }

@@ -36,6 +36,8 @@ export interface Payload {
   rowBytes: number;
   /** The call's SM budget: at most this many blocks in its data grid. */
   maxBlocks?: number;
+  /** Bytes this rank sends at most, when fewer than its input holds: the data grid is sized from it (its blocks loop, so more is still moved right). */
+  sizeHintBytes?: number;
 }
 
 /** The kernels' view of a call: its kind, split buffers, experts, alignment and capacities in rows. */
@@ -53,9 +55,12 @@ export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes:
   return { inRows: Math.floor(a.input.bytes / a.rowBytes), outRows: Math.floor(a.output.bytes / a.rowBytes) };
 }
 
-export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number }): Payload {
-  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks };
+export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number }): Payload {
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes };
 }
+
+/** The bytes a call's data grid is sized for: its input, or the hint when smaller. */
+const gridBytes = (payload: Payload): number => Math.min(payload.input?.bytes ?? 0, payload.sizeHintBytes ?? Infinity);
 
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
@@ -224,7 +229,7 @@ export class MoeCalls {
     }
     if (resident < 1) throw new UsageError(`rank ${this.#host.rank}: ${this.#host.ranksOnDevice} ranks on one GPU leave no room for a block of x_fused`);
     const tile = FUSED_THREADS * 16 * 4;
-    const blocks = Math.max(1, Math.min(resident, payload.maxBlocks ?? Infinity, Math.ceil((payload.input?.bytes ?? 0) / tile)));
+    const blocks = Math.max(1, Math.min(resident, payload.maxBlocks ?? Infinity, Math.ceil(gridBytes(payload) / tile)));
     // An early launch keeps the next call's blocks beside this call's: only where twice fit.
     if (this.#earlyLaunch && 2 * blocks <= resident) launcher.launchEarly(blocks, FUSED_THREADS, stream, smem, fn);
     else launcher.launch(blocks, FUSED_THREADS, stream, smem, fn);
@@ -240,7 +245,7 @@ export class MoeCalls {
       else if (step === 'done') launcher.launch(1, Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32)), stream, 0, this.#fns.done);
       else {
         // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
-        const bytes = (payload.input?.bytes ?? 0) || 1;
+        const bytes = gridBytes(payload) || 1;
         const blocks = Math.max(1, Math.min(4 * device.smCount, payload.maxBlocks ?? Infinity, Math.ceil(bytes / (COPY_THREADS * 64))));
         launcher.launch(blocks, COPY_THREADS, stream, 0, this.#fns.copy);
       }
