@@ -106,7 +106,10 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const perRank = rowsPerRank(all, W, E, arg.topk, arg.layout);
       const mine = arg.op === 'moe-dispatch' ? perRank[comm.rank]! : perRank.map((r) => r[comm.rank]!);
       comm.write(inSplits, BigInt64Array.from(mine, (n) => BigInt(n)));
-      const oneD = () => void comm.allToAllV({ input: recvX, output: oneDOut, inSplits, outSplitsOffsets, rowBytes, stream });
+      // Its input holds the group's worst case (GiBs at W = 8): sized from it, the 1-D call's copy
+      // grid launched a block per 4 KiB of that and took 9 ms at any token count on one GPU.
+      const sizeHintBytes = Math.max(1, mine.reduce((sum, n) => sum + n, 0) * rowBytes);
+      const oneD = () => void comm.allToAllV({ input: recvX, output: oneDOut, inSplits, outSplitsOffsets, rowBytes, sizeHintBytes, stream });
       const oneDUs = slowestRank(agree, measure(comm, stream, oneD, { repeats: arg.repeats, agree })).medianUs;
       const selections = all.reduce((s, ids) => s + ids.length, 0) / W;
       const bytes = selections * arg.hidden * 2;
