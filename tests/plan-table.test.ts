@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
 import { defaultPlan, heuristicPlan, withinBudget, type PlanContext } from '../src/tune/plan.js';
-import { bucketize, loadTables, lookupPlan, parseTable, TABLE_FORMAT, type PlanShape, type PlanTable } from '../src/tune/table.js';
+import { bucketize, loadTables, lookupPlan, parseTable, shippedTablesDir, TABLE_FORMAT, type PlanShape, type PlanTable } from '../src/tune/table.js';
 
 const shape: PlanShape = { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1 };
 const MiB = 1 << 20;
@@ -89,7 +89,8 @@ test('A2AV_PLAN is read before the shipped tables; a missing or bad file is a Us
     writeFileSync(own, JSON.stringify(table([{ ...shape, minBytes: 0, maxBytes: 10, plan: { blocks: 7, threads: 256 } }])));
     assert.deepEqual(loadTables(undefined, shipped).map((t) => t.entries[0]!.plan.blocks), [3]);
     assert.deepEqual(loadTables(own, shipped).map((t) => t.entries[0]!.plan.blocks), [7, 3]);
-    assert.deepEqual(loadTables('', undefined), []);
+    mkdirSync(join(dir, 'empty'));
+    assert.deepEqual(loadTables('', join(dir, 'empty')), []);
     assert.throws(() => loadTables(join(dir, 'nope.json'), shipped), (e: Error) => e instanceof UsageError && /A2AV_PLAN=.*nope\.json: cannot read it \(ENOENT\)/.test(e.message));
     writeFileSync(own, '[]');
     assert.throws(() => loadTables(own, shipped), (e: Error) => e instanceof UsageError && /A2AV_PLAN=.*own\.json: not a plan table/.test(e.message));
@@ -122,4 +123,17 @@ test('a block budget caps every plan, at least one block', () => {
   assert.deepEqual(defaultPlan({ ...big, maxBlocks: 100_000 }), plan);
   assert.deepEqual(withinBudget({ blocks: 5, threads: 128 }, 0), { blocks: 1, threads: 128 });
   assert.deepEqual(withinBudget({ blocks: 5, threads: 128 }, undefined), { blocks: 5, threads: 128 });
+});
+
+test('the tables shipped in plans/ are well-formed, each entry a size range of one measured shape', () => {
+  const dir = shippedTablesDir();
+  assert.ok(dir !== undefined, 'the package ships plans/');
+  const tables = loadTables('', dir);
+  assert.ok(tables.length > 0);
+  for (const t of tables) {
+    for (const e of t.entries) {
+      assert.ok(e.minBytes < e.maxBytes && e.plan.blocks >= 1 && e.plan.threads % 32 === 0, JSON.stringify(e));
+      assert.ok(e.world >= 1 && e.gpus >= 1 && e.ranksPerGpu * e.gpus === e.world, `${e.gpu} W=${e.world}: ${e.ranksPerGpu} a GPU on ${e.gpus}`);
+    }
+  }
 });
