@@ -11,7 +11,8 @@
 //               (the least key: kernels/exchange.cuh), so all move data or none does.
 //   x_check     a plan's move: every rank's row size and output buffer, checked against rank 0's
 //               in one round, and the plan's own verdict.
-//   x_copy      the data, along the plan left by x_exchange (a grid; does nothing when gated).
+//   x_copy      the data, along the plan left by x_exchange (a grid; does nothing when gated);
+//               x_copy_slices the same as a grid of short-lived blocks, for ranks on one GPU.
 //   x_done      completion: one signal to every peer, then wait for theirs (as a2av_done).
 // A call is x_exchange + x_copy + x_done; building a plan x_exchange + x_done; a move
 // x_check + x_copy + x_done. Every wait is bounded (the lane's abort record, as in a2av.cu).
@@ -159,6 +160,73 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
   const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
 #ifndef A2AV_PROBE_NO_COPY
   for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) copy_tile(c, lo, lo + tile < total ? lo + tile : total, aligned);
+#endif
+}
+
+// Grid mode for calls whose ranks share one GPU (moe.ts, A2AV_MOE_GRID; not yet measured): block b
+// copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, 16 bytes a thread, and the
+// slices gridDim.x further on when the grid was sized from a low hint. As a2av_copy, whose shape
+// reaches 0.98 of the copy engine on one GPU where resident sweeps stay at 0.85-0.92: a dispatch
+// reads its word before the plan (its send bytes are its input in order), the plan comes through
+// the read-only path, and each thread finds its word's chunk from the slice's first (a step or two
+// at most unless chunks are shorter than a slice). The host launches it for 16-byte rows and
+// aligned buffers only (x_copy takes the others); were they not, each thread copies its 16 bytes
+// one at a time, slow and right.
+
+// The last chunk starting at or before byte `at` (running sums ascend; an empty chunk shares its
+// start with the next, which this finds instead).
+__device__ __forceinline__ i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at) {
+  i64 a = 0, b = n - 1;
+  while (a < b) {
+    const i64 m = (a + b + 1) >> 1;
+    if (__ldg(cum + m) * rb <= at) a = m;
+    else b = m - 1;
+  }
+  return a;
+}
+
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(const XParams p) {
+  const int tid = threadIdx.x, W = p.world;
+  const i64 slice = (i64)blockDim.x * 16;
+  const i64 first = (i64)blockIdx.x * slice;
+  const i64 rb = p.rowBytes;
+  const bool early = p.kind == X_DISPATCH && ((u64)p.input & 15) == 0 && first + 16 * (i64)tid + 16 <= p.inRows * rb;
+  uint4 word;
+  if (early) word = ld_stream((const uint4*)(p.input + first + 16 * tid));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // a no-op unless launched early
+#endif
+  const u8* lane = p.pad + p.laneOffset;
+  __shared__ int sSkip;
+  __shared__ i64 sChunk;
+  const PlanArrays plan = plan_arrays(p.plan, W);
+  const i64 E = __ldg(p.plan + 9), n = (i64)W * E;
+  const i64 total = __ldg(p.plan + 8) * rb;
+  if (tid == 0) sSkip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
+  __syncthreads();
+  if (sSkip || first >= total) return;
+#ifndef A2AV_PROBE_NO_COPY
+  const bool aligned = chunks_aligned(p.outPeers, W, p.input, rb);
+  for (i64 lo = first; lo < total; lo += (i64)gridDim.x * slice) {
+    const i64 hi = lo + slice < total ? lo + slice : total;
+    if (tid == 0) sChunk = x_chunk_at(plan.cum, n, rb, lo);
+    __syncthreads();
+    const i64 x = lo + 16 * (i64)tid;
+    i64 k = sChunk;
+    if (x < hi && !aligned) {
+      for (i64 y = x; y < x + 16 && y < hi; ++y) {
+        while (k + 1 < n && __ldg(plan.cum + k + 1) * rb <= y) ++k;
+        const i64 off = y - __ldg(plan.cum + k) * rb;
+        p.outPeers[k / E][__ldg(plan.dst + k) * rb + off] = p.input[__ldg(plan.src + k) * rb + off];
+      }
+    } else if (x < hi) {
+      while (k + 1 < n && __ldg(plan.cum + k + 1) * rb <= x) ++k;
+      const i64 off = x - __ldg(plan.cum + k) * rb;
+      const uint4 v = early && lo == first ? word : ld_stream((const uint4*)(p.input + __ldg(plan.src + k) * rb + off));
+      *(uint4*)(p.outPeers[k / E] + __ldg(plan.dst + k) * rb + off) = v;
+    }
+    __syncthreads();  // sChunk is the next slice's
+  }
 #endif
 }
 

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
 import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
+import { moeGridFromEnv } from '../src/backends/cuda/moe.js';
 
 // An H200-like device: 132 SMs, 2048 threads per SM. By default the ranks span several GPUs (no grid mode).
 const ctx = (inputBytes: number, ranksOnDevice: number, more: Partial<PlanContext> = {}): PlanContext => ({
@@ -59,4 +60,12 @@ test('A2AV_GRID_COPY accepts auto, always and never, and names anything else', (
   assert.equal(gridCopyFromEnv('always'), 'always');
   assert.equal(gridCopyFromEnv('never'), 'never');
   assert.throws(() => gridCopyFromEnv('yes'), (e: unknown) => e instanceof UsageError && /A2AV_GRID_COPY/.test(e.message));
+});
+
+test('A2AV_MOE_GRID accepts never (the default), auto and always, and names anything else', () => {
+  assert.equal(moeGridFromEnv(undefined), 'never');
+  assert.equal(moeGridFromEnv(''), 'never');
+  assert.equal(moeGridFromEnv('auto'), 'auto');
+  assert.equal(moeGridFromEnv('always'), 'always');
+  assert.throws(() => moeGridFromEnv('1'), (e: unknown) => e instanceof UsageError && /A2AV_MOE_GRID must be never, auto or always, got '1'/.test(e.message));
 });

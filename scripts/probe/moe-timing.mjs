@@ -9,7 +9,8 @@
 // A2AV_PROBE_DEFINES=A2AV_PROBE_NO_COPY times every call without its data (the kernels' exchange and
 // completion alone; results are then wrong by design), A2AV_PROBE_XF_BLOCK0_POLL has block 0 of
 // x_fused alone poll the packets and the other blocks wait on its flag; A2AV_PROBE_ONLY=dg,oneg picks timings,
-// A2AV_PROBE_ITERS fixes the calls per loop, A2AV_MOE_FUSED=0 takes the three-kernel MoE path.
+// A2AV_PROBE_ITERS fixes the calls per loop, A2AV_MOE_FUSED=0 takes the three-kernel MoE path,
+// A2AV_MOE_GRID=auto|always (ranks on one GPU) its copy in x_copy_slices, a block a 4 KiB slice.
 import { runRanks } from '../../dist/src/world/threads.js';
 
 const W = Number(process.argv[2] ?? 8);

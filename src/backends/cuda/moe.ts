@@ -7,6 +7,7 @@ import type { DeviceBuffer, ExchangePlan, Handle, PlanMoveArgs, Stream } from '.
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
+import { GRID_MIN_BYTES } from '../../tune/plan.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
@@ -27,6 +28,18 @@ export interface ExchangeCall {
   align: number;
   inRows: number;
   outRows: number;
+}
+
+/**
+ * A2AV_MOE_GRID: 'never' (the default until measured: docs/perf.md), 'auto' (calls whose ranks all
+ * share one GPU move their data in x_copy_slices from GRID_MIN_BYTES of output, as the 1-D call's
+ * grid mode), 'always' (every such call: for the tests and the probes). Anything else: UsageError.
+ */
+export type MoeGrid = 'never' | 'auto' | 'always';
+export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
+  if (value === undefined || value === '') return 'never';
+  if (value === 'never' || value === 'auto' || value === 'always') return value;
+  throw new UsageError(`A2AV_MOE_GRID must be never, auto or always, got '${value}'`);
 }
 
 /** A payload: its buffers and row size (a plan's exchange has none: rowBytes 0, outId -1). */
@@ -64,6 +77,8 @@ const gridBytes = (payload: Payload): number => Math.min(payload.input?.bytes ??
 
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
+/** x_copy_slices: 256-thread blocks, as the 1-D call's copy grid (measured best of 128-1024 there). */
+const SLICE_THREADS = 256;
 const FUSED_THREADS = 512;
 /** Open exchange plans served from the pool; more are allocated (and freed) as they come and go. */
 export const PLAN_POOL = 8;
@@ -72,10 +87,12 @@ export class MoeCalls {
   readonly #host: MoeHost;
   readonly #module: KernelModule;
   readonly #launcher: StructLauncher;
-  readonly #fns: Record<'check' | 'copy' | 'done' | 'fused', KernelFunction>;
+  readonly #fns: Record<'check' | 'copy' | 'slices' | 'done' | 'fused', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
   /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
   readonly #fused = process.env.A2AV_MOE_FUSED !== '0';
+  /** A2AV_MOE_GRID (moeGridFromEnv): where calls whose ranks share one GPU copy in x_copy_slices. */
+  readonly #grid = moeGridFromEnv();
   /** Programmatic dependent launch of x_fused (Hopper+), as kernels.ts; A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
   readonly #resident = new Map<number, number>();
@@ -92,7 +109,7 @@ export class MoeCalls {
     this.#module = module;
     // Looking the functions up loads them now, not at a first launch beside a peer's spinning kernel.
     this.#launcher = new StructLauncher(module.fn('x_exchange'), X_PARAMS_BYTES);
-    this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), done: module.fn('x_done'), fused: module.fn('x_fused') };
+    this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), slices: module.fn('x_copy_slices'), done: module.fn('x_done'), fused: module.fn('x_fused') };
     this.#earlyLaunch = host.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
   }
 
@@ -104,9 +121,25 @@ export class MoeCalls {
     const params = this.#paramsOf(lane, x, payload, scratch + BigInt(scratchPlanOffset(this.#host.worldSize)));
     // Every rank takes the same path: it depends on W and E only (x_fused meets x_exchange only in
     // a call refused for a mismatch, and answers it: kernels/exchange.cu).
-    if (this.#fused && x.kind !== '1d' && fusedFits(this.#host.worldSize, x.experts)) this.#queueFused(lane.stream, params, x, payload);
+    if (this.#takesFused(x, payload)) this.#queueFused(lane.stream, params, x, payload);
     else this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
     return this.#host.finish(lane, what);
+  }
+
+  /**
+   * Every rank takes the same path (x_fused meets x_exchange only in a call refused for a mismatch,
+   * and answers it: kernels/exchange.cu): it depends on W, E, the ranks' places and the output,
+   * one symmetric allocation of the same size on every rank (another is refused).
+   */
+  #takesFused(x: ExchangeCall, payload: Payload): boolean {
+    if (!this.#fused || x.kind === '1d' || !fusedFits(this.#host.worldSize, x.experts)) return false;
+    if (!this.#oneGpu() || this.#grid === 'never') return true;
+    return this.#grid === 'auto' && (payload.output?.bytes ?? 0) < GRID_MIN_BYTES;
+  }
+
+  /** Every rank of the call on this GPU (more than one): their copies may take x_copy_slices. */
+  #oneGpu(): boolean {
+    return this.#host.worldSize > 1 && this.#host.ranksOnDevice === this.#host.worldSize;
   }
 
   /** Builds an exchange plan on `lane`: the exchange now, moves later. */
@@ -246,6 +279,13 @@ export class MoeCalls {
       else {
         // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
         const bytes = gridBytes(payload) || 1;
+        const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
+        if (this.#grid !== 'never' && this.#oneGpu() && aligned) {
+          // A block a slice of 16 bytes a thread (kernels/exchange.cu x_copy_slices).
+          const blocks = Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICE_THREADS * 16))));
+          launcher.launch(blocks, SLICE_THREADS, stream, 0, this.#fns.slices);
+          continue;
+        }
         const blocks = Math.max(1, Math.min(4 * device.smCount, payload.maxBlocks ?? Infinity, Math.ceil(bytes / (COPY_THREADS * 64))));
         launcher.launch(blocks, COPY_THREADS, stream, 0, this.#fns.copy);
       }
