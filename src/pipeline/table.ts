@@ -67,10 +67,16 @@ const COLUMNS: ReadonlyArray<{ title: string; cell: (r: PipelineRow) => string }
   { title: VS_NCCL, cell: (r) => (r.vsNcclOneLane === null ? '-' : `${r.vsNcclOneLane.toFixed(3)}×`) },
   { title: 'compute µs', cell: (r) => formatMicros(r.computeUs) },
   { title: 'exposed comm µs', cell: (r) => formatMicros(r.exposedUs) },
+  { title: 'input dist µs', cell: (r) => formatMicros(inputDistUs(r)) },
   { title: 'host blocked µs', cell: (r) => formatMicros(r.hostBlockedUs) },
   { title: 'loss', cell: (r) => r.finalLoss.toPrecision(6) },
   { title: 'checksum', cell: (r) => r.checksum },
 ];
+
+/** The input dist's time a step (lengths, then ids; median, slowest rank): on a GPU, about what a second lane can hide at most. */
+export function inputDistUs(r: Pick<ArmResult, 'phases'>): number {
+  return (r.phases['input dist lengths'] ?? 0) + (r.phases['input dist ids'] ?? 0);
+}
 
 export function formatPipelineTable(results: readonly PipelineResult[]): string {
   const first = results[0];
@@ -87,6 +93,7 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
     ...(withNccl ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),
     '# vs one-lane = it/s over the same backend\'s one-lane it/s; compute µs = the compute stream busy per step (median); ' +
       'exposed comm µs = median of (step − compute): the compute waiting, mostly for collectives',
+    '# input dist µs = the input dist of the next batch (lengths, then ids), median per step on its lane: on a GPU, about the most a second lane can take off a step (on cpu the ranks\' own threads do the exchange, so lanes change more than that)',
     '# host blocked µs = per step, the host inside collective calls (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself)',
     ...notes.map((n) => `# note: ${n}`),
     problems.length === 0
