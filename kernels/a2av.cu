@@ -63,40 +63,6 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, gridCopy) == 104, "A2avParams.g
 A2AV_LAYOUT_CHECK(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
 
 
-#ifdef A2AV_PROBE_SPLIT_BY_PEER
-// A probe's define, not yet measured (docs/perf.md, the peer-copy ceiling): the blocks split between
-// the destinations in proportion to their bytes, each group sweeping its own segment tile by tile,
-// so every destination is written at once. The shared sweep below takes the segments one after
-// the other: across two GPUs a rank copies its local share, then its peer's (one direction of the
-// link busy at a time, the local copy not overlapped), so it costs the local copy plus the link's
-// time where the copy could hide under it. On thread 0; false (the shared sweep then) unless every
-// non-empty segment gets a block and there are two or more.
-__device__ bool split_by_peer(int W, const i64* sendLen, i64 total, int* seg, i64* first, i64* quota) {
-  const i64 B = gridDim.x;
-  int nonEmpty = 0, largest = 0;
-  for (int k = 0; k < W; ++k) {
-    if (sendLen[k] > 0) ++nonEmpty;
-    if (sendLen[k] > sendLen[largest]) largest = k;
-  }
-  if (nonEmpty < 2 || B < nonEmpty) return false;
-  const i64 extra = B - nonEmpty;
-  i64 given = 0;
-  for (int k = 0; k < W; ++k) given += sendLen[k] > 0 ? 1 + extra * sendLen[k] / total : 0;
-  i64 at = 0;
-  for (int k = 0; k < W; ++k) {
-    const i64 q = sendLen[k] == 0 ? 0 : 1 + extra * sendLen[k] / total + (k == largest ? B - given : 0);
-    if ((i64)blockIdx.x < at + q) {
-      *seg = k;
-      *first = at;
-      *quota = q;
-      return true;
-    }
-    at += q;
-  }
-  return false;  // not reached: the quotas add up to B
-}
-#endif
-
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
   // Dynamic shared memory: every rank's payload, this rank's send plan in bytes, its splits and the
   // lane in every peer's pad. Everything from global memory is read once, in parallel, into here:
@@ -300,7 +266,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
 #ifdef A2AV_PROBE_SPLIT_BY_PEER
     __shared__ int sSplit, sSeg;
     __shared__ i64 sFirst, sQuota;
-    if (tid == 0) sSplit = total > 0 && split_by_peer(W, sendLen, total, &sSeg, &sFirst, &sQuota);
+    if (tid == 0) sSplit = total > 0 && split_by_peer(W, sendLen, total, gridDim.x, blockIdx.x, &sSeg, &sFirst, &sQuota);
     __syncthreads();
     if (sSplit) {
       // This block's group sweeps segment sSeg alone: its tiles from the segment's start.
