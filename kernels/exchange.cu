@@ -173,18 +173,6 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
 // aligned buffers only (x_copy takes the others); were they not, each thread copies its 16 bytes
 // one at a time, slow and right.
 
-// The last chunk starting at or before byte `at` (running sums ascend; an empty chunk shares its
-// start with the next, which this finds instead).
-__device__ __forceinline__ i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at) {
-  i64 a = 0, b = n - 1;
-  while (a < b) {
-    const i64 m = (a + b + 1) >> 1;
-    if (__ldg(cum + m) * rb <= at) a = m;
-    else b = m - 1;
-  }
-  return a;
-}
-
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(const XParams p) {
   const int tid = threadIdx.x, W = p.world;
   const i64 slice = (i64)blockDim.x * 16;
@@ -215,12 +203,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(
     i64 k = sChunk;
     if (x < hi && !aligned) {
       for (i64 y = x; y < x + 16 && y < hi; ++y) {
-        while (k + 1 < n && __ldg(plan.cum + k + 1) * rb <= y) ++k;
+        k = x_chunk_from(plan.cum, n, rb, k, y);
         const i64 off = y - __ldg(plan.cum + k) * rb;
         p.outPeers[k / E][__ldg(plan.dst + k) * rb + off] = p.input[__ldg(plan.src + k) * rb + off];
       }
     } else if (x < hi) {
-      while (k + 1 < n && __ldg(plan.cum + k + 1) * rb <= x) ++k;
+      k = x_chunk_from(plan.cum, n, rb, k, x);
       const i64 off = x - __ldg(plan.cum + k) * rb;
       const uint4 v = early && lo == first ? word : ld_stream((const uint4*)(p.input + __ldg(plan.src + k) * rb + off));
       *(uint4*)(p.outPeers[k / E] + __ldg(plan.dst + k) * rb + off) = v;

@@ -350,3 +350,31 @@ __device__ __forceinline__ bool chunks_aligned(u8* const* out, int W, const u8* 
   for (int r = threadIdx.x; r < W; r += blockDim.x) ok = ok && ((u64)out[r] & 15) == 0;
   return __syncthreads_and(ok);
 }
+
+// Where x_copy_slices finds a byte's chunk in a plan's running sums (cum, n chunks, rows of rb
+// bytes), read through the read-only path on the device. tests/chunk-lookup.test.ts checks both on
+// the host.
+__host__ __device__ __forceinline__ i64 plan_word(const i64* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+// The last chunk starting at or before byte `at` (running sums ascend; an empty chunk shares its
+// start with the next, which this finds instead).
+__host__ __device__ inline i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at) {
+  i64 a = 0, b = n - 1;
+  while (a < b) {
+    const i64 m = (a + b + 1) >> 1;
+    if (plan_word(cum + m) * rb <= at) a = m;
+    else b = m - 1;
+  }
+  return a;
+}
+// From chunk k, at or before byte x, forward to the chunk holding x (a step or two unless chunks
+// are shorter than the distance walked).
+__host__ __device__ inline i64 x_chunk_from(const i64* cum, i64 n, i64 rb, i64 k, i64 x) {
+  while (k + 1 < n && plan_word(cum + k + 1) * rb <= x) ++k;
+  return k;
+}

@@ -1,0 +1,75 @@
+// x_chunk_at and x_chunk_from (kernels/exchange.cuh: how x_copy_slices finds the chunk of each
+// 16-byte word of its slice), compiled by nvcc for the host and run on fresh random chunk tables
+// (empty chunks, runs of them, one-row chunks, a table of one chunk) against the chunk computed
+// here: the one whose byte range holds the word. Skipped with a message where nvcc is missing (CI
+// has it).
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { kernelsDir } from '../src/jit/module.js';
+import { Rng } from './conformance/reference.js';
+import { nvcc } from './support/kernel-source.js';
+
+const seed = process.env.A2AV_SEED !== undefined ? Number(process.env.A2AV_SEED) : randomInt(2 ** 31);
+const SLICE = 256 * 16;
+
+interface Table {
+  rb: number;
+  rows: number[];
+}
+
+test('x_chunk_at + x_chunk_from: every word of every slice finds the chunk that holds it', (t) => {
+  if (nvcc === undefined) return t.skip('nvcc not found: the lookup cannot be compiled here (CI has nvcc)');
+  const rng = new Rng(seed);
+  const tables: Table[] = [{ rb: 16, rows: [1] }, { rb: 4096, rows: [0, 0, 3, 0, 0, 1, 0] }, { rb: 16, rows: Array.from({ length: 256 }, () => 1) }];
+  // Sizes keep the output (a number a word) to a few MB: chunks shorter and longer than a slice.
+  for (let i = 0; i < 40; i++) {
+    const n = 1 + rng.int(256);
+    const rb = 16 * (1 + rng.int(rng.int(2) === 0 ? 4 : 64));
+    const rows: number[] = Array.from({ length: n }, () => (rng.int(3) === 0 ? 0 : rng.int(4) === 0 ? 1 + rng.int(3) : rng.int(40)));
+    if (!rows.some((r) => r > 0)) rows[rng.int(n)] = 1;
+    tables.push({ rb, rows });
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-chunks-'));
+  try {
+    // Reads tables (n, rb, rows), prints for every word of every slice the chunk found, slice by
+    // slice as the kernel walks: x_chunk_at for the slice's first byte, x_chunk_from for each word.
+    writeFileSync(
+      join(dir, 'lookup.cu'),
+      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
+        `  long long n, rb;\n` +
+        `  while (scanf("%lld %lld", &n, &rb) == 2) {\n` +
+        `    std::vector<i64> cum(n); i64 sum = 0;\n` +
+        `    for (i64 k = 0; k < n; ++k) { long long r; scanf("%lld", &r); cum[k] = sum; sum += r; }\n` +
+        `    const i64 total = sum * rb;\n` +
+        `    for (i64 lo = 0; lo < total; lo += ${SLICE}) {\n` +
+        `      const i64 k0 = x_chunk_at(cum.data(), n, rb, lo);\n` +
+        `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) printf("%lld ", (long long)x_chunk_from(cum.data(), n, rb, k0, x));\n` +
+        `    }\n` +
+        `    printf("\\n");\n` +
+        `  }\n}\n`,
+    );
+    execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'lookup.cu'), '-o', join(dir, 'lookup')]);
+    const input = tables.map((c) => `${c.rows.length} ${c.rb} ${c.rows.join(' ')}`).join('\n') + '\n';
+    const lines = execFileSync(join(dir, 'lookup'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
+    tables.forEach((c, i) => {
+      const label = `seed ${seed} (A2AV_SEED reruns it): table ${i}, ${c.rows.length} chunks of ${c.rb}-byte rows`;
+      const got = lines[i]!.trim().split(/\s+/).map(Number);
+      const want: number[] = [];
+      let start = 0;
+      c.rows.forEach((r, k) => {
+        for (let x = start; x < start + r * c.rb; x += 16) want.push(k);
+        start += r * c.rb;
+      });
+      assert.equal(got.length, want.length, `${label}: one chunk per word`);
+      const wrong = got.findIndex((k, w) => k !== want[w]);
+      assert.equal(wrong, -1, `${label}: word ${wrong} (byte ${16 * wrong}) found chunk ${got[wrong]}, held by ${want[wrong]}`);
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
