@@ -17,6 +17,7 @@
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
+# variants (not in the default list): the kernel variants still off by default, beside the default, and their tests;
 # allreduce: a2av bench allreduce, cuda against nccl; pipeline: a2av bench pipeline, the arms on cuda and nccl;
 # moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
 set -uo pipefail
@@ -144,6 +145,28 @@ for w in $worlds; do
   # The small MoE step: 4 rows of 4 KiB per expert per source; its graph µs is per dispatch.
   [[ "$ops" == *" dispatch "* ]] && sweep "dispatch-step" "$w" --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096
 done
+
+if [[ "$ops" == *" variants "* ]]; then
+  # Kernel variants that are off by default until measured (docs/perf.md says what each predicts):
+  # each beside the default, then the conformance cases it touches with it on.
+  for w in $worlds; do
+    step "variant A2AV_PROBE_SPLIT_BY_PEER: all-to-all-v W=$w, 32 MiB .. $max per rank"
+    for splits in uniform zipf; do A2AV_PROBE_DEFINES=A2AV_PROBE_SPLIT_BY_PEER sweep "$splits-split-by-peer" "$w" --min 32M --max "$max" --splits "$splits"; done
+  done
+  step "variant A2AV_PROBE_SPLIT_BY_PEER: the 1-D conformance cases (ranks as threads)"
+  A2AV_PROBE_DEFINES=A2AV_PROBE_SPLIT_BY_PEER A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
+    --test-name-pattern="exchange W|graph replay W|lanes W=|own outcomes|splits errors" > "$OUT/variant-split-by-peer-tests.log" 2>&1 || rc=1
+  grep -E '^# (tests|pass|fail)' "$OUT/variant-split-by-peer-tests.log"
+  step "variant A2AV_MOE_GRID: MoE at W=8 on GPU 0, the default then auto"
+  moe='[{"E":16,"rowsPer":512,"rb":4096},{"E":16,"rowsPer":64,"rb":4096}]'
+  for grid in never auto; do
+    echo "A2AV_MOE_GRID=$grid"
+    CUDA_VISIBLE_DEVICES=0 A2AV_MOE_GRID=$grid timeout 300 node scripts/probe/moe-timing.mjs 8 "$moe" 2>&1 | tee "$OUT/variant-moe-grid-$grid.txt" | grep '^W=' || rc=1
+  done
+  step "variant A2AV_MOE_GRID=always: the MoE conformance cases (ranks as threads)"
+  A2AV_MOE_GRID=always A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap --test-name-pattern=MoE > "$OUT/variant-moe-grid-tests.log" 2>&1 || rc=1
+  grep -E '^# (tests|pass|fail)' "$OUT/variant-moe-grid-tests.log"
+fi
 
 if [[ "$ops" == *" ceiling "* ]] && [ "$gpus" -ge 2 ]; then
   # What SM-driven copies reach between GPUs 0 and 1 against the copy engine (scripts/probe/peer-ceiling.cu).
