@@ -119,8 +119,6 @@ export class MoeCalls {
     const scratch = this.#scratchOf(lane);
     this.#host.follow(lane, stream);
     const params = this.#paramsOf(lane, x, payload, scratch + BigInt(scratchPlanOffset(this.#host.worldSize)));
-    // Every rank takes the same path: it depends on W and E only (x_fused meets x_exchange only in
-    // a call refused for a mismatch, and answers it: kernels/exchange.cu).
     if (this.#takesFused(x, payload)) this.#queueFused(lane.stream, params, x, payload);
     else this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
     return this.#host.finish(lane, what);
@@ -128,13 +126,15 @@ export class MoeCalls {
 
   /**
    * Every rank takes the same path (x_fused meets x_exchange only in a call refused for a mismatch,
-   * and answers it: kernels/exchange.cu): it depends on W, E, the ranks' places and the output,
-   * one symmetric allocation of the same size on every rank (another is refused).
+   * and answers it: kernels/exchange.cu): it depends on W, E, the ranks' places, the row size and
+   * the output, one symmetric allocation of the same size on every rank (another row size or
+   * output is refused).
    */
   #takesFused(x: ExchangeCall, payload: Payload): boolean {
     if (!this.#fused || x.kind === '1d' || !fusedFits(this.#host.worldSize, x.experts)) return false;
     if (!this.#oneGpu() || this.#grid === 'never') return true;
-    return this.#grid === 'auto' && (payload.output?.bytes ?? 0) < GRID_MIN_BYTES;
+    // x_copy_slices takes 16-byte rows; others copy faster in x_fused than in x_copy's sweep.
+    return this.#grid === 'auto' && ((payload.output?.bytes ?? 0) < GRID_MIN_BYTES || payload.rowBytes % 16 !== 0);
   }
 
   /** Every rank of the call on this GPU (more than one): their copies may take x_copy_slices. */
