@@ -341,8 +341,10 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
   i64* const ready = p.scratch + 1;  // [0] the call block 0 has decided, [1] how (XF_*)
   const PlanArrays left = plan_arrays(p.plan, W);
+#endif
   // Every block polls every packet and lays out the call itself: no flag hop from block 0 (about
   // 2 µs faster across GPUs, no slower on one: docs/perf.md). A2AV_PROBE_XF_BLOCK0_POLL (a probe's
   // define) brings back block 0 polling alone and the others waiting on its flag.
@@ -444,7 +446,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
     // The calls differ (peers may even be in x_exchange): x_exchange's receivers' verdict, sent as
     // their round-2 answer, then completion with one signal, as x_done; the other blocks leave.
     if (blockIdx.x != 0) return;
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
     if (tid == 0) announce(ready, seq, XF_MISMATCH);
+#endif
     if (tid == 0) {
       const int q = (int)st.mis;
       int j = 0;
@@ -534,10 +538,13 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       const int prio = (int)(st.v.key >> 56);
       const i64 code = prio == X_PRIO_NEGATIVE ? A2AV_ERR_NEGATIVE : prio == X_PRIO_INPUT ? A2AV_ERR_INPUT_OVERFLOW : A2AV_ERR_OUTPUT_OVERFLOW;
       record_refusal(h, StatusRecord{code, st.v.rank, st.v.peer, st.v.needed, st.v.available, me, seq, st.v.expert});
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
       announce(ready, seq, XF_REFUSED);
+#endif
     }
   } else {
-    // My chunks for the other blocks, then the flag; then outSplitsOffsets and my tiles.
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
+    // My chunks for the other blocks, then the flag (they wait on it instead of laying out the call).
     for (i64 i = tid; blockIdx.x == 0 && i < N; i += nt) {
       const i64 k = (i / E) * A2AV_MAX_EXPERTS + i % E;
       left.rows[k] = rows[i];
@@ -547,6 +554,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
     }
     __syncthreads();
     if (blockIdx.x == 0 && tid == 0) announce(ready, seq, XF_ACCEPTED);
+#endif
+    // outSplitsOffsets, then my tiles.
     for (i64 k = tid; blockIdx.x == 0 && k < N; k += nt) {
       const int src = byExpert ? (int)(k % W) : (int)(k / E), e = byExpert ? (int)(k / W) : (int)(k % E);
       p.outSplitsOffsets[k] = cnt[(i64)src * N + (i64)me * E + e];
