@@ -260,11 +260,8 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   if (refused) {
     // As ar_done: one signal to every peer, then theirs (a peer whose call was not one-shot waits
     // for it in its ar_done).
-    if (blockIdx.x == 0) {
-      fence_peers();
-      for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
-      if (!__syncthreads_and(await_done(h, lane, W, me, c.seq, p.timeoutNs, [](int) { return (i64)1; }))) return;
-    }
+    const CallLane cl{p.pad, p.padPeers, p.laneOffset, W, me, p.timeoutNs};
+    if (blockIdx.x == 0 && !__syncthreads_and(signal_and_await(cl, c.seq, [](int) { return (i64)1; }))) return;
     ar_one_shot_finish(c);
     return;
   }

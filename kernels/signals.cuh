@@ -136,15 +136,25 @@ struct CallLane {
   i64 timeoutNs;
 };
 
+// The completion exchange of call seq, by one block: release this rank's stores to the peers with
+// one signal each, then wait until every peer q has sent the signals(q) it announced. This
+// thread's part of the wait: false when it timed out (recorded).
+template <typename Signals>
+__device__ bool signal_and_await(const CallLane& c, i64 seq, Signals signals) {
+  u8* lane = c.pad + c.laneOffset;
+  fence_peers();
+  for (int peer = threadIdx.x; peer < c.world; peer += blockDim.x) red_release_add_peer(lane_done(c.padPeers[peer] + c.laneOffset, c.world) + c.me, 1);
+  return await_done((LaneHeader*)lane, lane, c.world, c.me, seq, c.timeoutNs, signals);
+}
+
 // A call's last kernel, by one block (a2av_done, x_done): the kernels before it on the stream
 // have finished, so release their stores to the peers with one signal each, wait until every
 // peer q has sent the signals(q, seq) it announced, then number the call done. Nothing on a lane
 // that has timed out.
 template <typename Signals>
 __device__ void complete_call(const CallLane& c, Signals signals) {
-  const int W = c.world, tid = threadIdx.x, nt = blockDim.x;
-  u8* lane = c.pad + c.laneOffset;
-  LaneHeader* h = (LaneHeader*)lane;
+  const int tid = threadIdx.x;
+  LaneHeader* h = (LaneHeader*)(c.pad + c.laneOffset);
   __shared__ int sAbort;
   __shared__ i64 sSeq;
   if (tid == 0) {
@@ -154,9 +164,7 @@ __device__ void complete_call(const CallLane& c, Signals signals) {
   __syncthreads();
   if (sAbort) return;
   const i64 seq = sSeq;
-  fence_peers();
-  for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(c.padPeers[peer] + c.laneOffset, W) + c.me, 1);
-  if (!await_done(h, lane, W, c.me, seq, c.timeoutNs, [&](int q) { return signals(q, seq); })) sAbort = 1;
+  if (!signal_and_await(c, seq, [&](int q) { return signals(q, seq); })) sAbort = 1;
   __syncthreads();
   if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
 }
