@@ -44,6 +44,7 @@ struct A2avParams {
   int world;                // 92
   u8* pad;                  // 96: this rank's own signal pad (padPeers[rank], without the table load)
   int gridCopy;             // 104: 1: grid mode (see above)
+  int splitByPeer;          // 108: A2AV_SPLIT_*: step 3 gives each destination its own blocks (copy.cuh)
 };
 // The offsets kernel-params.ts writes; tests/kernel-layout.test.ts reads these lines.
 A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, inputBytes) == 8, "A2avParams.inputBytes");
@@ -60,6 +61,7 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, rank) == 88, "A2avParams.rank")
 A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, world) == 92, "A2avParams.world");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, pad) == 96, "A2avParams.pad");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, gridCopy) == 104, "A2avParams.gridCopy");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, splitByPeer) == 108, "A2avParams.splitByPeer");
 A2AV_LAYOUT_CHECK(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
 
 
@@ -263,10 +265,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     const i64 tile = (i64)nt * 16 * A2AV_COPY_UNROLL;
     int r = 0;
     i64 start = (i64)blockIdx.x * tile, step = (i64)gridDim.x * tile;
-#ifdef A2AV_PROBE_SPLIT_BY_PEER
+    // Across GPUs (params.splitByPeer, large calls) the shared sweep would copy the local share, then the peer's:
+    // one link direction busy at a time. Each destination gets its own blocks instead, in
+    // proportion to its bytes, so every segment is written at once.
     __shared__ int sSplit, sSeg;
     __shared__ i64 sFirst, sQuota;
-    if (tid == 0) sSplit = total > 0 && split_by_peer(W, sendLen, total, gridDim.x, blockIdx.x, &sSeg, &sFirst, &sQuota);
+    if (tid == 0) sSplit = split_wanted(p.splitByPeer, total) && total > 0 && split_by_peer(W, sendLen, total, gridDim.x, blockIdx.x, &sSeg, &sFirst, &sQuota);
     __syncthreads();
     if (sSplit) {
       // This block's group sweeps segment sSeg alone: its tiles from the segment's start.
@@ -275,7 +279,6 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       step = sQuota * tile;
       total = srcOff[r] + sendLen[r];
     }
-#endif
     for (i64 lo = start; lo < total; lo += step) {
       const i64 hi = lo + tile < total ? lo + tile : total;
       while (srcOff[r] + sendLen[r] <= lo) ++r;  // segments ascend, so r only moves forward

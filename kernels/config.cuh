@@ -9,6 +9,17 @@ typedef unsigned long long u64;
 #define A2AV_MAX_THREADS 1024
 // 16-byte loads each thread keeps in flight before storing; a block's tile is threads * 16 * this.
 #define A2AV_COPY_UNROLL 4
+// Splitting a copy's blocks between destinations (params.splitByPeer, copy.cuh split_by_peer): 0
+// never, 1 from this many send bytes on (the ranks span GPUs), 2 always. Below it the shared sweep
+// was faster across two H200s: 0.5-8 MiB per rank 1.2-1.6 us slower split (fewer blocks on the
+// link's share), 16 MiB and up faster (docs/perf.md).
+#define A2AV_SPLIT_NEVER 0
+#define A2AV_SPLIT_LARGE 1
+#define A2AV_SPLIT_ALWAYS 2
+#define A2AV_SPLIT_MIN_BYTES (16ll << 20)
+__host__ __device__ inline bool split_wanted(int mode, long long sendBytes) {
+  return mode == A2AV_SPLIT_ALWAYS || (mode == A2AV_SPLIT_LARGE && sendBytes >= A2AV_SPLIT_MIN_BYTES);
+}
 
 // Status record codes (StatusRecord below; decoded by src/collectives/status.ts).
 #define A2AV_OK 0

@@ -57,26 +57,33 @@ __device__ __forceinline__ void copy_bytes(u8* dst, const u8* src, u64 n) {
   for (u64 i = words * 16 + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
-// For A2AV_PROBE_SPLIT_BY_PEER (a probe's define in a2av.cu, not yet measured): block b of B takes
-// segment *seg, as block b - *first of the *quota blocks given to it, the blocks split between the
-// segments in proportion to their bytes, so every destination is written at once. The shared sweep
-// takes the segments one after the other: across two GPUs a rank copies its local share, then its
-// peer's (one direction of the link busy at a time, the local copy not overlapped). False (the
-// shared sweep then) unless there are two or more non-empty segments and a block for each.
-// tests/peer-split.test.ts checks it on the host.
-__host__ __device__ inline bool split_by_peer(int W, const i64* len, i64 total, i64 B, i64 b, int* seg, i64* first, i64* quota) {
+// Block b of B takes segment *seg, as block b - *first of the *quota blocks given to it, the blocks
+// split between the segments in proportion to their bytes, so every destination is written at once.
+// The shared sweep takes the segments one after the other: across two GPUs a rank copies its local
+// share, then its peer's (one direction of the link busy at a time, the local copy not overlapped);
+// measured 428 -> 383 us at 256 MiB per rank on 2 H200s (docs/perf.md). False (the shared sweep
+// then) unless there are two or more non-empty segments and a block for each. len(k): segment k's
+// bytes, k < W (split_by_peer: from an array). tests/peer-split.test.ts checks it on the host.
+template <class Len>
+__host__ __device__ inline bool split_by_peer_with(int W, Len len, i64 total, i64 B, i64 b, int* seg, i64* first, i64* quota) {
   int nonEmpty = 0, largest = 0;
+  i64 most = -1;
   for (int k = 0; k < W; ++k) {
-    if (len[k] > 0) ++nonEmpty;
-    if (len[k] > len[largest]) largest = k;
+    const i64 n = len(k);
+    if (n > 0) ++nonEmpty;
+    if (n > most) most = n, largest = k;
   }
   if (nonEmpty < 2 || B < nonEmpty) return false;
   const i64 extra = B - nonEmpty;
   i64 given = 0;
-  for (int k = 0; k < W; ++k) given += len[k] > 0 ? 1 + extra * len[k] / total : 0;
+  for (int k = 0; k < W; ++k) {
+    const i64 n = len(k);
+    given += n > 0 ? 1 + extra * n / total : 0;
+  }
   i64 at = 0;
   for (int k = 0; k < W; ++k) {
-    const i64 q = len[k] == 0 ? 0 : 1 + extra * len[k] / total + (k == largest ? B - given : 0);
+    const i64 n = len(k);
+    const i64 q = n <= 0 ? 0 : 1 + extra * n / total + (k == largest ? B - given : 0);
     if (b < at + q) {
       *seg = k;
       *first = at;
@@ -86,4 +93,7 @@ __host__ __device__ inline bool split_by_peer(int W, const i64* len, i64 total, 
     at += q;
   }
   return false;  // not reached: the quotas add up to B
+}
+__host__ __device__ inline bool split_by_peer(int W, const i64* len, i64 total, i64 B, i64 b, int* seg, i64* first, i64* quota) {
+  return split_by_peer_with(W, [len](int k) { return len[k]; }, total, B, b, seg, first, quota);
 }

@@ -157,9 +157,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
   const XChunks c{plan.rows, plan.src, plan.dst, plan.cum, p.outPeers, p.input, (i64)W * E, p.rowBytes, E};
   const bool aligned = chunks_aligned(p.outPeers, W, p.input, p.rowBytes);
   const i64 total = p.plan[8] * p.rowBytes;
-  const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
 #ifndef A2AV_PROBE_NO_COPY
-  for (i64 lo = (i64)blockIdx.x * tile; lo < total; lo += (i64)gridDim.x * tile) copy_tile(c, lo, lo + tile < total ? lo + tile : total, aligned);
+  copy_send_bytes(c, total, aligned, p.splitByPeer);
 #endif
 }
 
@@ -288,12 +287,6 @@ __device__ __forceinline__ void announce(i64* ready, i64 seq, i64 how) {
   asm volatile("st.release.gpu.global.s64 [%0], %1;" ::"l"(ready), "l"(seq) : "memory");
 }
 
-// This block's tiles of the send bytes: tiles b, b + B, ... for block b.
-__device__ __forceinline__ void copy_chunks(const XChunks& c, i64 bytes) {
-  const bool aligned = chunks_aligned(c.out, (int)(c.n / c.E), c.input, c.rb);
-  const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
-  for (i64 lo = (i64)blockIdx.x * tile; lo < bytes; lo += (i64)gridDim.x * tile) copy_tile(c, lo, lo + tile < bytes ? lo + tile : bytes, aligned);
-}
 
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XParams p) {
   extern __shared__ i64 sm[];
@@ -378,7 +371,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       __syncthreads();
       const i64 bytes = (cum[N - 1] + rows[N - 1]) * p.rowBytes;
 #ifndef A2AV_PROBE_NO_COPY
-      copy_chunks(XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, bytes);
+      const XChunks c{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E};
+      copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer);
 #endif
     }
     __syncthreads();
@@ -562,7 +556,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
     }
 #ifndef A2AV_PROBE_NO_COPY
-    copy_chunks(XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, sent * p.rowBytes);
+    const XChunks c{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E};
+    copy_send_bytes(c, sent * p.rowBytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer);
 #endif
   }
 

@@ -31,13 +31,15 @@ struct XParams {
   int experts;             // 124
   int rank;                // 128
   int world;               // 132
+  int splitByPeer;         // 136: A2AV_SPLIT_*: the copy gives each destination its own blocks (copy.cuh)
 };
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, align) == 112, "XParams.align");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, kind) == 120, "XParams.kind");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, world) == 132, "XParams.world");
-A2AV_LAYOUT_CHECK(sizeof(XParams) == 136, "XParams: X_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, splitByPeer) == 136, "XParams.splitByPeer");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 144, "XParams: X_PARAMS_BYTES");
 
 // Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as
 // overflow (the 1-D kernel's rules use it too).
@@ -341,6 +343,28 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
     if (x >= y) continue;
     copy_bytes(c.out[i / c.E] + c.dst[i] * c.rb + (x - cs), c.input + c.src[i] * c.rb + (x - cs), (u64)(y - x));
   }
+}
+
+// This block's tiles of the send bytes [0, bytes): tiles b, b + B, ... for block b of B; with
+// split (config.cuh split_wanted: large calls, ranks on several GPUs), the blocks split between destinations first (split_by_peer), whose
+// bytes are contiguous since chunks go in (peer, expert) order.
+__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split) {
+  const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
+  const int W = (int)(c.n / c.E);
+  __shared__ int sSplit, sSeg;
+  __shared__ i64 sFirst, sQuota;
+  // Peer k's bytes start at chunk k * E's running sum; the last peer's end at `bytes`.
+  auto startOf = [&](int k) { return k >= W ? bytes : c.cum[(i64)k * c.E] * c.rb; };
+  if (threadIdx.x == 0)
+    sSplit = split_wanted(split, bytes) && bytes > 0 && split_by_peer_with(W, [&](int k) { return startOf(k + 1) - startOf(k); }, bytes, gridDim.x, blockIdx.x, &sSeg, &sFirst, &sQuota);
+  __syncthreads();
+  i64 start = (i64)blockIdx.x * tile, step = (i64)gridDim.x * tile, end = bytes;
+  if (sSplit) {
+    start = startOf(sSeg) + ((i64)blockIdx.x - sFirst) * tile;
+    step = sQuota * tile;
+    end = startOf(sSeg + 1);
+  }
+  for (i64 lo = start; lo < end; lo += step) copy_tile(c, lo, lo + tile < end ? lo + tile : end, aligned);
 }
 
 // Whether copy_tile may take its aligned path: whole 16-byte words per row, every base aligned.

@@ -17,7 +17,7 @@
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
-# variants (not in the default list): the kernel variants still off by default, beside the default, and their tests;
+# variants (not in the default list): kernel variants off by default (or the control arm of one now on) beside the default, and their tests;
 # allreduce: a2av bench allreduce, cuda against nccl; pipeline: a2av bench pipeline, the arms on cuda and nccl;
 # moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
 set -uo pipefail
@@ -150,13 +150,13 @@ if [[ "$ops" == *" variants "* ]]; then
   # Kernel variants that are off by default until measured (docs/perf.md says what each predicts):
   # each beside the default, then the conformance cases it touches with it on.
   for w in $worlds; do
-    step "variant A2AV_PROBE_SPLIT_BY_PEER: all-to-all-v W=$w, 32 MiB .. $max per rank"
-    for splits in uniform zipf; do A2AV_PROBE_DEFINES=A2AV_PROBE_SPLIT_BY_PEER sweep "$splits-split-by-peer" "$w" --min 32M --max "$max" --splits "$splits"; done
+    step "control A2AV_PEER_SPLIT=never (the shared sweep across GPUs): all-to-all-v W=$w, 32 MiB .. $max per rank"
+    for splits in uniform zipf; do A2AV_PEER_SPLIT=never sweep "$splits-shared-sweep" "$w" --min 32M --max "$max" --splits "$splits"; done
   done
-  step "variant A2AV_PROBE_SPLIT_BY_PEER: the 1-D conformance cases (ranks as threads)"
-  A2AV_PROBE_DEFINES=A2AV_PROBE_SPLIT_BY_PEER A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
-    --test-name-pattern="exchange W|graph replay W|lanes W=|own outcomes|splits errors" > "$OUT/variant-split-by-peer-tests.log" 2>&1 || rc=1
-  grep -E '^# (tests|pass|fail)' "$OUT/variant-split-by-peer-tests.log"
+  step "A2AV_PEER_SPLIT=always (split on one GPU too): the 1-D and MoE conformance cases (ranks as threads)"
+  A2AV_PEER_SPLIT=always A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
+    --test-name-pattern="exchange W|graph replay W|lanes W=|own outcomes|splits errors|MoE" > "$OUT/variant-peer-split-tests.log" 2>&1 || rc=1
+  grep -E '^# (tests|pass|fail)' "$OUT/variant-peer-split-tests.log"
   step "variant A2AV_MOE_GRID: MoE at W=8 on GPU 0, the default then auto"
   moe='[{"E":16,"rowsPer":512,"rb":4096},{"E":16,"rowsPer":64,"rb":4096}]'
   for grid in never auto; do

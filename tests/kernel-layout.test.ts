@@ -48,12 +48,12 @@ describe('kernel structures mirrored in TypeScript', () => {
     const offsets = new Map<string, number>();
     for (const m of kernel.matchAll(/A2AV_LAYOUT_CHECK\(__builtin_offsetof\(A2avParams, (\w+)\) == (\d+)/g)) offsets.set(m[1], Number(m[2]));
     const size = /A2AV_LAYOUT_CHECK\(sizeof\(A2avParams\) == (\d+)/.exec(kernel);
-    assert.ok(size && offsets.size >= 14, 'a2av.cu asserts the size and every offset of A2avParams');
+    assert.ok(size && offsets.size >= 15, 'a2av.cu asserts the size and every offset of A2avParams');
     assert.equal(A2AV_PARAMS_BYTES, Number(size[1]));
     const view = new DataView(new ArrayBuffer(A2AV_PARAMS_BYTES));
     const p = {
       input: 0x1111n, inputBytes: 0x2222, outPeers: 0x3333n, outputBytes: 0x4444, inSplits: 0x5555n, outSplitsOffsets: 0x6666n,
-      padPeers: 0x7777n, laneOffset: 0x8888, rowBytes: 0x9999, outId: 0xaaaa, timeoutNs: 0xbbbbn, rank: 0xcc, world: 0xdd, pad: 0xeeeen, gridCopy: true,
+      padPeers: 0x7777n, laneOffset: 0x8888, rowBytes: 0x9999, outId: 0xaaaa, timeoutNs: 0xbbbbn, rank: 0xcc, world: 0xdd, pad: 0xeeeen, gridCopy: true, splitByPeer: 2,
     };
     writeA2avParams(view, p);
     const field = (name: string, bytes: 4 | 8): bigint => {
@@ -75,6 +75,9 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(field('world', 4), 0xddn);
     assert.equal(field('pad', 8), 0xeeeen);
     assert.equal(field('gridCopy', 4), 1n);
+    assert.equal(field('splitByPeer', 4), 2n);
+    writeA2avParams(view, { ...p, splitByPeer: 0 });
+    assert.deepEqual([field('gridCopy', 4), field('splitByPeer', 4)], [1n, 0n], 'the two flags at their own offsets');
     assert.equal(view.getBigUint64(0, true), 0x1111n, 'input at 0');
   });
 
@@ -85,7 +88,7 @@ describe('kernel structures mirrored in TypeScript', () => {
     const view = new DataView(new ArrayBuffer(X_PARAMS_BYTES));
     writeXParams(view, {
       input: 1n, outPeers: 2n, splits: 3n, outSplitsOffsets: 4n, padPeers: 5n, pad: 6n, plan: 7n, scratch: 8n, laneOffset: 9,
-      rowBytes: 10, outId: 11, inRows: 12, outRows: 13, timeoutNs: 14n, align: 15, kind: 16, experts: 17, rank: 18, world: 19,
+      rowBytes: 10, outId: 11, inRows: 12, outRows: 13, timeoutNs: 14n, align: 15, kind: 16, experts: 17, rank: 18, world: 19, splitByPeer: 2,
     });
     const at = new Map<string, number>();
     for (const m of exchange.matchAll(/A2AV_LAYOUT_CHECK\(__builtin_offsetof\(XParams, (\w+)\) == (\d+)/g)) at.set(m[1], Number(m[2]));
@@ -94,6 +97,7 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(view.getBigInt64(at.get('align')!, true), 15n);
     assert.equal(view.getInt32(at.get('kind')!, true), 16);
     assert.equal(view.getInt32(at.get('world')!, true), 19);
+    assert.equal(view.getInt32(at.get('splitByPeer')!, true), 2);
   });
 
   test('pad layout: the headers compiled for the host give the offsets layout.ts computes', (t) => {

@@ -1,5 +1,5 @@
-// split_by_peer (kernels/copy.cuh: how a2av_1d's blocks split between destinations under
-// A2AV_PROBE_SPLIT_BY_PEER), compiled by nvcc for the host and run on fresh random segment sizes,
+// split_by_peer (kernels/copy.cuh: how a copy's blocks split between destinations when its ranks
+// span GPUs), compiled by nvcc for the host and run on fresh random segment sizes,
 // against the rule computed here: each non-empty segment gets one block plus its share of the rest
 // in proportion to its bytes, the largest takes what rounding leaves, every block lands in exactly
 // one segment, a segment's blocks are contiguous, so its tiles are each copied once. Skipped with a
@@ -14,6 +14,7 @@ import { test } from 'node:test';
 import { kernelsDir } from '../src/jit/module.js';
 import { nvcc } from './support/kernel-source.js';
 import { Rng } from './conformance/reference.js';
+import { PeerSplitMode, SPLIT_MIN_BYTES } from '../src/tune/plan.js';
 
 const seed = process.env.A2AV_SEED !== undefined ? Number(process.env.A2AV_SEED) : randomInt(2 ** 31);
 
@@ -100,6 +101,26 @@ test('split_by_peer: every block in one segment, each non-empty segment at least
       c.len.forEach((l, k) => assert.ok(l === 0n ? covered[k] === 0 : covered[k]! >= 1, `${label}: segment ${k} has ${covered[k]} blocks`));
       assert.equal(want.length, c.blocks, `${label}: every block placed`);
     });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('split_wanted: the kernels read the modes and the size threshold the host sends (PeerSplitMode, SPLIT_MIN_BYTES)', (t) => {
+  if (nvcc === undefined) return t.skip('nvcc not found: split_wanted cannot be compiled here (CI has nvcc)');
+  const sizes = [0, 1, SPLIT_MIN_BYTES - 1, SPLIT_MIN_BYTES, SPLIT_MIN_BYTES + 1, 2 ** 40];
+  const modes = Object.values(PeerSplitMode);
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-split-'));
+  try {
+    writeFileSync(
+      join(dir, 'wanted.cu'),
+      `#include <cstdio>\n#include "config.cuh"\nint main() {\n` +
+        `  for (int m : {${modes.join(', ')}}) for (long long n : {${sizes.map((n) => `${n}ll`).join(', ')}}) printf("%d ", (int)split_wanted(m, n));\n}\n`,
+    );
+    execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'wanted.cu'), '-o', join(dir, 'wanted')]);
+    const got = execFileSync(join(dir, 'wanted'), { encoding: 'utf8' }).trim().split(' ').map(Number);
+    const want = modes.flatMap((m) => sizes.map((n) => Number(m === PeerSplitMode.always || (m === PeerSplitMode.large && n >= SPLIT_MIN_BYTES))));
+    assert.deepEqual(got, want);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

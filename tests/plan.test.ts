@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
-import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
+import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, PeerSplitMode, peerSplitFromEnv, peerSplitMode, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
 import { moeGridFromEnv } from '../src/backends/cuda/moe.js';
 
 // An H200-like device: 132 SMs, 2048 threads per SM. By default the ranks span several GPUs (no grid mode).
@@ -60,6 +60,18 @@ test('A2AV_GRID_COPY accepts auto, always and never, and names anything else', (
   assert.equal(gridCopyFromEnv('always'), 'always');
   assert.equal(gridCopyFromEnv('never'), 'never');
   assert.throws(() => gridCopyFromEnv('yes'), (e: unknown) => e instanceof UsageError && /A2AV_GRID_COPY/.test(e.message));
+});
+
+test('blocks split between destinations across GPUs by default; A2AV_PEER_SPLIT forces either way and names anything else', () => {
+  assert.equal(peerSplitFromEnv(undefined), 'auto');
+  assert.equal(peerSplitFromEnv(''), 'auto');
+  assert.equal(peerSplitFromEnv('always'), 'always');
+  assert.equal(peerSplitFromEnv('never'), 'never');
+  assert.throws(() => peerSplitFromEnv('1'), (e: unknown) => e instanceof UsageError && /A2AV_PEER_SPLIT must be auto, always or never, got '1'/.test(e.message));
+  assert.equal(peerSplitMode({ allOnDevice: false }), PeerSplitMode.large, 'ranks span GPUs: large calls split');
+  assert.equal(peerSplitMode({ allOnDevice: true }), PeerSplitMode.never, 'one GPU: the shared sweep');
+  assert.equal(peerSplitMode({ allOnDevice: true, peerSplit: 'always' }), PeerSplitMode.always);
+  assert.equal(peerSplitMode({ allOnDevice: false, peerSplit: 'never' }), PeerSplitMode.never);
 });
 
 test('A2AV_MOE_GRID accepts never (the default), auto and always, and names anything else', () => {

@@ -19,6 +19,8 @@ export interface A2avParams {
   pad: bigint;
   /** Grid mode: a2av_1d only synchronises; a2av_copy and a2av_done follow. */
   gridCopy: boolean;
+  /** PeerSplitMode (src/tune/plan.ts): whether each destination gets its own blocks (kernels/copy.cuh). */
+  splitByPeer: number;
 }
 
 export function writeA2avParams(v: DataView, p: A2avParams): void {
@@ -37,10 +39,11 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
   v.setInt32(92, p.world, true);
   v.setBigUint64(96, p.pad, true);
   v.setInt32(104, p.gridCopy ? 1 : 0, true);
+  v.setInt32(108, p.splitByPeer, true);
 }
 
 // Writes struct XParams (kernels/exchange.cuh).
-export const X_PARAMS_BYTES = 136;
+export const X_PARAMS_BYTES = 144;
 
 export interface XParams {
   input: bigint;
@@ -64,6 +67,8 @@ export interface XParams {
   experts: number;
   rank: number;
   world: number;
+  /** PeerSplitMode (src/tune/plan.ts): whether each destination gets its own blocks (kernels/copy.cuh). */
+  splitByPeer: number;
 }
 
 export function writeXParams(v: DataView, p: XParams): void {
@@ -86,6 +91,8 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setInt32(124, p.experts, true);
   v.setInt32(128, p.rank, true);
   v.setInt32(132, p.world, true);
+  v.setInt32(136, p.splitByPeer, true);
+  v.setInt32(140, 0, true);
 }
 
 // Writes struct ArParams (kernels/all-reduce.cuh).

@@ -2,7 +2,7 @@
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, gridCopyFromEnv, heuristicPlan, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { defaultPlan, gridCopyFromEnv, heuristicPlan, peerSplitFromEnv, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PeerSplit, type PlanContext } from '../../tune/plan.js';
 import { loadTables, lookupPlan, type PlanProbe, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';
@@ -23,6 +23,7 @@ export class A2avKernels {
   readonly #copyFn: KernelFunction;
   readonly #doneFn: KernelFunction;
   readonly #gridCopy: GridCopy = gridCopyFromEnv();
+  readonly #peerSplit: PeerSplit = peerSplitFromEnv();
   readonly #residentCache = new Map<number, number>();
   readonly #smem: number;
   readonly #world: number;
@@ -58,6 +59,7 @@ export class A2avKernels {
       rowBytes,
       allOnDevice: this.#ranksOnDevice === this.#world,
       gridCopy: this.#gridCopy,
+      peerSplit: this.#peerSplit,
     };
   }
 

@@ -7,7 +7,7 @@ import type { DeviceBuffer, ExchangePlan, Handle, PlanMoveArgs, Stream } from '.
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
-import { GRID_MIN_BYTES } from '../../tune/plan.js';
+import { GRID_MIN_BYTES, peerSplitFromEnv, peerSplitMode } from '../../tune/plan.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
@@ -93,6 +93,7 @@ export class MoeCalls {
   readonly #fused = process.env.A2AV_MOE_FUSED !== '0';
   /** A2AV_MOE_GRID (moeGridFromEnv): where calls whose ranks share one GPU copy in x_copy_slices. */
   readonly #grid = moeGridFromEnv();
+  readonly #peerSplit = peerSplitFromEnv();
   /** Programmatic dependent launch of x_fused (Hopper+), as kernels.ts; A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
   readonly #resident = new Map<number, number>();
@@ -243,6 +244,7 @@ export class MoeCalls {
       experts: x.experts,
       rank: host.rank,
       world: host.worldSize,
+      splitByPeer: peerSplitMode({ allOnDevice: host.ranksOnDevice === host.worldSize, peerSplit: this.#peerSplit }),
     };
   }
 
