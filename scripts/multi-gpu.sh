@@ -157,6 +157,12 @@ if [[ "$ops" == *" variants "* ]]; then
   A2AV_PEER_SPLIT=always A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
     --test-name-pattern="exchange W|graph replay W|lanes W=|own outcomes|splits errors|MoE" > "$OUT/variant-peer-split-tests.log" 2>&1 || rc=1
   grep -E '^# (tests|pass|fail)' "$OUT/variant-peer-split-tests.log"
+  step "variant A2AV_PROBE_EARLY_AR: allReduce's ar_reduce launched early, beside the default (f32, 4 KiB .. 1 MiB)"
+  OUT="$OUT/variant-early-ar" timeout 300 node scripts/probe/all-reduce-sweep.mjs --ranks "$gpus" --max 1M '' 'A2AV_PROBE_EARLY_AR' 2>&1 | tail -15 || rc=1
+  step "variant A2AV_PROBE_EARLY_AR: the allReduce conformance cases (ranks as threads)"
+  A2AV_PROBE_DEFINES=A2AV_PROBE_EARLY_AR A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
+    --test-name-pattern="allReduce" > "$OUT/variant-early-ar-tests.log" 2>&1 || rc=1
+  grep -E '^# (tests|pass|fail)' "$OUT/variant-early-ar-tests.log"
   step "variant A2AV_MOE_GRID: MoE at W=8 on GPU 0, the default then auto"
   moe='[{"E":16,"rowsPer":512,"rb":4096},{"E":16,"rowsPer":64,"rb":4096}]'
   for grid in never auto; do
