@@ -7,6 +7,7 @@ import type { Comm, DeviceBuffer, PeerCopyArgs, Stream } from '../src/backends/b
 import type { Agreement } from '../src/bench/agree.js';
 import { peerCopies, planReference, referenceWork, type ReferencePlan } from '../src/bench/reference.js';
 import { makeSplits } from '../src/bench/splits.js';
+import { measure } from '../src/bench/measure.js';
 
 const buffer = (bytes: number, symmetric = false): DeviceBuffer => ({ bytes, symmetric, symmetricId: symmetric ? 0 : -1, freed: false });
 const stream: Stream = { kind: 'stream' };
@@ -35,10 +36,19 @@ describe('planReference', () => {
     assert.deepEqual(plans.map((p) => p.timesCopy), [true, false, false]);
   });
 
+  it('peer copies are timed without a lead-in call only where ranks share a device (one engine queues their copies)', () => {
+    const one = ['H200 #0', 'H200 #1'];
+    assert.equal(planReference(fakeRank(0, one, true).comm, fakeRank(0, one, true).agree).leadIn, 1, 'a rank a GPU: the lead-in lines the ranks up');
+    const two = ['H200 #0', 'H200 #1', 'H200 #0', 'H200 #1'];
+    assert.equal(planReference(fakeRank(1, two, true).comm, fakeRank(1, two, true).agree).leadIn, 0);
+    const same = ['H200 #0', 'H200 #0'];
+    assert.equal(planReference(fakeRank(0, same, true).comm, fakeRank(0, same, true).agree).leadIn, 1, 'the one-GPU copy keeps it');
+  });
+
   it('ranks on several GPUs: peer copies where peers are addressable, else none', () => {
     const devices = ['H200 #0', 'H200 #0', 'H200 #1', 'H200 #1'];
     const { comm, agree } = fakeRank(2, devices, true);
-    assert.deepEqual(planReference(comm, agree), { kind: 'peer-copy', deviceOf: [0, 0, 2, 2], timesCopy: false });
+    assert.deepEqual(planReference(comm, agree), { kind: 'peer-copy', deviceOf: [0, 0, 2, 2], timesCopy: false, leadIn: 0 });
     const nccl = fakeRank(2, devices, false);
     assert.equal(planReference(nccl.comm, nccl.agree).kind, 'none');
   });
@@ -70,7 +80,7 @@ describe('the peer-copy reference', () => {
   it('queues each copy through Comm.copyToPeer into the output, from the input, on the stream', () => {
     const splits = makeSplits({ kind: 'uniform', worldSize: 2, bytesPerRank: 700, rowBytes, seed: 1 });
     const { comm, calls } = fakeRank(0, ['H200 #0', 'H200 #1'], true);
-    const plan: ReferencePlan = { kind: 'peer-copy', deviceOf: [0, 1], timesCopy: false };
+    const plan: ReferencePlan = { kind: 'peer-copy', deviceOf: [0, 1], timesCopy: false, leadIn: 1 };
     const input = buffer(700);
     const output = buffer(800, true);
     const work = referenceWork(comm, plan, { input, output }, splits, rowBytes, stream);
@@ -83,10 +93,27 @@ describe('the peer-copy reference', () => {
     const splits = makeSplits({ kind: 'uniform', worldSize: 3, bytesPerRank: 700, rowBytes, seed: 1 });
     const devices = ['cpu thread', 'cpu thread', 'cpu thread'];
     const { comm, calls } = fakeRank(0, devices, false);
-    const plan: ReferencePlan = { kind: 'copy', deviceOf: [0, 0, 0], timesCopy: true };
+    const plan: ReferencePlan = { kind: 'copy', deviceOf: [0, 0, 0], timesCopy: true, leadIn: 1 };
     referenceWork(comm, plan, { input: buffer(700), output: buffer(800, true), copy: { src: buffer(1000), dst: buffer(1000) } }, splits, rowBytes, stream)!();
     assert.deepEqual(calls, [{ local: { bytes: 1000 } }, { local: { bytes: 1000 } }, { local: { bytes: 100 } }]);
     const other = fakeRank(1, devices, false);
     assert.equal(referenceWork(other.comm, { ...plan, timesCopy: false }, { input: buffer(700), output: buffer(800, true) }, splits, rowBytes, stream), undefined);
+  });
+});
+
+describe('measure', () => {
+  it('queues the lead-in calls it is given before each timed loop (default one)', () => {
+    const leadIns: number[] = [];
+    const comm = {
+      timeLoop: (_s: Stream, _iters: number, _fn: () => void, leadIn = 0) => {
+        leadIns.push(leadIn);
+        return 30;
+      },
+    } as unknown as Comm;
+    measure(comm, stream, () => {}, { repeats: 2, fixedIters: 3 });
+    assert.deepEqual(leadIns.slice(-2), [1, 1]);
+    leadIns.length = 0;
+    measure(comm, stream, () => {}, { repeats: 3, fixedIters: 3, leadIn: 0 });
+    assert.deepEqual(leadIns.slice(-3), [0, 0, 0]);
   });
 });

@@ -29,6 +29,13 @@ export interface MeasureOptions extends LoopOptions {
    * ranks up itself (independent copies), so their loops overlap as one exchange would.
    */
   meetEachLoop?: boolean;
+  /**
+   * Calls queued before each loop's clock starts (default 1): collectives line the ranks up on the
+   * device in it. Independent copies must not have one where ranks share a device: a copy engine
+   * takes their streams' copies in the order queued, so a later rank's lead-in waits for an earlier
+   * rank's whole loop and each clock would time one rank's copies alone.
+   */
+  leadIn?: number;
 }
 
 /**
@@ -55,7 +62,7 @@ export function measure(comm: Comm, stream: Stream, fn: () => void, opts: Measur
   const samples: number[] = [];
   for (let r = 0; r < opts.repeats; r++) {
     if (opts.meetEachLoop) agree?.gather([]);
-    samples.push((comm.timeLoop(stream, iters, fn, 1) * 1000) / iters);
+    samples.push((comm.timeLoop(stream, iters, fn, opts.leadIn ?? 1) * 1000) / iters);
   }
   return samples;
 }

@@ -193,7 +193,7 @@ async function timeReference(comm: Comm, agree: Agreement, plan: ReferencePlan, 
   if (plan.kind === 'none') return undefined;
   await comm.barrier();
   let samples: number[];
-  if (plan.kind === 'peer-copy') samples = measure(comm, comm.lane(0).stream, work!, { ...loops, agree, meetEachLoop: true });
+  if (plan.kind === 'peer-copy') samples = measure(comm, comm.lane(0).stream, work!, { ...loops, agree, meetEachLoop: true, leadIn: plan.leadIn });
   else samples = work ? measure(comm, comm.lane(0).stream, work, loops) : new Array<number>(loops.repeats).fill(0);
   await comm.barrier();
   return slowestRank(agree, samples);

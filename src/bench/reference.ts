@@ -20,6 +20,12 @@ export interface ReferencePlan {
   deviceOf: number[];
   /** `copy`: this rank times its device's copy (it is the lowest rank there). */
   timesCopy: boolean;
+  /**
+   * Lead-in calls before each timed loop (measure.ts): none for `peer-copy` where ranks share a
+   * device, whose copies one engine takes in queued order (with one, two ranks a GPU on two H200s
+   * read 780 GB/s a direction, more than the link carries: each clock had timed one rank alone).
+   */
+  leadIn: number;
 }
 
 /**
@@ -31,7 +37,8 @@ export function planReference(comm: Comm, agree: Agreement): ReferencePlan {
   const deviceOf = keys.map((key) => keys.indexOf(key));
   const oneDevice = deviceOf.every((d) => d === 0);
   const kind: RefKind = oneDevice ? 'copy' : comm.copyToPeer ? 'peer-copy' : 'none';
-  return { kind, deviceOf, timesCopy: kind === 'copy' && deviceOf[comm.rank] === comm.rank };
+  const shared = new Set(deviceOf).size < deviceOf.length;
+  return { kind, deviceOf, timesCopy: kind === 'copy' && deviceOf[comm.rank] === comm.rank, leadIn: kind === 'peer-copy' && shared ? 0 : 1 };
 }
 
 /** Bytes of the copy reference's source and of its destination on the rank that times it. */
