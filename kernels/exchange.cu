@@ -162,21 +162,23 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
 #endif
 }
 
-// Grid mode for calls whose ranks share one GPU (moe.ts, A2AV_MOE_GRID; not yet measured): block b
-// copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, 16 bytes a thread, and the
-// slices gridDim.x further on when the grid was sized from a low hint. As a2av_copy, whose shape
-// reaches 0.98 of the copy engine on one GPU where resident sweeps stay at 0.85-0.92: a dispatch
-// reads its word before the plan (its send bytes are its input in order), the plan comes through
-// the read-only path, and each thread finds its word's chunk from the slice's first (a step or two
-// at most unless chunks are shorter than a slice). The host launches it for 16-byte rows and
-// aligned buffers only (x_copy takes the others); were they not, each thread copies its 16 bytes
-// one at a time, slow and right.
-
+// Grid mode for calls whose ranks share one GPU (moe.ts, A2AV_MOE_GRID): block b copies bytes
+// [b * slice, (b + 1) * slice) of this rank's send bytes, 16 bytes a thread, and the slices
+// gridDim.x further on when the grid was sized from a low hint. As a2av_copy, whose shape reaches
+// 0.98 of the copy engine on one GPU where resident sweeps stay at 0.85-0.92, provided a block
+// lives about one memory round trip: everything it needs is read in one round of independent
+// loads (its flags, the output table, the chunks or their samples; a dispatch's source word too,
+// before the plan, since its send bytes are its input in order), then at most one more for a
+// window of chunks (exchange.cuh, XS_WINDOW), and each thread finds its word's chunk in shared
+// memory. (The first form walked the running sums from one thread, a dependent load a step: at
+// W = 8 it ran at 0.65 of the 1-D call.) The host launches it for 16-byte rows and aligned buffers
+// only (x_copy takes the others); were they not, each thread copies its 16 bytes one at a time,
+// slow and right.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(const XParams p) {
-  const int tid = threadIdx.x, W = p.world;
-  const i64 slice = (i64)blockDim.x * 16;
+  const int tid = threadIdx.x, nt = blockDim.x, W = p.world;
+  const i64 slice = (i64)nt * 16;
   const i64 first = (i64)blockIdx.x * slice;
-  const i64 rb = p.rowBytes;
+  const i64 rb = p.rowBytes, E = p.experts, n = (i64)W * E;
   const bool early = p.kind == X_DISPATCH && ((u64)p.input & 15) == 0 && first + 16 * (i64)tid + 16 <= p.inRows * rb;
   uint4 word;
   if (early) word = ld_stream((const uint4*)(p.input + first + 16 * tid));
@@ -185,34 +187,89 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(
 #endif
   const u8* lane = p.pad + p.laneOffset;
   __shared__ int sSkip;
-  __shared__ i64 sChunk;
+  __shared__ i64 sTotal, sBase;
+  __shared__ u8* sOut[XS_WINDOW];
+  __shared__ i64 sCum[XS_WINDOW + 1], sSrc[XS_WINDOW], sDst[XS_WINDOW], sSample[XS_WINDOW];
   const PlanArrays plan = plan_arrays(p.plan, W);
-  const i64 E = __ldg(p.plan + 9), n = (i64)W * E;
-  const i64 total = __ldg(p.plan + 8) * rb;
-  if (tid == 0) sSkip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
-  __syncthreads();
+  const bool whole = n <= XS_WINDOW, tableShared = W <= XS_WINDOW;
+  const i64 stride = xs_stride(n);
+  // One round of independent loads.
+  if (tid == 0) {
+    sSkip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
+    sTotal = __ldg(p.plan + 8) * rb;
+  }
+  bool ok = (rb & 15) == 0 && ((u64)p.input & 15) == 0;
+  for (int q = tid; q < W; q += nt) {
+    u8* out = p.outPeers[q];
+    ok = ok && ((u64)out & 15) == 0;
+    if (tableShared) sOut[q] = out;
+  }
+  if (whole) {
+    for (int i = tid; i < n; i += nt) {
+      sCum[i] = __ldg(plan.cum + i);
+      sSrc[i] = __ldg(plan.src + i);
+      sDst[i] = __ldg(plan.dst + i);
+    }
+    if (tid == 0) sCum[n] = xs_sentinel(rb);
+  } else {
+    for (i64 j = tid; j * stride < n; j += nt) sSample[j] = __ldg(plan.cum + j * stride);
+  }
+  const bool aligned = __syncthreads_and(ok);
+  const i64 total = sTotal;
   if (sSkip || first >= total) return;
 #ifndef A2AV_PROBE_NO_COPY
-  const bool aligned = chunks_aligned(p.outPeers, W, p.input, rb);
   for (i64 lo = first; lo < total; lo += (i64)gridDim.x * slice) {
     const i64 hi = lo + slice < total ? lo + slice : total;
-    if (tid == 0) sChunk = x_chunk_at(plan.cum, n, rb, lo);
-    __syncthreads();
+    if (!whole) {
+      // The second round: the window of chunks from the slice's sample on.
+      if (tid == 0) sBase = xs_base(sSample, n, rb, lo);
+      __syncthreads();
+      const i64 b = sBase;
+      for (int i = tid; i <= XS_WINDOW; i += nt) {
+        const i64 k = b + i;
+        if (i < XS_WINDOW && k < n) {
+          sCum[i] = __ldg(plan.cum + k);
+          sSrc[i] = __ldg(plan.src + k);
+          sDst[i] = __ldg(plan.dst + k);
+        } else if (i == XS_WINDOW || k == n) {
+          sCum[i] = k < n ? __ldg(plan.cum + k) : xs_sentinel(rb);
+        }
+      }
+      __syncthreads();
+    }
+    const i64 base = whole ? 0 : sBase;
+    const int count = (int)(whole ? n : (n - base < XS_WINDOW ? n - base : XS_WINDOW));
+    // Chunk k's start, source and destination rows: from the window, or the plan past it.
+    auto at = [&](i64 y, i64* src, i64* dst) -> i64 {
+      const int i = xs_find(sCum, count, rb, y);
+      if (i >= 0) {
+        *src = sSrc[i];
+        *dst = sDst[i];
+        return base + i;
+      }
+      const i64 k = x_chunk_at(plan.cum, n, rb, y);
+      *src = __ldg(plan.src + k);
+      *dst = __ldg(plan.dst + k);
+      return k;
+    };
+    auto startOf = [&](i64 k) { return k - base >= 0 && k - base < count ? sCum[k - base] : __ldg(plan.cum + k); };
+    auto outOf = [&](i64 k) { return tableShared ? sOut[k / E] : p.outPeers[k / E]; };
     const i64 x = lo + 16 * (i64)tid;
-    i64 k = sChunk;
     if (x < hi && !aligned) {
       for (i64 y = x; y < x + 16 && y < hi; ++y) {
-        k = x_chunk_from(plan.cum, n, rb, k, y);
-        const i64 off = y - __ldg(plan.cum + k) * rb;
-        p.outPeers[k / E][__ldg(plan.dst + k) * rb + off] = p.input[__ldg(plan.src + k) * rb + off];
+        i64 src, dst;
+        const i64 k = at(y, &src, &dst);
+        const i64 off = y - startOf(k) * rb;
+        outOf(k)[dst * rb + off] = p.input[src * rb + off];
       }
     } else if (x < hi) {
-      k = x_chunk_from(plan.cum, n, rb, k, x);
-      const i64 off = x - __ldg(plan.cum + k) * rb;
-      const uint4 v = early && lo == first ? word : ld_stream((const uint4*)(p.input + __ldg(plan.src + k) * rb + off));
-      *(uint4*)(p.outPeers[k / E] + __ldg(plan.dst + k) * rb + off) = v;
+      i64 src, dst;
+      const i64 k = at(x, &src, &dst);
+      const i64 off = x - startOf(k) * rb;
+      const uint4 v = early && lo == first ? word : ld_stream((const uint4*)(p.input + src * rb + off));
+      *(uint4*)(outOf(k) + dst * rb + off) = v;
     }
-    __syncthreads();  // sChunk is the next slice's
+    __syncthreads();  // the window is the next slice's
   }
 #endif
 }

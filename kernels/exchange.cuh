@@ -396,6 +396,41 @@ __host__ __device__ inline i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at)
   }
   return a;
 }
+// x_copy_slices' window: a block copies one slice, whose chunks it must find in as few dependent
+// loads as it can, since the block lives about one memory round trip. Where the plan has at most
+// XS_WINDOW chunks the block reads them all at once into shared memory; else it reads every
+// stride-th running sum first (one load a thread), picks the last that starts at or before its
+// slice (xs_base), and reads the XS_WINDOW chunks from there (xs_find looks inside; a word past
+// the window, only where many chunks are shorter than a slice, takes x_chunk_at). Both are
+// checked on the host by tests/chunk-lookup.test.ts.
+#define XS_WINDOW 256
+__host__ __device__ inline i64 xs_stride(i64 n) { return (n + XS_WINDOW - 1) / XS_WINDOW; }
+// The first chunk of the window for a slice starting at byte lo: sample[j] = cum[j * stride].
+__host__ __device__ inline i64 xs_base(const i64* sample, i64 n, i64 rb, i64 lo) {
+  const i64 stride = xs_stride(n);
+  i64 a = 0, b = (n + stride - 1) / stride - 1;
+  while (a < b) {
+    const i64 m = (a + b + 1) >> 1;
+    if (sample[m] * rb <= lo) a = m;
+    else b = m - 1;
+  }
+  return a * stride;
+}
+// Running sums past the last chunk: no byte is at or past it.
+__host__ __device__ inline i64 xs_sentinel(i64 rb) { return 0x7fffffffffffffffll / rb; }
+// The window's entry holding byte x (wcum: count running sums from the window's first chunk, whose
+// start is at or before x, then the next chunk's or xs_sentinel); -1 when x is past the window.
+__host__ __device__ inline int xs_find(const i64* wcum, int count, i64 rb, i64 x) {
+  if (x >= wcum[count] * rb) return -1;
+  int a = 0, b = count - 1;
+  while (a < b) {
+    const int m = (a + b + 1) >> 1;
+    if (wcum[m] * rb <= x) a = m;
+    else b = m - 1;
+  }
+  return a;
+}
+
 // From chunk k, at or before byte x, forward to the chunk holding x (a step or two unless chunks
 // are shorter than the distance walked).
 __host__ __device__ inline i64 x_chunk_from(const i64* cum, i64 n, i64 rb, i64 k, i64 x) {
