@@ -4,16 +4,16 @@
 // repeats, each repeat's figure the slowest rank's), then, for the MoE ops, the 1-D allToAllV of the
 // same bytes (ops.ts), then the same-run reference (reference.ts).
 import type { Comm, DeviceBuffer, Replay, Stream } from '../backends/backend.js';
-import { UsageError } from '../errors.js';
+import { CPU_MAX_BUFFER_BYTES } from '../backends/cpu/buffer.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from './agree.js';
 import { InputPattern } from './data.js';
+import { fitSweep } from './fit.js';
 import { measure, slowestRank, splitsSync, type LoopOptions } from './measure.js';
-import { OpBench, opBytes, type BenchOp, type OpShape } from './ops.js';
-import { copyBytes, planReference, referenceWork, type ReferencePlan } from './reference.js';
+import { OpBench, type BenchOp, type OpShape } from './ops.js';
+import { planReference, referenceWork, type ReferencePlan } from './reference.js';
 import { makeSplits, type Splits, type SplitsKind } from './splits.js';
 import { makeRow, type BenchRow, type CheckedForm, type RefKind, type Timing } from './table.js';
-import { formatBytes } from './units.js';
 import { WrongResultError, type Check } from './verify.js';
 
 /**
@@ -22,8 +22,6 @@ import { WrongResultError, type Check } from './verify.js';
  */
 const GRAPH_CALLS = 50;
 const GRAPH_BATCH_MAX_BYTES = 4 << 20;
-/** Allocations must fit free memory with this much to spare. */
-const MEMORY_HEADROOM = 1.1;
 
 export interface SweepArg {
   /** Input bytes per rank, ascending. */
@@ -222,31 +220,11 @@ async function checkedRun(comm: Comm, agree: Agreement, check: Check, form: Chec
 }
 
 /**
- * The leading plans whose buffers fit free memory (the same on every rank: ranks on different
- * devices may see different free memory), and a note when that drops sizes.
+ * The leading plans whose buffers fit free memory and the backend's largest buffer (the same on
+ * every rank: ranks on different devices may see different free memory), and a note when that drops sizes.
  */
 function fitToMemory(comm: Comm, agree: Agreement, all: Splits[], shape: OpShape, sizes: readonly number[], ref: RefKind) {
   const [free] = agree.min([comm.freeMemory()]);
-  const perDevice = comm.ranksOnDevice;
-  const need = (count: number) => memoryNeeded(all.slice(0, count), shape, perDevice, ref);
-  let count = all.length;
-  while (count > 0 && need(count).total > free) count--;
-  if (count === 0) {
-    throw new UsageError(`${formatBytes(sizes[0])} per rank needs ${formatBytes(need(1).total)} on ${comm.deviceName}, ` +
-      `${formatBytes(free)} is free`);
-  }
-  const note = count < all.length
-    ? `lowered --max from ${formatBytes(sizes[all.length - 1])} to ${formatBytes(sizes[count - 1])}: ` +
-      `${formatBytes(need(all.length).total)} would not fit the ${formatBytes(free)} free on ${comm.deviceName} ` +
-      `(${perDevice} rank${perDevice > 1 ? 's' : ''} share it)`
-    : undefined;
-  return { plans: all.slice(0, count), memory: need(count), note };
-}
-
-/** Bytes one device needs for the sweep over `plans`: its ranks' payload buffers (ops.ts), and the copy reference's pair. */
-function memoryNeeded(plans: Splits[], shape: OpShape, perDevice: number, ref: RefKind) {
-  const bytes = opBytes(shape, plans);
-  const refBytes = copyBytes(ref, bytes.inputBytes, perDevice);
-  const total = MEMORY_HEADROOM * (perDevice * (bytes.inputBytes + bytes.midBytes + bytes.backBytes) + 2 * refBytes);
-  return { ...bytes, copyBytes: refBytes, total };
+  const maxBuffer = comm.backend === 'cpu' ? CPU_MAX_BUFFER_BYTES : Infinity;
+  return fitSweep(all, sizes, shape, ref, { free, maxBuffer, perDevice: comm.ranksOnDevice, deviceName: comm.deviceName, backend: comm.backend });
 }

@@ -1,8 +1,22 @@
 // CPU "device memory": shared memory (memory.ts), so peers can write a symmetric buffer directly.
 // The typed-array views are made once here, so collectives allocate no views on the hot path.
-import { Buffer } from 'node:buffer';
+import { Buffer, constants } from 'node:buffer';
 import type { DeviceBuffer } from '../backend.js';
+import { UsageError } from '../../errors.js';
 import type { SharedRegion } from './memory.js';
+
+/**
+ * Bytes one cpu buffer may hold: its byte view is a Buffer (a Uint8Array), and Node caps typed
+ * arrays at this many elements (4 GiB on Node 20; more on later Nodes), whatever memory is free.
+ */
+export const CPU_MAX_BUFFER_BYTES = constants.MAX_LENGTH;
+
+/** Refuses a size past CPU_MAX_BUFFER_BYTES with a UsageError, before any view is made. */
+export function checkCpuBufferBytes(bytes: number): void {
+  if (bytes > CPU_MAX_BUFFER_BYTES) {
+    throw new UsageError(`a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${bytes}`);
+  }
+}
 
 export class CpuBuffer implements DeviceBuffer {
   readonly bytes: number;
@@ -20,12 +34,20 @@ export class CpuBuffer implements DeviceBuffer {
 
   /** A local buffer over `memory`, or (with `regions`, by rank) symmetric allocation `symmetricId`. */
   constructor(owner: object, memory: ArrayBufferLike, symmetricId = -1, regions: SharedRegion[] = []) {
+    try {
+      checkCpuBufferBytes(memory.byteLength);
+    } catch (err) {
+      // Every rank asked for the same size and is refused here too: each lets go of its mappings.
+      closeAll(regions);
+      throw err;
+    }
     this.owner = owner;
     this.bytes = memory.byteLength;
     this.symmetricId = symmetricId;
     this.#u8 = Buffer.from(memory);
     // Int32 view for splits (int64 read as two 32-bit halves: no BigInt allocation per element).
-    this.#i32 = new Int32Array(memory, 0, memory.byteLength >>> 2);
+    // Not `>>> 2`: that wraps at 2^32 bytes, and a 4 GiB buffer would get an empty view.
+    this.#i32 = new Int32Array(memory, 0, Math.floor(memory.byteLength / 4));
     this.#regions = regions;
     this.#peers = regions.map((region) => Buffer.from(region.buffer));
   }

@@ -3,6 +3,7 @@
 // (POSIX shared memory, see process-memory.ts). Buffers, pads and lanes only see SharedRegion.
 import { freemem } from 'node:os';
 import { UsageError } from '../../errors.js';
+import { checkCpuBufferBytes } from './buffer.js';
 
 /** One rank's shareable memory, as this rank sees it (its own, or its mapping of a peer's). */
 export interface SharedRegion {
@@ -42,7 +43,11 @@ export interface SharedMemory {
 export const threadMemory: SharedMemory = {
   where: 'thread',
   named: false,
-  allocate: (bytes) => new ThreadRegion(new SharedArrayBuffer(bytes)),
+  allocate(bytes) {
+    // Refused before the memory is made, rather than when the buffer's views are.
+    checkCpuBufferBytes(bytes);
+    return new ThreadRegion(new SharedArrayBuffer(bytes));
+  },
   map(handle, peer) {
     if (!(handle.buffer instanceof SharedArrayBuffer)) {
       throw new UsageError(`the cpu backend's threads need a store that passes shared memory (runRanks threads); rank ${peer}'s memory arrived as a copy`);
@@ -80,6 +85,6 @@ class ThreadRegion implements SharedRegion {
   close(): void {}
 
   #words(): Int32Array {
-    return (this.#i32 ??= new Int32Array(this.buffer, 0, this.buffer.byteLength >>> 2));
+    return (this.#i32 ??= new Int32Array(this.buffer, 0, Math.floor(this.buffer.byteLength / 4)));
   }
 }

@@ -1,0 +1,52 @@
+// The cpu backend's largest buffer (Node's typed-array limit): allocations past it are a UsageError
+// naming it, and the bench's sweep lowers --max to sizes whose buffers stay within it.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { CPU_MAX_BUFFER_BYTES } from '../src/backends/cpu/buffer.js';
+import { fitSweep } from '../src/bench/fit.js';
+import type { OpShape } from '../src/bench/ops.js';
+import { makeSplits } from '../src/bench/splits.js';
+import { doublingSizes, formatBytes } from '../src/bench/units.js';
+import { runRanks } from '../src/world/threads.js';
+
+const GiB = 2 ** 30;
+const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+// Node 20 caps typed arrays at 4 GiB; later Nodes at 2^53 - 1 bytes, which memory reaches first.
+const unreachable = CPU_MAX_BUFFER_BYTES > 2 ** 40 && `this Node's typed arrays reach ${CPU_MAX_BUFFER_BYTES} bytes: memory runs out first`;
+
+describe('cpu buffers past the limit', () => {
+  it('alloc and allocSymmetric refuse them with a UsageError naming the limit, on every rank', { timeout: 30_000, skip: unreachable }, async () => {
+    const seen = await runRanks<number, string[]>({ backend: 'cpu', ranks: 2, timeoutMs: 10_000 }, new URL('./fixtures/cpu-alloc-limit.js', import.meta.url),
+      'allocBoth', CPU_MAX_BUFFER_BYTES + 4);
+    for (const outcomes of seen) {
+      for (const outcome of outcomes!) assert.equal(outcome, `UsageError: a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${CPU_MAX_BUFFER_BYTES + 4}`);
+    }
+  });
+
+  it('the sweep lowers --max to the largest size whose buffers fit one, and says why', () => {
+    const shape: OpShape = { op: 'alltoallv', experts: 1, align: 1, rowBytes: 1024 };
+    const sizes = doublingSizes(GiB, 2 ** 40);
+    const all = sizes.map((bytesPerRank) => makeSplits({ kind: 'uniform', worldSize: 2, bytesPerRank, rowBytes: 1024, seed: 1, experts: 1 }));
+    const limits = { free: 2 ** 50, maxBuffer: 4 * GiB, perDevice: 2, deviceName: 'cpu thread', backend: 'cpu' };
+    const fit = fitSweep(all, sizes, shape, 'copy', limits);
+    // 4 GiB of input needs 4 GiB plus the canary for its output: past the limit.
+    assert.equal(fit.plans.length, 2);
+    assert.ok(Math.max(fit.memory.inputBytes, fit.memory.midBytes) <= limits.maxBuffer);
+    assert.equal(fit.note, "lowered --max from 1 TiB to 2 GiB: 4 GiB per rank needs a buffer of 4.0 GiB, past the cpu backend's 4 GiB per buffer");
+    assert.throws(() => fitSweep(all.slice(2), sizes.slice(2), shape, 'copy', limits),
+      { name: 'UsageError', message: "4 GiB per rank needs a buffer of 4.0 GiB, past the cpu backend's 4 GiB per buffer" });
+    // Memory short of the limit still lowers for memory, and says so.
+    const short = fitSweep(all, sizes, shape, 'copy', { ...limits, free: 8 * GiB });
+    assert.equal(short.plans.length, 1);
+    assert.match(short.note!, /^lowered --max from 1 TiB to 1 GiB: 2 GiB per rank needs .* on cpu thread, 8 GiB is free \(2 ranks share it\)$/);
+  });
+
+  it('bench --min 4G --max 4G on cpu: one line naming the limit, no raw RangeError', { timeout: 30_000, skip: unreachable }, () => {
+    const size = formatBytes(CPU_MAX_BUFFER_BYTES).replace(' ', '');
+    const run = spawnSync(process.execPath, [cli, 'bench', '--backend', 'cpu', '--ranks', '1', '--min', size, '--max', size], { encoding: 'utf8' });
+    assert.equal(run.status, 1, run.stderr);
+    assert.match(run.stderr.trim(), new RegExp(`^a2av: rank 0 failed: ${formatBytes(CPU_MAX_BUFFER_BYTES)} per rank needs a buffer of .*, past the cpu backend's ${formatBytes(CPU_MAX_BUFFER_BYTES)} per buffer$`));
+  });
+});
