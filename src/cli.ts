@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // The `a2av` command: argument parsing and output only; the work is in src/bench and src/launch.
 import { readFileSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from './backends/backend.js';
+import { MAX_MAJOR_ALIGN } from './collectives/check.js';
 import { BENCH_OPS } from './bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
 import type { BenchEvents, BenchOptions } from './bench/run.js';
@@ -33,6 +35,21 @@ const DEFAULT_EXPERTS = 16;
 /** bench --op values that time a token MoE group (src/bench/moe-tokens.ts), not a split sweep. */
 const MOE_TOKEN_OPS = ['moe-dispatch', 'moe-combine'] as const;
 type MoeTokenOp = (typeof MOE_TOKEN_OPS)[number];
+/** bench --op values with experts per rank (the 2-D calls). */
+const EXPERT_OPS = BENCH_OPS.filter((op) => op !== 'alltoallv');
+/** `a2av bench` sub-commands, which --op points to when named as an op. */
+const BENCH_SUBCOMMANDS = ['allreduce', 'pipeline'];
+
+/**
+ * bench options that only some ops use, and those ops: an op that does not use one refuses it when
+ * given, rather than run without it. Unlisted options (--backend, --ranks, --seed, --repeats,
+ * --timeout-ms, --json) every op takes.
+ */
+const OPS_TAKING: Partial<Record<keyof BenchFlags, readonly string[]>> = {
+  min: BENCH_OPS, max: BENCH_OPS, splits: BENCH_OPS, rowBytes: BENCH_OPS, iters: BENCH_OPS, plot: BENCH_OPS,
+  experts: EXPERT_OPS, align: EXPERT_OPS, rowsPerExpert: EXPERT_OPS,
+  tokens: MOE_TOKEN_OPS, numExperts: MOE_TOKEN_OPS, topk: MOE_TOKEN_OPS, hidden: MOE_TOKEN_OPS, layout: MOE_TOKEN_OPS,
+};
 
 
 /** commander's parse of `a2av bench`: runBench's options, with several backends and optional bounds. */
@@ -120,7 +137,8 @@ const benchCommand = program
   .enablePositionalOptions() // `bench pipeline --ranks 2`: the options after the sub-command are its own
   .description('Sweep all-to-all-v (or, with --op, the MoE dispatch and combine) over input sizes and compare with a same-run copy ' +
     'of the same bytes (across GPUs: peer copies between them); the MoE ops also with the 1-D call of the same bytes. Every size is ' +
-    'checked first; a wrong result ends the run with exit status 1, naming the first wrong byte')
+    'checked first; a wrong result ends the run with exit status 1, naming the first wrong byte. ' +
+    'Sub-commands: a2av bench allreduce (comm.allReduce), a2av bench pipeline (a training step); --help on each')
   .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
@@ -129,23 +147,24 @@ const benchCommand = program
   .option('--row-bytes <n>', 'bytes per row', integer(1), DEFAULT_ROW_BYTES)
   .addOption(new Option('--op <op>', 'what is timed: alltoallv (the 1-D call), or the MoE ops: dispatch (allToAllV2d), combine ' +
     '(allToAllV2dOffset, fed by one untimed dispatch), roundtrip (dispatch then combine); the MoE ops show the 1-D call of the same bytes beside them; ' +
-    'moe-dispatch, moe-combine: a token MoE group (createMoeGroup) per --tokens count, DeepSeek-V3\'s shape by default')
-    .choices([...BENCH_OPS, ...MOE_TOKEN_OPS]).default('alltoallv'))
+    'moe-dispatch, moe-combine: a token MoE group (createMoeGroup) per --tokens count, DeepSeek-V3\'s shape by default. ' +
+    'An op refuses the options it does not use (--tokens with alltoallv, --min with moe-dispatch...)')
+    .choices([...BENCH_OPS, ...MOE_TOKEN_OPS]).argParser(benchOp).default('alltoallv'))
   .option('--tokens <list>', 'moe-dispatch, moe-combine: tokens per rank, a row each (default 1,128,4096; 1,16,128 on cpu)', countList)
   .option('--num-experts <n>', 'moe-dispatch, moe-combine: experts of the whole job, a multiple of the ranks', integer(1), 256)
   .option('--topk <k>', 'moe-dispatch, moe-combine: experts per token', integer(1), 8)
   .option('--hidden <n>', 'moe-dispatch, moe-combine: bf16 elements per token row', integer(1), 7168)
   .addOption(new Option('--layout <layout>', 'moe-dispatch, moe-combine: the group\'s layout').choices(['expanded', 'compact']).default('expanded'))
-  .option('--experts <E>', `MoE ops: experts per rank; each rank's input is split over W×E (peer, expert) chunks (default ${DEFAULT_EXPERTS})`, integer(1))
-  .option('--align <A>', "MoE ops: the dispatch's majorAlign, rows each expert's block is aligned to (default 1)", integer(1))
-  .option('--rows-per-expert <n>', 'one size instead of --min/--max: W×E×n×row-bytes per rank, n rows per (peer, expert) chunk with uniform splits ' +
+  .option('--experts <E>', `--op dispatch, combine, roundtrip: experts per rank; each rank's input is split over W×E (peer, expert) chunks (default ${DEFAULT_EXPERTS})`, integer(1))
+  .option('--align <A>', `--op dispatch, combine, roundtrip: the dispatch's majorAlign, rows each expert's block is aligned to, at most ${MAX_MAJOR_ALIGN} (default 1)`, integer(1))
+  .option('--rows-per-expert <n>', '--op dispatch, combine, roundtrip: one size instead of --min/--max: W×E×n×row-bytes per rank, n rows per (peer, expert) chunk with uniform splits ' +
     '(the small MoE step: --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096; its graph µs is µs per dispatch in a CUDA graph)', integer(1))
   .option('--seed <n>', 'seed of the split layouts', integer(0), 1)
   .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
-  .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does)')
+  .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does; not the moe-* ops)')
   .action((flags: BenchFlags, cmd: Command) => bench(flags, cmd));
 
 benchCommand
@@ -203,7 +222,7 @@ program
 
 program
   .command('plot')
-  .description('Draw bench results (the JSON of a2av bench --json) as an SVG plot: algbw against input bytes per rank, log scales, ' +
+  .description('Draw bench results (the JSON of a2av bench --json; not of its moe-* ops or of bench allreduce) as an SVG plot: algbw against input bytes per rank, log scales, ' +
     'a line per backend (and op, and file) and the same-run reference dashed, each named at its right end')
   .argument('<results.json...>', 'bench results; several are drawn together, their differences (splits, ranks...) in the line names')
   .requiredOption('-o, --output <file.svg>', 'the SVG file to write')
@@ -245,12 +264,35 @@ function backends(text: string): BackendName[] {
   return names as BackendName[];
 }
 
+/** --op's parser: the choices, and a pointer to the sub-command for an op that is one. */
+function benchOp(text: string): BenchFlags['op'] {
+  if (BENCH_SUBCOMMANDS.includes(text)) throw new InvalidArgumentError(`${text} is a sub-command: a2av bench ${text} (a2av bench ${text} --help)`);
+  const ops: readonly string[] = [...BENCH_OPS, ...MOE_TOKEN_OPS];
+  if (!ops.includes(text)) throw new InvalidArgumentError(`Allowed choices are ${ops.join(', ')}; a2av bench ${BENCH_SUBCOMMANDS.join(' and a2av bench ')} are sub-commands.`);
+  return text as BenchFlags['op'];
+}
+
+/** Refuses the options given on the command line that --op does not use, naming the ops that do. */
+function checkOpOptions(flags: BenchFlags, cmd: Command): void {
+  const byOps = new Map<string, string[]>();
+  for (const option of cmd.options) {
+    const ops = OPS_TAKING[option.attributeName() as keyof BenchFlags];
+    if (ops === undefined || ops.includes(flags.op) || cmd.getOptionValueSource(option.attributeName()) !== 'cli') continue;
+    const key = ops.join(', ').replace(/, ([^,]*)$/, ' or $1');
+    byOps.set(key, [...(byOps.get(key) ?? []), option.long!]);
+  }
+  if (byOps.size === 0) return;
+  const parts = [...byOps].map(([ops, names]) => `${names.join(', ')} (${names.length > 1 ? 'options' : 'an option'} of --op ${ops})`);
+  fail(`--op ${flags.op} does not take ${parts.join('; ')}`);
+}
+
 async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
+  checkOpOptions(flags, cmd);
   if (flags.op === 'moe-dispatch' || flags.op === 'moe-combine') return benchMoeTokens(flags, flags.op);
   const moe = flags.op !== 'alltoallv';
-  if (!moe && (flags.experts !== undefined || flags.align !== undefined)) fail('--experts and --align need --op dispatch, combine or roundtrip');
   const experts = moe ? flags.experts ?? DEFAULT_EXPERTS : 1;
   if (experts > MAX_EXPERTS_PER_RANK) fail(`--experts ${experts}: at most ${MAX_EXPERTS_PER_RANK} experts per rank`);
+  if (flags.align !== undefined && flags.align > MAX_MAJOR_ALIGN) fail(`--align ${flags.align}: the dispatch's majorAlign is at most ${MAX_MAJOR_ALIGN} (2^20) rows`);
   const explicitSizes = ['min', 'max'].filter((name) => cmd.getOptionValueSource(name) === 'cli');
   if (flags.rowsPerExpert !== undefined && explicitSizes.length > 0) fail(`--rows-per-expert sets the size: leave out --${explicitSizes.join(' and --')}`);
   const { names, ranks } = await backendsAndRanks(flags);
@@ -260,8 +302,9 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
   if (minBytes > maxBytes) fail(`--min ${formatBytes(minBytes)} is larger than --max ${formatBytes(maxBytes)}`);
   if (minBytes < flags.rowBytes) fail(`--min ${formatBytes(minBytes)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
-  // Missing plot libraries end the run before the sweep, not after it.
+  // Missing plot libraries, or a file that cannot be written, end the run before the sweep, not after it.
   const plotting = flags.plot === undefined ? undefined : await import('./plot/index.js');
+  if (flags.plot !== undefined) plotting?.checkOutput(flags.plot);
   await plotting?.loadPlotLibraries();
   const { runBench } = await import('./bench/run.js');
   // A wrong result (WrongResultError, naming the first wrong byte) makes the exit status 1 too.
@@ -442,7 +485,7 @@ async function eachBackend<R>(names: readonly BackendName[], run: (backend: Back
       if (result !== undefined) results.push(result);
     } catch (err) {
       if (names.length === 1) throw err;
-      process.stderr.write(`a2av: ${backend}: ${(err instanceof Error ? err.message : String(err)).split('\n')[0]}\n`);
+      process.stderr.write(`a2av: ${backend}: ${errorLine(err)}\n`);
       process.exitCode = 1;
     }
   }
@@ -450,7 +493,10 @@ async function eachBackend<R>(names: readonly BackendName[], run: (backend: Back
 }
 
 async function plot(files: string[], output: string): Promise<void> {
-  const { readResultFile, writePlot } = await import('./plot/index.js');
+  const { checkOutput, readResultFile, writePlot } = await import('./plot/index.js');
+  checkOutput(output);
+  const twice = files.find((f, i) => files.findIndex((g) => resolve(g) === resolve(f)) !== i);
+  if (twice !== undefined) fail(`${twice} is given twice: its lines would be drawn on each other`);
   await writePlot(files.map(readResultFile), output);
 }
 
@@ -560,8 +606,14 @@ async function launchCommand(command: string[], flags: LaunchFlags): Promise<voi
     command,
     outputRanks: flags.outputRanks,
     prefix: flags.prefix,
+    namesInErrors: 'flags',
   };
   process.exitCode = await launch(options);
+}
+
+/** An error's first line: errors are one line; a multi-line message (a compile log) is cut. */
+function errorLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0];
 }
 
 function fail(message: string): never {
@@ -571,9 +623,7 @@ function fail(message: string): never {
 try {
   await program.parseAsync();
 } catch (err) {
-  // Errors are one line; a multi-line message (a compile log) is cut to its first line.
-  const message = err instanceof Error ? err.message : String(err);
-  process.stderr.write(`a2av: ${message.split('\n')[0]}\n`);
+  process.stderr.write(`a2av: ${errorLine(err)}\n`);
   // Under a2av launch (or torchrun), the launcher reads this to name a rank that stopped answering.
   try {
     recordExitError(err);

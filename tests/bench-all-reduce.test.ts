@@ -1,8 +1,10 @@
 // a2av bench allreduce: the inputs' sums are exact whatever the order (bf16 included), every size
 // is checked (a wrong element is named), the table compares each backend with NCCL.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
-import { benchValue, formatAllReduceTable, runAllReduceBench, type AllReduceBenchResult } from '../src/bench/all-reduce.js';
+import { fileURLToPath } from 'node:url';
+import { benchValue, formatAllReduceTable, runAllReduceBench, wholeElements, type AllReduceBenchResult } from '../src/bench/all-reduce.js';
 import { runRanks } from '../src/world/threads.js';
 
 test('every partial sum of the inputs over up to 64 ranks is an integer within 192: exact in bf16 and f32', () => {
@@ -26,6 +28,17 @@ test('cpu, 2 ranks, f32 and bf16: every size checked and timed', { timeout: 60_0
     assert.deepEqual(result.rows.map((r) => r.count), [4096, 8192, 12_290].map((b) => Math.floor(b / (dtype === 'f32' ? 4 : 2))));
     for (const r of result.rows) assert.ok(r.timeUs > 0 && r.busbwGBs > 0 && r.graphUs === undefined);
   }
+});
+
+test('sizes are whole elements: each rounded down, none below one element', { timeout: 60_000 }, () => {
+  assert.deepEqual(wholeElements([6, 12], 'f32'), [4, 12]);
+  assert.deepEqual(wholeElements([3, 6], 'bf16'), [2, 6]);
+  assert.throws(() => wholeElements([1, 2], 'bf16'), { name: 'UsageError', message: 'bench allreduce: 1 bytes is less than one bf16 element (2 bytes)' });
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const run = spawnSync(process.execPath, [cli, 'bench', 'allreduce', '--backend', 'cpu', '--min', '6', '--max', '20', '--repeats', '1', '--iters', '1', '--json'], { encoding: 'utf8' });
+  assert.equal(run.status, 0, run.stderr);
+  const rows = (JSON.parse(run.stdout) as AllReduceBenchResult).rows;
+  assert.deepEqual(rows.map((r) => [r.bytes, r.count]), [[4, 1], [12, 3]]);
 });
 
 test('a wrong element is named with its index and the expected sum', { timeout: 60_000 }, async () => {

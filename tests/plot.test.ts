@@ -113,6 +113,46 @@ describe('a2av plot', () => {
     assert.equal(same.series[0].label, 'cuda (a)');
   });
 
+  test('two inputs alike in every field get distinct labels: the file name, else the path, else the place', () => {
+    const three = [{ source: 'x/a.json', result: synthetic() }, { source: 'y/a.json', result: synthetic() }, { source: 'x/b.json', result: synthetic() }];
+    assert.deepEqual(chartOf(three).series.filter((s) => s.label.startsWith('cuda')).map((s) => s.label), ['cuda (x/a.json)', 'cuda (y/a.json)', 'cuda (b)']);
+    const twice = chartOf([{ source: 'a.json', result: synthetic() }, { source: 'a.json', result: synthetic() }]).series.map((s) => s.label);
+    assert.equal(new Set(twice).size, twice.length, twice.join(' | '));
+    // Files that differ in one field but share it with another: the name tells the alike apart.
+    const four = chartOf([
+      { source: 'a.json', result: synthetic() }, { source: 'b.json', result: synthetic() }, { source: 'c.json', result: { ...synthetic(), ranks: 4 } },
+    ]).series.filter((s) => s.label.startsWith('cuda')).map((s) => s.label);
+    assert.deepEqual(four, ['cuda (2 ranks, a)', 'cuda (2 ranks, b)', 'cuda (4 ranks)']);
+  });
+
+  test('the other benches\' results are named as what they are, and what plot draws is said', () => {
+    const moe = { backend: 'cpu', ranks: 2, op: 'moe-dispatch', numExperts: 256, topk: 8, hidden: 7168, layout: 'expanded', device: 'cpu thread', date: 'd',
+      rows: [{ tokens: 1, selections: 8, bytes: 114688, timeUs: 10 }] };
+    const allReduce = { backend: 'cpu', ranks: 2, dtype: 'f32', device: 'cpu thread', date: 'd', rows: [{ bytes: 4096, count: 1024, timeUs: 10 }] };
+    const draws = "a2av plot draws only the all-to-all sweeps of 'a2av bench --json' (--op alltoallv, dispatch, combine, roundtrip)";
+    assert.throws(() => parseResult(JSON.stringify(moe), 'm.json'),
+      { name: 'UsageError', message: `m.json: an 'a2av bench --op moe-dispatch' result (a token MoE group per token count); ${draws}` });
+    assert.throws(() => parseResult(JSON.stringify([allReduce, { ...allReduce, backend: 'nccl' }]), 'r.json'),
+      { name: 'UsageError', message: `r.json: an 'a2av bench allreduce' result; ${draws}` });
+    // A result short of fields says which.
+    assert.throws(() => parseResult(JSON.stringify({ backend: 'cpu', ranks: 2, rows: [] }), 's.json'), /^UsageError: s\.json: not an a2av bench result: no device, splits, rowBytes \(/);
+  });
+
+  test('the output is checked before anything is read: .svg, a folder that exists, the same file not given twice', () => {
+    const good = join(dir, 'first.json');
+    writeFileSync(good, JSON.stringify(synthetic()));
+    for (const [args, message] of [
+      [[good, '-o', join(dir, 'x.png')], `${join(dir, 'x.png')}: plots are written as SVG; name the file *.svg`],
+      [[good, '-o', '/nonexistent/x.svg'], '/nonexistent/x.svg: cannot write (ENOENT on /nonexistent)'],
+      [[good, '-o', dir + '/'], `${dir}/: plots are written as SVG; name the file *.svg`],
+      [[good, good, '-o', join(dir, 'dup.svg')], `${good} is given twice: its lines would be drawn on each other`],
+    ] as const) {
+      const run = plotCli(...args);
+      assert.equal(run.status, 1, run.stderr);
+      assert.equal(run.stderr.trim(), `a2av: ${message}`);
+    }
+  });
+
   test('bad input is a usage error that names the file', () => {
     assert.throws(() => parseResult('{"hello": 1}', 'x.json'), (err: unknown) => err instanceof UsageError && /^x\.json: not an a2av bench result/.test(err.message));
     assert.throws(() => parseResult(JSON.stringify({ ...synthetic(), rows: [] }), 'e.json'), /^UsageError: e\.json: no rows/);

@@ -21,7 +21,7 @@ const CANARY_BYTES = 256;
 const CANARY = 0xa5;
 
 export interface AllReduceBenchArg {
-  /** Bytes per rank, ascending. */
+  /** Bytes per rank, ascending; runAllReduceBench rounds each down to whole elements. */
   sizes: number[];
   dtype: ReduceDtype;
   repeats: number;
@@ -147,7 +147,8 @@ export interface AllReduceBenchOptions extends AllReduceBenchArg {
 /** Runs the sweep (ranks as threads, or this rank of a launched job); rank 0 gets the result. */
 export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: AllReduceReport) => void = () => {}): Promise<AllReduceBenchResult | undefined> {
   const date = new Date().toISOString();
-  const { backend, ranks, timeoutMs, ...arg } = opts;
+  const { backend, ranks, timeoutMs, ...asked } = opts;
+  const arg = { ...asked, sizes: wholeElements(asked.sizes, asked.dtype) };
   const { rank, result } = await runJob<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
     { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
     new URL(import.meta.url),
@@ -156,6 +157,17 @@ export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: 
   );
   if (rank !== 0) return undefined;
   return { backend, ranks, dtype: arg.dtype, device: result.device, date, rows: result.rows };
+}
+
+/**
+ * Each size rounded down to whole elements, as the all-to-all sweep rounds to whole rows: a row's
+ * bytes are then its count × the element's size. A size below one element is a UsageError.
+ */
+export function wholeElements(sizes: readonly number[], dtype: ReduceDtype): number[] {
+  const eb = ELEMENT_BYTES[dtype];
+  const small = sizes.find((bytes) => bytes < eb);
+  if (small !== undefined) throw new UsageError(`bench allreduce: ${small} bytes is less than one ${dtype} element (${eb} bytes)`);
+  return sizes.map((bytes) => bytes - (bytes % eb));
 }
 
 /** One table: a row per size and backend; with nccl among them, each row's NCCL time / its time. */

@@ -1,5 +1,6 @@
 // `a2av plot` and `a2av bench --plot`: bench results in, an SVG file of bandwidth against size out.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { UsageError } from '../errors.js';
 import { renderSvg } from './render.js';
 import { chartOf, parseResult, type PlotInput } from './series.js';
@@ -18,7 +19,30 @@ export function readResultFile(path: string): PlotInput {
   return { source: path, result: parseResult(text, path) };
 }
 
+/**
+ * Refuses, before any work is done, an output that is not named .svg (the file is SVG whatever its
+ * name) or that this process cannot write: a missing or read-only folder, a folder of that name.
+ */
+export function checkOutput(outPath: string): void {
+  if (!/\.svg$/i.test(outPath)) throw new UsageError(`${outPath}: plots are written as SVG; name the file *.svg`);
+  const dir = dirname(resolve(outPath));
+  try {
+    if (!statSync(dir).isDirectory()) throw new UsageError(`${outPath}: cannot write (${dir} is not a folder)`);
+    const existing = statSync(outPath, { throwIfNoEntry: false });
+    if (existing?.isDirectory()) throw new UsageError(`${outPath}: cannot write (a folder of that name is there)`);
+    accessSync(existing ? outPath : dir, constants.W_OK);
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    throw new UsageError(`${outPath}: cannot write (${(err as NodeJS.ErrnoException).code ?? (err as Error).message} on ${dir})`);
+  }
+}
+
 /** Renders the inputs' chart and writes it to `outPath`. */
 export async function writePlot(inputs: readonly PlotInput[], outPath: string): Promise<void> {
-  writeFileSync(outPath, await renderSvg(chartOf(inputs)));
+  const svg = await renderSvg(chartOf(inputs));
+  try {
+    writeFileSync(outPath, svg);
+  } catch (err) {
+    throw new UsageError(`${outPath}: cannot write (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
+  }
 }

@@ -32,23 +32,41 @@ export interface Chart {
   series: Series[];
 }
 
+/** What a2av plot draws, for its errors. */
+const DRAWS = "a2av plot draws only the all-to-all sweeps of 'a2av bench --json' (--op alltoallv, dispatch, combine, roundtrip)";
+/** The fields a sweep's result describes itself by (as checkResult wants them). */
+const DESCRIBED = { backend: 'string', device: 'string', ranks: 'number', splits: 'string', rowBytes: 'number' } as const;
+
 /** Checks parsed JSON is a bench result with rows to draw; `source` names it in the error. */
 export function checkResult(value: unknown, source: string): BenchResult {
-  const shape = "not an a2av bench result (want the JSON of 'a2av bench --json': backend, ranks and rows of {bytes, timeUs})";
-  if (typeof value !== 'object' || value === null) throw new UsageError(`${source}: ${shape}`);
+  const shape = `want the JSON of 'a2av bench --json': ${Object.keys(DESCRIBED).join(', ')} and rows of {bytes, timeUs}`;
+  const other = otherBenchKind(value);
+  if (other !== undefined) throw new UsageError(`${source}: ${other}; ${DRAWS}`);
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new UsageError(`${source}: not an a2av bench result (${shape})`);
   const result = value as Partial<BenchResult>;
-  const described = typeof result.backend === 'string' && typeof result.device === 'string' && typeof result.splits === 'string' &&
-    typeof result.ranks === 'number' && typeof result.rowBytes === 'number';
-  if (!described || !Array.isArray(result.rows)) {
-    throw new UsageError(`${source}: ${shape}`);
-  }
-  if (result.rows.length === 0) throw new UsageError(`${source}: no rows: the sweep measured no size, nothing to plot`);
-  result.rows.forEach((row: Partial<BenchRow>, i) => {
+  const missing = Object.entries(DESCRIBED).filter(([key, type]) => typeof (result as Record<string, unknown>)[key] !== type).map(([key]) => key);
+  if (!Array.isArray(result.rows)) missing.push('rows');
+  if (missing.length > 0) throw new UsageError(`${source}: not an a2av bench result: no ${missing.join(', ')} (${shape})`);
+  if (result.rows!.length === 0) throw new UsageError(`${source}: no rows: the sweep measured no size, nothing to plot`);
+  result.rows!.forEach((row: Partial<BenchRow>, i) => {
     if (!isPositive(row?.bytes) || !isPositive(row?.timeUs)) {
-      throw new UsageError(`${source}: row ${i} has no positive bytes and timeUs: ${shape}`);
+      throw new UsageError(`${source}: row ${i} has no positive bytes and timeUs (${shape})`);
     }
   });
   return result as BenchResult;
+}
+
+/**
+ * The other bench commands' results (one, or a list of one per backend), named: token MoE groups
+ * (`--op moe-dispatch|moe-combine`, rows per token count) and `bench allreduce`.
+ */
+function otherBenchKind(value: unknown): string | undefined {
+  const first: unknown = Array.isArray(value) ? value[0] : value;
+  if (typeof first !== 'object' || first === null) return undefined;
+  const r = first as Record<string, unknown>;
+  if (typeof r.op === 'string' && r.op.startsWith('moe-') && typeof r.numExperts === 'number') return `an 'a2av bench --op ${r.op}' result (a token MoE group per token count)`;
+  if (typeof r.dtype === 'string' && Array.isArray(r.rows)) return "an 'a2av bench allreduce' result";
+  return undefined;
 }
 
 /** Reads a result file's text: JSON that checkResult accepts. */
@@ -84,14 +102,10 @@ export function chartOf(inputs: readonly PlotInput[]): Chart {
   if (inputs.length === 0) throw new UsageError('no bench results to plot');
   const shared = FIELDS.filter((f) => new Set(inputs.map((i) => f.value(i.result))).size === 1);
   const differing = FIELDS.filter((f) => !shared.includes(f) && f.name !== 'date');
-  const tagOf = (input: PlotInput): string => {
-    if (inputs.length === 1) return '';
-    const parts = differing.map((f) => f.value(input.result));
-    return ` (${parts.length > 0 ? parts.join(', ') : baseName(input.source)})`;
-  };
+  const tags = distinctTags(inputs.map((input) => differing.map((f) => f.value(input.result))), inputs.map((i) => i.source));
   const series: Series[] = [];
-  for (const input of inputs) {
-    const tag = tagOf(input);
+  for (const [k, input] of inputs.entries()) {
+    const tag = inputs.length === 1 ? '' : ` (${tags[k]})`;
     const byBackend = groupRows(input.result);
     // A table of backends names each reference's owner only when more than one of them has one.
     const owned = [...byBackend.values()].filter((rows) => rows.some((r) => isPositive(r.refUs))).length > 1;
@@ -108,6 +122,23 @@ export function chartOf(inputs: readonly PlotInput[]): Chart {
   }
   const title = `a2av bench: ${shared.map((f) => f.value(inputs[0].result)).filter((v) => v !== '').join(', ')}`;
   return { title, series };
+}
+
+/**
+ * Each input's tag: what differs in its JSON; where that leaves two alike, its file's name, then
+ * its path, then its place in the list, so no two lines share a label.
+ */
+function distinctTags(parts: readonly string[][], sources: readonly string[]): string[] {
+  const extras = [() => [], (k: number) => [baseName(sources[k])], (k: number) => [sources[k]], (k: number) => [sources[k], `#${k + 1}`]];
+  const level = parts.map(() => 0);
+  const tagsNow = () => parts.map((p, k) => [...p, ...extras[level[k]](k)].join(', '));
+  for (let step = 1; step < extras.length; step++) {
+    const tags = tagsNow();
+    const clashing = tags.map((t) => tags.indexOf(t) !== tags.lastIndexOf(t));
+    if (!clashing.includes(true)) break;
+    clashing.forEach((clash, k) => clash && (level[k] = step));
+  }
+  return tagsNow();
 }
 
 /** Rows by backend, in the order they first appear; a single-backend result's rows under its name. */

@@ -1,0 +1,82 @@
+// `a2av bench`'s options against its ops: an option the op does not use is refused, naming the ops
+// that take it; out-of-range values and the sub-commands named as ops are refused up front; a
+// rank's failure names the rank once.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+const a2av = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 60_000 });
+const bench = (...args: string[]) => a2av('bench', '--backend', 'cpu', ...args);
+
+/** Refused before anything runs: exit status 1, this one line on stderr, nothing on stdout. */
+function refused(args: string[], message: string | RegExp): void {
+  const { status, stdout, stderr } = bench(...args);
+  assert.equal(status, 1, `${args.join(' ')}: ${stderr}`);
+  assert.equal(stdout, '', args.join(' '));
+  assert.equal(stderr.trim().split('\n').length, 1, stderr);
+  if (typeof message === 'string') assert.equal(stderr.trim(), `a2av: ${message}`, args.join(' '));
+  else assert.match(stderr.trim(), message, args.join(' '));
+}
+
+describe('a2av bench: options of other ops', () => {
+  const SWEEP = 'alltoallv, dispatch, combine or roundtrip';
+  const TOKENS = 'moe-dispatch or moe-combine';
+  const EXPERTS = 'dispatch, combine or roundtrip';
+  it('refuses each option the op does not use, naming the ops that take it', () => {
+    for (const [args, message] of [
+      [['--op', 'moe-combine', '--tokens', '4', '--experts', '4'], `--op moe-combine does not take --experts (an option of --op ${EXPERTS})`],
+      [['--op', 'moe-dispatch', '--rows-per-expert', '4'], `--op moe-dispatch does not take --rows-per-expert (an option of --op ${EXPERTS})`],
+      [['--op', 'moe-dispatch', '--splits', 'zipf', '--row-bytes', '8', '--min', '1M', '--max', '2M'],
+        `--op moe-dispatch does not take --min, --max, --splits, --row-bytes (options of --op ${SWEEP})`],
+      [['--tokens', '4', '--num-experts', '16', '--topk', '2', '--layout', 'compact'],
+        `--op alltoallv does not take --tokens, --num-experts, --topk, --layout (options of --op ${TOKENS})`],
+      [['--op', 'alltoallv', '--rows-per-expert', '4'], `--op alltoallv does not take --rows-per-expert (an option of --op ${EXPERTS})`],
+      [['--experts', '4', '--align', '2'], `--op alltoallv does not take --experts, --align (options of --op ${EXPERTS})`],
+      [['--op', 'moe-dispatch', '--plot', 'x.svg', '--iters', '3'], `--op moe-dispatch does not take --iters, --plot (options of --op ${SWEEP})`],
+      [['--op', 'dispatch', '--hidden', '64', '--min', '1M'], `--op dispatch does not take --hidden (an option of --op ${TOKENS})`],
+    ] as const) refused([...args], message);
+  });
+
+  it('keeps the documented combinations: the small MoE step, and the token ops with their own options', () => {
+    const step = bench('--ranks', '2', '--op', 'dispatch', '--experts', '16', '--align', '4', '--rows-per-expert', '1', '--row-bytes', '64', '--repeats', '1', '--iters', '2', '--json');
+    assert.equal(step.status, 0, step.stderr);
+    assert.deepEqual(JSON.parse(step.stdout).rows.map((r: { bytes: number }) => r.bytes), [2 * 16 * 64]);
+    const tokens = bench('--ranks', '2', '--op', 'moe-combine', '--tokens', '2', '--num-experts', '4', '--topk', '2', '--hidden', '16', '--layout', 'compact',
+      '--seed', '3', '--repeats', '1', '--json');
+    assert.equal(tokens.status, 0, tokens.stderr);
+    assert.deepEqual(JSON.parse(tokens.stdout).rows.map((r: { tokens: number }) => r.tokens), [2]);
+  });
+});
+
+describe('a2av bench: values refused up front', () => {
+  it('--align past 2^20 names the limit', () => {
+    refused(['--op', 'dispatch', '--align', '2000000', '--max', '1M'], "--align 2000000: the dispatch's majorAlign is at most 1048576 (2^20) rows");
+  });
+
+  it('--op allreduce and --op pipeline point to their sub-commands, which the top-level help names', () => {
+    for (const sub of ['allreduce', 'pipeline']) refused(['--op', sub], new RegExp(`'${sub}' is invalid\\. ${sub} is a sub-command: a2av bench ${sub} `));
+    refused(['--op', 'nope'], /Allowed choices are alltoallv, .*moe-combine; a2av bench allreduce and a2av bench pipeline are sub-commands\.$/);
+    const help = a2av('--help').stdout.replace(/\s+/g, ' ');
+    assert.match(help, /a2av bench allreduce/);
+    assert.match(help, /a2av bench pipeline/);
+  });
+
+  it('--plot into a missing folder or not .svg is refused before the sweep', () => {
+    refused(['--plot', '/nonexistent/x.svg', '--max', '1M'], '/nonexistent/x.svg: cannot write (ENOENT on /nonexistent)');
+    refused(['--plot', 'x.png', '--max', '1M'], 'x.png: plots are written as SVG; name the file *.svg');
+  });
+});
+
+describe('a2av bench: a rank that fails', () => {
+  it('is named once, whether or not its error names it', () => {
+    const { status, stderr } = bench('--ranks', '2', '--op', 'moe-dispatch', '--num-experts', '1024', '--tokens', '1');
+    assert.equal(status, 1);
+    assert.match(stderr.trim(), /^a2av: rank [01] failed: createMoeGroup: numExperts must be a multiple of the 2 ranks/);
+    // An error without its rank keeps the rank the thread runner adds.
+    const big = bench('--ranks', '1', '--min', '16T', '--max', '16T');
+    assert.equal(big.status, 1);
+    assert.match(big.stderr.trim(), /^a2av: rank 0 failed: 16 TiB per rank needs /);
+  });
+});
