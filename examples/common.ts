@@ -1,8 +1,8 @@
-// What the examples share: their command line, the rows they send, and the check of what arrives.
-// Every row is four int32s, [source rank, destination rank, row index, step], so a row that lands in
-// the wrong place, or a stale one from an earlier step, is plain to see.
+// What the examples share: their command line and how they end, the rows they send, and the check
+// of what arrives. Every row is four int32s, [source rank, destination rank, row index, step], so a
+// row that lands in the wrong place, or a stale one from an earlier step, is plain to see.
 import { parseArgs } from 'node:util';
-import type { BackendName, Comm, DeviceBuffer } from 'a2av';
+import { recordExitError, UsageError, type BackendName, type Comm, type DeviceBuffer } from 'a2av';
 
 export const ROW_BYTES = 16;
 /** At most this many rows go from one rank to another in a step. */
@@ -16,14 +16,41 @@ export interface ExampleArgs {
 
 /** `--backend cpu|cuda|nccl` (default: the library's choice), `--ranks N` (default 4). */
 export function exampleArgs(argv = process.argv.slice(2)): ExampleArgs {
-  const { values } = parseArgs({ args: argv, options: { backend: { type: 'string' }, ranks: { type: 'string', default: '4' } } });
+  const values = parse(argv);
   const backend = values.backend;
   if (backend !== undefined && backend !== 'cpu' && backend !== 'cuda' && backend !== 'nccl') {
-    throw new Error(`--backend must be cpu, cuda or nccl, got '${backend}'`);
+    throw new UsageError(`--backend must be cpu, cuda or nccl, got '${backend}'`);
   }
   const ranks = Number(values.ranks);
-  if (!Number.isInteger(ranks) || ranks < 1) throw new Error(`--ranks must be a positive integer, got '${values.ranks}'`);
+  if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`--ranks must be a positive integer, got '${values.ranks}'`);
   return { backend, ranks };
+}
+
+/** parseArgs, with its refusals as UsageError. */
+function parse(argv: string[]) {
+  try {
+    return parseArgs({ args: argv, options: { backend: { type: 'string' }, ranks: { type: 'string', default: '4' } } }).values;
+  } catch (err) {
+    // An unknown option or a stray argument, named by parseArgs.
+    throw new UsageError(`${(err as Error).message}; the options are --backend cpu|cuda|nccl and --ranks N`);
+  }
+}
+
+/**
+ * Runs an example with its command line. Any error ends it as the a2av command ends: one line, the
+ * error's name and its message's first line (a library-not-found error lists every path it tried
+ * after it), and exit status 1. An a2av error that wraps another already repeats its message.
+ */
+export async function main(example: (args: ExampleArgs) => Promise<void>): Promise<void> {
+  try {
+    await example(exampleArgs());
+  } catch (err) {
+    const e = err instanceof Error ? err : new Error(String(err));
+    process.stderr.write(`${e.name}: ${e.message.split('\n')[0]}\n`);
+    process.exitCode = 1;
+    // Under a launcher, why this rank failed, for the launcher's report: init() records only uncaught errors.
+    recordExitError(err);
+  }
 }
 
 /** Rows rank `src` sends to each peer in `step`: 0 to MAX_ROWS_PER_PEER, some zero, new every step. */

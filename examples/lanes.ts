@@ -4,7 +4,7 @@
 //   node dist/examples/lanes.js [--backend cpu|cuda|nccl] [--ranks 4]
 import { isMainThread } from 'node:worker_threads';
 import { runRanks, type Comm, type Lane } from 'a2av';
-import { checkReceived, exampleArgs, inputRows, MAX_ROWS_PER_PEER, readResult, ROW_BYTES, splitsOf } from './common.js';
+import { checkReceived, inputRows, main, MAX_ROWS_PER_PEER, readResult, ROW_BYTES, splitsOf } from './common.js';
 
 /** One exchange's buffers; each lane needs its own, since both calls are in flight together. */
 async function buffers(comm: Comm) {
@@ -46,7 +46,8 @@ export async function lanes(comm: Comm, arg: { rounds: number }): Promise<string
 
 // The worker threads import this module for `lanes`; only the main thread starts them.
 if (isMainThread) {
-  const { backend, ranks } = exampleArgs();
-  const lines = await runRanks<{ rounds: number }, string>({ backend, ranks, lanes: 2 }, import.meta.url, 'lanes', { rounds: 3 });
-  for (const line of lines) console.log(line);
+  await main(async ({ backend, ranks }) => {
+    const lines = await runRanks<{ rounds: number }, string>({ backend, ranks, lanes: 2 }, import.meta.url, 'lanes', { rounds: 3 });
+    for (const line of lines) console.log(line);
+  });
 }

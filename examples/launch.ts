@@ -3,13 +3,14 @@
 //   npx a2av launch -n 4 -- node dist/examples/launch.js [--backend cpu|cuda|nccl]
 // (torchrun, srun or mpirun work too, with MASTER_ADDR, MASTER_PORT and A2AV_STORE_TOKEN set.)
 import { init } from 'a2av';
-import { exampleArgs } from './common.js';
+import { main } from './common.js';
 import { exchange } from './exchange.js';
 
-const { backend } = exampleArgs();
-const comm = await init({ backend, timeoutMs: 30_000 });
-try {
-  console.log(await exchange(comm, { steps: 3 }));
-} finally {
-  await comm.close(); // also closes this process's connection to the job's store
-}
+await main(async ({ backend }) => {
+  const comm = await init({ backend, timeoutMs: 30_000 });
+  try {
+    console.log(await exchange(comm, { steps: 3 }));
+  } finally {
+    await comm.close(); // also closes this process's connection to the job's store
+  }
+});

@@ -5,7 +5,7 @@
 //   node dist/examples/replay.js [--backend cpu|cuda] [--ranks 4]
 import { isMainThread } from 'node:worker_threads';
 import { runRanks, type Comm } from 'a2av';
-import { checkReceived, exampleArgs, inputRows, MAX_ROWS_PER_PEER, readResult, ROW_BYTES, splitsOf } from './common.js';
+import { checkReceived, inputRows, main, MAX_ROWS_PER_PEER, readResult, ROW_BYTES, splitsOf } from './common.js';
 
 export async function replay(comm: Comm, arg: { steps: number }): Promise<string> {
   const W = comm.worldSize;
@@ -37,7 +37,8 @@ export async function replay(comm: Comm, arg: { steps: number }): Promise<string
 
 // The worker threads import this module for `replay`; only the main thread starts them.
 if (isMainThread) {
-  const { backend, ranks } = exampleArgs();
-  const lines = await runRanks<{ steps: number }, string>({ backend, ranks }, import.meta.url, 'replay', { steps: 4 });
-  for (const line of lines) console.log(line);
+  await main(async ({ backend, ranks }) => {
+    const lines = await runRanks<{ steps: number }, string>({ backend, ranks }, import.meta.url, 'replay', { steps: 4 });
+    for (const line of lines) console.log(line);
+  });
 }

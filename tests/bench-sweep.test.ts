@@ -64,7 +64,7 @@ describe('runBench on the cpu backend', () => {
     await assert.rejects(
       runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 30_000 }, new URL('./fixtures/bench-faulty-rank.js', import.meta.url), 'faultySweep', arg),
       (err: Error & { code?: string }) =>
-        err.code === 'A2AV_BENCH_WRONG_RESULT' && /rank 1: eager all-to-all-v .*: output byte 0: row 0 from rank 0, byte 0 of the row, is 0x/.test(err.message),
+        err.code === 'A2AV_BENCH_WRONG_RESULT' && /rank 1 failed: eager all-to-all-v .*: output byte 0: row 0 from rank 0, byte 0 of the row, is 0x/.test(err.message),
     );
     assert.ok(Date.now() - started < 10_000, 'rank 0 waited for a timeout instead of stopping');
   });

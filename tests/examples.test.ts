@@ -12,6 +12,7 @@ import { checkReceived, inputRows, MismatchError, splitsOf } from '../examples/c
 const example = (name: string): string => fileURLToPath(new URL(`../examples/${name}.js`, import.meta.url));
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
 const T = { timeout: 120_000 };
+const gpus = cudaDeviceCount();
 
 function run(args: string[]): string[] {
   const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: 100_000 });
@@ -51,7 +52,34 @@ describe('examples on cpu', () => {
   });
 });
 
-const gpus = cudaDeviceCount();
+describe('examples end in one line on an error', () => {
+  /** Runs an example that must fail: exit status 1, nothing on stdout, one line on stderr. */
+  function fails(args: string[]): string {
+    const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: 100_000, env: { ...process.env, RANK: undefined, WORLD_SIZE: undefined } });
+    assert.equal(r.status, 1, `${args.join(' ')} exited with ${r.status ?? r.signal}\n${r.stdout}${r.stderr}`);
+    assert.equal(r.stdout, '');
+    const lines = r.stderr.trimEnd().split('\n');
+    assert.equal(lines.length, 1, r.stderr);
+    return lines[0]!;
+  }
+
+  it('a bad command line names the option', T, () => {
+    assert.equal(fails([example('threads'), '--ranks', '0']), "UsageError: --ranks must be a positive integer, got '0'");
+    assert.equal(fails([example('lanes'), '--backend', 'foo']), "UsageError: --backend must be cpu, cuda or nccl, got 'foo'");
+    assert.match(fails([example('replay'), '--bogus']), /^UsageError: Unknown option '--bogus'; the options are --backend cpu\|cuda\|nccl and --ranks N$/);
+  });
+
+  it('launch.js outside a launcher says how to start it', T, () => {
+    assert.match(fails([example('launch')]), /^UsageError: init\(\): this process was not started as a rank .* start it with a2av launch -n N -- <command>/);
+  });
+
+  it('a backend this machine lacks: its error once, no search list or stack', { ...T, skip: gpus > 0 && 'a GPU is visible' }, () => {
+    for (const backend of ['cuda', 'nccl']) {
+      assert.match(fails([example('threads'), '--backend', backend, '--ranks', '2']), /^\w+Error: rank [01] failed: \S/);
+    }
+  });
+});
+
 describe('examples on cuda', { skip: gpus === 0 && `no CUDA GPU: ${cudaUnavailableReason() ?? 'none visible'}` }, () => {
   runAll('cuda', 2);
 });

@@ -160,6 +160,26 @@ test('bad options throw UsageError before anything starts', T, async () => {
   await assert.rejects(launch({ nprocs: 1, nnodes: 2, masterPort: 29500, command, env: { A2AV_STORE_TOKEN: undefined } }), /A2AV_STORE_TOKEN/);
 });
 
+test("bad options are named by a2av launch's flags when it gave them, by the options' names otherwise", T, async () => {
+  const command = [node, '-e', ''];
+  const flags = { command, namesInErrors: 'flags' } as const;
+  await assert.rejects(launch({ nprocs: 2, command, outputRanks: [5] }), /^UsageError: launch: outputRanks must list ranks in 0\.\.1, got 5$/);
+  await assert.rejects(launch({ ...flags, nprocs: 2, outputRanks: [5] }), /^UsageError: launch: --output-ranks must list ranks in 0\.\.1, got 5$/);
+  await assert.rejects(launch({ ...flags, nprocs: 1, masterPort: 99999 }), /^UsageError: launch: --master-port must be an integer in 0\.\.65535, got 99999$/);
+  await assert.rejects(launch({ ...flags, nprocs: 1, nodeRank: 1 }), /^UsageError: launch: --node-rank must be below --nnodes \(1\), got 1$/);
+  await assert.rejects(launch({ ...flags, nprocs: 1, nnodes: 2 }), /explicit --master-port,/);
+  await assert.rejects(launch({ ...flags, nprocs: 1, masterAddr: '' }), /^UsageError: launch: --master-addr must be/);
+
+  // The command passes them on: one line naming the flag, exit status 1, nothing started.
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const run = spawn(node, [cli, 'launch', '-n', '2', '--output-ranks', '5', '--', node, '-e', ''], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  run.stderr.on('data', (d: Buffer) => (stderr += d));
+  const [code] = await once(run, 'exit');
+  assert.equal(code, 1);
+  assert.equal(stderr, 'a2av: launch: --output-ranks must list ranks in 0..1, got 5\n');
+});
+
 /** The pid a hang-rank.mjs rank printed in its "ready <pid>" line. */
 const readyPid = (stdout: string, rank: number) => Number(linesOf(stdout, rank).find((l) => l.startsWith('ready '))!.split(' ')[1]);
 

@@ -34,6 +34,8 @@ test('a timeout inside a rank arrives as a TimeoutError naming the missing rank'
   assert.equal(err.missingRank, 1);
   assert.equal(err.rank, 0);
   assert.equal((err as unknown as RankFailure).failedRank, 0);
+  // The rank is named once, though the communicator's own message starts with it too.
+  assert.match(err.message, /^rank 0 failed: timed out after 300 ms waiting for rank 1 /);
 });
 
 test('after a timeout the cpu communicator refuses further collectives', async () => {

@@ -76,6 +76,13 @@ test('a2av tune without a GPU: one line saying it needs one, exit status 1; bad 
   assert.equal(run.status, 1);
   assert.equal(run.stdout, '');
   assert.match(run.stderr.trim(), /^a2av: tune times the cuda backend's launch plans and needs a GPU: [^\n]+$/);
+
+  // Launched, each rank says the same, not init()'s advice to use the cpu backend, which tune has not.
+  const launched = spawnSync(process.execPath, [cli, 'launch', '-n', '2', '--', process.execPath, cli, 'tune', '--max', '1M'], { encoding: 'utf8' });
+  assert.equal(launched.status, 1);
+  assert.doesNotMatch(launched.stderr, /--backend/);
+  assert.match(launched.stderr, /^\[rank [01]\] a2av: tune times the cuda backend's launch plans and needs a GPU: /m);
+  assert.match(launched.stderr, /^a2av launch: rank [01] \(pid \d+\) failed first: exit code 1 \(UsageError: tune times the cuda backend's launch plans and needs a GPU: /m);
 });
 
 function gpus(): number {

@@ -43,7 +43,25 @@ export interface LaunchOptions {
   outputRanks?: readonly number[];
   /** "[rank R] " before each line (default true); off, for piping one rank's output (JSON) on. */
   prefix?: boolean;
+  /**
+   * How errors name the options: as here (outputRanks; the default), or by a2av launch's flags
+   * (--output-ranks), for errors the a2av command shows its user.
+   */
+  namesInErrors?: 'options' | 'flags';
 }
+
+/** The options validate() checks, by a2av launch's flag (graceMs has none). */
+const FLAGS = {
+  nprocs: '--nproc-per-node',
+  nnodes: '--nnodes',
+  nodeRank: '--node-rank',
+  masterAddr: '--master-addr',
+  masterPort: '--master-port',
+  graceMs: 'graceMs',
+  command: '<command...>',
+  outputRanks: '--output-ranks',
+} as const;
+type Checked = keyof typeof FLAGS;
 
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 
@@ -64,29 +82,31 @@ export async function launch(options: LaunchOptions): Promise<number> {
   }
 }
 
-type Plan = Required<Omit<LaunchOptions, 'env'>> & Pick<LaunchOptions, 'env'>;
+type Plan = Required<Omit<LaunchOptions, 'env' | 'namesInErrors'>> & Pick<LaunchOptions, 'env'>;
 
 function validate(options: LaunchOptions): Plan {
   const { nprocs, nnodes = 1, nodeRank = 0, masterAddr = '127.0.0.1', masterPort = 0, command, graceMs = 5000 } = options;
-  const count = (name: string, value: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
-    if (!Number.isInteger(value) || value < min || value > max) throw new UsageError(`launch: ${name} must be an integer in ${min}..${max}, got ${value}`);
+  const name = (option: Checked): string => (options.namesInErrors === 'flags' ? FLAGS[option] : option);
+  const count = (option: Checked, value: number, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    if (!Number.isInteger(value) || value < min || value > max) throw new UsageError(`launch: ${name(option)} must be an integer in ${min}..${max}, got ${value}`);
   };
   count('nprocs', nprocs, 1);
   count('nnodes', nnodes, 1);
-  count('nodeRank', nodeRank, 0, nnodes - 1);
+  count('nodeRank', nodeRank, 0);
+  if (nodeRank >= nnodes) throw new UsageError(`launch: ${name('nodeRank')} must be below ${name('nnodes')} (${nnodes}), got ${nodeRank}`);
   count('masterPort', masterPort, 0, 65535);
   count('graceMs', graceMs, 0);
-  if (nnodes > 1 && masterPort === 0) throw new UsageError('launch: a multi-node job needs an explicit masterPort, the same on every node');
-  if (typeof masterAddr !== 'string' || masterAddr === '') throw new UsageError('launch: masterAddr must be a host name or address');
+  if (nnodes > 1 && masterPort === 0) throw new UsageError(`launch: a multi-node job needs an explicit ${name('masterPort')}, the same on every node`);
+  if (typeof masterAddr !== 'string' || masterAddr === '') throw new UsageError(`launch: ${name('masterAddr')} must be a host name or address`);
   if (!Array.isArray(command) || command.length === 0 || command.some((arg) => typeof arg !== 'string') || command[0] === '') {
-    throw new UsageError('launch: command must be a non-empty list of strings (program, then arguments)');
+    throw new UsageError(`launch: ${name('command')} must be a non-empty list of strings (program, then arguments)`);
   }
   const stdout = options.stdout ?? process.stdout;
   const stderr = options.stderr ?? process.stderr;
   const world = nprocs * nnodes;
   const outputRanks = options.outputRanks ?? Array.from({ length: world }, (_, r) => r);
   if (!Array.isArray(outputRanks) || outputRanks.some((r) => !Number.isInteger(r) || r < 0 || r >= world))
-    throw new UsageError(`launch: outputRanks must list ranks in 0..${world - 1}, got ${String(outputRanks)}`);
+    throw new UsageError(`launch: ${name('outputRanks')} must list ranks in 0..${world - 1}, got ${String(outputRanks)}`);
   const prefix = options.prefix ?? true;
   return { nprocs, nnodes, nodeRank, masterAddr, masterPort, command, graceMs, env: options.env, stdout, stderr, outputRanks, prefix };
 }

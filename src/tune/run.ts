@@ -3,6 +3,8 @@
 // existing table when asked, and a short report of what each size gained over the heuristic.
 import { runJob } from '../world/job.js';
 import { formatBytes } from '../bench/units.js';
+import { cudaDeviceCount, cudaUnavailableReason } from '../cuda/probe.js';
+import { UsageError } from '../errors.js';
 import type { TuneArg, TuneReport, TuneResult } from './sweep.js';
 import { bucketize, TABLE_FORMAT, type PlanShape, type PlanTable } from './table.js';
 
@@ -13,8 +15,16 @@ export interface TuneOptions extends TuneArg {
   command: string;
 }
 
-/** Runs the sweep; rank 0 gets the table, the other ranks of a launched job undefined. */
+/**
+ * Runs the sweep; rank 0 gets the table, the other ranks of a launched job undefined. Throws
+ * UsageError where no GPU is visible.
+ */
 export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => void = () => {}): Promise<{ table: PlanTable; result: TuneResult } | undefined> {
+  // Checked here, not only by the command: a launched rank would otherwise meet init()'s advice to
+  // use the cpu backend, which tune cannot.
+  if (cudaDeviceCount() === 0) {
+    throw new UsageError(`tune times the cuda backend's launch plans and needs a GPU: ${(cudaUnavailableReason() ?? 'none visible').split(':')[0]}`);
+  }
   const arg: TuneArg = { sizes: opts.sizes, rowBytes: opts.rowBytes, repeats: opts.repeats, threads: opts.threads };
   const report = (_rank: number, m: unknown) => onReport(m as TuneReport);
   const { result } = await runJob<TuneArg, TuneResult | undefined>(

@@ -23,7 +23,7 @@ export type RankFailure = Error & { failedRank: number };
  * Calls `module`'s export `exportName(comm, arg, ctx)` on `opts.ranks` worker threads (backend: as
  * given, else cuda where a GPU is visible and cpu otherwise, as init() picks) and returns
  * the results in rank order. If a rank throws, rejects with that error (same class and fields,
- * message prefixed with the rank, `failedRank` set) once every thread has ended.
+ * message starting "rank R failed: ", `failedRank` set) once every thread has ended.
  */
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
   const ranks = opts.ranks;
@@ -114,7 +114,8 @@ class RankRun<R> {
   fail(rank: number, err: Error): void {
     if (this.#failure !== undefined) return;
     const failure = err as RankFailure;
-    if (rank >= 0) failure.message = `rank ${rank} failed: ${failure.message}`;
+    // Named once: errors of the rank's own communicator already start with "rank R: ".
+    if (rank >= 0) failure.message = `rank ${rank} failed: ${failure.message.replace(new RegExp(`^rank ${rank}: `), '')}`;
     failure.failedRank = rank;
     this.#failure = failure;
     this.#decide();
