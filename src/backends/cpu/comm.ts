@@ -25,7 +25,7 @@ import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { CommAbortedError, UsageError } from '../../errors.js';
 import { CpuReducer } from './all-reduce.js';
-import { closeAll, CpuBuffer } from './buffer.js';
+import { checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
 import { CpuLane, doneHandle } from './lane.js';
 import { threadMemory, type SharedMemory, type SharedRegion } from './memory.js';
@@ -295,6 +295,8 @@ class ClosedError extends UsageError {
 
 function checkSize(bytes: number): void {
   if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`allocation size must be a non-negative integer, got ${bytes}`);
+  // Before the memory is made: a SharedArrayBuffer of 1 TiB fails with a bare RangeError.
+  checkCpuBufferBytes(bytes);
 }
 
 function checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
