@@ -332,12 +332,15 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
 async function benchPipeline(flags: PipelineFlags): Promise<void> {
   const { names, ranks } = await backendsAndRanks(flags);
   const defaults = names.includes('cpu') ? PIPELINE_DEFAULTS.cpu : PIPELINE_DEFAULTS.gpu;
+  const shape = flags.shape ?? defaults.shape;
+  // The GPU shapes' GEMMs and lookups run as host loops on cpu: minutes a step (dlrm: about 3).
+  if (names.includes('cpu') && shape !== 'tiny') process.stderr.write(`a2av: note: --shape ${shape} on the cpu backend takes minutes a step (its compute runs as host loops); --shape tiny is the cpu's\n`);
   const { runPipeline } = await import('./pipeline/run.js');
   const results = await eachBackend(names, async (backend, label) => {
     const progress = new PipelineProgress(label);
     try {
       return await runPipeline(
-        { backend, ranks, shape: flags.shape ?? defaults.shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
+        { backend, ranks, shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
           seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks },
         progress,
       );
@@ -562,10 +565,14 @@ class Progress implements BenchEvents {
   }
 }
 
-/** The pipeline's progress on stderr: a bar over every arm's steps on a terminal, else a line per arm. */
+/** Off a terminal, a step line at most this often (slow runs show they move, fast ones stay quiet). */
+const STEP_LINE_MS = 10_000;
+
+/** The pipeline's progress on stderr: a bar over every arm's steps on a terminal, else a line per arm (and per slow step). */
 class PipelineProgress implements PipelineEvents {
   #bar: SingleBar | undefined;
   #arms: Arm[] = [];
+  #lineAt = Date.now();
   readonly #label: string;
 
   constructor(label = '') {
@@ -574,7 +581,11 @@ class PipelineProgress implements PipelineEvents {
 
   onStart({ device, arms, steps }: { device: string; arms: Arm[]; steps: number }): void {
     this.#arms = arms;
-    if (!process.stderr.isTTY) return;
+    if (!process.stderr.isTTY) {
+      process.stderr.write(`${this.#label}pipeline on ${device}: ${arms.join(', ')}, ${steps} steps each\n`);
+      this.#lineAt = Date.now();
+      return;
+    }
     this.#bar = new SingleBar({
       stream: process.stderr,
       format: `${this.#label}pipeline on ${device} {bar} {value}/{total} steps | {arm}`,
@@ -586,7 +597,10 @@ class PipelineProgress implements PipelineEvents {
 
   onStep({ arm, step, steps }: { arm: Arm; step: number; steps: number }): void {
     if (this.#bar) this.#bar.update(this.#arms.indexOf(arm) * steps + step + 1, { arm });
-    else if (step === 0) process.stderr.write(`${this.#label}pipeline: ${arm}, ${steps} steps\n`);
+    else if (step === 0 || Date.now() - this.#lineAt >= STEP_LINE_MS) {
+      process.stderr.write(`${this.#label}pipeline: ${arm}, step ${step + 1} of ${steps}\n`);
+      this.#lineAt = Date.now();
+    }
   }
 
   stop(): void {

@@ -127,6 +127,10 @@ describe('pipeline on cpu', () => {
       assert.equal(out.rows[0].vsNcclOneLane, null, 'no nccl row: nothing to compare with');
       const trace = JSON.parse(readFileSync(traceFile, 'utf8'));
       assert.ok(trace.traceEvents.some((e: { ph: string }) => e.ph === 'X'));
+      // Off a terminal the progress is lines: the start, then each arm's first step.
+      assert.match(r.stderr, new RegExp(`^pipeline on cpu thread: ${ARMS.join(', ')}, 3 steps each$`, 'm'));
+      for (const arm of ARMS) assert.match(r.stderr, new RegExp(`^pipeline: ${arm}, step 1 of 3$`, 'm'));
+      assert.doesNotMatch(r.stderr, /takes minutes a step/, 'tiny is the cpu shape: no note');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
