@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Comm, DeviceBuffer, PeerCopyArgs, Stream } from '../src/backends/backend.js';
 import type { Agreement } from '../src/bench/agree.js';
-import { peerCopies, planReference, referenceWork, type ReferencePlan } from '../src/bench/reference.js';
+import { copyBytes, copyPairs, peerCopies, planReference, referenceWork, type ReferencePlan } from '../src/bench/reference.js';
 import { makeSplits } from '../src/bench/splits.js';
 import { measure } from '../src/bench/measure.js';
 
@@ -43,6 +43,18 @@ describe('planReference', () => {
     assert.equal(planReference(fakeRank(1, two, true).comm, fakeRank(1, two, true).agree).leadIn, 0);
     const same = ['H200 #0', 'H200 #0'];
     assert.equal(planReference(fakeRank(0, same, true).comm, fakeRank(0, same, true).agree).leadIn, 1, 'the one-GPU copy keeps it');
+  });
+
+  it('cpu: every rank times a copy of its own bytes, at once (the ranks run on the host\'s cores)', () => {
+    const devices = ['cpu thread', 'cpu thread', 'cpu thread'];
+    const plans = devices.map((_, r) => {
+      const { comm, agree } = fakeRank(r, devices, false);
+      return planReference(Object.assign(Object.create(comm), { backend: 'cpu' }), agree);
+    });
+    assert.deepEqual(plans.map((p) => [p.kind, p.timesCopy]), [['rank-copy', true], ['rank-copy', true], ['rank-copy', true]]);
+    assert.equal(copyBytes('rank-copy', 700, 3), 700, 'its own bytes, not its device\'s');
+    assert.equal(copyBytes('copy', 700, 3), 2100);
+    assert.deepEqual([copyPairs('rank-copy', 3), copyPairs('copy', 3), copyPairs('peer-copy', 3)], [3, 1, 0]);
   });
 
   it('ranks on several GPUs: peer copies where peers are addressable, else none', () => {
@@ -87,6 +99,17 @@ describe('the peer-copy reference', () => {
     assert.ok(work, 'every rank times the peer copies');
     work();
     assert.deepEqual(calls, [{ peer: { dst: output, dstOffset: 0, peer: 1, src: input, srcOffset: 350, bytes: 350, stream } }]);
+  });
+
+  it('the rank-copy reference: each rank copies its own bytes', () => {
+    const splits = makeSplits({ kind: 'uniform', worldSize: 3, bytesPerRank: 700, rowBytes, seed: 1 });
+    const devices = ['cpu thread', 'cpu thread', 'cpu thread'];
+    for (const rank of [0, 2]) {
+      const { comm, calls } = fakeRank(rank, devices, false);
+      const plan: ReferencePlan = { kind: 'rank-copy', deviceOf: [0, 0, 0], timesCopy: true, leadIn: 1 };
+      referenceWork(comm, plan, { input: buffer(700), output: buffer(800, true), copy: { src: buffer(1000), dst: buffer(1000) } }, splits, rowBytes, stream)!();
+      assert.deepEqual(calls, [{ local: { bytes: splits.rowsPerRank * rowBytes } }]);
+    }
   });
 
   it('the copy reference: the lowest rank copies all its device ranks\' bytes in chunks of its buffer', () => {

@@ -28,8 +28,9 @@ describe('runBench on the cpu backend', () => {
       for (const v of [r.timeUs, r.refUs, r.algbwGBps, r.busbwGBps, r.refRatio]) assert.ok(Number.isFinite(v) && v > 0, JSON.stringify(r));
       assert.ok(r.timeMinUs <= r.timeUs && r.timeUs <= r.timeMaxUs, JSON.stringify(r));
       assert.ok(r.refMinUs <= r.refUs && r.refUs <= r.refMaxUs, JSON.stringify(r));
-      // cpu: ranks share one device, so the reference is its copy; there is no graph to replay or check.
-      assert.equal(r.ref, 'copy');
+      // cpu: every rank copies its own bytes at once (the ranks are threads on the host's cores, as in
+      // the exchange); there is no graph to replay or check.
+      assert.equal(r.ref, 'rank-copy');
       assert.ok(Number.isNaN(r.graphUs), 'no graph time on cpu');
       assert.deepEqual(r.checked, ['eager']);
     }
@@ -37,7 +38,7 @@ describe('runBench on the cpu backend', () => {
 
     const lines = formatTable(result).trimEnd().split('\n');
     assert.ok(lines.some((l) => /^# time µs = median of 3 timed loops/.test(l)));
-    assert.ok(lines.some((l) => /^# ref = copy: /.test(l)));
+    assert.ok(lines.some((l) => /^# ref = rank-copy: every rank at once/.test(l)));
     assert.ok(lines.some((l) => /^# checked = /.test(l)));
     const titles = lines.find((l) => /^\s*bytes/.test(l))!;
     assert.match(titles, /^\s*bytes\s+time µs\s+min-max µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio\s+checked$/);

@@ -3,7 +3,7 @@
 // by Node), and a note when that drops sizes.
 import { UsageError } from '../errors.js';
 import { opBytes, type OpShape } from './ops.js';
-import { copyBytes } from './reference.js';
+import { copyBytes, copyPairs } from './reference.js';
 import type { Splits } from './splits.js';
 import type { RefKind } from './table.js';
 import { formatBytes } from './units.js';
@@ -26,7 +26,7 @@ export interface FitLimits {
 export function memoryNeeded(plans: readonly Splits[], shape: OpShape, perDevice: number, ref: RefKind) {
   const bytes = opBytes(shape, plans);
   const refBytes = copyBytes(ref, bytes.inputBytes, perDevice);
-  const total = MEMORY_HEADROOM * (perDevice * (bytes.inputBytes + bytes.midBytes + bytes.backBytes) + 2 * refBytes);
+  const total = MEMORY_HEADROOM * (perDevice * (bytes.inputBytes + bytes.midBytes + bytes.backBytes) + 2 * copyPairs(ref, perDevice) * refBytes);
   return { ...bytes, copyBytes: refBytes, total, largest: Math.max(bytes.inputBytes, bytes.midBytes, bytes.backBytes, refBytes) };
 }
 

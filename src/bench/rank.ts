@@ -184,14 +184,15 @@ function timeReplay(comm: Comm, agree: Agreement, stream: Stream, loops: LoopOpt
 
 /**
  * Collective: the reference's timing, between barriers (the device is quiet, and peer copies land
- * in outputs nobody is using). `copy`: the rank that has `work` times it alone; `peer-copy`: every
- * rank at once, meeting before each timed loop so the copies of all ranks overlap as an exchange's would.
+ * in outputs nobody is using). `copy`: the rank that has `work` times it alone; `peer-copy` and
+ * `rank-copy`: every rank at once, meeting before each timed loop so the copies of all ranks overlap
+ * as an exchange's would.
  */
 async function timeReference(comm: Comm, agree: Agreement, plan: ReferencePlan, loops: LoopOptions, work: (() => void) | undefined): Promise<Timing | undefined> {
   if (plan.kind === 'none') return undefined;
   await comm.barrier();
   let samples: number[];
-  if (plan.kind === 'peer-copy') samples = measure(comm, comm.lane(0).stream, work!, { ...loops, agree, meetEachLoop: true, leadIn: plan.leadIn });
+  if (plan.kind === 'peer-copy' || plan.kind === 'rank-copy') samples = measure(comm, comm.lane(0).stream, work!, { ...loops, agree, meetEachLoop: true, leadIn: plan.leadIn });
   else samples = work ? measure(comm, comm.lane(0).stream, work, loops) : new Array<number>(loops.repeats).fill(0);
   await comm.barrier();
   return slowestRank(agree, samples);

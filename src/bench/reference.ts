@@ -1,4 +1,7 @@
 // The sweep's same-run reference, chosen once from where the ranks run.
+// cpu: every rank at once copies the bytes it sends, in its own thread (`rank-copy`): the ranks run
+// on the host's cores, as the exchange itself does, so one thread copying every rank's bytes would
+// make the exchange look W times faster than a copy.
 // Ranks on one device: that device's own copy of the bytes all its ranks send, timed on its lowest
 // rank while the others wait (`copy`). Ranks on several GPUs: a one-GPU copy says nothing about
 // NVLink (it read 0.30 on 2 H200s), so every rank at once copies what it sends to ranks on other
@@ -18,7 +21,7 @@ export interface ReferencePlan {
   kind: RefKind;
   /** Per rank, the lowest rank on its device: ranks with the same value share a device. */
   deviceOf: number[];
-  /** `copy`: this rank times its device's copy (it is the lowest rank there). */
+  /** `copy`: this rank times its device's copy (it is the lowest rank there); `rank-copy`: every rank. */
   timesCopy: boolean;
   /**
    * Lead-in calls before each timed loop (measure.ts): none for `peer-copy` where ranks share a
@@ -36,14 +39,21 @@ export function planReference(comm: Comm, agree: Agreement): ReferencePlan {
   const keys = agree.gather([deviceKey(comm.deviceName)]).map(([key]) => key);
   const deviceOf = keys.map((key) => keys.indexOf(key));
   const oneDevice = deviceOf.every((d) => d === 0);
-  const kind: RefKind = oneDevice ? 'copy' : comm.copyToPeer ? 'peer-copy' : 'none';
+  const kind: RefKind = oneDevice ? (comm.backend === 'cpu' ? 'rank-copy' : 'copy') : comm.copyToPeer ? 'peer-copy' : 'none';
   const shared = new Set(deviceOf).size < deviceOf.length;
-  return { kind, deviceOf, timesCopy: kind === 'copy' && deviceOf[comm.rank] === comm.rank, leadIn: kind === 'peer-copy' && shared ? 0 : 1 };
+  const timesCopy = kind === 'rank-copy' || (kind === 'copy' && deviceOf[comm.rank] === comm.rank);
+  return { kind, deviceOf, timesCopy, leadIn: kind === 'peer-copy' && shared ? 0 : 1 };
 }
 
-/** Bytes of the copy reference's source and of its destination on the rank that times it. */
+/** Bytes of the copy reference's source and of its destination on a rank that times it. */
 export function copyBytes(kind: RefKind, inputBytes: number, ranksOnDevice: number): number {
+  if (kind === 'rank-copy') return Math.min(inputBytes, MAX_COPY_BYTES);
   return kind === 'copy' ? Math.min(ranksOnDevice * inputBytes, MAX_COPY_BYTES) : 0;
+}
+
+/** Ranks on a device that hold a copy reference's pair of buffers. */
+export function copyPairs(kind: RefKind, ranksOnDevice: number): number {
+  return kind === 'rank-copy' ? ranksOnDevice : kind === 'copy' ? 1 : 0;
 }
 
 /** The buffers the reference reads and writes. */
@@ -57,12 +67,13 @@ export interface ReferenceBuffers {
 
 /**
  * The work one iteration of the reference queues on `stream` for this size; undefined where this
- * rank times nothing. For `peer-copy` every rank gets one (maybe empty): every rank times it, at once.
+ * rank times nothing. For `peer-copy` and `rank-copy` every rank gets one (maybe empty): every rank
+ * times it, at once.
  */
 export function referenceWork(comm: Comm, plan: ReferencePlan, buffers: ReferenceBuffers, splits: Splits, rowBytes: number, stream: Stream): (() => void) | undefined {
-  if (plan.kind === 'copy' && plan.timesCopy) {
+  if ((plan.kind === 'copy' || plan.kind === 'rank-copy') && plan.timesCopy) {
     const { src, dst } = buffers.copy!;
-    const total = comm.ranksOnDevice * splits.rowsPerRank * rowBytes;
+    const total = (plan.kind === 'copy' ? comm.ranksOnDevice : 1) * splits.rowsPerRank * rowBytes;
     return () => {
       for (let done = 0; done < total; done += src.bytes) comm.copy(dst, src, Math.min(src.bytes, total - done), stream);
     };

@@ -9,7 +9,7 @@ import { formatBytes } from './units.js';
  * GPUs into their buffers with the copy engine, the bound of the exchange. `none`: no reference
  * (nccl across GPUs, whose buffers peers cannot address).
  */
-export type RefKind = 'copy' | 'peer-copy' | 'none';
+export type RefKind = 'copy' | 'rank-copy' | 'peer-copy' | 'none';
 
 /** The forms of the call whose result was checked at a size before it was timed. */
 export type CheckedForm = 'eager' | 'graph';
@@ -162,7 +162,9 @@ const COLUMNS: Column[] = [
 ];
 
 const REF_NOTES: Record<RefKind, string> = {
-  copy: 'ref = copy: the device copying the bytes all its ranks send (cuMemcpyDtoD; TypedArray.set on cpu), same run',
+  copy: 'ref = copy: the device copying the bytes all its ranks send (cuMemcpyDtoD), same run',
+  'rank-copy': 'ref = rank-copy: every rank at once copying the bytes it sends, each in its own thread (cpu: the ranks run on the ' +
+    "host's cores, as the exchange does), same run",
   'peer-copy': 'ref = peer-copy: every rank at once copying what it sends to ranks on other GPUs into their buffers ' +
     '(copy engine, cuMemcpyAsync), same run: the bound of the exchange',
   none: "ref = -: no same-run reference (nccl across GPUs: peers' buffers are not addressable)",
