@@ -8,7 +8,7 @@ import { makeSplits, PATTERNS, ROW_SIZES, Rng } from './reference.js';
 
 export { allReduce, allReduceLanes, allReduceMismatch, allReduceReplay, allReduceTimeout } from './all-reduce-cases.js';
 export { splitsErrors, timeout, usage } from './error-cases.js';
-export { lanes } from './lane-cases.js';
+export { lanes, lanesLarge } from './lane-cases.js';
 export { ownOutcomes } from './outcome-cases.js';
 export { captureRefused } from './nccl-cases.js';
 export { moeExchange, moeLanes, moeReplay } from './moe-cases.js';

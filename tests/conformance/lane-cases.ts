@@ -57,3 +57,34 @@ export async function lanes(comm: Comm, arg: LanesArg): Promise<number> {
   }
   return call - 5000;
 }
+
+/**
+ * Large calls on both lanes at once, each sized so its grid takes what one rank may keep resident
+ * (rows not a multiple of 16 bytes keep one GPU's calls in the resident sweep). Every rank queues
+ * lane 0's call, then lane 1's, and waits for both: where two lanes' grids do not fit beside each
+ * other, a rank's lane-1 kernel could hold blocks its lane-0 kernel needs while a peer waits on
+ * that lane-0 kernel, and the calls would end in a timeout instead of completing.
+ */
+export async function lanesLarge(comm: Comm, arg: LanesArg & { rounds: number }): Promise<number> {
+  const W = comm.worldSize;
+  const [l0, l1] = [comm.lane(0), comm.lane(1)];
+  const a = await Exchange.create(comm, sizesFor(W, arg.budget));
+  const b = await Exchange.create(comm, sizesFor(W, arg.budget));
+  let call = 7000;
+  for (let round = 0; round < arg.rounds; round++) {
+    const [rbA, rbB] = [1000, 4104];
+    const Sa = makeSplits(new Rng(arg.seed, ++call), W, 'random', maxRowsFor(arg.budget, rbA));
+    const callA = call;
+    const Sb = makeSplits(new Rng(arg.seed, ++call), W, (['random', 'skew', 'self'] as const)[round % 3], maxRowsFor(arg.budget, rbB));
+    const callB = call;
+    a.prepare(arg.seed, callA, Sa, rbA);
+    b.prepare(arg.seed, callB, Sb, rbB);
+    const ha = a.call(rbA, l0);
+    const hb = b.call(rbB, l1);
+    ha.wait();
+    hb.wait();
+    a.verify(arg.seed, callA, Sa, rbA, `lane 0, large calls on both lanes (round ${round})`);
+    b.verify(arg.seed, callB, Sb, rbB, `lane 1, large calls on both lanes (round ${round})`);
+  }
+  return call - 7000;
+}
