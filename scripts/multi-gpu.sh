@@ -16,7 +16,7 @@
 #      each against NCCL where it has one (A2AV_MG_OPS picks).
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
-# A2AV_MG_VARIANTS="peer-split early-ar moe-grid" (which variants the variants op runs),
+# A2AV_MG_VARIANTS="peer-split early-ar lane-shares moe-grid" (which variants the variants op runs),
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
 # variants (not in the default list): kernel variants off by default (or the control arm of one now on) beside the default, and their tests;
 # allreduce: a2av bench allreduce, cuda against nccl; pipeline: a2av bench pipeline, the arms on cuda and nccl;
@@ -150,8 +150,8 @@ done
 if [[ "$ops" == *" variants "* ]]; then
   # Kernel variants that are off by default until measured (docs/perf.md says what each predicts):
   # each beside the default, then the conformance cases it touches with it on. A2AV_MG_VARIANTS
-  # picks (default: all): peer-split (the control arm of the split copy), early-ar, moe-grid.
-  variants=" ${A2AV_MG_VARIANTS:-peer-split early-ar moe-grid} "
+  # picks (default: all): peer-split (the control arm of the split copy), early-ar, lane-shares, moe-grid.
+  variants=" ${A2AV_MG_VARIANTS:-peer-split early-ar lane-shares moe-grid} "
   if [[ "$variants" == *" peer-split "* ]]; then
     for w in $worlds; do
       step "control A2AV_PEER_SPLIT=never (the shared sweep across GPUs): all-to-all-v W=$w, 32 MiB .. $max per rank"
@@ -169,6 +169,18 @@ if [[ "$ops" == *" variants "* ]]; then
     A2AV_PROBE_DEFINES=A2AV_PROBE_EARLY_AR A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
       --test-name-pattern="allReduce" > "$OUT/variant-early-ar-tests.log" 2>&1 || rc=1
     grep -E '^# (tests|pass|fail)' "$OUT/variant-early-ar-tests.log"
+  fi
+  if [[ "$variants" == *" lane-shares "* ]]; then
+    step "variant A2AV_LANE_SHARES=1 (grids per lane): the lanes conformance cases, default then with it (ranks as threads)"
+    for v in 0 1; do
+      A2AV_LANE_SHARES=$v A2AV_TEST_FILES=conformance timeout 300 node scripts/run-tests.mjs --test-reporter=tap --test-name-pattern="lanes W=" \
+        > "$OUT/variant-lane-shares-$v-tests.log" 2>&1 || rc=1
+      echo "A2AV_LANE_SHARES=$v: $(grep -E '^# (pass|fail)' "$OUT/variant-lane-shares-$v-tests.log" | tr '\n' ' ')"
+    done
+    for w in $worlds; do
+      step "variant A2AV_LANE_SHARES=1: all-to-all-v W=$w, 0.5 MiB .. $max per rank"
+      A2AV_LANE_SHARES=1 sweep "uniform-lane-shares" "$w" --min 512K --max "$max" --splits uniform
+    done
   fi
   if [[ "$variants" == *" moe-grid "* ]]; then
     step "variant A2AV_MOE_GRID: MoE at W=8 on GPU 0, the default then auto"

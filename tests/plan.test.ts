@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
-import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, PeerSplitMode, peerSplitFromEnv, peerSplitMode, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
+import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, laneShares, PeerSplitMode, peerSplitFromEnv, peerSplitMode, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
 import { moeGridFromEnv } from '../src/backends/cuda/moe.js';
 
 // An H200-like device: 132 SMs, 2048 threads per SM. By default the ranks span several GPUs (no grid mode).
@@ -72,6 +72,14 @@ test('blocks split between destinations across GPUs by default; A2AV_PEER_SPLIT 
   assert.equal(peerSplitMode({ allOnDevice: true }), PeerSplitMode.never, 'one GPU: the shared sweep');
   assert.equal(peerSplitMode({ allOnDevice: true, peerSplit: 'always' }), PeerSplitMode.always);
   assert.equal(peerSplitMode({ allOnDevice: false, peerSplit: 'never' }), PeerSplitMode.never);
+});
+
+test('A2AV_LANE_SHARES: grids from the rank\'s whole share (default) or its lane\'s; anything else named', () => {
+  assert.equal(laneShares(2, undefined), 1);
+  assert.equal(laneShares(2, '0'), 1);
+  assert.equal(laneShares(2, '1'), 2);
+  assert.equal(laneShares(1, '1'), 1);
+  assert.throws(() => laneShares(2, 'yes'), (e: unknown) => e instanceof UsageError && /A2AV_LANE_SHARES must be 0 or 1, got 'yes'/.test(e.message));
 });
 
 test('A2AV_MOE_GRID accepts never (the default), auto and always, and names anything else', () => {

@@ -76,6 +76,18 @@ export function peerSplitMode(ctx: Pick<PlanContext, 'allOnDevice' | 'peerSplit'
   return mode === 'auto' && !ctx.allOnDevice ? PeerSplitMode.large : PeerSplitMode.never;
 }
 
+/**
+ * A2AV_LANE_SHARES=1: a call's grid takes its lane's share of what its rank may keep resident, not
+ * the rank's whole share, so large calls in flight on every lane at once still fit the GPU together
+ * (tests/conformance/lane-cases.ts, lanesLarge, says what could happen otherwise). Off until a GPU
+ * run shows the case needs it and measures what it costs single calls.
+ */
+export function laneShares(laneCount: number, value = process.env.A2AV_LANE_SHARES): number {
+  if (value === undefined || value === '' || value === '0') return 1;
+  if (value === '1') return Math.max(1, laneCount);
+  throw new UsageError(`A2AV_LANE_SHARES must be 0 or 1, got '${value}'`);
+}
+
 export const DEFAULT_THREADS = 512;
 /** Bytes a block moves per step: threads x 16-byte accesses x A2AV_COPY_UNROLL (kernels/config.cuh). */
 export const tileBytes = (threads: number): number => threads * 16 * 4;

@@ -109,7 +109,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.deviceName = `${device.name} #${device.ordinal}`;
     this.#memory = new GpuMemory(device, this);
     const gpus = new Set(init.places.map((w) => `${w.host}/${w.ordinal}`)).size;
-    this.#kernels = new A2avKernels({ module: init.module, device, worldSize: this.worldSize, ranksOnDevice: this.ranksOnDevice, gpus });
+    this.#kernels = new A2avKernels({ module: init.module, device, worldSize: this.worldSize, ranksOnDevice: this.ranksOnDevice, gpus, laneCount: this.laneCount });
     const host: CallHost = {
       rank: this.rank,
       worldSize: this.worldSize,

@@ -2,7 +2,7 @@
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, gridCopyFromEnv, heuristicPlan, peerSplitFromEnv, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PeerSplit, type PlanContext } from '../../tune/plan.js';
+import { defaultPlan, gridCopyFromEnv, heuristicPlan, laneShares, peerSplitFromEnv, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PeerSplit, type PlanContext } from '../../tune/plan.js';
 import { loadTables, lookupPlan, type PlanProbe, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';
@@ -14,6 +14,8 @@ export interface KernelsInit {
   ranksOnDevice: number;
   /** GPUs holding the job's ranks: with the rest, the shape measured plans are looked up by. */
   gpus: number;
+  /** The communicator's lanes (A2AV_LANE_SHARES: grids sized per lane). */
+  laneCount: number;
 }
 
 export class A2avKernels {
@@ -28,6 +30,8 @@ export class A2avKernels {
   readonly #smem: number;
   readonly #world: number;
   readonly #ranksOnDevice: number;
+  /** Each call's grid is sized from 1 / this of the rank's resident blocks (plan.ts, laneShares). */
+  readonly #shares: number;
   /** Programmatic dependent launch (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
   readonly #shape: PlanShape;
@@ -39,6 +43,7 @@ export class A2avKernels {
     this.#device = init.device;
     this.#world = init.worldSize;
     this.#ranksOnDevice = init.ranksOnDevice;
+    this.#shares = laneShares(init.laneCount);
     this.#launcher = new StructLauncher(init.module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
     this.#copyFn = init.module.fn('a2av_copy');
     this.#doneFn = init.module.fn('a2av_done');
@@ -104,7 +109,7 @@ export class A2avKernels {
   #residentBlocks(threads: number): number {
     let n = this.#residentCache.get(threads);
     if (n === undefined) {
-      n = this.#launcher.fn.maxActiveBlocksPerSm(threads, this.#smem) * this.#device.smCount;
+      n = Math.floor((this.#launcher.fn.maxActiveBlocksPerSm(threads, this.#smem) * this.#device.smCount) / this.#shares);
       this.#residentCache.set(threads, n);
     }
     return n;

@@ -7,7 +7,7 @@ import type { DeviceBuffer, ExchangePlan, Handle, PlanMoveArgs, Stream } from '.
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
-import { GRID_MIN_BYTES, peerSplitFromEnv, peerSplitMode } from '../../tune/plan.js';
+import { GRID_MIN_BYTES, laneShares, peerSplitFromEnv, peerSplitMode } from '../../tune/plan.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
@@ -259,7 +259,7 @@ export class MoeCalls {
     const fn = this.#fns.fused;
     let resident = this.#resident.get(smem);
     if (resident === undefined) {
-      resident = Math.floor((fn.maxActiveBlocksPerSm(FUSED_THREADS, smem) * this.#host.device.smCount) / this.#host.ranksOnDevice);
+      resident = Math.floor((fn.maxActiveBlocksPerSm(FUSED_THREADS, smem) * this.#host.device.smCount) / (this.#host.ranksOnDevice * laneShares(this.#host.laneCount)));
       this.#resident.set(smem, resident);
     }
     if (resident < 1) throw new UsageError(`rank ${this.#host.rank}: ${this.#host.ranksOnDevice} ranks on one GPU leave no room for a block of x_fused`);
