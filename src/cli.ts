@@ -46,14 +46,14 @@ const BENCH_SUBCOMMANDS = ['allreduce', 'pipeline'];
  * --timeout-ms, --json) every op takes.
  */
 const OPS_TAKING: Partial<Record<keyof BenchFlags, readonly string[]>> = {
-  min: BENCH_OPS, max: BENCH_OPS, splits: BENCH_OPS, rowBytes: BENCH_OPS, iters: BENCH_OPS, plot: BENCH_OPS,
+  min: BENCH_OPS, max: BENCH_OPS, splits: BENCH_OPS, rowBytes: BENCH_OPS, iters: BENCH_OPS, plot: BENCH_OPS, maxBlocks: BENCH_OPS,
   experts: EXPERT_OPS, align: EXPERT_OPS, rowsPerExpert: EXPERT_OPS,
   tokens: MOE_TOKEN_OPS, numExperts: MOE_TOKEN_OPS, topk: MOE_TOKEN_OPS, hidden: MOE_TOKEN_OPS, layout: MOE_TOKEN_OPS,
 };
 
 
 /** commander's parse of `a2av bench`: runBench's options, with several backends and optional bounds. */
-interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' | 'iters' | 'repeats' | 'timeoutMs' | 'align'> {
+interface BenchFlags extends Pick<BenchOptions, 'splits' | 'rowBytes' | 'seed' | 'iters' | 'repeats' | 'timeoutMs' | 'align' | 'maxBlocks'> {
   backend?: BackendName[];
   ranks?: number;
   min: number;
@@ -159,6 +159,8 @@ const benchCommand = program
   .option('--align <A>', `--op dispatch, combine, roundtrip: the dispatch's majorAlign, rows each expert's block is aligned to, at most ${MAX_MAJOR_ALIGN} (default 1)`, integer(1))
   .option('--rows-per-expert <n>', '--op dispatch, combine, roundtrip: one size instead of --min/--max: W×E×n×row-bytes per rank, n rows per (peer, expert) chunk with uniform splits ' +
     '(the small MoE step: --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096; its graph µs is µs per dispatch in a CUDA graph)', integer(1))
+  .option('--max-blocks <n>', 'cuda: every call at most this many thread blocks (its maxBlocks, an SM budget that leaves the rest to compute beside it); ' +
+    'run once per budget and plot the results together to see bandwidth against SMs used', integer(1))
   .option('--seed <n>', 'seed of the split layouts', integer(0), 1)
   .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
@@ -296,6 +298,9 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const explicitSizes = ['min', 'max'].filter((name) => cmd.getOptionValueSource(name) === 'cli');
   if (flags.rowsPerExpert !== undefined && explicitSizes.length > 0) fail(`--rows-per-expert sets the size: leave out --${explicitSizes.join(' and --')}`);
   const { names, ranks } = await backendsAndRanks(flags);
+  // The budget binds cuda's kernels only: beside another backend the table would compare unlike calls.
+  const unbound = names.filter((n) => n !== 'cuda');
+  if (flags.maxBlocks !== undefined && unbound.length > 0) fail(`--max-blocks is the cuda backend's SM budget (the calls' maxBlocks); ${unbound.join(' and ')} ${unbound.length > 1 ? 'have' : 'has'} none: run it with --backend cuda`);
   // --rows-per-expert: one size, every (peer, expert) chunk n rows (uniform splits).
   const stepBytes = flags.rowsPerExpert === undefined ? undefined : ranks * experts * flags.rowsPerExpert * flags.rowBytes;
   const minBytes = stepBytes ?? flags.min;
@@ -312,7 +317,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
     const progress = new Progress(label);
     try {
       return await runBench(
-        { backend, ranks, minBytes, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed,
+        { backend, ranks, minBytes, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed, maxBlocks: flags.maxBlocks,
           iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs,
           ...(moe ? { op: flags.op as NonNullable<BenchOptions['op']>, experts, align: flags.align ?? 1 } : {}) },
         progress,

@@ -59,6 +59,21 @@ describe('runBench on the cpu backend', () => {
     for (const { copies } of results) assert.ok(copies > 0, 'every rank copied to its peers on the other device');
   });
 
+  it('--max-blocks: every call of the op and of the 1-D comparison carries the budget, and the result names it', async () => {
+    for (const op of ['alltoallv', 'roundtrip'] as const) {
+      const arg: SweepArg = { sizes: [64 << 10], splits: 'uniform', rowBytes: 24, seed: 1, dataKey: 5, iters: 2, repeats: 1, op, ...(op === 'roundtrip' ? { experts: 2 } : {}), maxBlocks: 12 };
+      const results = await runRanks<SweepArg, SweepResult & { budgets: string[] }>(
+        { backend: 'cpu', ranks: 2, timeoutMs: 30_000 }, new URL('./fixtures/bench-budget-rank.js', import.meta.url), 'budgetSweep', arg);
+      for (const r of results) assert.deepEqual(r.budgets, ['12'], `${op}: every call's maxBlocks`);
+      const none = await runRanks<SweepArg, SweepResult & { budgets: string[] }>(
+        { backend: 'cpu', ranks: 2, timeoutMs: 30_000 }, new URL('./fixtures/bench-budget-rank.js', import.meta.url), 'budgetSweep', { ...arg, maxBlocks: undefined });
+      for (const r of none) assert.deepEqual(r.budgets, ['undefined'], `${op}: no budget unless asked`);
+    }
+    const result = await runBench({ backend: 'cpu', ranks: 2, minBytes: 4 << 10, maxBytes: 4 << 10, splits: 'uniform', rowBytes: 16, seed: 1, iters: 2, repeats: 1, maxBlocks: 12 });
+    assert.equal(result?.maxBlocks, 12);
+    assert.match(formatTable(result!).split('\n')[0]!, /, at most 12 thread blocks a call \(--max-blocks\), uniform splits/);
+  });
+
   it('stops every rank when one finds a wrong result, and names it', async () => {
     const arg: SweepArg = { sizes: [4096 * 7], splits: 'uniform', rowBytes: 7, seed: 1, dataKey: 5, iters: 2, repeats: 1 };
     const started = Date.now();

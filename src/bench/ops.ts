@@ -24,6 +24,8 @@ export interface OpShape {
   /** majorAlign of the dispatch (1 for alltoallv). */
   align: number;
   rowBytes: number;
+  /** Every call's SM budget (maxBlocks; the 1-D comparison's too), when the sweep has one. */
+  maxBlocks?: number;
 }
 
 /** Bytes of one rank's payload buffers for a sweep whose largest size is last in `plans`. */
@@ -109,7 +111,7 @@ export class OpBench {
     const me = comm.rank;
     const s = this.#splits;
     const bytesPerRank = splits.rowsPerRank * rowBytes;
-    const common = { rowBytes, lane: comm.lane(0), sizeHintBytes: bytesPerRank };
+    const common = { rowBytes, lane: comm.lane(0), sizeHintBytes: bytesPerRank, ...(this.#shape.maxBlocks === undefined ? {} : { maxBlocks: this.#shape.maxBlocks }) };
     const there: Direction = { splits, input: this.input, output: this.mid };
     comm.write(s.in, BigInt64Array.from(splits.chunks[me], BigInt));
     if (op === 'alltoallv') {

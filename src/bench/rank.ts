@@ -33,6 +33,8 @@ export interface SweepArg {
   /** MoE ops: experts per rank (default 1) and the dispatch's majorAlign (default 1). */
   experts?: number;
   align?: number;
+  /** Every call's SM budget (the calls' maxBlocks; binds the cuda backend). */
+  maxBlocks?: number;
   /** Picks the split layouts (and the sampled rows): same seed, same layouts. */
   seed: number;
   /** Picks the input bytes: fresh for every run. */
@@ -71,7 +73,7 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
   const lead = comm.rank === 0;
   const report = (message: SweepReport) => lead && ctx.report(message);
   const w = comm.worldSize;
-  const shape: OpShape = { op: arg.op ?? 'alltoallv', experts: arg.experts ?? 1, align: arg.align ?? 1, rowBytes: arg.rowBytes };
+  const shape: OpShape = { op: arg.op ?? 'alltoallv', experts: arg.experts ?? 1, align: arg.align ?? 1, rowBytes: arg.rowBytes, maxBlocks: arg.maxBlocks };
   // One slot per timed loop: each loop's figure is the slowest rank's (slowestRank).
   const agree = await Agreement.create(comm, Math.max(4, arg.repeats));
   // Ranks check each other's rows, so they need one data key: rank 0's (processes each drew their own).

@@ -22,6 +22,8 @@ export interface BenchOptions {
   op?: BenchOp;
   experts?: number;
   align?: number;
+  /** Every call's SM budget: at most this many thread blocks (the calls' maxBlocks, on cuda). */
+  maxBlocks?: number;
   /** Picks the split layouts: the same seed measures the same layouts. */
   seed: number;
   /** Fixed iterations per timed loop; by default enough for a loop of >= 20 ms. */
@@ -53,6 +55,7 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
     op: opts.op,
     experts: opts.experts,
     align: opts.align,
+    maxBlocks: opts.maxBlocks,
     seed: opts.seed,
     dataKey: randomBytes(4).readUInt32LE(0),
     iters: opts.iters,
@@ -81,7 +84,8 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   if (rank !== 0) return undefined;
   // The 1-D call's results keep the keys they always had.
   const moe = opts.op !== undefined && opts.op !== 'alltoallv' ? { op: opts.op, experts: opts.experts ?? 1, align: opts.align ?? 1 } : {};
-  return { backend: opts.backend, ranks: opts.ranks, ...moe, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: result.rows };
+  const budget = opts.maxBlocks === undefined ? {} : { maxBlocks: opts.maxBlocks };
+  return { backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: result.rows };
 }
 
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */

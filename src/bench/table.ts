@@ -69,6 +69,8 @@ export interface BenchResult {
   op?: BenchOp;
   experts?: number;
   align?: number;
+  /** The calls' SM budget (--max-blocks), when the sweep had one. */
+  maxBlocks?: number;
   splits: string;
   rowBytes: number;
   device: string;
@@ -204,7 +206,8 @@ function formatRatio(x: number | null | undefined): string {
 export function formatTable(result: BenchResult): string {
   const { rows } = result;
   const op = result.op === undefined || result.op === 'alltoallv' ? '' : `${result.op}, ${result.experts} experts per rank, align ${result.align}, `;
-  const head = [`# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${op}${result.splits} splits, ` +
+  const budget = result.maxBlocks === undefined ? '' : `at most ${result.maxBlocks} thread blocks a call (--max-blocks), `;
+  const head = [`# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${op}${budget}${result.splits} splits, ` +
     `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
   const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
   const shown = (title: string) => columns.some((c) => c.title === title);

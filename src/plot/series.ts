@@ -88,6 +88,7 @@ const FIELDS: { name: string; value(r: BenchResult): string }[] = [
   { name: 'device', value: (r) => r.device.replace(/ #\d+/g, '') },
   { name: 'ranks', value: (r) => `${r.ranks} rank${r.ranks === 1 ? '' : 's'}` },
   { name: 'op', value: (r) => (r.op === undefined || r.op === 'alltoallv' ? 'all-to-all-v' : `${r.op}, ${r.experts} experts per rank`) },
+  { name: 'maxBlocks', value: (r) => (r.maxBlocks === undefined ? '' : `at most ${r.maxBlocks} blocks a call`) },
   { name: 'splits', value: (r) => `${r.splits} splits` },
   { name: 'rowBytes', value: (r) => `${formatBytes(r.rowBytes)} rows` },
   { name: 'date', value: (r) => (r.date ?? '').slice(0, 10) },
