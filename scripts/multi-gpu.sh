@@ -20,7 +20,8 @@
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
 # variants (not in the default list): kernel variants off by default (or the control arm of one now on) beside the default, and their tests;
 # allreduce: a2av bench allreduce, cuda against nccl; pipeline: a2av bench pipeline, the arms on cuda and nccl;
-# moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json).
+# moe-tokens: bench --op moe-dispatch|moe-combine; tune: a2av tune, the plan table $OUT/plans.json;
+# budget (not in the default list): the sweep under SM budgets, A2AV_MG_BUDGETS="8 16 32 64").
 set -uo pipefail
 OUT=${OUT:-./multi-gpu-out}
 mkdir -p "$OUT"
@@ -143,6 +144,11 @@ for w in $worlds; do
     step "sweep W=$w: MoE $op, 16 experts a rank, 0.5 MiB .. $max per rank"
     for align in 1 16; do sweep "$op-e16-a$align" "$w" --op "$op" --experts 16 --align "$align" --min 512K --max "$max"; done
   done
+  if [[ "$ops" == *" budget "* ]]; then
+    # Bandwidth against SMs used: the same sweep under SM budgets (a2av bench --max-blocks, cuda only).
+    step "sweep W=$w: all-to-all-v under SM budgets (--max-blocks ${A2AV_MG_BUDGETS:-8 16 32 64}), 0.5 MiB .. $max per rank"
+    for b in ${A2AV_MG_BUDGETS:-8 16 32 64}; do sweep "uniform-max-blocks-$b" "$w" --min 512K --max "$max" --splits uniform --backend cuda --max-blocks "$b"; done
+  fi
   # The small MoE step: 4 rows of 4 KiB per expert per source; its graph µs is per dispatch.
   [[ "$ops" == *" dispatch "* ]] && sweep "dispatch-step" "$w" --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096
 done
