@@ -1,8 +1,8 @@
-// x_chunk_at and x_chunk_from (kernels/exchange.cuh: how x_copy_slices finds the chunk of each
-// 16-byte word of its slice), compiled by nvcc for the host and run on fresh random chunk tables
-// (empty chunks, runs of them, one-row chunks, a table of one chunk) against the chunk computed
-// here: the one whose byte range holds the word. Skipped with a message where nvcc is missing (CI
-// has it).
+// How x_copy_slices finds the chunk of each 16-byte word of its slice (kernels/exchange.cuh):
+// x_chunk_at and x_chunk_from, and the window (xs_base, xs_find, x_chunk_at past it), compiled by
+// nvcc for the host and run on fresh random chunk tables (empty chunks, runs of them, one-row
+// chunks, a table of one chunk, tables longer than the window) against the chunk computed here:
+// the one whose byte range holds the word. Skipped with a message where nvcc is missing (CI has it).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
@@ -22,22 +22,22 @@ interface Table {
   rows: number[];
 }
 
-test('x_chunk_at + x_chunk_from: every word of every slice finds the chunk that holds it', (t) => {
-  if (nvcc === undefined) return t.skip('nvcc not found: the lookup cannot be compiled here (CI has nvcc)');
-  const rng = new Rng(seed);
-  const tables: Table[] = [{ rb: 16, rows: [1] }, { rb: 4096, rows: [0, 0, 3, 0, 0, 1, 0] }, { rb: 16, rows: Array.from({ length: 256 }, () => 1) }];
-  // Sizes keep the output (a number a word) to a few MB: chunks shorter and longer than a slice.
-  for (let i = 0; i < 40; i++) {
-    const n = 1 + rng.int(256);
-    const rb = 16 * (1 + rng.int(rng.int(2) === 0 ? 4 : 64));
-    const rows: number[] = Array.from({ length: n }, () => (rng.int(3) === 0 ? 0 : rng.int(4) === 0 ? 1 + rng.int(3) : rng.int(40)));
-    if (!rows.some((r) => r > 0)) rows[rng.int(n)] = 1;
-    tables.push({ rb, rows });
-  }
+/** Up to `most` chunks of 16-byte-multiple rows, a third of them empty; `short`: 0-2 rows each. */
+function randomTable(rng: Rng, most: number, short = false): Table {
+  const n = 1 + rng.int(most);
+  const rb = 16 * (1 + rng.int(rng.int(2) === 0 ? 4 : 64));
+  const rows: number[] = Array.from({ length: n }, () => (rng.int(3) === 0 ? 0 : short ? rng.int(3) : rng.int(4) === 0 ? 1 + rng.int(3) : rng.int(40)));
+  if (!rows.some((r) => r > 0)) rows[rng.int(n)] = 1;
+  return { rb, rows };
+}
+
+/**
+ * Compiles a program that reads each table (n, rb, rows) into its running sums `cum` and `total`
+ * bytes, then runs `perTable` (C++ printing one line), and returns its lines, a table each.
+ */
+function runLookup(perTable: string, tables: readonly Table[]): string[] {
   const dir = mkdtempSync(join(tmpdir(), 'a2av-chunks-'));
   try {
-    // Reads tables (n, rb, rows), prints for every word of every slice the chunk found, slice by
-    // slice as the kernel walks: x_chunk_at for the slice's first byte, x_chunk_from for each word.
     writeFileSync(
       join(dir, 'lookup.cu'),
       `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
@@ -46,32 +46,49 @@ test('x_chunk_at + x_chunk_from: every word of every slice finds the chunk that 
         `    std::vector<i64> cum(n); i64 sum = 0;\n` +
         `    for (i64 k = 0; k < n; ++k) { long long r; scanf("%lld", &r); cum[k] = sum; sum += r; }\n` +
         `    const i64 total = sum * rb;\n` +
-        `    for (i64 lo = 0; lo < total; lo += ${SLICE}) {\n` +
-        `      const i64 k0 = x_chunk_at(cum.data(), n, rb, lo);\n` +
-        `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) printf("%lld ", (long long)x_chunk_from(cum.data(), n, rb, k0, x));\n` +
-        `    }\n` +
-        `    printf("\\n");\n` +
+        perTable +
         `  }\n}\n`,
     );
-    execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'lookup.cu'), '-o', join(dir, 'lookup')]);
+    execFileSync(nvcc!, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'lookup.cu'), '-o', join(dir, 'lookup')]);
     const input = tables.map((c) => `${c.rows.length} ${c.rb} ${c.rows.join(' ')}`).join('\n') + '\n';
-    const lines = execFileSync(join(dir, 'lookup'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
-    tables.forEach((c, i) => {
-      const label = `seed ${seed} (A2AV_SEED reruns it): table ${i}, ${c.rows.length} chunks of ${c.rb}-byte rows`;
-      const got = lines[i]!.trim().split(/\s+/).map(Number);
-      const want: number[] = [];
-      let start = 0;
-      c.rows.forEach((r, k) => {
-        for (let x = start; x < start + r * c.rb; x += 16) want.push(k);
-        start += r * c.rb;
-      });
-      assert.equal(got.length, want.length, `${label}: one chunk per word`);
-      const wrong = got.findIndex((k, w) => k !== want[w]);
-      assert.equal(wrong, -1, `${label}: word ${wrong} (byte ${16 * wrong}) found chunk ${got[wrong]}, held by ${want[wrong]}`);
-    });
+    return execFileSync(join(dir, 'lookup'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** Asserts `got` names, word by word, the chunk of `table` that holds each word. */
+function checkChunks(got: number[], table: Table, label: string): void {
+  const want: number[] = [];
+  let start = 0;
+  table.rows.forEach((r, k) => {
+    for (let x = start; x < start + r * table.rb; x += 16) want.push(k);
+    start += r * table.rb;
+  });
+  assert.equal(got.length, want.length, `${label}: one chunk per word`);
+  const wrong = got.findIndex((k, w) => k !== want[w]);
+  assert.equal(wrong, -1, `${label}: word ${wrong} (byte ${16 * wrong}) found chunk ${got[wrong]}, held by ${want[wrong]}`);
+}
+
+const labelOf = (c: Table, i: number) => `seed ${seed} (A2AV_SEED reruns it): table ${i}, ${c.rows.length} chunks of ${c.rb}-byte rows`;
+
+test('x_chunk_at + x_chunk_from: every word of every slice finds the chunk that holds it', (t) => {
+  if (nvcc === undefined) return t.skip('nvcc not found: the lookup cannot be compiled here (CI has nvcc)');
+  const rng = new Rng(seed);
+  const tables: Table[] = [{ rb: 16, rows: [1] }, { rb: 4096, rows: [0, 0, 3, 0, 0, 1, 0] }, { rb: 16, rows: Array.from({ length: 256 }, () => 1) }];
+  // Sizes keep the output (a number a word) to a few MB: chunks shorter and longer than a slice.
+  for (let i = 0; i < 40; i++) tables.push(randomTable(rng, 256));
+  // Slice by slice as the first form of the kernel walked: x_chunk_at for the slice's first byte,
+  // x_chunk_from for each word.
+  const lines = runLookup(
+    `    for (i64 lo = 0; lo < total; lo += ${SLICE}) {\n` +
+      `      const i64 k0 = x_chunk_at(cum.data(), n, rb, lo);\n` +
+      `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) printf("%lld ", (long long)x_chunk_from(cum.data(), n, rb, k0, x));\n` +
+      `    }\n` +
+      `    printf("\\n");\n`,
+    tables,
+  );
+  tables.forEach((c, i) => checkChunks(lines[i]!.trim().split(/\s+/).map(Number), c, labelOf(c, i)));
 });
 
 test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word of every slice finds the chunk that holds it', (t) => {
@@ -85,65 +102,34 @@ test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word 
     { rb: 16, rows: Array.from({ length: 2000 }, (_, k) => (k % 7 === 0 ? 1 : 0)) },
     { rb: 4096, rows: [...Array.from({ length: 600 }, () => 0), 3, ...Array.from({ length: 600 }, () => 0)] },
   ];
-  for (let i = 0; i < 40; i++) {
-    const n = 1 + rng.int([256, 1024, 18432][rng.int(3)]!);
-    const rb = 16 * (1 + rng.int(rng.int(2) === 0 ? 4 : 64));
-    const short = rng.int(2) === 0;
-    const rows: number[] = Array.from({ length: n }, () => (rng.int(3) === 0 ? 0 : short ? rng.int(3) : rng.int(40)));
-    if (!rows.some((r) => r > 0)) rows[rng.int(n)] = 1;
-    tables.push({ rb, rows });
-  }
-  const dir = mkdtempSync(join(tmpdir(), 'a2av-chunks-'));
-  try {
-    // As the kernel: per slice, the window (all chunks, or XS_WINDOW from the slice's sample), each
-    // word looked up in it, or in the whole table past it. Prints the chunks, and how many words
-    // went past their window (so the test knows the fallback ran).
-    writeFileSync(
-      join(dir, 'window.cu'),
-      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
-        `  long long n, rb;\n` +
-        `  while (scanf("%lld %lld", &n, &rb) == 2) {\n` +
-        `    std::vector<i64> cum(n); i64 sum = 0;\n` +
-        `    for (i64 k = 0; k < n; ++k) { long long r; scanf("%lld", &r); cum[k] = sum; sum += r; }\n` +
-        `    const i64 total = sum * rb, stride = xs_stride(n);\n` +
-        `    std::vector<i64> sample; for (i64 j = 0; j * stride < n; ++j) sample.push_back(cum[j * stride]);\n` +
-        `    long long past = 0;\n` +
-        `    for (i64 lo = 0; lo < total; lo += ${SLICE}) {\n` +
-        `      const i64 base = n <= XS_WINDOW ? 0 : xs_base(sample.data(), n, rb, lo);\n` +
-        `      const int count = (int)(n - base < XS_WINDOW ? n - base : XS_WINDOW);\n` +
-        `      std::vector<i64> w(count + 1);\n` +
-        `      for (int i = 0; i < count; ++i) w[i] = cum[base + i];\n` +
-        `      w[count] = base + count < n ? cum[base + count] : xs_sentinel(rb);\n` +
-        `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) {\n` +
-        `        const int i = xs_find(w.data(), count, rb, x);\n` +
-        `        if (i < 0) ++past;\n` +
-        `        printf("%lld ", (long long)(i >= 0 ? base + i : x_chunk_at(cum.data(), n, rb, x)));\n` +
-        `      }\n` +
-        `    }\n` +
-        `    printf("| %lld\\n", past);\n` +
-        `  }\n}\n`,
-    );
-    execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'window.cu'), '-o', join(dir, 'window')]);
-    const input = tables.map((c) => `${c.rows.length} ${c.rb} ${c.rows.join(' ')}`).join('\n') + '\n';
-    const lines = execFileSync(join(dir, 'window'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
-    let pastAll = 0;
-    tables.forEach((c, i) => {
-      const label = `seed ${seed} (A2AV_SEED reruns it): table ${i}, ${c.rows.length} chunks of ${c.rb}-byte rows`;
-      const [words, past] = lines[i]!.split('|');
-      pastAll += Number(past);
-      const got = words!.trim().split(/\s+/).filter((w) => w !== '').map(Number);
-      const want: number[] = [];
-      let start = 0;
-      c.rows.forEach((r, k) => {
-        for (let x = start; x < start + r * c.rb; x += 16) want.push(k);
-        start += r * c.rb;
-      });
-      assert.equal(got.length, want.length, `${label}: one chunk per word`);
-      const wrong = got.findIndex((k, w) => k !== want[w]);
-      assert.equal(wrong, -1, `${label}: word ${wrong} (byte ${16 * wrong}) found chunk ${got[wrong]}, held by ${want[wrong]}`);
-    });
-    assert.ok(pastAll > 0, 'some words lay past their window (the table of 2000 short chunks has them), so the fallback was checked');
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  for (let i = 0; i < 40; i++) tables.push(randomTable(rng, [256, 1024, 18432][rng.int(3)]!, rng.int(2) === 0));
+  // As the kernel: per slice, the window (all chunks, or XS_WINDOW from the slice's sample), each
+  // word looked up in it, or in the whole table past it. Prints the chunks, and how many words went
+  // past their window (so the test knows the fallback ran).
+  const lines = runLookup(
+    `    const i64 stride = xs_stride(n);\n` +
+      `    std::vector<i64> sample; for (i64 j = 0; j * stride < n; ++j) sample.push_back(cum[j * stride]);\n` +
+      `    long long past = 0;\n` +
+      `    for (i64 lo = 0; lo < total; lo += ${SLICE}) {\n` +
+      `      const i64 base = n <= XS_WINDOW ? 0 : xs_base(sample.data(), n, rb, lo);\n` +
+      `      const int count = (int)(n - base < XS_WINDOW ? n - base : XS_WINDOW);\n` +
+      `      std::vector<i64> w(count + 1);\n` +
+      `      for (int i = 0; i < count; ++i) w[i] = cum[base + i];\n` +
+      `      w[count] = base + count < n ? cum[base + count] : xs_sentinel(rb);\n` +
+      `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) {\n` +
+      `        const int i = xs_find(w.data(), count, rb, x);\n` +
+      `        if (i < 0) ++past;\n` +
+      `        printf("%lld ", (long long)(i >= 0 ? base + i : x_chunk_at(cum.data(), n, rb, x)));\n` +
+      `      }\n` +
+      `    }\n` +
+      `    printf("| %lld\\n", past);\n`,
+    tables,
+  );
+  let pastAll = 0;
+  tables.forEach((c, i) => {
+    const [words, past] = lines[i]!.split('|');
+    pastAll += Number(past);
+    checkChunks(words!.trim().split(/\s+/).filter((w) => w !== '').map(Number), c, labelOf(c, i));
+  });
+  assert.ok(pastAll > 0, 'some words lay past their window (the table of 2000 short chunks has them), so the fallback was checked');
 });
