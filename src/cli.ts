@@ -384,7 +384,7 @@ async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> 
   const results = await eachBackend(names, (backend, label) =>
     runMoeTokenBench(
       { backend, ranks, op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
-      (r) => process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${r.row.tokens} tokens: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBs.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
+      (r) => process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${r.row.tokens} tokens: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBps.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
     ),
   );
   if (results.length === 0) return;
@@ -415,7 +415,7 @@ async function benchAllReduce(flags: AllReduceFlags): Promise<void> {
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
       process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
-        `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${r.row.busbwGBs.toFixed(1)} GB/s, checked\n`);
+        `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${r.row.busbwGBps.toFixed(1)} GB/s, checked\n`);
     }),
   );
   if (results.length === 0) return;

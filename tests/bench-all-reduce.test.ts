@@ -26,7 +26,10 @@ test('cpu, 2 ranks, f32 and bf16: every size checked and timed', { timeout: 60_0
     assert.ok(result);
     assert.deepEqual(rows, [0, 1, 2]);
     assert.deepEqual(result.rows.map((r) => r.count), [4096, 8192, 12_290].map((b) => Math.floor(b / (dtype === 'f32' ? 4 : 2))));
-    for (const r of result.rows) assert.ok(r.timeUs > 0 && r.busbwGBs > 0 && r.graphUs === undefined);
+    for (const r of result.rows) assert.ok(r.timeUs > 0 && r.busbwGBps > 0 && r.graphUs === undefined);
+    // The JSON keys of the all-to-all sweep's rows where they mean the same, and its loop count.
+    assert.equal(result.repeats, 1);
+    for (const r of result.rows) assert.ok(r.algbwGBps > 0 && Math.abs(r.algbwGBps - r.bytes / (r.timeUs * 1e3)) < 1e-9 * r.algbwGBps + 1e-12);
   }
 });
 
@@ -52,8 +55,8 @@ test('a wrong element is named with its index and the expected sum', { timeout: 
 });
 
 test('the table: a row per size and backend, each against NCCL', () => {
-  const row = (timeUs: number) => ({ bytes: 4096, count: 1024, timeUs, timeMinUs: timeUs, timeMaxUs: timeUs, algbwGBs: 1, busbwGBs: 1 });
-  const base = { ranks: 2, dtype: 'f32' as const, device: 'NVIDIA H200 #0', date: 'd' };
+  const row = (timeUs: number) => ({ bytes: 4096, count: 1024, timeUs, timeMinUs: timeUs, timeMaxUs: timeUs, algbwGBps: 1, busbwGBps: 1 });
+  const base = { ranks: 2, dtype: 'f32' as const, device: 'NVIDIA H200 #0', date: 'd', repeats: 5 };
   const results: AllReduceBenchResult[] = [
     { ...base, backend: 'cuda', rows: [{ ...row(5), graphUs: 4 }] },
     { ...base, backend: 'nccl', rows: [row(15)] },

@@ -37,8 +37,8 @@ export interface AllReduceRow {
   /** Per call in a graph of GRAPH_CALLS (cuda, up to GRAPH_MAX_BYTES); absent elsewhere. */
   graphUs?: number;
   /** bytes / time, and NCCL's bus bandwidth convention: algbw * 2(W-1)/W. */
-  algbwGBs: number;
-  busbwGBs: number;
+  algbwGBps: number;
+  busbwGBps: number;
 }
 
 export type AllReduceReport = { type: 'row'; index: number; count: number; row: AllReduceRow };
@@ -49,6 +49,8 @@ export interface AllReduceBenchResult {
   dtype: ReduceDtype;
   device: string;
   date: string;
+  /** Timed loops per size (the median is each row's time). */
+  repeats: number;
   rows: AllReduceRow[];
 }
 
@@ -109,7 +111,7 @@ export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: Ra
         }
       }
       const algbw = bytes / (t.medianUs * 1e3);
-      const row: AllReduceRow = { bytes, count, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, graphUs, algbwGBs: algbw, busbwGBs: (algbw * 2 * (W - 1)) / W };
+      const row: AllReduceRow = { bytes, count, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, graphUs, algbwGBps: algbw, busbwGBps: (algbw * 2 * (W - 1)) / W };
       rows.push(row);
       if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.sizes.length, row } satisfies AllReduceReport);
     }
@@ -156,7 +158,7 @@ export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: 
     arg,
   );
   if (rank !== 0) return undefined;
-  return { backend, ranks, dtype: arg.dtype, device: result.device, date, rows: result.rows };
+  return { backend, ranks, dtype: arg.dtype, device: result.device, date, repeats: arg.repeats, rows: result.rows };
 }
 
 /**
@@ -175,7 +177,7 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
   const first = results[0]!;
   const nccl = results.find((r) => r.backend === 'nccl');
   const lines = [
-    `# a2av bench allreduce: ${results.map((r) => r.backend).join(',')}, ${first.ranks} ranks, ${first.dtype}, ${first.device}, ${first.date}`,
+    `# a2av bench allreduce: ${results.map((r) => r.backend).join(',')}, ${first.ranks} rank${first.ranks === 1 ? '' : 's'}, ${first.dtype}, ${first.device}, ${first.date}`,
     '# time µs = median of the timed loops (slowest rank in each), min-max their spread; graph µs = per call in a graph of ' +
       `${GRAPH_CALLS} (cuda, up to ${formatBytes(GRAPH_MAX_BYTES)}); every size checked against the host sum first`,
     '# algbw = bytes per rank / time; busbw = algbw * 2(W-1)/W (NCCL\'s convention); vs nccl = NCCL time / this row\'s time',
@@ -193,8 +195,8 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
         formatMicros(x.timeUs),
         `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`,
         formatMicros(x.graphUs),
-        x.algbwGBs.toFixed(1),
-        x.busbwGBs.toFixed(1),
+        x.algbwGBps.toFixed(1),
+        x.busbwGBps.toFixed(1),
         ref && r.backend !== 'nccl' ? (ref.timeUs / x.timeUs).toFixed(2) : '-',
       ]);
     }

@@ -41,7 +41,7 @@ export interface MoeTokenRow {
   timeMinUs: number;
   timeMaxUs: number;
   /** bytes / time. */
-  GBs: number;
+  GBps: number;
   /** The 1-D allToAllV of the same rows between the same ranks (eager), and its time over the op's. */
   oneDUs: number;
   vsOneD: number;
@@ -113,7 +113,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const oneDUs = slowestRank(agree, measure(comm, stream, oneD, { repeats: arg.repeats, agree })).medianUs;
       const selections = all.reduce((s, ids) => s + ids.length, 0) / W;
       const bytes = selections * arg.hidden * 2;
-      const row: MoeTokenRow = { tokens, selections, bytes, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, GBs: bytes / (t.medianUs * 1e3), oneDUs, vsOneD: oneDUs / t.medianUs };
+      const row: MoeTokenRow = { tokens, selections, bytes, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, GBps: bytes / (t.medianUs * 1e3), oneDUs, vsOneD: oneDUs / t.medianUs };
       rows.push(row);
       if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.tokens.length, row } satisfies MoeTokenReport);
     }
@@ -196,7 +196,7 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
     results.flatMap((r) => {
       const x = r.rows[i];
       if (!x) return [];
-      return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, String(Math.round(x.bytes)), x.GBs.toFixed(1), formatMicros(x.oneDUs), x.vsOneD.toFixed(2)]];
+      return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, String(Math.round(x.bytes)), x.GBps.toFixed(1), formatMicros(x.oneDUs), x.vsOneD.toFixed(2)]];
     }),
   );
   return [...lines, ...alignColumns([head, ...table], [1])].join('\n') + '\n';
