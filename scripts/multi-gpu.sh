@@ -17,6 +17,7 @@
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
 # A2AV_MG_VARIANTS="peer-split early-ar lane-shares moe-grid" (which variants the variants op runs),
+# A2AV_MG_PACK=file.tgz (everything in $OUT, packed at the end),
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
 # variants (not in the default list): kernel variants off by default (or the control arm of one now on) beside the default, and their tests;
 # allreduce: a2av bench allreduce, cuda against nccl; pipeline: a2av bench pipeline, the arms on cuda and nccl;
@@ -264,5 +265,9 @@ if [[ "$ops" == *" tune "* ]]; then
 fi
 
 step tables
-node scripts/print-bench.mjs "$OUT"/bench-*.json
+if compgen -G "$OUT/bench-*.json" > /dev/null; then node scripts/print-bench.mjs "$OUT"/bench-*.json; else echo "no sweeps in this run"; fi
+if [ -n "${A2AV_MG_PACK:-}" ]; then
+  # One archive of everything above (a transfer that brings back only a few files loses none of it).
+  tar czf "$A2AV_MG_PACK" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "packed $OUT into $A2AV_MG_PACK"
+fi
 exit $rc
