@@ -158,7 +158,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
   const bool aligned = chunks_aligned(p.outPeers, W, p.input, p.rowBytes);
   const i64 total = p.plan[8] * p.rowBytes;
 #ifndef A2AV_PROBE_NO_COPY
-  copy_send_bytes(c, total, aligned, p.splitByPeer);
+  // Where each peer's bytes start, staged once by the block when it splits (W <= 160 < the array).
+  __shared__ i64 sStart[XS_WINDOW + 1];
+  const bool split = split_wanted(p.splitByPeer, total) && W <= XS_WINDOW;
+  for (int k = threadIdx.x; split && k <= W; k += blockDim.x) sStart[k] = k >= W ? total : plan.cum[(i64)k * E] * p.rowBytes;
+  __syncthreads();
+  copy_send_bytes(c, total, aligned, split ? p.splitByPeer : A2AV_SPLIT_NEVER, [&](int k) { return sStart[k]; });
 #endif
 }
 
@@ -429,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       const i64 bytes = (cum[N - 1] + rows[N - 1]) * p.rowBytes;
 #ifndef A2AV_PROBE_NO_COPY
       const XChunks c{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E};
-      copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer);
+      copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int k) { return k >= W ? bytes : cum[(i64)k * E] * p.rowBytes; });
 #endif
     }
     __syncthreads();
@@ -614,7 +619,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
     }
 #ifndef A2AV_PROBE_NO_COPY
     const XChunks c{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E};
-    copy_send_bytes(c, sent * p.rowBytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer);
+    const i64 bytes = sent * p.rowBytes;
+    copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int k) { return k >= W ? bytes : cum[(i64)k * E] * p.rowBytes; });
 #endif
   }
 

@@ -346,15 +346,16 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
 }
 
 // This block's tiles of the send bytes [0, bytes): tiles b, b + B, ... for block b of B; with
-// split (config.cuh split_wanted: large calls, ranks on several GPUs), the blocks split between destinations first (split_by_peer), whose
-// bytes are contiguous since chunks go in (peer, expert) order.
-__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split) {
+// split (config.cuh split_wanted: large calls, ranks on several GPUs), the blocks split between
+// destinations first (split_by_peer), whose bytes are contiguous since chunks go in (peer, expert)
+// order. startOf(k): where peer k's bytes start (k = W: `bytes`), read 3W times by one thread, so
+// from shared memory (x_fused's running sums are there; x_copy stages the W + 1 starts).
+template <class StartOf>
+__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split, StartOf startOf) {
   const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
   const int W = (int)(c.n / c.E);
   __shared__ int sSplit, sSeg;
   __shared__ i64 sFirst, sQuota;
-  // Peer k's bytes start at chunk k * E's running sum; the last peer's end at `bytes`.
-  auto startOf = [&](int k) { return k >= W ? bytes : c.cum[(i64)k * c.E] * c.rb; };
   if (threadIdx.x == 0)
     sSplit = split_wanted(split, bytes) && bytes > 0 && split_by_peer_with(W, [&](int k) { return startOf(k + 1) - startOf(k); }, bytes, gridDim.x, blockIdx.x, &sSeg, &sFirst, &sQuota);
   __syncthreads();
