@@ -444,13 +444,11 @@ function threadList(text: string): number[] {
 async function tuneCommand(flags: TuneFlags): Promise<void> {
   if (flags.min > flags.max) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(flags.max)}`);
   if (flags.min < flags.rowBytes) fail(`--min ${formatBytes(flags.min)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
-  if (rankEnv() === undefined) {
-    const { cudaDeviceCount, cudaUnavailableReason } = await import('./cuda/probe.js');
-    if (cudaDeviceCount() === 0) fail(`tune times the cuda backend's launch plans and needs a GPU: ${(cudaUnavailableReason() ?? 'none visible').split(':')[0]}`);
-  }
+  const { formatTune, mergeTables, requireTuneGpu, runTune } = await import('./tune/run.js');
+  // Before counting GPUs for the ranks: none is the one-line answer.
+  requireTuneGpu();
   const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (await gpuCount('cuda'));
   const { doublingSizes } = await import('./bench/units.js');
-  const { formatTune, mergeTables, runTune } = await import('./tune/run.js');
   const { readTable } = await import('./tune/table.js');
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);

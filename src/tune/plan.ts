@@ -29,8 +29,6 @@ export interface PlanContext {
   allOnDevice: boolean;
   /** Grid mode: 'auto' (default: large calls on one GPU), 'always' or 'never' (A2AV_GRID_COPY). */
   gridCopy?: GridCopy;
-  /** Blocks split between destinations: 'auto' (default: when ranks span GPUs), 'always' or 'never' (A2AV_PEER_SPLIT). */
-  peerSplit?: PeerSplit;
   /** The measured plan for this call's shape and size, if a table (table.ts) has one. */
   measured?: (inputBytes: number) => LaunchPlan | undefined;
   /**
@@ -70,7 +68,7 @@ export const SPLIT_MIN_BYTES = 16 << 20;
  * the kernel splits from SPLIT_MIN_BYTES of sends on. On one GPU every destination is the same
  * HBM, and the shared sweep keeps its DRAM pages open.
  */
-export function peerSplitMode(ctx: Pick<PlanContext, 'allOnDevice' | 'peerSplit'>): number {
+export function peerSplitMode(ctx: { allOnDevice: boolean; peerSplit?: PeerSplit }): number {
   const mode = ctx.peerSplit ?? 'auto';
   if (mode === 'always') return PeerSplitMode.always;
   return mode === 'auto' && !ctx.allOnDevice ? PeerSplitMode.large : PeerSplitMode.never;

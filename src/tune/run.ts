@@ -15,16 +15,19 @@ export interface TuneOptions extends TuneArg {
   command: string;
 }
 
+/** UsageError where no GPU is visible: tune times the cuda backend only (init()'s advice to use cpu does not apply). */
+export function requireTuneGpu(): void {
+  if (cudaDeviceCount() === 0) {
+    throw new UsageError(`tune times the cuda backend's launch plans and needs a GPU: ${(cudaUnavailableReason() ?? 'none visible').split(':')[0]}`);
+  }
+}
+
 /**
  * Runs the sweep; rank 0 gets the table, the other ranks of a launched job undefined. Throws
  * UsageError where no GPU is visible.
  */
 export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => void = () => {}): Promise<{ table: PlanTable; result: TuneResult } | undefined> {
-  // Checked here, not only by the command: a launched rank would otherwise meet init()'s advice to
-  // use the cpu backend, which tune cannot.
-  if (cudaDeviceCount() === 0) {
-    throw new UsageError(`tune times the cuda backend's launch plans and needs a GPU: ${(cudaUnavailableReason() ?? 'none visible').split(':')[0]}`);
-  }
+  requireTuneGpu();
   const arg: TuneArg = { sizes: opts.sizes, rowBytes: opts.rowBytes, repeats: opts.repeats, threads: opts.threads };
   const report = (_rank: number, m: unknown) => onReport(m as TuneReport);
   const { result } = await runJob<TuneArg, TuneResult | undefined>(

@@ -1,5 +1,5 @@
 // Rank program for lanes: independent channels with their own counters and status records.
-import type { Comm } from '../../src/backends/backend.js';
+import type { Comm, Lane } from '../../src/backends/backend.js';
 import { expectSplitsError } from './expect.js';
 import { Exchange, maxRowsFor, sizesFor } from './harness.js';
 import { makeSplits, PATTERNS, Rng } from './reference.js';
@@ -42,20 +42,28 @@ export async function lanes(comm: Comm, arg: LanesArg): Promise<number> {
 
   for (let round = 0; round < 3; round++) {
     const [rbA, rbB] = [rng.pick([3, 17, 255]), rng.pick([7, 1000, 16384])];
-    const Sa = makeSplits(new Rng(arg.seed, ++call), W, 'random', rowsFor(rbA));
-    const callA = call;
-    const Sb = makeSplits(new Rng(arg.seed, ++call), W, 'skew', rowsFor(rbB));
-    const callB = call;
-    a.prepare(arg.seed, callA, Sa, rbA);
-    b.prepare(arg.seed, callB, Sb, rbB);
-    const ha = a.call(rbA, l0);
-    const hb = b.call(rbB, l1);
-    hb.wait();
-    ha.wait();
-    a.verify(arg.seed, callA, Sa, rbA, `lane 0, both lanes in flight (round ${round})`);
-    b.verify(arg.seed, callB, Sb, rbB, `lane 1, both lanes in flight (round ${round})`);
+    const onA = { ex: a, lane: l0, rowBytes: rbA, splits: makeSplits(new Rng(arg.seed, ++call), W, 'random', rowsFor(rbA)), call };
+    const onB = { ex: b, lane: l1, rowBytes: rbB, splits: makeSplits(new Rng(arg.seed, ++call), W, 'skew', rowsFor(rbB)), call };
+    bothLanes(arg.seed, onA, onB, 'reverse', `both lanes in flight (round ${round})`);
   }
   return call - 5000;
+}
+
+/** One call on each of two lanes. */
+interface LaneCall {
+  ex: Exchange;
+  lane: Lane;
+  rowBytes: number;
+  splits: number[][];
+  call: number;
+}
+
+/** Queues `a`'s call, then `b`'s, waits for both (`b` first where `order` says reverse), and checks both. */
+function bothLanes(seed: number, a: LaneCall, b: LaneCall, order: 'queued' | 'reverse', label: string): void {
+  for (const c of [a, b]) c.ex.prepare(seed, c.call, c.splits, c.rowBytes);
+  const handles = [a, b].map((c) => c.ex.call(c.rowBytes, c.lane));
+  for (const h of order === 'reverse' ? handles.reverse() : handles) h.wait();
+  for (const c of [a, b]) c.ex.verify(seed, c.call, c.splits, c.rowBytes, `lane ${c.lane.index}, ${label}`);
 }
 
 /**
@@ -73,18 +81,10 @@ export async function lanesLarge(comm: Comm, arg: LanesArg & { rounds: number })
   let call = 7000;
   for (let round = 0; round < arg.rounds; round++) {
     const [rbA, rbB] = [1000, 4104];
-    const Sa = makeSplits(new Rng(arg.seed, ++call), W, 'random', maxRowsFor(arg.budget, rbA));
-    const callA = call;
-    const Sb = makeSplits(new Rng(arg.seed, ++call), W, (['random', 'skew', 'self'] as const)[round % 3], maxRowsFor(arg.budget, rbB));
-    const callB = call;
-    a.prepare(arg.seed, callA, Sa, rbA);
-    b.prepare(arg.seed, callB, Sb, rbB);
-    const ha = a.call(rbA, l0);
-    const hb = b.call(rbB, l1);
-    ha.wait();
-    hb.wait();
-    a.verify(arg.seed, callA, Sa, rbA, `lane 0, large calls on both lanes (round ${round})`);
-    b.verify(arg.seed, callB, Sb, rbB, `lane 1, large calls on both lanes (round ${round})`);
+    const onA = { ex: a, lane: l0, rowBytes: rbA, splits: makeSplits(new Rng(arg.seed, ++call), W, 'random', maxRowsFor(arg.budget, rbA)), call };
+    const patternB = (['random', 'skew', 'self'] as const)[round % 3];
+    const onB = { ex: b, lane: l1, rowBytes: rbB, splits: makeSplits(new Rng(arg.seed, ++call), W, patternB, maxRowsFor(arg.budget, rbB)), call };
+    bothLanes(arg.seed, onA, onB, 'queued', `large calls on both lanes (round ${round})`);
   }
   return call - 7000;
 }

@@ -35,7 +35,6 @@ import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
 import type { CallHost } from './call-host.js';
 import type { PlanProbe } from '../../tune/table.js';
-import { peerSplitMode } from '../../tune/plan.js';
 import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
 import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';
@@ -257,7 +256,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         world: this.worldSize,
         pad: this.#pad.ptr,
         gridCopy: plan.grid !== undefined,
-        splitByPeer: peerSplitMode(ctx),
+        splitByPeer: this.#kernels.splitByPeer,
       },
       plan,
       ctx,

@@ -2,7 +2,7 @@
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, gridCopyFromEnv, heuristicPlan, laneShares, peerSplitFromEnv, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PeerSplit, type PlanContext } from '../../tune/plan.js';
+import { defaultPlan, gridCopyFromEnv, heuristicPlan, laneShares, peerSplitFromEnv, peerSplitMode, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
 import { loadTables, lookupPlan, type PlanProbe, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';
@@ -25,13 +25,14 @@ export class A2avKernels {
   readonly #copyFn: KernelFunction;
   readonly #doneFn: KernelFunction;
   readonly #gridCopy: GridCopy = gridCopyFromEnv();
-  readonly #peerSplit: PeerSplit = peerSplitFromEnv();
   readonly #residentCache = new Map<number, number>();
   readonly #smem: number;
   readonly #world: number;
   readonly #ranksOnDevice: number;
   /** Each call's grid is sized from 1 / this of the rank's resident blocks (plan.ts, laneShares). */
   readonly #shares: number;
+  /** How every call's copy splits its blocks (plan.ts, peerSplitMode): fixed by where the ranks are. */
+  readonly splitByPeer: number;
   /** Programmatic dependent launch (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
   readonly #shape: PlanShape;
@@ -44,6 +45,7 @@ export class A2avKernels {
     this.#world = init.worldSize;
     this.#ranksOnDevice = init.ranksOnDevice;
     this.#shares = laneShares(init.laneCount);
+    this.splitByPeer = peerSplitMode({ allOnDevice: init.ranksOnDevice === init.worldSize, peerSplit: peerSplitFromEnv() });
     this.#launcher = new StructLauncher(init.module.fn('a2av_1d'), A2AV_PARAMS_BYTES);
     this.#copyFn = init.module.fn('a2av_copy');
     this.#doneFn = init.module.fn('a2av_done');
@@ -64,7 +66,6 @@ export class A2avKernels {
       rowBytes,
       allOnDevice: this.#ranksOnDevice === this.#world,
       gridCopy: this.#gridCopy,
-      peerSplit: this.#peerSplit,
     };
   }
 

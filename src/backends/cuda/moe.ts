@@ -93,7 +93,8 @@ export class MoeCalls {
   readonly #fused = process.env.A2AV_MOE_FUSED !== '0';
   /** A2AV_MOE_GRID (moeGridFromEnv): where calls whose ranks share one GPU copy in x_copy_slices. */
   readonly #grid = moeGridFromEnv();
-  readonly #peerSplit = peerSplitFromEnv();
+  /** How every call's copy splits its blocks (plan.ts, peerSplitMode): fixed by where the ranks are. */
+  readonly #splitByPeer: number;
   /** Programmatic dependent launch of x_fused (Hopper+), as kernels.ts; A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
   readonly #resident = new Map<number, number>();
@@ -112,6 +113,7 @@ export class MoeCalls {
     this.#launcher = new StructLauncher(module.fn('x_exchange'), X_PARAMS_BYTES);
     this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), slices: module.fn('x_copy_slices'), done: module.fn('x_done'), fused: module.fn('x_fused') };
     this.#earlyLaunch = host.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+    this.#splitByPeer = peerSplitMode({ allOnDevice: host.ranksOnDevice === host.worldSize, peerSplit: peerSplitFromEnv() });
   }
 
   /** Queues one whole call (exchange and data) on `lane`. */
@@ -244,7 +246,7 @@ export class MoeCalls {
       experts: x.experts,
       rank: host.rank,
       world: host.worldSize,
-      splitByPeer: peerSplitMode({ allOnDevice: host.ranksOnDevice === host.worldSize, peerSplit: this.#peerSplit }),
+      splitByPeer: this.#splitByPeer,
     };
   }
 
