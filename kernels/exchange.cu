@@ -168,20 +168,23 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
 }
 
 // Grid mode for calls whose ranks share one GPU (moe.ts, A2AV_MOE_GRID): block b copies bytes
-// [b * slice, (b + 1) * slice) of this rank's send bytes, 16 bytes a thread, and the slices
-// gridDim.x further on when the grid was sized from a low hint. As a2av_copy, whose shape reaches
-// 0.98 of the copy engine on one GPU where resident sweeps stay at 0.85-0.92, provided a block
-// lives about one memory round trip: everything it needs is read in one round of independent
-// loads (its flags, the output table, the chunks or their samples; a dispatch's source word too,
-// before the plan, since its send bytes are its input in order), then at most one more for a
-// window of chunks (exchange.cuh, XS_WINDOW), and each thread finds its word's chunk in shared
-// memory. (The first form walked the running sums from one thread, a dependent load a step: at
-// W = 8 it ran at 0.65 of the 1-D call.) The host launches it for 16-byte rows and aligned buffers
-// only (x_copy takes the others); were they not, each thread copies its 16 bytes one at a time,
-// slow and right.
-extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(const XParams p) {
+// [b * slice, (b + 1) * slice) of this rank's send bytes, XS_WORDS 16-byte words a thread, and the
+// slices gridDim.x further on when the grid was sized from a low hint. As a2av_copy, whose shape
+// reaches 0.98 of the copy engine on one GPU where resident sweeps stay at 0.85-0.92, provided a
+// block lives about one memory round trip: everything it needs is read in one round of
+// independent loads (its flags, the output table, the chunks or their samples; a dispatch's first
+// source word too, before the plan, since its send bytes are its input in order), then at most
+// one more for a window of chunks (exchange.cuh, XS_WINDOW). One thread finds the chunk holding
+// the slice's first byte; where the slice ends inside that chunk (every slice but about one a
+// chunk when chunks are longer than slices) the block copies it with no further lookup, else each
+// thread finds its word's chunk. (Measured at W = 8 on one H200, 256 MiB: the first form, a walk
+// of the running sums from one thread, ran at 0.65 of the 1-D call; a lookup by every thread for
+// every word of 4 KiB slices at 0.50, 400 us of it without the copy.) The host launches it for
+// 16-byte rows and aligned buffers only (x_copy takes the others); were they not, each thread
+// copies its 16 bytes one at a time, slow and right.
+extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const XParams p) {
   const int tid = threadIdx.x, nt = blockDim.x, W = p.world;
-  const i64 slice = (i64)nt * 16;
+  const i64 slice = (i64)nt * 16 * XS_WORDS;
   const i64 first = (i64)blockIdx.x * slice;
   const i64 rb = p.rowBytes, E = p.experts, n = (i64)W * E;
   const bool early = p.kind == X_DISPATCH && ((u64)p.input & 15) == 0 && first + 16 * (i64)tid + 16 <= p.inRows * rb;
@@ -192,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(
 #endif
   const u8* lane = p.pad + p.laneOffset;
   __shared__ int sSkip;
-  __shared__ i64 sTotal, sBase;
+  __shared__ i64 sTotal, sBase, sK, sKSrc, sKDst, sKStart, sKEnd;
   __shared__ u8* sOut[XS_WINDOW];
   __shared__ i64 sCum[XS_WINDOW + 1], sSrc[XS_WINDOW], sDst[XS_WINDOW], sSample[XS_WINDOW];
   const PlanArrays plan = plan_arrays(p.plan, W);
@@ -259,22 +262,50 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) x_copy_slices(
     };
     auto startOf = [&](i64 k) { return k - base >= 0 && k - base < count ? sCum[k - base] : __ldg(plan.cum + k); };
     auto outOf = [&](i64 k) { return tableShared ? sOut[k / E] : p.outPeers[k / E]; };
-    const i64 x = lo + 16 * (i64)tid;
-    if (x < hi && !aligned) {
-      for (i64 y = x; y < x + 16 && y < hi; ++y) {
-        i64 src, dst;
-        const i64 k = at(y, &src, &dst);
-        const i64 off = y - startOf(k) * rb;
-        outOf(k)[dst * rb + off] = p.input[src * rb + off];
-      }
-    } else if (x < hi) {
+    if (tid == 0) {
+      // The chunk holding the slice's first byte, and the next chunk's start (its end).
       i64 src, dst;
-      const i64 k = at(x, &src, &dst);
-      const i64 off = x - startOf(k) * rb;
-      const uint4 v = early && lo == first ? word : ld_stream((const uint4*)(p.input + src * rb + off));
-      *(uint4*)(outOf(k) + dst * rb + off) = v;
+      const i64 k = at(lo, &src, &dst), i = k - base;
+      sK = k;
+      sKSrc = src;
+      sKDst = dst;
+      sKStart = startOf(k);
+      sKEnd = i >= 0 && i < count ? sCum[i + 1] : (k + 1 < n ? __ldg(plan.cum + k + 1) : xs_sentinel(rb));
     }
-    __syncthreads();  // the window is the next slice's
+    __syncthreads();
+    if (aligned && hi <= sKEnd * rb) {
+      // The whole slice inside one chunk: a contiguous source and destination.
+      const i64 k = sK, shift = sKStart * rb;
+      const u8* from = p.input + sKSrc * rb - shift;
+      u8* to = outOf(k) + sKDst * rb - shift;
+#pragma unroll
+      for (int j = 0; j < XS_WORDS; ++j) {
+        const i64 x = lo + 16 * ((i64)tid + (i64)j * nt);
+        if (x >= hi) break;
+        const uint4 v = j == 0 && early && lo == first ? word : ld_stream((const uint4*)(from + x));
+        *(uint4*)(to + x) = v;
+      }
+    } else {
+      for (int j = 0; j < XS_WORDS; ++j) {
+        const i64 x = lo + 16 * ((i64)tid + (i64)j * nt);
+        if (x >= hi) break;
+        if (!aligned) {
+          for (i64 y = x; y < x + 16 && y < hi; ++y) {
+            i64 src, dst;
+            const i64 k = at(y, &src, &dst);
+            const i64 off = y - startOf(k) * rb;
+            outOf(k)[dst * rb + off] = p.input[src * rb + off];
+          }
+        } else {
+          i64 src, dst;
+          const i64 k = at(x, &src, &dst);
+          const i64 off = x - startOf(k) * rb;
+          const uint4 v = j == 0 && early && lo == first ? word : ld_stream((const uint4*)(p.input + src * rb + off));
+          *(uint4*)(outOf(k) + dst * rb + off) = v;
+        }
+      }
+    }
+    __syncthreads();  // the window and the block's chunk are the next slice's
   }
 #endif
 }

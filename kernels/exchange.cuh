@@ -405,6 +405,12 @@ __host__ __device__ inline i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at)
 // the window, only where many chunks are shorter than a slice, takes x_chunk_at). Both are
 // checked on the host by tests/chunk-lookup.test.ts.
 #define XS_WINDOW 256
+// x_copy_slices' blocks (moe.ts launches them with the same): XS_THREADS threads, each copying
+// XS_WORDS 16-byte words of a slice one after another, eight blocks an SM (32 registers). Each
+// thread's four loads issued before its stores, at four blocks an SM for the registers, was slower
+// at W = 8 on one H200 (256 MiB dispatch 1221 -> 1205 us, combine 1183 -> 1387; 32 MiB 213 -> 241).
+#define XS_THREADS 256
+#define XS_WORDS 4
 __host__ __device__ inline i64 xs_stride(i64 n) { return (n + XS_WINDOW - 1) / XS_WINDOW; }
 // The first chunk of the window for a slice starting at byte lo: sample[j] = cum[j * stride].
 __host__ __device__ inline i64 xs_base(const i64* sample, i64 n, i64 rb, i64 lo) {

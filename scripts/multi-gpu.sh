@@ -157,7 +157,7 @@ done
 if [[ "$ops" == *" variants "* ]]; then
   # Kernel variants that are off by default until measured (docs/perf.md says what each predicts):
   # each beside the default, then the conformance cases it touches with it on. A2AV_MG_VARIANTS
-  # picks (default: all): peer-split (the control arm of the split copy), early-ar, lane-shares, moe-grid.
+  # picks (default: all): peer-split and lane-shares (control arms of defaults), early-ar, moe-grid.
   variants=" ${A2AV_MG_VARIANTS:-peer-split early-ar lane-shares moe-grid} "
   if [[ "$variants" == *" peer-split "* ]]; then
     for w in $worlds; do
@@ -178,15 +178,15 @@ if [[ "$ops" == *" variants "* ]]; then
     grep -E '^# (tests|pass|fail)' "$OUT/variant-early-ar-tests.log"
   fi
   if [[ "$variants" == *" lane-shares "* ]]; then
-    step "variant A2AV_LANE_SHARES=1 (grids per lane): the lanes conformance cases, default then with it (ranks as threads)"
+    step "control A2AV_LANE_SHARES=0 (grids from the rank's whole share): the lanes conformance cases, without then with lane shares (ranks as threads)"
     for v in 0 1; do
       A2AV_LANE_SHARES=$v A2AV_TEST_FILES=conformance timeout 300 node scripts/run-tests.mjs --test-reporter=tap --test-name-pattern="lanes W=" \
         > "$OUT/variant-lane-shares-$v-tests.log" 2>&1 || rc=1
       echo "A2AV_LANE_SHARES=$v: $(grep -E '^# (pass|fail)' "$OUT/variant-lane-shares-$v-tests.log" | tr '\n' ' ')"
     done
     for w in $worlds; do
-      step "variant A2AV_LANE_SHARES=1: all-to-all-v W=$w, 0.5 MiB .. $max per rank"
-      A2AV_LANE_SHARES=1 sweep "uniform-lane-shares" "$w" --min 512K --max "$max" --splits uniform
+      step "control A2AV_LANE_SHARES=0: all-to-all-v W=$w, 0.5 MiB .. $max per rank"
+      A2AV_LANE_SHARES=0 sweep "uniform-whole-shares" "$w" --min 512K --max "$max" --splits uniform
     done
   fi
   if [[ "$variants" == *" moe-grid "* ]]; then

@@ -16,6 +16,7 @@ import { writeXParams, X_PARAMS_BYTES } from '../src/backends/cuda/kernel-params
 import { EVENT_RING } from '../src/backends/stream-lane.js';
 import { kernelsDir } from '../src/jit/module.js';
 import { nvcc } from './support/kernel-source.js';
+import { SLICE_THREADS, SLICE_WORDS } from '../src/backends/cuda/moe.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
 const kernel = readFileSync(join(kernelsDir(), 'a2av.cu'), 'utf8');
@@ -39,6 +40,9 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(XF_EXTRA, define('A2AV_XF_EXTRA'));
     assert.equal(XF_MAX_MATRIX, define('A2AV_XF_MAX_MATRIX'));
     assert.equal(EVENT_RING, STATUS_RING, 'a handle outlives neither its event nor its status record');
+    // x_copy_slices is compiled for at most XS_THREADS threads a block: moe.ts launches that many.
+    assert.equal(SLICE_THREADS, Number(/^#define XS_THREADS (\d+)/m.exec(exchange)?.[1]));
+    assert.equal(SLICE_WORDS, Number(/^#define XS_WORDS (\d+)/m.exec(exchange)?.[1]));
     for (const [name, code] of Object.entries({ NEGATIVE: 'negative', INPUT_OVERFLOW: 'inputOverflow', OUTPUT_OVERFLOW: 'outputOverflow', MISMATCH: 'mismatch', TIMEOUT: 'timeout' })) {
       assert.equal(StatusCode[code as keyof typeof StatusCode], define(`A2AV_ERR_${name}`), `A2AV_ERR_${name}`);
     }

@@ -74,18 +74,19 @@ test('blocks split between destinations across GPUs by default; A2AV_PEER_SPLIT 
   assert.equal(peerSplitMode({ allOnDevice: false, peerSplit: 'never' }), PeerSplitMode.never);
 });
 
-test('A2AV_LANE_SHARES: grids from the rank\'s whole share (default) or its lane\'s; anything else named', () => {
-  assert.equal(laneShares(2, undefined), 1);
+test('A2AV_LANE_SHARES: grids from the lane\'s share (default) or the rank\'s whole share; anything else named', () => {
+  assert.equal(laneShares(2, undefined), 2);
+  assert.equal(laneShares(3, ''), 3);
   assert.equal(laneShares(2, '0'), 1);
   assert.equal(laneShares(2, '1'), 2);
   assert.equal(laneShares(1, '1'), 1);
   assert.throws(() => laneShares(2, 'yes'), (e: unknown) => e instanceof UsageError && /A2AV_LANE_SHARES must be 0 or 1, got 'yes'/.test(e.message));
 });
 
-test('A2AV_MOE_GRID accepts never (the default), auto and always, and names anything else', () => {
-  assert.equal(moeGridFromEnv(undefined), 'never');
-  assert.equal(moeGridFromEnv(''), 'never');
-  assert.equal(moeGridFromEnv('auto'), 'auto');
+test('A2AV_MOE_GRID accepts auto (the default), never and always, and names anything else', () => {
+  assert.equal(moeGridFromEnv(undefined), 'auto');
+  assert.equal(moeGridFromEnv(''), 'auto');
+  assert.equal(moeGridFromEnv('never'), 'never');
   assert.equal(moeGridFromEnv('always'), 'always');
   assert.throws(() => moeGridFromEnv('1'), (e: unknown) => e instanceof UsageError && /A2AV_MOE_GRID must be never, auto or always, got '1'/.test(e.message));
 });

@@ -75,14 +75,16 @@ export function peerSplitMode(ctx: { allOnDevice: boolean; peerSplit?: PeerSplit
 }
 
 /**
- * A2AV_LANE_SHARES=1: a call's grid takes its lane's share of what its rank may keep resident, not
- * the rank's whole share, so large calls in flight on every lane at once still fit the GPU together
- * (tests/conformance/lane-cases.ts, lanesLarge, says what could happen otherwise). Off until a GPU
- * run shows the case needs it and measures what it costs single calls.
+ * A call's grid takes its lane's share of what its rank may keep resident, not the rank's whole
+ * share, so large calls in flight on every lane at once still fit the GPU together. With whole
+ * shares, three ranks on one H200 with large calls on both lanes timed out (a lane's kernel held
+ * blocks its peer's other lane needed: tests/conformance/lane-cases.ts, lanesLarge); with lane
+ * shares the case passes and single calls lost nothing measurable (docs/perf.md).
+ * A2AV_LANE_SHARES=0 restores whole shares, the control arm.
  */
 export function laneShares(laneCount: number, value = process.env.A2AV_LANE_SHARES): number {
-  if (value === undefined || value === '' || value === '0') return 1;
-  if (value === '1') return Math.max(1, laneCount);
+  if (value === undefined || value === '' || value === '1') return Math.max(1, laneCount);
+  if (value === '0') return 1;
   throw new UsageError(`A2AV_LANE_SHARES must be 0 or 1, got '${value}'`);
 }
 

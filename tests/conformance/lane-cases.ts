@@ -67,11 +67,12 @@ function bothLanes(seed: number, a: LaneCall, b: LaneCall, order: 'queued' | 're
 }
 
 /**
- * Large calls on both lanes at once, each sized so its grid takes what one rank may keep resident
- * (rows not a multiple of 16 bytes keep one GPU's calls in the resident sweep). Every rank queues
- * lane 0's call, then lane 1's, and waits for both: where two lanes' grids do not fit beside each
- * other, a rank's lane-1 kernel could hold blocks its lane-0 kernel needs while a peer waits on
- * that lane-0 kernel, and the calls would end in a timeout instead of completing.
+ * Large calls on both lanes at once, each large enough that its grid takes all its lane may keep
+ * resident (rows not a multiple of 16 bytes keep one GPU's calls in the resident sweep). Every rank
+ * queues lane 0's call, then lane 1's, and waits for both: where two lanes' grids do not fit beside
+ * each other, a rank's lane-1 kernel can hold blocks its lane-0 kernel needs while a peer waits on
+ * that lane-0 kernel, and the calls end in a timeout (3 ranks on one H200 with grids from the
+ * rank's whole share, A2AV_LANE_SHARES=0) instead of completing.
  */
 export async function lanesLarge(comm: Comm, arg: LanesArg & { rounds: number }): Promise<number> {
   const W = comm.worldSize;

@@ -31,13 +31,15 @@ export interface ExchangeCall {
 }
 
 /**
- * A2AV_MOE_GRID: 'never' (the default until measured: docs/perf.md), 'auto' (calls whose ranks all
- * share one GPU move their data in x_copy_slices from GRID_MIN_BYTES of output, as the 1-D call's
- * grid mode), 'always' (every such call: for the tests and the probes). Anything else: UsageError.
+ * A2AV_MOE_GRID: 'auto' (the default: calls whose ranks all share one GPU move their data in
+ * x_copy_slices from GRID_MIN_BYTES of output, as the 1-D call's grid mode; at W = 8 on one H200,
+ * 256 MiB, 1221 us against x_fused's 1514 with its grid from the lane's share: docs/perf.md),
+ * 'never' (x_fused for every call that fits it), 'always' (every call whose ranks share one GPU:
+ * for the tests and the probes). Anything else: UsageError.
  */
 export type MoeGrid = 'never' | 'auto' | 'always';
 export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
-  if (value === undefined || value === '') return 'never';
+  if (value === undefined || value === '') return 'auto';
   if (value === 'never' || value === 'auto' || value === 'always') return value;
   throw new UsageError(`A2AV_MOE_GRID must be never, auto or always, got '${value}'`);
 }
@@ -77,8 +79,10 @@ const gridBytes = (payload: Payload): number => Math.min(payload.input?.bytes ??
 
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
-/** x_copy_slices: 256-thread blocks, as the 1-D call's copy grid (measured best of 128-1024 there). */
-const SLICE_THREADS = 256;
+/** x_copy_slices' blocks: XS_THREADS threads of XS_WORDS 16-byte words each (kernels/exchange.cuh). */
+export const SLICE_THREADS = 256;
+export const SLICE_WORDS = 4;
+const SLICE_BYTES = SLICE_THREADS * 16 * SLICE_WORDS;
 const FUSED_THREADS = 512;
 /** Open exchange plans served from the pool; more are allocated (and freed) as they come and go. */
 export const PLAN_POOL = 8;
@@ -286,7 +290,7 @@ export class MoeCalls {
         const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
         if (this.#grid !== 'never' && this.#oneGpu() && aligned) {
           // A block a slice of 16 bytes a thread (kernels/exchange.cu x_copy_slices).
-          const blocks = Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICE_THREADS * 16))));
+          const blocks = Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / SLICE_BYTES)));
           launcher.launch(blocks, SLICE_THREADS, stream, 0, this.#fns.slices);
           continue;
         }
