@@ -198,14 +198,12 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   __shared__ i64 sSeq, sBase;
   __shared__ int sAbort, sMismatch;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // A no-op unless launched early (A2AV_PROBE_EARLY_AR: all-reduce.ts): then it waits for the
-  // previous kernel on the stream, whose lane sequence and round count are read next.
+  // A no-op unless launched early (all-reduce.ts): then it waits for the previous kernel on the
+  // stream, whose lane sequence and round count are read next.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-#ifdef A2AV_PROBE_EARLY_AR
   // The next kernel (ar_done, or the lane's next call launched early) may be scheduled now and wait
   // beside this one, as a2av_1d's: the host launches early only where twice the blocks fit.
   asm volatile("griddepcontrol.launch_dependents;");
-#endif
 #endif
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;

@@ -16,7 +16,7 @@
 #      each against NCCL where it has one (A2AV_MG_OPS picks).
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
-# A2AV_MG_VARIANTS="peer-split early-ar lane-shares moe-grid" (which variants the variants op runs),
+# A2AV_MG_VARIANTS="peer-split lane-shares moe-grid" (which variants the variants op runs),
 # A2AV_MG_PACK=file.tgz (everything in $OUT, packed at the end),
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
 # variants (not in the default list): kernel variants off by default (or the control arm of one now on) beside the default, and their tests;
@@ -157,8 +157,8 @@ done
 if [[ "$ops" == *" variants "* ]]; then
   # Kernel variants that are off by default until measured (docs/perf.md says what each predicts):
   # each beside the default, then the conformance cases it touches with it on. A2AV_MG_VARIANTS
-  # picks (default: all): peer-split and lane-shares (control arms of defaults), early-ar, moe-grid.
-  variants=" ${A2AV_MG_VARIANTS:-peer-split early-ar lane-shares moe-grid} "
+  # picks (default: all): peer-split and lane-shares (control arms of defaults), moe-grid.
+  variants=" ${A2AV_MG_VARIANTS:-peer-split lane-shares moe-grid} "
   if [[ "$variants" == *" peer-split "* ]]; then
     for w in $worlds; do
       step "control A2AV_PEER_SPLIT=never (the shared sweep across GPUs): all-to-all-v W=$w, 32 MiB .. $max per rank"
@@ -168,14 +168,6 @@ if [[ "$ops" == *" variants "* ]]; then
     A2AV_PEER_SPLIT=always A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
       --test-name-pattern="exchange W|graph replay W|lanes W=|own outcomes|splits errors|MoE" > "$OUT/variant-peer-split-tests.log" 2>&1 || rc=1
     grep -E '^# (tests|pass|fail)' "$OUT/variant-peer-split-tests.log"
-  fi
-  if [[ "$variants" == *" early-ar "* ]]; then
-    step "variant A2AV_PROBE_EARLY_AR: allReduce's ar_reduce launched early, beside the default (f32, 4 KiB .. 1 MiB)"
-    OUT="$OUT/variant-early-ar" timeout 300 node scripts/probe/all-reduce-sweep.mjs --ranks "$gpus" --max 1M '' 'A2AV_PROBE_EARLY_AR' 2>&1 | tail -15 || rc=1
-    step "variant A2AV_PROBE_EARLY_AR: the allReduce conformance cases (ranks as threads)"
-    A2AV_PROBE_DEFINES=A2AV_PROBE_EARLY_AR A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap \
-      --test-name-pattern="allReduce" > "$OUT/variant-early-ar-tests.log" 2>&1 || rc=1
-    grep -E '^# (tests|pass|fail)' "$OUT/variant-early-ar-tests.log"
   fi
   if [[ "$variants" == *" lane-shares "* ]]; then
     step "control A2AV_LANE_SHARES=0 (grids from the rank's whole share): the lanes conformance cases, without then with lane shares (ranks as threads)"
@@ -190,7 +182,7 @@ if [[ "$ops" == *" variants "* ]]; then
     done
   fi
   if [[ "$variants" == *" moe-grid "* ]]; then
-    step "variant A2AV_MOE_GRID: MoE at W=8 on GPU 0, the default then auto"
+    step "control A2AV_MOE_GRID=never (x_fused): MoE at W=8 on GPU 0, never then auto (the default)"
     moe='[{"E":16,"rowsPer":512,"rb":4096},{"E":16,"rowsPer":64,"rb":4096}]'
     for grid in never auto; do
       echo "A2AV_MOE_GRID=$grid"

@@ -11,7 +11,6 @@ import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.j
 import type { GpuBuffer } from '../gpu-memory.js';
 import { AR_PARAMS_BYTES, ArDtype, ArOp, writeArParams } from './kernel-params.js';
 import type { CallHost } from './call-host.js';
-import { probeDefines } from './probe-defines.js';
 import type { CudaLane } from './lane.js';
 import { arOneShotBytes, arRounds, arSharedBytes, arSlots, arStageBytes } from './layout.js';
 
@@ -35,14 +34,12 @@ export class AllReduceCalls {
   readonly #launcher: StructLauncher;
   readonly #done: KernelFunction;
   readonly #smem: number;
-  /** Programmatic dependent launch of ar_done (Hopper+); A2AV_EARLY_LAUNCH=0 turns it off. */
-  readonly #early: boolean;
   /**
-   * ar_reduce too, so a call's launch overlaps the previous call on the lane (as a2av_1d's): a probe's
-   * switch until measured (A2AV_PROBE_DEFINES=A2AV_PROBE_EARLY_AR; eager calls were 6.6-7.4 µs at
-   * 4 KiB on two H200s against 5.3 in a graph).
+   * Programmatic dependent launch (Hopper+) of ar_done and of ar_reduce, so a call's launch overlaps
+   * the previous call on the lane, as a2av_1d's (eager 8-128 KiB on two H200s: 6.5 -> 5.8 µs).
+   * A2AV_EARLY_LAUNCH=0 turns it off.
    */
-  readonly #earlyReduce: boolean;
+  readonly #early: boolean;
   /** Blocks of ar_reduce a call may use: this rank's share of what the GPU holds at once, per lane. */
   readonly #fair: number;
   #stage: GpuBuffer | undefined;
@@ -55,7 +52,6 @@ export class AllReduceCalls {
     this.#done = module.fn('ar_done');
     this.#smem = arSharedBytes(host.worldSize);
     this.#early = host.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
-    this.#earlyReduce = this.#early && probeDefines().includes('-DA2AV_PROBE_EARLY_AR');
     // Every lane of every rank here may have a call spinning at once: each gets its share.
     const resident = this.#launcher.fn.maxActiveBlocksPerSm(THREADS, this.#smem) * host.device.smCount;
     this.#fair = Math.max(1, Math.floor(resident / (host.ranksOnDevice * host.laneCount)));
@@ -98,7 +94,7 @@ export class AllReduceCalls {
     });
     const blocks = allReduceBlocks(host.worldSize, a.count, ELEMENT_BYTES[a.dtype], this.#fair);
     // Early only where this call's blocks and the next's fit at once (they wait on each other's peers).
-    if (this.#earlyReduce && 2 * blocks <= this.#fair) launcher.launchEarly(blocks, THREADS, lane.stream, this.#smem);
+    if (this.#early && 2 * blocks <= this.#fair) launcher.launchEarly(blocks, THREADS, lane.stream, this.#smem);
     else launcher.launch(blocks, THREADS, lane.stream, this.#smem);
     if (a.count * ELEMENT_BYTES[a.dtype] <= arOneShotBytes(host.worldSize)) return host.finish(lane, `allReduce of ${a.count} ${a.dtype}`);
     const doneThreads = Math.min(1024, 32 * Math.ceil(host.worldSize / 32));
