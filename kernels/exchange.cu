@@ -199,7 +199,13 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
   __shared__ u8* sOut[XS_WINDOW];
   __shared__ i64 sCum[XS_WINDOW + 1], sSrc[XS_WINDOW], sDst[XS_WINDOW], sSample[XS_WINDOW];
   const PlanArrays plan = plan_arrays(p.plan, W);
-  const bool whole = n <= XS_WINDOW, tableShared = W <= XS_WINDOW;
+#ifdef A2AV_PROBE_XS_GLOBAL_SEARCH
+  // A probe: no chunk table in shared memory; lookups search the plan through the read-only path.
+  constexpr bool windowed = false;
+#else
+  constexpr bool windowed = true;
+#endif
+  const bool whole = windowed && n <= XS_WINDOW, tableShared = W <= XS_WINDOW;
   const i64 stride = xs_stride(n);
   // One round of independent loads.
   if (tid == 0) {
@@ -219,7 +225,7 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
       sDst[i] = __ldg(plan.dst + i);
     }
     if (tid == 0) sCum[n] = xs_sentinel(rb);
-  } else {
+  } else if (windowed) {
     for (i64 j = tid; j * stride < n; j += nt) sSample[j] = __ldg(plan.cum + j * stride);
   }
   const bool aligned = __syncthreads_and(ok);
@@ -228,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
 #ifndef A2AV_PROBE_NO_COPY
   for (i64 lo = first; lo < total; lo += (i64)gridDim.x * slice) {
     const i64 hi = lo + slice < total ? lo + slice : total;
-    if (!whole) {
+    if (windowed && !whole) {
       // The second round: the window of chunks from the slice's sample on.
       if (tid == 0) sBase = xs_base(sSample, n, rb, lo);
       __syncthreads();
@@ -245,11 +251,11 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
       }
       __syncthreads();
     }
-    const i64 base = whole ? 0 : sBase;
-    const int count = (int)(whole ? n : (n - base < XS_WINDOW ? n - base : XS_WINDOW));
+    const i64 base = whole || !windowed ? 0 : sBase;
+    const int count = (int)(!windowed ? 0 : whole ? n : (n - base < XS_WINDOW ? n - base : XS_WINDOW));
     // Chunk k's start, source and destination rows: from the window, or the plan past it.
     auto at = [&](i64 y, i64* src, i64* dst) -> i64 {
-      const int i = xs_find(sCum, count, rb, y);
+      const int i = windowed ? xs_find(sCum, count, rb, y) : -1;
       if (i >= 0) {
         *src = sSrc[i];
         *dst = sDst[i];

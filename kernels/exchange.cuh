@@ -411,6 +411,10 @@ __host__ __device__ inline i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at)
 // at W = 8 on one H200 (256 MiB dispatch 1221 -> 1205 us, combine 1183 -> 1387; 32 MiB 213 -> 241).
 #define XS_THREADS 256
 #define XS_WORDS 4
+#ifdef A2AV_PROBE_XS_WORDS  // a probe's slice size (moe.ts reads the same)
+#undef XS_WORDS
+#define XS_WORDS A2AV_PROBE_XS_WORDS
+#endif
 __host__ __device__ inline i64 xs_stride(i64 n) { return (n + XS_WINDOW - 1) / XS_WINDOW; }
 // The first chunk of the window for a slice starting at byte lo: sample[j] = cum[j * stride].
 __host__ __device__ inline i64 xs_base(const i64* sample, i64 n, i64 rb, i64 lo) {

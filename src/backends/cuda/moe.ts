@@ -11,6 +11,7 @@ import { GRID_MIN_BYTES, laneShares, peerSplitFromEnv, peerSplitMode } from '../
 import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
+import { probeNumber } from './probe-defines.js';
 import type { CallHost } from './call-host.js';
 import type { CudaLane } from './lane.js';
 import { fusedFits, fusedSharedBytes, planBytes, scratchBytes, scratchPlanOffset } from './layout.js';
@@ -81,7 +82,7 @@ const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
 /** x_copy_slices' blocks: XS_THREADS threads of XS_WORDS 16-byte words each (kernels/exchange.cuh). */
 export const SLICE_THREADS = 256;
-export const SLICE_WORDS = 4;
+export const SLICE_WORDS = probeNumber('A2AV_PROBE_XS_WORDS', 4);
 const SLICE_BYTES = SLICE_THREADS * 16 * SLICE_WORDS;
 const FUSED_THREADS = 512;
 /** Open exchange plans served from the pool; more are allocated (and freed) as they come and go. */
