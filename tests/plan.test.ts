@@ -33,6 +33,11 @@ test('large calls fill the fair share, whatever the number of peers', () => {
 
 test('an override that cannot be resident, or is malformed, is a UsageError', () => {
   assert.throws(() => validatePlan({ blocks: 67, threads: 512 }, ctx(1 << 30, 8)), (e: unknown) => e instanceof UsageError && /resident/.test(e.message));
+  // With lanes, the message says the limit is per call and why.
+  assert.throws(
+    () => validatePlan({ blocks: 34, threads: 512 }, ctx(1 << 30, 8, { residentBlocks: (t) => (132 * Math.floor(2048 / t)) / 2, lanes: 2 })),
+    (e: unknown) => e instanceof UsageError && /at most 33 blocks of 512 threads a call: 8 rank\(s\) here, 2 lane\(s\) each/.test(e.message),
+  );
   for (const bad of [{ blocks: 0, threads: 512 }, { blocks: 1.5, threads: 512 }, { blocks: 4, threads: 48 }, { blocks: 4, threads: 2048 }])
     assert.throws(() => validatePlan(bad, ctx(1 << 20, 1)), UsageError);
   assert.deepEqual(validatePlan({ blocks: 66, threads: 512 }, ctx(1 << 30, 8)), { blocks: 66, threads: 512 });

@@ -17,8 +17,10 @@ export interface LaunchPlan {
 }
 
 export interface PlanContext {
-  /** Blocks of the kernel that fit on the device at once (occupancy x SMs). */
+  /** Blocks of the kernel that fit on the device at once (occupancy x SMs), divided among `lanes`. */
   residentBlocks: (threads: number) => number;
+  /** The lanes each rank's calls may be in flight on at once (laneShares; 1 where grids take the rank's whole share). */
+  lanes?: number;
   /** Ranks sharing the device: their kernels must all be resident together, since they wait on each other. */
   ranksOnDevice: number;
   /** Input bytes of the call (the host's only size hint: the splits stay on the device). */
@@ -158,8 +160,9 @@ export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
   const fair = Math.floor(ctx.residentBlocks(threads) / ctx.ranksOnDevice);
   if (blocks > fair)
     throw new UsageError(
-      `plan.blocks = ${blocks} cannot be resident alongside the other ${ctx.ranksOnDevice - 1} rank(s) on this GPU ` +
-        `(at most ${fair} blocks of ${threads} threads per rank); ranks wait on each other, so all must fit`,
+      `plan.blocks = ${blocks} cannot be resident beside the other calls that may run on this GPU at once ` +
+        `(at most ${fair} blocks of ${threads} threads a call: ${ctx.ranksOnDevice} rank(s) here, ${ctx.lanes ?? 1} lane(s) each); ` +
+        'ranks wait on each other, so all must fit',
     );
   return grid ? { blocks, threads, grid: { threads: grid.threads } } : { blocks, threads };
 }

@@ -61,6 +61,7 @@ export class A2avKernels {
       measured: (bytes) => lookupPlan(this.#tables, this.#shape, bytes)?.plan,
       maxBlocks,
       residentBlocks: (t) => this.#residentBlocks(t),
+      lanes: this.#shares,
       ranksOnDevice: this.#ranksOnDevice,
       inputBytes,
       rowBytes,
