@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The `a2av` command: argument parsing and output only; the work is in src/bench and src/launch.
-import { readFileSync, writeFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { accessSync, constants, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from './backends/backend.js';
@@ -297,6 +297,8 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   if (flags.align !== undefined && flags.align > MAX_MAJOR_ALIGN) fail(`--align ${flags.align}: the dispatch's majorAlign is at most ${MAX_MAJOR_ALIGN} (2^20) rows`);
   const explicitSizes = ['min', 'max'].filter((name) => cmd.getOptionValueSource(name) === 'cli');
   if (flags.rowsPerExpert !== undefined && explicitSizes.length > 0) fail(`--rows-per-expert sets the size: leave out --${explicitSizes.join(' and --')}`);
+  // n rows in every chunk is uniform splits: zipf would spread the same total unevenly, not n a chunk.
+  if (flags.rowsPerExpert !== undefined && flags.splits !== 'uniform') fail(`--rows-per-expert gives every (peer, expert) chunk n rows (uniform splits): leave out --splits ${flags.splits}, or give --min/--max`);
   const { names, ranks } = await backendsAndRanks(flags);
   // The budget binds cuda's kernels only: beside another backend the table would compare unlike calls.
   const unbound = names.filter((n) => n !== 'cuda');
@@ -336,6 +338,10 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
 
 async function benchPipeline(flags: PipelineFlags): Promise<void> {
   const { names, ranks } = await backendsAndRanks(flags);
+  // The budget binds cuda's kernels only: without cuda the table would name a budget nothing kept.
+  if (flags.inputDistBlocks !== undefined && !names.includes('cuda')) fail(`--input-dist-blocks is the cuda backend's SM budget (the input dist's maxBlocks); ${names.join(' and ')} ${names.length > 1 ? 'have' : 'has'} none: run it with --backend cuda`);
+  // A trace file that cannot be written ends the run before the arms, not after them.
+  if (flags.trace !== undefined) checkWritable(flags.trace);
   const defaults = names.includes('cpu') ? PIPELINE_DEFAULTS.cpu : PIPELINE_DEFAULTS.gpu;
   const shape = flags.shape ?? defaults.shape;
   // The GPU shapes' GEMMs and lookups run as host loops on cpu: minutes a step (dlrm: about 3).
@@ -631,6 +637,20 @@ async function launchCommand(command: string[], flags: LaunchFlags): Promise<voi
 /** An error's first line: errors are one line; a multi-line message (a compile log) is cut. */
 function errorLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0];
+}
+
+/** `path` can be written: its folder exists and is writable (and a file there is), else a UsageError. */
+function checkWritable(path: string): void {
+  const dir = dirname(resolve(path));
+  try {
+    if (!statSync(dir).isDirectory()) fail(`${path}: cannot write (${dir} is not a folder)`);
+    const existing = statSync(path, { throwIfNoEntry: false });
+    if (existing?.isDirectory()) fail(`${path}: cannot write (a folder of that name is there)`);
+    accessSync(existing ? path : dir, constants.W_OK);
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
+    fail(`${path}: cannot write (${(err as NodeJS.ErrnoException).code ?? (err as Error).message} on ${dir})`);
+  }
 }
 
 function fail(message: string): never {

@@ -3,6 +3,7 @@
 // one table (vs nccl = NCCL's time / this row's). Inputs are small integers (benchValue), so the
 // check is exact whatever order a backend sums in.
 import type { BackendName, Comm, ReduceDtype } from '../backends/backend.js';
+import { CPU_MAX_BUFFER_BYTES } from '../backends/cpu/buffer.js';
 import { bf16ToF32, ELEMENT_BYTES, f32ToBf16 } from '../collectives/reduce.js';
 import { UsageError } from '../errors.js';
 import { runJob } from '../world/job.js';
@@ -151,6 +152,11 @@ export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: 
   const date = new Date().toISOString();
   const { backend, ranks, timeoutMs, ...asked } = opts;
   const arg = { ...asked, sizes: wholeElements(asked.sizes, asked.dtype) };
+  // Checked here, not by the ranks' allocation: its error names neither --max nor the canary.
+  const most = arg.sizes[arg.sizes.length - 1]! + CANARY_BYTES;
+  if (backend === 'cpu' && most > CPU_MAX_BUFFER_BYTES)
+    throw new UsageError(`bench allreduce: ${formatBytes(most - CANARY_BYTES)} (the largest size up to --max) on cpu: the output, its sum and a ${CANARY_BYTES}-byte canary ` +
+      `past it, needs ${most} bytes, past the cpu backend's ${CPU_MAX_BUFFER_BYTES} per buffer: lower --max`);
   const { rank, result } = await runJob<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
     { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
     new URL(import.meta.url),

@@ -1,0 +1,37 @@
+// Options that cannot mean what they say on the run asked for are refused before anything runs:
+// --rows-per-expert beside zipf splits, the cuda-only --input-dist-blocks on cpu, a --trace file
+// that cannot be written, and bench allreduce sizes past the cpu backend's largest buffer.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+const a2av = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 60_000 });
+
+/** Refused before anything runs: exit status 1, this one line on stderr, nothing on stdout. */
+function refused(args: string[], message: string): void {
+  const { status, stdout, stderr } = a2av(...args);
+  assert.equal(status, 1, `${args.join(' ')}: ${stderr}`);
+  assert.equal(stdout, '', args.join(' '));
+  assert.equal(stderr.trim(), `a2av: ${message}`, args.join(' '));
+}
+
+describe('a2av bench: refusals up front', () => {
+  it('--rows-per-expert with zipf splits (n rows in every chunk is uniform)', () => {
+    refused(['bench', '--backend', 'cpu', '--op', 'dispatch', '--splits', 'zipf', '--rows-per-expert', '4'],
+      '--rows-per-expert gives every (peer, expert) chunk n rows (uniform splits): leave out --splits zipf, or give --min/--max');
+  });
+
+  it('bench pipeline: --input-dist-blocks without cuda, and a --trace file that cannot be written', () => {
+    refused(['bench', 'pipeline', '--backend', 'cpu', '--input-dist-blocks', '4'],
+      "--input-dist-blocks is the cuda backend's SM budget (the input dist's maxBlocks); cpu has none: run it with --backend cuda");
+    refused(['bench', 'pipeline', '--backend', 'cpu', '--iters', '1', '--warmup', '0', '--trace', '/nonexistent/t.json'], '/nonexistent/t.json: cannot write (ENOENT on /nonexistent)');
+  });
+
+  it('bench allreduce: a size whose output passes the cpu backend\'s largest buffer names --max', () => {
+    refused(['bench', 'allreduce', '--backend', 'cpu', '--min', '4G', '--max', '5G'],
+      'bench allreduce: 4 GiB (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs 4294967552 bytes, ' +
+        "past the cpu backend's 4294967296 per buffer: lower --max");
+  });
+});
