@@ -129,6 +129,8 @@ export interface SplitsFault {
   available: bigint;
   /** The rank whose collective found it (every rank reports the same problem). */
   reportedBy: number;
+  /** The operation refused (allToAllV, allToAllV2d, allToAllV2dOffset, allReduce), where known: a mismatch names what it compares. */
+  op?: string;
 }
 
 /**
@@ -145,9 +147,10 @@ export class SplitsError extends A2avError implements SplitsFault {
   readonly needed: bigint;
   readonly available: bigint;
   readonly reportedBy: number;
+  readonly op?: string;
 
   constructor(f: SplitsFault) {
-    super('A2AV_SPLITS', SplitsError.describe({ ...f, expert: f.expert ?? -1 }));
+    super('A2AV_SPLITS', SplitsError.describe({ ...f, expert: f.expert ?? -1, op: f.op ?? '' }));
     this.problem = f.problem;
     this.rank = f.rank;
     this.peer = f.peer;
@@ -155,6 +158,7 @@ export class SplitsError extends A2avError implements SplitsFault {
     this.needed = f.needed;
     this.available = f.available;
     this.reportedBy = f.reportedBy;
+    if (f.op !== undefined) this.op = f.op;
   }
 
   /** The splits' sum does not fit int64 (`needed` is then INT64_MAX, not a row count). */
@@ -177,8 +181,11 @@ export class SplitsError extends A2avError implements SplitsFault {
         return needed >= INT64_MAX
           ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at ${where} ${at}`
           : `rank ${rank}: receives ${needed} rows (passing the output at ${where}) but the output holds ${available} ${at}`;
-      case 'mismatch':
-        return `rank ${rank}: call does not match rank 0's (call kind, row size, output buffer, experts or alignment differ: ${needed} vs ${available}) ${at}`;
+      case 'mismatch': {
+        // The kernels compare these fields with rank 0's and report the first that differs.
+        const fields = f.op === 'allReduce' ? 'count, element type or output buffer' : 'call kind, row size, output buffer, experts or alignment';
+        return `rank ${rank}: ${f.op ? `its ${f.op}` : 'call'} does not match rank 0's (${fields} differ: ${needed} vs ${available}) ${at}`;
+      }
     }
   }
 }

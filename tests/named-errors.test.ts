@@ -26,6 +26,13 @@ describe('error classes', () => {
     assert.deepEqual(samples.map((e) => e.name), ['KernelSourcesNotFoundError', 'PeerAccessError', 'RankExitedError', 'UnsupportedDeviceError']);
   });
 
+  it('a mismatch names what the operation compares with rank 0', () => {
+    const at = { problem: 'mismatch' as const, rank: 1, peer: 0, needed: 2n, available: 1n, reportedBy: 0 };
+    assert.equal(new api.SplitsError({ ...at, op: 'allReduce' }).message, "rank 1: its allReduce does not match rank 0's (count, element type or output buffer differ: 2 vs 1) (reported by rank 0)");
+    assert.match(new api.SplitsError({ ...at, op: 'allToAllV2d' }).message, /^rank 1: its allToAllV2d does not match rank 0's \(call kind, row size, output buffer, experts or alignment differ: 2 vs 1\)/);
+    assert.match(new api.SplitsError(at).message, /^rank 1: call does not match rank 0's/);
+  });
+
   it('keep their class and fields across threads', () => {
     const back = reviveError(serializeError(new PeerAccessError(0, 1)));
     assert.ok(back instanceof PeerAccessError);

@@ -105,5 +105,6 @@ export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'
   if (problem === undefined) {
     return new A2avError('A2AV_STATUS', `${what}: unknown status code ${e.code} reported by rank ${e.reportedBy} (corrupt status record)`);
   }
-  return new SplitsError({ problem, rank: e.rank, peer: e.peer, expert: e.expert ?? -1, needed: e.needed, available: e.available, reportedBy: e.reportedBy });
+  const op = /allReduce|allToAllV2dOffset|allToAllV2d|allToAllV/.exec(what)?.[0];
+  return new SplitsError({ problem, rank: e.rank, peer: e.peer, expert: e.expert ?? -1, needed: e.needed, available: e.available, reportedBy: e.reportedBy, op });
 }

@@ -87,7 +87,7 @@ export class CpuReducer {
         const a = all[q]![j]!, b = all[0]![j]!;
         // The output counts only where both ranks gave a symmetric one (id >= 0).
         if (a === b || (j === OUTPUT_WORD && (a < 0n || b < 0n))) continue;
-        return new SplitsError({ problem: 'mismatch', rank: q, peer: 0, needed: a, available: b, reportedBy: this.#rank });
+        return new SplitsError({ problem: 'mismatch', rank: q, peer: 0, needed: a, available: b, reportedBy: this.#rank, op: 'allReduce' });
       }
     }
     return undefined;
