@@ -13,6 +13,7 @@ import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from './agree.js';
 import { measure, slowestRank } from './measure.js';
+import { captureBatch, timeReplay } from './rank.js';
 import { mulberry32 } from './splits.js';
 import { alignColumns, formatMicros } from './table.js';
 
@@ -45,6 +46,9 @@ export interface MoeTokenRow {
   /** The 1-D allToAllV of the same rows between the same ranks (eager), and its time over the op's. */
   oneDUs: number;
   vsOneD: number;
+  /** cuda: µs per call replayed in a CUDA graph (the device's time, not the host's launch rate), the op's and the 1-D call's. */
+  graphUs?: number;
+  oneDGraphUs?: number;
 }
 
 export type MoeTokenReport = { type: 'row'; index: number; count: number; row: MoeTokenRow };
@@ -100,7 +104,24 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const route = first.route;
       const combine = () => group.combine({ y, route, out, topkWeights: arg.layout === 'expanded' ? weights : undefined, dtype: 'bf16', stream });
       combine().wait();
-      const t = slowestRank(agree, measure(comm, stream, arg.op === 'moe-dispatch' ? () => void dispatch().done : () => void combine(), { repeats: arg.repeats, agree }));
+      const op = arg.op === 'moe-dispatch' ? () => void dispatch().done : () => void combine();
+      const t = slowestRank(agree, measure(comm, stream, op, { repeats: arg.repeats, agree }));
+      const selections = all.reduce((s, ids) => s + ids.length, 0) / W;
+      const bytes = selections * arg.hidden * 2;
+      // cuda: the op and the 1-D call in graphs too; a graph of dispatches is checked like the first.
+      const graphOf = (call: () => void, check?: () => void): number | undefined => {
+        if (comm.backend !== 'cuda') return undefined;
+        // Fewer calls a graph than the 1-D sweep's: a dispatch is four or five kernels.
+        const batch = captureBatch(comm, stream, call, bytes, 10);
+        try {
+          batch.replay.launch(stream).wait();
+          check?.();
+          return timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs;
+        } finally {
+          batch.replay.close();
+        }
+      };
+      const graphUs = graphOf(op, arg.op === 'moe-dispatch' ? () => checkCounts(comm, expertCounts, all, E) : undefined);
       // The 1-D call of the same rows: this rank's selections per destination rank (one row per
       // (token, k) in expanded; per (token, rank) in compact), there for dispatch, back for combine.
       const perRank = rowsPerRank(all, W, E, arg.topk, arg.layout);
@@ -111,9 +132,9 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const sizeHintBytes = Math.max(1, mine.reduce((sum, n) => sum + n, 0) * rowBytes);
       const oneD = () => void comm.allToAllV({ input: recvX, output: oneDOut, inSplits, outSplitsOffsets, rowBytes, sizeHintBytes, stream });
       const oneDUs = slowestRank(agree, measure(comm, stream, oneD, { repeats: arg.repeats, agree })).medianUs;
-      const selections = all.reduce((s, ids) => s + ids.length, 0) / W;
-      const bytes = selections * arg.hidden * 2;
+      const oneDGraphUs = graphOf(oneD);
       const row: MoeTokenRow = { tokens, selections, bytes, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, GBps: bytes / (t.medianUs * 1e3), oneDUs, vsOneD: oneDUs / t.medianUs };
+      if (graphUs !== undefined) Object.assign(row, { graphUs, oneDGraphUs });
       rows.push(row);
       if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.tokens.length, row } satisfies MoeTokenReport);
     }
@@ -189,14 +210,16 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
     `# a2av bench ${first.op}: ${results.map((r) => r.backend).join(',')}, ${first.ranks} ranks, ${first.numExperts} experts, top-${first.topk}, hidden ${first.hidden} bf16, ` +
       `${first.layout}, ${first.device}, ${first.date}`,
     '# time µs = median of the timed loops (slowest rank in each); bytes = DeepEP\'s count: selections per rank x hidden x 2; GB/s = bytes / time',
-    '# 1d µs = allToAllV of the same rows between the same ranks, same run; vs 1d = 1d µs / time µs; checked: expertCounts = the ids\' histogram',
+    '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',
+    '# vs 1d = 1d µs / time µs (eager); checked: expertCounts = the ids\' histogram',
   ];
-  const head = ['tokens', 'backend', 'time µs', 'min-max µs', 'bytes', 'GB/s', '1d µs', 'vs 1d'];
+  const head = ['tokens', 'backend', 'time µs', 'min-max µs', 'graph µs', 'bytes', 'GB/s', '1d µs', '1d graph µs', 'vs 1d'];
   const table = first.rows.flatMap((_, i) =>
     results.flatMap((r) => {
       const x = r.rows[i];
       if (!x) return [];
-      return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, String(Math.round(x.bytes)), x.GBps.toFixed(1), formatMicros(x.oneDUs), x.vsOneD.toFixed(2)]];
+      const g = (us: number | undefined) => (us === undefined ? '-' : formatMicros(us));
+      return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, g(x.graphUs), String(Math.round(x.bytes)), x.GBps.toFixed(1), formatMicros(x.oneDUs), g(x.oneDGraphUs), x.vsOneD.toFixed(2)]];
     }),
   );
   return [...lines, ...alignColumns([head, ...table], [1])].join('\n') + '\n';

@@ -160,7 +160,7 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
 }
 
 /** A graph of `calls` back-to-back calls. */
-interface CapturedBatch {
+export interface CapturedBatch {
   replay: Replay;
   calls: number;
 }
@@ -170,8 +170,8 @@ interface CapturedBatch {
  * time is device time, not the host's launch rate (with many ranks in one process, launches
  * contend for the driver); larger calls are long enough to replay one by one.
  */
-function captureBatch(comm: Comm, stream: Stream, call: () => void, bytes: number): CapturedBatch {
-  const calls = bytes <= GRAPH_BATCH_MAX_BYTES ? GRAPH_CALLS : 1;
+export function captureBatch(comm: Comm, stream: Stream, call: () => void, bytes: number, most = GRAPH_CALLS): CapturedBatch {
+  const calls = bytes <= GRAPH_BATCH_MAX_BYTES ? most : 1;
   const replay = comm.capture(stream, () => {
     for (let k = 0; k < calls; k++) call();
   });
@@ -179,7 +179,7 @@ function captureBatch(comm: Comm, stream: Stream, call: () => void, bytes: numbe
 }
 
 /** Collective: µs per captured call, replaying the graph back to back. */
-function timeReplay(comm: Comm, agree: Agreement, stream: Stream, loops: LoopOptions, { replay, calls }: CapturedBatch): Timing {
+export function timeReplay(comm: Comm, agree: Agreement, stream: Stream, loops: LoopOptions, { replay, calls }: CapturedBatch): Timing {
   const launch = () => void replay.launch(stream);
   return slowestRank(agree, measure(comm, stream, launch, { ...loops, agree }).map((us) => us / calls));
 }
