@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
 import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, laneShares, PeerSplitMode, peerSplitFromEnv, peerSplitMode, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
-import { moeGridFromEnv } from '../src/backends/cuda/moe.js';
+import { leavesFused, moeGridFromEnv } from '../src/backends/cuda/moe.js';
 
 // An H200-like device: 132 SMs, 2048 threads per SM. By default the ranks span several GPUs (no grid mode).
 const ctx = (inputBytes: number, ranksOnDevice: number, more: Partial<PlanContext> = {}): PlanContext => ({
@@ -94,4 +94,16 @@ test('A2AV_MOE_GRID accepts auto (the default), never and always, and names anyt
   assert.equal(moeGridFromEnv('never'), 'never');
   assert.equal(moeGridFromEnv('always'), 'always');
   assert.throws(() => moeGridFromEnv('1'), (e: unknown) => e instanceof UsageError && /A2AV_MOE_GRID must be never, auto or always, got '1'/.test(e.message));
+});
+
+test('MoE calls leave x_fused for the slice grid only on one GPU, large, 16-byte rows, and not for the token group', () => {
+  const big = { oneGpu: true, outputBytes: GRID_MIN_BYTES, rowBytes: 4096 };
+  assert.equal(leavesFused('auto', big), true);
+  assert.equal(leavesFused('auto', { ...big, outputBytes: GRID_MIN_BYTES - 1 }), false);
+  assert.equal(leavesFused('auto', { ...big, rowBytes: 4100 }), false);
+  assert.equal(leavesFused('auto', { ...big, oneGpu: false }), false);
+  assert.equal(leavesFused('auto', { ...big, keepFused: true }), false, "the token group's output holds the worst case, not the call");
+  assert.equal(leavesFused('never', big), false);
+  assert.equal(leavesFused('always', { ...big, outputBytes: 64, rowBytes: 7, keepFused: true }), true);
+  assert.equal(leavesFused('always', { ...big, oneGpu: false }), false);
 });

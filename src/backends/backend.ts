@@ -203,6 +203,14 @@ export interface ExchangePlan {
 /** Experts per rank the MoE calls take at most (kernels/config.cuh A2AV_MAX_EXPERTS). */
 export const MAX_EXPERTS_PER_RANK = 256;
 
+/**
+ * Internal, not exported from the package: set (true) on the token MoE group's exchanges, the same
+ * on every rank, so that the cuda backend keeps them in its one-kernel path whatever the output's
+ * size. The group's output holds the worst case, not what a call moves, so the size rule that sends
+ * large one-GPU calls to the slice grid (three launches) would take it for a call of one token.
+ */
+export const KEEP_FUSED = Symbol('a2av.keepFused');
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */

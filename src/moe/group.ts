@@ -9,7 +9,7 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import type { Comm, Handle, Lane, Stream } from '../backends/backend.js';
+import { KEEP_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkCombine, checkContext, checkDispatch, checkOptions } from './check.js';
@@ -131,7 +131,7 @@ class TokenGroup implements MoeGroup {
     const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
     // The rows this call sends at most, to size the exchange's launch by (its input holds the worst case).
     const sends = p.tokenCap * sh.rowsPerToken;
-    const exchange = { inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s };
+    const exchange = keepFused({ inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s });
     const parts = [comm.allToAllV2d({ ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes })];
     if (p.meta) {
       const meta = { input: b.sendMeta, output: b.recvMeta, outSplitsOffsets: b.metaOso, rowBytes: sh.metaBytes, sizeHintBytes: sends * sh.metaBytes };
@@ -147,7 +147,7 @@ class TokenGroup implements MoeGroup {
     const route = this.#current(a.route, 'combine');
     const hidden = checkCombine(checkContext(this.#comm), this.#shape, a, route);
     const [s, b, sh] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape];
-    const h = this.#comm.allToAllV2dOffset({
+    const h = this.#comm.allToAllV2dOffset(keepFused({
       input: a.y,
       output: b.back,
       inSplitsOffsets: b.routeOso,
@@ -158,7 +158,7 @@ class TokenGroup implements MoeGroup {
       stream: s,
       // What this rank sent in the dispatch: what it gets back where the routing is even.
       sizeHintBytes: route.tokenCap * sh.rowsPerToken * sh.combineRowBytes,
-    });
+    }));
     this.#follow([h], s);
     this.#compute.reduce(s, { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden, tokenCap: route.tokenCap });
     return joined([h], this.#comm.record(s), combineError);
@@ -226,4 +226,9 @@ function joined(parts: Handle[], after: Handle, explain: (err: unknown) => unkno
       after.waitOn(stream);
     },
   };
+}
+
+/** The group's exchanges stay in the cuda backend's one-kernel path (backend.ts, KEEP_FUSED). */
+function keepFused<T extends object>(args: T): T {
+  return Object.assign(args, { [KEEP_FUSED]: true });
 }

@@ -3,7 +3,7 @@
 // else x_exchange + x_copy + x_done; a plan's exchange x_exchange + x_done, a move x_check +
 // x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
 // replays and timeouts work as for allToAllV.
-import type { DeviceBuffer, ExchangePlan, Handle, PlanMoveArgs, Stream } from '../backend.js';
+import { KEEP_FUSED, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
@@ -45,6 +45,19 @@ export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
   throw new UsageError(`A2AV_MOE_GRID must be never, auto or always, got '${value}'`);
 }
 
+/**
+ * Whether a call that fits x_fused copies in x_copy_slices instead (three launches). Only ranks all
+ * on one GPU; under 'auto' from GRID_MIN_BYTES of output with 16-byte rows (x_copy_slices takes
+ * those; others copy faster in x_fused), never for the token MoE group's exchanges (KEEP_FUSED).
+ * Rank-uniform: the output is one symmetric allocation of one size, rows and the flag are the same
+ * on every rank, else the call is refused.
+ */
+export function leavesFused(grid: MoeGrid, c: { oneGpu: boolean; outputBytes: number; rowBytes: number; keepFused?: boolean }): boolean {
+  if (!c.oneGpu || grid === 'never') return false;
+  if (grid === 'always') return true;
+  return !c.keepFused && c.outputBytes >= GRID_MIN_BYTES && c.rowBytes % 16 === 0;
+}
+
 /** A payload: its buffers and row size (a plan's exchange has none: rowBytes 0, outId -1). */
 export interface Payload {
   input?: GpuBuffer;
@@ -54,6 +67,8 @@ export interface Payload {
   maxBlocks?: number;
   /** Bytes this rank sends at most, when fewer than its input holds: the data grid is sized from it (its blocks loop, so more is still moved right). */
   sizeHintBytes?: number;
+  /** The token MoE group's exchanges (KEEP_FUSED): never the slice grid under 'auto'. */
+  keepFused?: boolean;
 }
 
 /** The kernels' view of a call: its kind, split buffers, experts, alignment and capacities in rows. */
@@ -71,8 +86,8 @@ export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes:
   return { inRows: Math.floor(a.input.bytes / a.rowBytes), outRows: Math.floor(a.output.bytes / a.rowBytes) };
 }
 
-export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number }): Payload {
-  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes };
+export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [KEEP_FUSED]?: boolean }): Payload {
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, keepFused: a[KEEP_FUSED] === true };
 }
 
 /** The bytes a call's data grid is sized for: its input, or the hint when smaller. */
@@ -140,9 +155,7 @@ export class MoeCalls {
    */
   #takesFused(x: ExchangeCall, payload: Payload): boolean {
     if (!this.#fused || x.kind === '1d' || !fusedFits(this.#host.worldSize, x.experts)) return false;
-    if (!this.#oneGpu() || this.#grid === 'never') return true;
-    // x_copy_slices takes 16-byte rows; others copy faster in x_fused than in x_copy's sweep.
-    return this.#grid === 'auto' && ((payload.output?.bytes ?? 0) < GRID_MIN_BYTES || payload.rowBytes % 16 !== 0);
+    return !leavesFused(this.#grid, { oneGpu: this.#oneGpu(), outputBytes: payload.output?.bytes ?? 0, rowBytes: payload.rowBytes, keepFused: payload.keepFused });
   }
 
   /** Every rank of the call on this GPU (more than one): their copies may take x_copy_slices. */
@@ -289,7 +302,7 @@ export class MoeCalls {
         // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
         const bytes = gridBytes(payload) || 1;
         const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
-        if (this.#grid !== 'never' && this.#oneGpu() && aligned) {
+        if ((this.#grid === 'always' || (this.#grid === 'auto' && !payload.keepFused)) && this.#oneGpu() && aligned) {
           // A block a slice of 16 bytes a thread (kernels/exchange.cu x_copy_slices).
           const blocks = Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / SLICE_BYTES)));
           launcher.launch(blocks, SLICE_THREADS, stream, 0, this.#fns.slices);
