@@ -404,6 +404,20 @@ extern "C" __global__ void pl_gemm_sum(const GemmArgs p) {
   ((float*)p.c)[gm * p.ldc + gn] = v;
 }
 
+// After a GEMM that another library computed into c (cuBLAS, src/cuda/cublas.ts): the bias, then
+// ReLU, in place, as pl_gemm's last step; a thread an output.
+extern "C" __global__ void pl_gemm_epilogue(const GemmArgs p) {
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.m * p.n) return;
+  const i64 gm = i / p.n, gn = i % p.n;
+  float* c = (float*)p.c + gm * p.ldc + gn;
+  float v = *c;
+  const float* bias = (const float*)p.bias;
+  if (bias) v = __fadd_rn(v, bias[gn]);
+  if (p.relu) v = v > 0.f ? v : 0.f;
+  *c = v;
+}
+
 // out[c] = sum over rows ascending of x[r·ld + c] (a bias gradient): one thread per column.
 struct ColSumArgs {
   u64 x;

@@ -84,6 +84,7 @@ interface PipelineFlags {
   json?: boolean;
   trace?: string;
   inputDistBlocks?: number;
+  gemm: 'kernel' | 'cublas' | 'auto';
 }
 
 /**
@@ -186,6 +187,8 @@ benchCommand
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--input-dist-blocks <n>', 'at most this many thread blocks for each input-dist all-to-all on cuda: the SM budget of the lane that ' +
     'overlaps the compute (default: the launch plan\'s)', integer(1))
+  .addOption(new Option('--gemm <kind>', "cuda and nccl: the dense layers' GEMMs in kernel (the pipeline's own, bit-exact against the cpu backend), " +
+    "cublas (cuBLAS's sgemm, checked against the kernel before the steps) or auto (cuBLAS where its library loads)").choices(['kernel', 'cublas', 'auto']).default('kernel'))
   .option('--json', 'print only the JSON result to stdout')
   .option('--trace <file.json>', 'write the timed steps as Chrome trace events (ui.perfetto.dev opens them): per arm and rank, a track for ' +
     'the compute stream, one for the data stream, one per lane')
@@ -342,6 +345,13 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
   if (flags.inputDistBlocks !== undefined && !names.includes('cuda')) fail(`--input-dist-blocks is the cuda backend's SM budget (the input dist's maxBlocks); ${names.join(' and ')} ${names.length > 1 ? 'have' : 'has'} none: run it with --backend cuda`);
   // A trace file that cannot be written ends the run before the arms, not after them.
   if (flags.trace !== undefined) checkWritable(flags.trace);
+  // cuBLAS sums in its own order: beside the cpu backend's loops the rows' checksums could not agree.
+  if (flags.gemm !== 'kernel' && names.includes('cpu')) fail(`--gemm ${flags.gemm} is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave out cpu, or --gemm`);
+  if (flags.gemm === 'cublas') {
+    // Missing here, it would fail inside the ranks: say where it was looked for, before they start.
+    const [{ loadLibrary }, { cublasLibrarySpec }] = await Promise.all([import('./native/find-library.js'), import('./cuda/cublas.js')]);
+    loadLibrary(cublasLibrarySpec());
+  }
   const defaults = names.includes('cpu') ? PIPELINE_DEFAULTS.cpu : PIPELINE_DEFAULTS.gpu;
   const shape = flags.shape ?? defaults.shape;
   // The GPU shapes' GEMMs and lookups run as host loops on cpu: minutes a step (dlrm: about 3).
@@ -352,7 +362,7 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     try {
       return await runPipeline(
         { backend, ranks, shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
-          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks },
+          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks, gemm: flags.gemm },
         progress,
       );
     } finally {

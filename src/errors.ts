@@ -89,6 +89,13 @@ export class NcclError extends A2avError {
   }
 }
 
+/** A cuBLAS call returned an error (the pipeline's dense layers), or its GEMM disagreed with the pipeline's own. */
+export class CublasError extends A2avError {
+  constructor(readonly call: string, readonly status: number, readonly errorName: string, detail = '') {
+    super('A2AV_CUBLAS', `${call} failed: ${errorName} (${status})${detail ? `: ${detail}` : ''}`);
+  }
+}
+
 /**
  * A shared-memory system call failed (cpu ranks as processes): `call` (shm_open, mmap, ...), the
  * errno and its name (ENOSPC: /dev/shm is full), and the shared-memory object's name if any.

@@ -32,6 +32,7 @@ export { SHAPES as PIPELINE_SHAPES, type Shape as PipelineShape, type ShapeName 
 export {
   A2avError,
   CommAbortedError,
+  CublasError,
   CudaError,
   KernelSourcesNotFoundError,
   LibraryNotFoundError,

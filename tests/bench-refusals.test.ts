@@ -29,6 +29,11 @@ describe('a2av bench: refusals up front', () => {
     refused(['bench', 'pipeline', '--backend', 'cpu', '--iters', '1', '--warmup', '0', '--trace', '/nonexistent/t.json'], '/nonexistent/t.json: cannot write (ENOENT on /nonexistent)');
   });
 
+  it('bench pipeline: cuBLAS GEMMs beside the cpu backend (whose rows must match it to the bit)', () => {
+    refused(['bench', 'pipeline', '--backend', 'cpu', '--gemm', 'cublas'],
+      "--gemm cublas is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave out cpu, or --gemm");
+  });
+
   it('bench allreduce: a size whose output passes the cpu backend\'s largest buffer names --max', () => {
     refused(['bench', 'allreduce', '--backend', 'cpu', '--min', '4G', '--max', '5G'],
       'bench allreduce: 4 GiB (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs 4294967552 bytes, ' +

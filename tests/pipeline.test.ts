@@ -201,6 +201,17 @@ describe('pipeline kernels', () => {
   });
 });
 
+/** Why cuBLAS cannot load here, or undefined. */
+async function cublasUnavailable(): Promise<string | undefined> {
+  const [{ loadLibrary }, { cublasLibrarySpec }] = await Promise.all([import('../src/native/find-library.js'), import('../src/cuda/cublas.js')]);
+  try {
+    loadLibrary(cublasLibrarySpec());
+    return undefined;
+  } catch (err) {
+    return `no cuBLAS: ${(err as Error).message.split('\n')[0]}`;
+  }
+}
+
 /** Why `backend` cannot run `ranks` ranks here, or undefined (tests/conformance.test.ts's rule). */
 async function gpuUnavailable(backend: 'cuda' | 'nccl', ranks: number): Promise<string | undefined> {
   try {
@@ -230,6 +241,22 @@ describe('pipeline on GPUs', () => {
     const why = await gpuUnavailable('cuda', 2);
     if (why) return t.skip(why);
     await armsAgreeWithReference('cuda', 2, ['two-lanes'], { warmup: 2, iters: 3 }, undefined, 1);
+  });
+
+  test('cuda W=2 with cuBLAS GEMMs: the arms agree to the bit, and the loss follows the reference to 1e-3', async (t) => {
+    const why = (await gpuUnavailable('cuda', 2)) ?? (await cublasUnavailable());
+    if (why) return t.skip(why);
+    const arg: ArmsArg = { shape: 'tiny', arms: [...ARMS], seed: 7, warmup: 2, iters: 3, gemm: 'cublas' };
+    const perRank = await runRanks<ArmsArg, RankArm[]>({ backend: 'cuda', ranks: 2, timeoutMs: 30_000 }, programs, 'arms', arg);
+    const ref = referenceRun(shapeOf('tiny'), 2, arg.seed, arg.warmup + arg.iters);
+    for (let r = 0; r < 2; r++) {
+      const [first, ...rest] = perRank[r];
+      for (const other of rest) {
+        assert.deepEqual([other.loss, other.tables, other.params], [first.loss, first.tables, first.params], `rank ${r}: ${other.arm} against ${first.arm}`);
+      }
+      // Another summation order than the reference's: close, not equal (a wrong GEMM is far off).
+      first.loss.forEach((l, i) => assert.ok(Math.abs(l - ref.loss[r][i]) <= 1e-3 * Math.max(1, Math.abs(ref.loss[r][i])), `rank ${r} step ${i}: loss ${l} against ${ref.loss[r][i]}`));
+    }
   });
 
   test('nccl W=2 (host-side splits): the same bits', async (t) => {

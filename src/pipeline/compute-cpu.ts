@@ -44,6 +44,7 @@ export class CpuCompute implements Compute {
   readonly compute: Stream = { kind: 'stream' };
   readonly data: Stream = { kind: 'stream' };
   readonly clock: Clock = new HostClock();
+  readonly gemmName = 'host loops (the cpu backend)';
   readonly #views = new WeakMap<DeviceBuffer, Views>();
 
   scanLengths(_s: Stream, a: ScanArgs): void {

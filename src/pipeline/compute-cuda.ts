@@ -7,17 +7,52 @@ import { KernelModule } from '../jit/module.js';
 import { KernelSet } from '../jit/kernel-set.js';
 import type { Clock, Ref } from './compute.js';
 import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
-import { KernelCompute, type KernelDevice } from './kernel-compute.js';
+import { KernelCompute, type DeviceBlas, type KernelDevice } from './kernel-compute.js';
+import { Cublas } from '../cuda/cublas.js';
+import { LibraryNotFoundError } from '../errors.js';
 import { cudaStream, devicePointer } from '../backends/raw.js';
 
 /** Names this code in the errors of src/backends/raw.ts. */
 const WHO = 'pipeline';
 
-export function createCudaCompute(): KernelCompute {
-  return new KernelCompute(new CudaKernelDevice());
+/**
+ * The dense layers' GEMMs: 'cublas' (cuBLAS's sgemm, found like NCCL: A2AV_LIBCUBLAS, the loader,
+ * the CUDA toolkit, NVIDIA's wheels), 'kernel' (pl_gemm, bit-exact against the cpu backend's loops),
+ * or 'auto': cuBLAS where the library loads, else pl_gemm.
+ */
+export type GemmChoice = 'auto' | 'cublas' | 'kernel';
+
+export function createCudaCompute(gemm: GemmChoice = 'kernel'): KernelCompute {
+  const device = new CudaKernelDevice(gemm);
+  const compute = new KernelCompute(device);
+  try {
+    compute.verifyBlas(device.memory);
+  } catch (err) {
+    compute.close();
+    throw err;
+  }
+  return compute;
+}
+
+/** cuBLAS on the current context, or undefined under 'auto' where the library is not found. */
+function openBlas(gemm: GemmChoice): DeviceBlas | undefined {
+  if (gemm === 'kernel') return undefined;
+  let cublas: Cublas;
+  try {
+    cublas = new Cublas();
+  } catch (err) {
+    if (gemm === 'auto' && err instanceof LibraryNotFoundError) return undefined;
+    throw err;
+  }
+  return {
+    name: `${cublas.name} sgemm`,
+    sgemm: (stream, g) => cublas.sgemm(cudaStream(stream, WHO).handle, g),
+    close: () => cublas.destroy(),
+  };
 }
 
 class CudaKernelDevice implements KernelDevice {
+  readonly blas: DeviceBlas | undefined;
   readonly compute: CudaStream;
   readonly data: CudaStream;
   readonly clock: EventClock;
@@ -26,7 +61,7 @@ class CudaKernelDevice implements KernelDevice {
   readonly #device: CudaDevice;
   readonly #kernels: KernelSet<KernelName>;
 
-  constructor() {
+  constructor(gemm: GemmChoice) {
     this.#device = CudaDevice.current();
     this.#kernels = new KernelSet(new KernelModule('pipeline.cu', this.#device.arch), KERNEL_SPECS);
     this.compute = this.#device.createStream();
@@ -34,6 +69,17 @@ class CudaKernelDevice implements KernelDevice {
     this.clock = new EventClock(this.#device);
     this.multiprocessors = this.#device.smCount;
     this.scratch = this.#device.alloc(8);
+    try {
+      this.blas = openBlas(gemm);
+    } catch (err) {
+      this.close();
+      throw err;
+    }
+  }
+
+  /** Plain device memory (verifyBlas). */
+  get memory(): CudaDevice {
+    return this.#device;
   }
 
   params(spec: KernelName): DataView {
@@ -61,6 +107,7 @@ class CudaKernelDevice implements KernelDevice {
   close(): void {
     // Its own streams only: ranks sharing the GPU share the context, and their kernels are theirs.
     for (const s of [this.compute, this.data]) s.synchronize();
+    this.blas?.close();
     this.clock.destroy();
     this.#device.free(this.scratch);
     for (const s of [this.compute, this.data]) this.#device.destroyStream(s);

@@ -196,6 +196,8 @@ export interface Compute {
   /** The stream that draws the next batch and its splits. */
   readonly data: Stream;
   readonly clock: Clock;
+  /** What computes the GEMMs, for the report. */
+  readonly gemmName: string;
   scanLengths(s: Stream, a: ScanArgs): void;
   segmentBases(s: Stream, a: BasesArgs): void;
   genIds(s: Stream, a: IdsArgs): void;

@@ -3,13 +3,14 @@
 // does not import its implementations.
 import type { Comm } from '../backends/backend.js';
 import type { Compute } from './compute.js';
+import type { GemmChoice } from './compute-cuda.js';
 
 /**
  * The compute for `comm`'s backend. Collective on cuda and nccl: every rank loads the kernels
  * before any rank queues a collective (loading code waits for the kernels running on the GPU,
  * and a peer's collective spins until this rank arrives).
  */
-export async function createCompute(comm: Comm): Promise<Compute> {
+export async function createCompute(comm: Comm, gemm: GemmChoice = 'kernel'): Promise<Compute> {
   if (comm.backend === 'cpu') {
     const { CpuCompute } = await import('./compute-cpu.js');
     return new CpuCompute();
@@ -17,7 +18,7 @@ export async function createCompute(comm: Comm): Promise<Compute> {
   const { createCudaCompute } = await import('./compute-cuda.js');
   // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
   if (comm.rank !== 0) await comm.barrier();
-  const compute = createCudaCompute();
+  const compute = createCudaCompute(gemm);
   if (comm.rank === 0) await comm.barrier();
   await comm.barrier();
   return compute;

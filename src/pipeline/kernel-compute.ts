@@ -21,8 +21,29 @@ import type {
 } from './compute.js';
 import { gemmChunks } from './compute.js';
 import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
+import type { RowMajorGemm } from '../cuda/cublas.js';
+import { CublasError } from '../errors.js';
+
+/** Device memory for verifyBlas (a CudaDevice). */
+export interface DeviceScratch {
+  alloc(bytes: number): bigint;
+  free(ptr: bigint): void;
+  upload(dst: bigint, src: ArrayBufferView): void;
+  download(dst: ArrayBufferView, src: bigint): void;
+}
+
+/** A library GEMM in place of pl_gemm (cuBLAS on a GPU: compute-cuda.ts). */
+export interface DeviceBlas {
+  /** What computes the GEMMs, for the report ("cuBLAS 13.1.1 sgemm"). */
+  readonly name: string;
+  /** c = op(a)·op(b), row-major, no bias or ReLU (pl_gemm_epilogue adds them). */
+  sgemm(stream: Stream, g: RowMajorGemm): void;
+  close(): void;
+}
 
 export interface KernelDevice {
+  /** Where present, the GEMMs go to it (with pl_gemm_epilogue for bias and ReLU), not to pl_gemm. */
+  readonly blas?: DeviceBlas;
   readonly compute: Stream;
   readonly data: Stream;
   readonly clock: Clock;
@@ -82,7 +103,20 @@ export class KernelCompute implements Compute {
   scatterUpdate(s: Stream, a: BagArgs): void {
     this.#launch('bag', 'pl_scatter_update', { ...a }, blocks(a.bags * a.dim), THREADS, s);
   }
+  /** What computes the dense layers' GEMMs. */
+  get gemmName(): string {
+    return this.device.blas?.name ?? 'pl_gemm (kernels/pipeline.cu)';
+  }
+
   gemm(s: Stream, a: GemmArgs): void {
+    const blas = this.device.blas;
+    if (blas) {
+      // Its own summation order (a.partials, the kernel's split of k, does not apply).
+      const d = this.device;
+      blas.sgemm(s, { a: d.address(a.a), b: d.address(a.b), c: d.address(a.c), m: a.m, n: a.n, k: a.k, lda: a.lda, ldb: a.ldb, ldc: a.ldc, transA: a.transA, transB: a.transB });
+      if (a.bias || a.relu) this.#launch('gemm', 'pl_gemm_epilogue', { ...a, partials: undefined, kChunk: a.k }, blocks(a.m * a.n), THREADS, s);
+      return;
+    }
     const tiles = Math.ceil(a.m / GEMM_TILE_M) * Math.ceil(a.n / GEMM_TILE_N);
     const chunks = a.partials ? gemmChunks(a.k) : { count: 1, size: a.k };
     if (chunks.count === 1) {
@@ -112,6 +146,45 @@ export class KernelCompute implements Compute {
   }
   zero(s: Stream, at: Ref, bytes: number): void {
     if (bytes > 0) this.device.zero(s, this.device.address(at), bytes);
+  }
+
+  /**
+   * Where a library computes the GEMMs: its results against pl_gemm's on a small odd shape, every
+   * transpose, before any step. A wrong binding would otherwise train on garbage the same way in
+   * every arm, and the arms' equal checksums would not show it. Beyond f32 rounding: CublasError.
+   */
+  verifyBlas(mem: DeviceScratch): void {
+    const blas = this.device.blas;
+    if (!blas) return;
+    const [m, n, k] = [37, 29, 41];
+    const s = this.compute;
+    let x = 0x2545f491;
+    const next = () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 31) - 1;
+    const a = Float32Array.from({ length: m * k }, next);
+    const b = Float32Array.from({ length: k * n }, next);
+    const [pa, pb, pLib, pOwn] = [a.byteLength, b.byteLength, 4 * m * n, 4 * m * n].map((bytes) => mem.alloc(bytes));
+    try {
+      mem.upload(pa, a);
+      mem.upload(pb, b);
+      const [lib, own] = [new Float32Array(m * n), new Float32Array(m * n)];
+      for (const transA of [false, true]) {
+        for (const transB of [false, true]) {
+          const g = { m, n, k, lda: transA ? m : k, ldb: transB ? k : n, ldc: n, transA, transB };
+          blas.sgemm(s, { a: pa, b: pb, c: pLib, ...g });
+          this.#launch('gemm', 'pl_gemm', { a: pa, b: pb, c: pOwn, ...g, relu: false, kChunk: k }, Math.ceil(m / GEMM_TILE_M) * Math.ceil(n / GEMM_TILE_N), THREADS, s);
+          this.device.sync(s);
+          mem.download(lib, pLib);
+          mem.download(own, pOwn);
+          // Terms in [-1, 1], 41 of them: f32 rounding in any order stays far below 1e-3.
+          const worst = lib.reduce((w, v, i) => Math.max(w, Math.abs(v - own[i]!)), 0);
+          if (!(worst <= 1e-3)) {
+            throw new CublasError(`${blas.name} sgemm`, -1, 'WRONG_RESULT', `differs from pl_gemm by ${worst} on ${m}x${n}x${k}, transA ${transA}, transB ${transB}`);
+          }
+        }
+      }
+    } finally {
+      for (const p of [pa, pb, pLib, pOwn]) mem.free(p);
+    }
   }
 
   checksum(s: Stream, at: Ref, words: number): [number, number] {

@@ -8,6 +8,7 @@ import { formatBytes } from '../bench/units.js';
 import { UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
 import { createCompute } from './create-compute.js';
+import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
 import { checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';
@@ -26,6 +27,8 @@ export interface PipelineArg {
   trace: boolean;
   /** SM budget of the input dist (ArmOptions.inputDistBlocks). */
   inputDistBlocks?: number;
+  /** cuda and nccl: what computes the dense layers' GEMMs (compute-cuda.ts; default 'kernel'). */
+  gemm?: GemmChoice;
 }
 
 /** What rank 0 sends to the main thread: the run's plan, then each step as it is queued. */
@@ -62,6 +65,8 @@ export interface ArmResult {
 
 export interface PipelineRankResult {
   device: string;
+  /** What computed the GEMMs (Compute.gemmName). */
+  gemm: string;
   arms: ArmResult[];
   traces?: ArmTrace[];
 }
@@ -76,7 +81,7 @@ export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankConte
   const report = (m: PipelineReport) => lead && ctx?.report(m);
   const layout = new Layout(shapeOf(arg.shape), comm.worldSize, comm.rank);
   const steps = arg.warmup + arg.iters;
-  const compute = await createCompute(comm);
+  const compute = await createCompute(comm, arg.gemm);
   let agree: Agreement | undefined;
   let model: Model | undefined;
   try {
@@ -99,6 +104,7 @@ export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankConte
     const perRank = gathered.map((words) => decodeRuns(words, arg));
     return {
       device: comm.deviceName,
+      gemm: compute.gemmName,
       arms: arg.arms.map((_, a) => armResult(perRank.map((runs) => runs[a]))),
       traces: arg.trace ? arg.arms.map((arm, a) => ({ backend: comm.backend, arm, ranks: perRank.map((runs, rank) => ({ rank, spans: runs[a].spans })) })) : undefined,
     };

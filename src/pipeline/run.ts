@@ -27,6 +27,8 @@ export interface PipelineResult {
   inputDistBlocks?: number;
   /** Where the step times come from. */
   clock: string;
+  /** What computed the dense layers' GEMMs. */
+  gemm: string;
   arms: ArmResult[];
   traces?: ArmTrace[];
 }
@@ -65,6 +67,7 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
     clock: opts.backend === 'cpu'
       ? 'host clock (performance.now) around each phase; the cpu backend runs each collective in the calling thread'
       : 'device events recorded around each phase on its stream, cuEventElapsedTime; ranks lined up by an all-reduce before the timed steps',
+    gemm: rank0.gemm,
     arms: rank0.arms,
     traces: rank0.traces,
   };

@@ -89,7 +89,7 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
       `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${first.ranks} rank${first.ranks === 1 ? '' : 's'}, ${first.device}, ${first.date}`,
     `# ${first.iters} timed steps after ${first.warmup} warm-up steps; each step's figure is the slowest rank's; step µs = median, p10-p90 = its spread`,
     ...(first.inputDistBlocks === undefined ? [] : [`# input dist: at most ${first.inputDistBlocks} thread blocks per all-to-all (its lane's SM budget; cuda)`]),
-    ...results.map((r) => `# ${r.backend} clock: ${r.clock}`),
+    ...results.map((r) => `# ${r.backend} clock: ${r.clock}; GEMMs: ${r.gemm}`),
     ...(withNccl ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),
     '# vs one-lane = it/s over the same backend\'s one-lane it/s; compute µs = the compute stream busy per step (median); ' +
       'exposed comm µs = median of (step − compute): the compute waiting, mostly for collectives',
@@ -107,5 +107,6 @@ export function formatPipelineJson(results: readonly PipelineResult[]): string {
   const { rows, problems, notes } = pipelineRows(results);
   const { shape, ranks, device, date, warmup, iters, seed } = results[0];
   const clocks = Object.fromEntries(results.map((r) => [r.backend, r.clock]));
-  return JSON.stringify({ op: 'pipeline', shape, ranks, device, date, warmup, iters, seed, clocks, rows, checksumsAgree: problems.length === 0, problems, notes }, null, 2) + '\n';
+  const gemms = Object.fromEntries(results.map((r) => [r.backend, r.gemm]));
+  return JSON.stringify({ op: 'pipeline', shape, ranks, device, date, warmup, iters, seed, clocks, gemms, rows, checksumsAgree: problems.length === 0, problems, notes }, null, 2) + '\n';
 }

@@ -2,6 +2,7 @@
 import type { Comm } from '../../src/backends/backend.js';
 import { at4, gemmPartialFloats, type Compute } from '../../src/pipeline/compute.js';
 import { createCompute } from '../../src/pipeline/create-compute.js';
+import type { GemmChoice } from '../../src/pipeline/compute-cuda.js';
 import { Model } from '../../src/pipeline/model.js';
 import { Layout, shapeOf, type ShapeName } from '../../src/pipeline/shapes.js';
 import { runArm, type Arm } from '../../src/pipeline/train.js';
@@ -18,6 +19,8 @@ export interface ArmsArg {
   emulator?: string;
   /** The input dist's block budget (ArmOptions.inputDistBlocks). */
   inputDistBlocks?: number;
+  /** cuda, nccl: what computes the GEMMs (compute-cuda.ts). */
+  gemm?: GemmChoice;
 }
 
 export interface RankArm {
@@ -30,7 +33,7 @@ export interface RankArm {
 
 export async function arms(comm: Comm, arg: ArmsArg): Promise<RankArm[]> {
   const layout = new Layout(shapeOf(arg.shape), comm.worldSize, comm.rank);
-  const compute = arg.emulator === undefined ? await createCompute(comm) : emulatedCompute(arg.emulator);
+  const compute = arg.emulator === undefined ? await createCompute(comm, arg.gemm) : emulatedCompute(arg.emulator);
   const model = await Model.create(comm, compute, layout, arg.warmup + arg.iters);
   try {
     const out: RankArm[] = [];
