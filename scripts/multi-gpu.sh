@@ -17,7 +17,7 @@
 # Logs and JSON go to $OUT (default ./multi-gpu-out); the tables are printed last.
 # Knobs: A2AV_MG_WORLDS="8 4" (sweep worlds), A2AV_MG_MAX=4G, A2AV_MG_REPEATS=5, A2AV_MG_SKIP="tests conformance nodes",
 # A2AV_MG_VARIANTS="peer-split lane-shares moe-grid" (which variants the variants op runs),
-# A2AV_MG_PACK=file.tgz (everything in $OUT, packed at the end),
+# A2AV_MG_PACK=file.tgz (everything in $OUT, packed at the end), A2AV_MG_GEMM=kernel|cublas|auto (the pipeline's GEMMs),
 # A2AV_MG_OPS="ceiling alltoallv dispatch combine allreduce pipeline moe-tokens tune" (which sweeps; ceiling: scripts/probe/peer-ceiling.cu;
 # variants (not in the default list): kernel variants off by default (or the control arm of one now on) beside the default, and their tests;
 # allreduce: a2av bench allreduce, cuda against nccl; pipeline: a2av bench pipeline, the arms on cuda and nccl;
@@ -225,8 +225,8 @@ fi
 if [[ "$ops" == *" pipeline "* ]]; then
   # The DLRM-like training step, one lane against two, cuda against nccl, one process per GPU (with a trace).
   for w in $worlds; do
-    step "pipeline W=$w: cuda against nccl"
-    timeout 600 "${cli[@]}" launch -n "$w" --output-ranks 0 --no-prefix -- node dist/src/cli.js bench pipeline --backend cuda,nccl --trace "$OUT/pipeline-w$w.trace.json" \
+    step "pipeline W=$w: cuda against nccl (GEMMs: ${A2AV_MG_GEMM:-kernel})"
+    timeout 600 "${cli[@]}" launch -n "$w" --output-ranks 0 --no-prefix -- node dist/src/cli.js bench pipeline --backend cuda,nccl --gemm "${A2AV_MG_GEMM:-kernel}" --trace "$OUT/pipeline-w$w.trace.json" \
       > "$OUT/pipeline-w$w.txt" 2> "$OUT/pipeline-w$w.err" || { rc=1; echo "pipeline W=$w failed: $(tail -2 "$OUT/pipeline-w$w.err")"; }
     cat "$OUT/pipeline-w$w.txt"
   done
