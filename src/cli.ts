@@ -346,7 +346,7 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
   // A trace file that cannot be written ends the run before the arms, not after them.
   if (flags.trace !== undefined) checkWritable(flags.trace);
   // cuBLAS sums in its own order: beside the cpu backend's loops the rows' checksums could not agree.
-  if (flags.gemm !== 'kernel' && names.includes('cpu')) fail(`--gemm ${flags.gemm} is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave out cpu, or --gemm`);
+  if (flags.gemm !== 'kernel' && names.includes('cpu')) fail(`--gemm ${flags.gemm} is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave cpu out of --backend, or leave out --gemm`);
   if (flags.gemm === 'cublas') {
     // Missing here, it would fail inside the ranks: say where it was looked for, before they start.
     const [{ loadLibrary }, { cublasLibrarySpec }] = await Promise.all([import('./native/find-library.js'), import('./cuda/cublas.js')]);
@@ -535,7 +535,12 @@ async function backendsAndRanks(flags: { backend?: BackendName[]; ranks?: number
 async function gpuCount(backend: string): Promise<number> {
   const { cudaDeviceCount, cudaUnavailableReason } = await import('./cuda/probe.js');
   const n = cudaDeviceCount();
-  if (n === 0) fail(`--backend ${backend}: no GPU (${cudaUnavailableReason() ?? 'none visible'}); use --backend cpu`);
+  if (n === 0) {
+    // The driver's error may already end in the way out (LibraryNotFoundError: "... use the cpu
+    // backend (--backend cpu), ..."): say it once.
+    const reason = (cudaUnavailableReason() ?? 'none visible').replace(/\.$/, '');
+    fail(reason.includes('--backend cpu') ? `--backend ${backend}: no GPU: ${reason}` : `--backend ${backend}: no GPU (${reason}); use --backend cpu`);
+  }
   return n;
 }
 

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { cudaUnavailableReason } from '../src/cuda/probe.js';
 
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
 const a2av = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 60_000 });
@@ -31,7 +32,13 @@ describe('a2av bench: refusals up front', () => {
 
   it('bench pipeline: cuBLAS GEMMs beside the cpu backend (whose rows must match it to the bit)', () => {
     refused(['bench', 'pipeline', '--backend', 'cpu', '--gemm', 'cublas'],
-      "--gemm cublas is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave out cpu, or --gemm");
+      "--gemm cublas is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave cpu out of --backend, or leave out --gemm");
+  });
+
+  it('a GPU backend where libcuda is not found: the way out said once', { skip: cudaUnavailableReason()?.startsWith('libcuda (the NVIDIA driver) not found') ? false : 'libcuda loads here' }, () => {
+    const way = "libcuda (the NVIDIA driver) not found: use the cpu backend (--backend cpu), or set A2AV_LIBCUDA to the library's path";
+    refused(['bench', '--backend', 'cuda', '--max', '1M'], `--backend cuda: no GPU: ${way}`);
+    refused(['bench', 'allreduce', '--backend', 'cuda,nccl'], `--backend cuda,nccl: no GPU: ${way}`);
   });
 
   it('bench allreduce: a size whose output passes the cpu backend\'s largest buffer names --max', () => {

@@ -34,9 +34,9 @@ describe('cpu buffers past the limit', () => {
     // 4 GiB of input needs 4 GiB plus the canary for its output: past the limit.
     assert.equal(fit.plans.length, 2);
     assert.ok(Math.max(fit.memory.inputBytes, fit.memory.midBytes) <= limits.maxBuffer);
-    assert.equal(fit.note, "lowered --max from 1 TiB to 2 GiB: 4 GiB per rank needs a buffer of 4.0 GiB, past the cpu backend's 4 GiB per buffer");
+    assert.equal(fit.note, "lowered --max from 1 TiB to 2 GiB: 4 GiB per rank needs a buffer of 4 GiB + 64 bytes, past the cpu backend's 4 GiB per buffer");
     assert.throws(() => fitSweep(all.slice(2), sizes.slice(2), shape, 'copy', limits),
-      { name: 'UsageError', message: "4 GiB per rank needs a buffer of 4.0 GiB, past the cpu backend's 4 GiB per buffer" });
+      { name: 'UsageError', message: "4 GiB per rank needs a buffer of 4 GiB + 64 bytes, past the cpu backend's 4 GiB per buffer" });
     // Memory short of the limit still lowers for memory, and says so.
     const short = fitSweep(all, sizes, shape, 'copy', { ...limits, free: 8 * GiB });
     assert.equal(short.plans.length, 1);

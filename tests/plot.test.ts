@@ -134,6 +134,9 @@ describe('a2av plot', () => {
       { name: 'UsageError', message: `m.json: an 'a2av bench --op moe-dispatch' result (a token MoE group per token count); ${draws}` });
     assert.throws(() => parseResult(JSON.stringify([allReduce, { ...allReduce, backend: 'nccl' }]), 'r.json'),
       { name: 'UsageError', message: `r.json: an 'a2av bench allreduce' result; ${draws}` });
+    const pipeline = { op: 'pipeline', shape: { name: 'tiny' }, ranks: 2, device: 'cpu thread', date: 'd', rows: [{ backend: 'cpu', arm: 'one-lane', itPerSec: 100 }] };
+    assert.throws(() => parseResult(JSON.stringify(pipeline), 'p.json'),
+      { name: 'UsageError', message: `p.json: an 'a2av bench pipeline' result (it/s per training arm, not a sweep over sizes); ${draws}` });
     // A result short of fields says which.
     assert.throws(() => parseResult(JSON.stringify({ backend: 'cpu', ranks: 2, rows: [] }), 's.json'), /^UsageError: s\.json: not an a2av bench result: no device, splits, rowBytes \(/);
   });

@@ -41,11 +41,21 @@ export function fitSweep(all: readonly Splits[], sizes: readonly number[], shape
   while (count > 0 && (pastBuffer(count) || need(count).total > limits.free)) count--;
   // Why the first size left out does not fit.
   const why = (count: number): string => pastBuffer(count + 1)
-    ? `${formatBytes(sizes[count])} per rank needs a buffer of ${formatBytes(need(count + 1).largest)}, past the ${limits.backend} backend's ` +
+    ? `${formatBytes(sizes[count])} per rank needs a buffer of ${formatPast(need(count + 1).largest, limits.maxBuffer)}, past the ${limits.backend} backend's ` +
       `${formatBytes(limits.maxBuffer)} per buffer`
     : `${formatBytes(sizes[count])} per rank needs ${formatBytes(need(count + 1).total)} on ${limits.deviceName}, ` +
       `${formatBytes(limits.free)} is free (${limits.perDevice} rank${limits.perDevice > 1 ? 's' : ''} share it)`;
   if (count === 0) throw new UsageError(why(0));
   const note = count < all.length ? `lowered --max from ${formatBytes(sizes[all.length - 1])} to ${formatBytes(sizes[count - 1])}: ${why(count)}` : undefined;
   return { plans: all.slice(0, count), memory: need(count), note };
+}
+
+/**
+ * `bytes`, a size past `limit`, so that it reads as larger: where both round to the same figure
+ * (4 GiB and its canary: "4.0 GiB, past ... 4 GiB"), the limit and what it lacks.
+ */
+function formatPast(bytes: number, limit: number): string {
+  const text = formatBytes(bytes);
+  const same = (a: string, b: string) => a.replace('.0 ', ' ') === b.replace('.0 ', ' ');
+  return bytes > limit && same(text, formatBytes(limit)) ? `${formatBytes(limit)} + ${bytes - limit} bytes` : text;
 }

@@ -58,7 +58,7 @@ export function checkResult(value: unknown, source: string): BenchResult {
 
 /**
  * The other bench commands' results (one, or a list of one per backend), named: token MoE groups
- * (`--op moe-dispatch|moe-combine`, rows per token count) and `bench allreduce`.
+ * (`--op moe-dispatch|moe-combine`, rows per token count), `bench allreduce` and `bench pipeline`.
  */
 function otherBenchKind(value: unknown): string | undefined {
   const first: unknown = Array.isArray(value) ? value[0] : value;
@@ -66,6 +66,7 @@ function otherBenchKind(value: unknown): string | undefined {
   const r = first as Record<string, unknown>;
   if (typeof r.op === 'string' && r.op.startsWith('moe-') && typeof r.numExperts === 'number') return `an 'a2av bench --op ${r.op}' result (a token MoE group per token count)`;
   if (typeof r.dtype === 'string' && Array.isArray(r.rows)) return "an 'a2av bench allreduce' result";
+  if (r.op === 'pipeline' && Array.isArray(r.rows)) return "an 'a2av bench pipeline' result (it/s per training arm, not a sweep over sizes)";
   return undefined;
 }
 
