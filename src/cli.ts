@@ -536,6 +536,9 @@ async function gpuCount(backend: string): Promise<number> {
   const { cudaDeviceCount, cudaUnavailableReason } = await import('./cuda/probe.js');
   const n = cudaDeviceCount();
   if (n === 0) {
+    const { overrideProblem } = await import('./native/find-library.js');
+    const bad = overrideProblem('A2AV_LIBCUDA');
+    if (bad) fail(`--backend ${backend}: A2AV_LIBCUDA=${process.env.A2AV_LIBCUDA}: it does not load (${bad})`);
     // The driver's error may already end in the way out (LibraryNotFoundError: "... use the cpu
     // backend (--backend cpu), ..."): say it once.
     const reason = (cudaUnavailableReason() ?? 'none visible').replace(/\.$/, '');

@@ -41,6 +41,18 @@ describe('a2av bench: refusals up front', () => {
     refused(['bench', 'allreduce', '--backend', 'cuda,nccl'], `--backend cuda,nccl: no GPU: ${way}`);
   });
 
+  it('A2AV_LIBCUDA naming a file that does not load: said, not passed over', { skip: cudaUnavailableReason() === undefined ? 'a GPU is usable here' : false }, () => {
+    const env = { ...process.env, A2AV_LIBCUDA: '/etc/passwd' };
+    const asked = spawnSync(process.execPath, [cli, 'bench', '--backend', 'cuda', '--max', '512K'], { encoding: 'utf8', timeout: 60_000, env });
+    assert.equal(asked.status, 1);
+    assert.match(asked.stderr.trim(), /^a2av: --backend cuda: A2AV_LIBCUDA=\/etc\/passwd: it does not load \(.+\)$/);
+    // Without --backend the run falls back to cpu, and says why.
+    const fallback = spawnSync(process.execPath, [cli, 'bench', '--max', '512K', '--repeats', '1'], { encoding: 'utf8', timeout: 60_000, env });
+    assert.equal(fallback.status, 0, fallback.stderr);
+    assert.match(fallback.stderr, /^a2av: note: A2AV_LIBCUDA=\/etc\/passwd: it does not load \(.+\); using the cpu backend$/m);
+    assert.match(fallback.stdout, /^# a2av bench: cpu,/);
+  });
+
   it('bench allreduce: a size whose output passes the cpu backend\'s largest buffer names --max', () => {
     refused(['bench', 'allreduce', '--backend', 'cpu', '--min', '4G', '--max', '5G'],
       'bench allreduce: 4 GiB (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs 4294967552 bytes, ' +

@@ -95,6 +95,15 @@ describe('LibraryNotFoundError', () => {
     assert.ok(err.cause instanceof Error, "the loader's own error is the cause");
   });
 
+  it('names why the file the variable gives does not load, beside it', () => {
+    process.env.A2AV_TEST_MISSING_LIB = '/etc/passwd';
+    try {
+      assert.throws(() => loadLibrary(spec), (err: unknown) => err instanceof LibraryNotFoundError && /^ {2}\/etc\/passwd \(A2AV_TEST_MISSING_LIB: .+\)$/m.test(err.message));
+    } finally {
+      delete process.env.A2AV_TEST_MISSING_LIB;
+    }
+  });
+
   it('offers no other backend for a library that every backend needs', () => {
     const first = caught(spec).message.split('\n')[0];
     assert.equal(first, "libexample (a test library) not found: set A2AV_TEST_MISSING_LIB to the library's path.");

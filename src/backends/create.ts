@@ -79,8 +79,18 @@ export async function defaultBackend(job: JobShape | null = rankEnv() ?? null): 
   }
   const { backend, note } = chooseBackend(job ?? undefined, gpus > 0);
   if (note !== undefined && job?.rank === 0) process.stderr.write(`a2av: ${note}\n`);
+  // Naming the driver is asking for a GPU: falling back to cpu without a word would hide why.
+  if (backend === 'cpu' && process.env.A2AV_LIBCUDA && (job?.rank ?? 0) === 0 && !warnedLibcuda) {
+    warnedLibcuda = true;
+    const { cudaUnavailableReason } = (await import('../cuda/probe.js')) as { cudaUnavailableReason(): string | undefined };
+    const { overrideProblem } = await import('../native/find-library.js');
+    const problem = overrideProblem('A2AV_LIBCUDA');
+    const why = problem ? `it does not load (${problem})` : `no GPU is usable (${(cudaUnavailableReason() ?? 'the driver sees none').replace(/\.$/, '')})`;
+    process.stderr.write(`a2av: note: A2AV_LIBCUDA=${process.env.A2AV_LIBCUDA}: ${why}; using the cpu backend\n`);
+  }
   return backend;
 }
+let warnedLibcuda = false;
 
 function checkOptions(o: CommOptions): void {
   if (!Number.isInteger(o.worldSize) || o.worldSize < 1) throw new UsageError(`worldSize must be a positive integer, got ${o.worldSize}`);

@@ -68,9 +68,24 @@ export function loadLibrary(spec: LibrarySpec): ReturnType<typeof koffi.load> {
     try {
       return koffi.load(candidate);
     } catch (err) {
-      tried.push(candidate);
+      // The file the variable names is there but does not load: say why, beside it.
+      const why = candidate === override && existsSync(candidate) ? ` (${spec.overrideEnv}: ${String((err as Error).message ?? err).split('\n')[0]})` : '';
+      tried.push(candidate + why);
       lastError = err;
     }
   }
   throw new LibraryNotFoundError({ library: spec.name, searched: [...new Set(tried)], overrideEnv: spec.overrideEnv, instead: spec.instead }, { cause: lastError });
+}
+
+/** Why the file the variable `env` names does not load ('no such file', the loader's error); undefined when it loads or is unset. */
+export function overrideProblem(env: string): string | undefined {
+  const path = process.env[env];
+  if (!path) return undefined;
+  if (path.includes('/') && !existsSync(path)) return 'no such file';
+  try {
+    koffi.load(path);
+    return undefined;
+  } catch (err) {
+    return String((err as Error).message ?? err).split('\n')[0];
+  }
 }
