@@ -395,6 +395,9 @@ function countList(text: string): number[] {
 
 async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> {
   const { names, ranks } = await backendsAndRanks(flags);
+  // As the ranks would refuse them, before they start (moe-tokens.ts checks the same).
+  if (flags.numExperts % ranks !== 0) fail(`--num-experts ${flags.numExperts} is not a multiple of the ${ranks} ranks`);
+  if (flags.topk > flags.numExperts) fail(`--topk ${flags.topk} is more than the ${flags.numExperts} experts`);
   const tokens = flags.tokens ?? (names.includes('cpu') ? [1, 16, 128] : [1, 128, 4096]);
   const { formatMoeTokenTable, runMoeTokenBench } = await import('./bench/moe-tokens.js');
   const results = await eachBackend(names, (backend, label) =>

@@ -53,6 +53,11 @@ describe('a2av bench: refusals up front', () => {
     assert.match(fallback.stdout, /^# a2av bench: cpu,/);
   });
 
+  it('bench --op moe-dispatch: experts that the ranks cannot share, or fewer than topk, before the ranks start', () => {
+    refused(['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--ranks', '3', '--num-experts', '8', '--tokens', '1'], '--num-experts 8 is not a multiple of the 3 ranks');
+    refused(['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--num-experts', '8', '--topk', '9', '--tokens', '1'], '--topk 9 is more than the 8 experts');
+  });
+
   it('bench allreduce: a size whose output passes the cpu backend\'s largest buffer names --max', () => {
     refused(['bench', 'allreduce', '--backend', 'cpu', '--min', '4G', '--max', '5G'],
       'bench allreduce: 4 GiB (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs 4294967552 bytes, ' +
