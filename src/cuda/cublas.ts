@@ -60,11 +60,8 @@ function check(call: string, status: number): void {
   if (status !== 0) throw new CublasError(call, status, STATUS_NAMES[status] ?? `cublasStatus ${status}`);
 }
 
-/** A row-major f32 GEMM: c[m][n] (ldc) = op(a)(m x k) · op(b)(k x n); op(a) = a stored k x m when transA. */
-export interface RowMajorGemm {
-  a: bigint;
-  b: bigint;
-  c: bigint;
+/** A row-major GEMM's shape: c[m][n] (ldc) = op(a)(m x k) · op(b)(k x n); op(a) = a stored k x m when transA. */
+export interface GemmShape {
   m: number;
   n: number;
   k: number;
@@ -73,6 +70,13 @@ export interface RowMajorGemm {
   ldc: number;
   transA: boolean;
   transB: boolean;
+}
+
+/** An f32 GEMM of that shape on device pointers. */
+export interface RowMajorGemm extends GemmShape {
+  a: bigint;
+  b: bigint;
+  c: bigint;
 }
 
 /** One cuBLAS handle on the current context (the rank's GPU). */

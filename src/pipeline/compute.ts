@@ -2,6 +2,7 @@
 // queue work on a stream (cuda, nccl) or run it at once (cpu, compute-cpu.ts). Each argument type
 // names the fields of the kernel's struct; buffers are refs into the communicator's buffers.
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
+import type { GemmShape } from '../cuda/cublas.js';
 
 /** A position inside a buffer, in bytes. */
 export interface Ref {
@@ -80,19 +81,11 @@ export interface BagArgs {
   scale: number;
 }
 
-export interface GemmArgs {
+export interface GemmArgs extends GemmShape {
   a: Ref;
   b: Ref;
   c: Ref;
   bias?: Ref;
-  m: number;
-  n: number;
-  k: number;
-  lda: number;
-  ldb: number;
-  ldc: number;
-  transA: boolean;
-  transB: boolean;
   relu: boolean;
   /**
    * Where given, k is summed in chunks (gemmChunks): each chunk from zero in k order, then the

@@ -20,6 +20,7 @@ import type {
   SgdArgs,
 } from './compute.js';
 import { gemmChunks } from './compute.js';
+import { fillBits } from './synth.js';
 import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
 import type { RowMajorGemm } from '../cuda/cublas.js';
 import { CublasError } from '../errors.js';
@@ -113,7 +114,7 @@ export class KernelCompute implements Compute {
     if (blas) {
       // Its own summation order (a.partials, the kernel's split of k, does not apply).
       const d = this.device;
-      blas.sgemm(s, { a: d.address(a.a), b: d.address(a.b), c: d.address(a.c), m: a.m, n: a.n, k: a.k, lda: a.lda, ldb: a.ldb, ldc: a.ldc, transA: a.transA, transB: a.transB });
+      blas.sgemm(s, { ...a, a: d.address(a.a), b: d.address(a.b), c: d.address(a.c) });
       if (a.bias || a.relu) this.#launch('gemm', 'pl_gemm_epilogue', { ...a, partials: undefined, kChunk: a.k }, blocks(a.m * a.n), THREADS, s);
       return;
     }
@@ -158,10 +159,9 @@ export class KernelCompute implements Compute {
     if (!blas) return;
     const [m, n, k] = [37, 29, 41];
     const s = this.compute;
-    let x = 0x2545f491;
-    const next = () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 31) - 1;
-    const a = Float32Array.from({ length: m * k }, next);
-    const b = Float32Array.from({ length: k * n }, next);
+    // Values in [-1, 1): the fill stream the model's weights come from (synth.ts).
+    const a = Float32Array.from({ length: m * k }, (_, i) => fillBits(1, 0, 1, i) * 2 ** -23);
+    const b = Float32Array.from({ length: k * n }, (_, i) => fillBits(1, 0, 2, i) * 2 ** -23);
     const [pa, pb, pLib, pOwn] = [a.byteLength, b.byteLength, 4 * m * n, 4 * m * n].map((bytes) => mem.alloc(bytes));
     try {
       mem.upload(pa, a);
