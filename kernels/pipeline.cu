@@ -418,23 +418,58 @@ extern "C" __global__ void pl_gemm_epilogue(const GemmArgs p) {
   *c = v;
 }
 
-// out[c] = sum over rows ascending of x[r·ld + c] (a bias gradient): one thread per column.
+// out[c] = sum over the rows of x[r·ld + c] (a bias gradient), in src/pipeline/compute.ts
+// colSumChunks' order: chunks of `chunk` rows, each summed from zero in row order, then the chunks'
+// sums from zero in chunk order. One thread walking all 8192 rows of a column left 4 blocks waiting
+// on dependent loads (~0.5 ms); block (chunk, column block) sums its chunk into
+// partials[chunk][cols] and pl_col_sum_chunks adds them. One chunk (partials 0): straight to out.
 struct ColSumArgs {
   u64 x;
   u64 out;
   i64 rows;
   i64 cols;
   i64 ld;
+  u64 partials;  // f32 [chunks][cols], or 0: the rows in one piece
+  i64 chunk;     // rows a chunk
 };
-static_assert(sizeof(ColSumArgs) == 5 * 8, "ColSumArgs: 8-byte fields");
+static_assert(sizeof(ColSumArgs) == 7 * 8, "ColSumArgs: 8-byte fields");
 
+// x[0], x[stride], ... x[(n-1)·stride] summed from zero in order. The loads do not depend on the
+// running sum: eight go out before their adds, so a thread waits on memory once per eight rows.
+__device__ __forceinline__ float pl_sum_strided(const float* x, i64 stride, i64 n) {
+  float acc = 0.f;
+  i64 i = 0;
+  for (; i + 8 <= n; i += 8) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = x[(i + j) * stride];
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc = __fadd_rn(acc, v[j]);
+  }
+  for (; i < n; i++) acc = __fadd_rn(acc, x[i * stride]);
+  return acc;
+}
+
+// Block b: column block b % colBlocks, chunk b / colBlocks (a 1-D grid); a thread a column.
 extern "C" __global__ void pl_col_sum(const ColSumArgs p) {
+  const i64 colBlocks = (p.cols + blockDim.x - 1) / blockDim.x;
+  const i64 chunk = blockIdx.x / colBlocks;
+  const i64 c = (blockIdx.x % colBlocks) * blockDim.x + threadIdx.x;
+  if (c >= p.cols) return;
+  const bool split = p.partials != 0;
+  const i64 lo = split ? chunk * p.chunk : 0;
+  const i64 hi = split && lo + p.chunk < p.rows ? lo + p.chunk : p.rows;
+  const float v = pl_sum_strided((const float*)p.x + lo * p.ld + c, p.ld, hi > lo ? hi - lo : 0);
+  if (split) ((float*)p.partials)[chunk * p.cols + c] = v;
+  else ((float*)p.out)[c] = v;
+}
+
+// Split rows, second half: the chunks' sums from zero in chunk order; a thread a column.
+extern "C" __global__ void pl_col_sum_chunks(const ColSumArgs p) {
   const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= p.cols) return;
-  const float* x = (const float*)p.x;
-  float acc = 0.f;
-  for (i64 r = 0; r < p.rows; r++) acc = __fadd_rn(acc, x[r * p.ld + c]);
-  ((float*)p.out)[c] = acc;
+  const i64 chunks = (p.rows + p.chunk - 1) / p.chunk;
+  ((float*)p.out)[c] = pl_sum_strided((const float*)p.partials + c, p.cols, chunks);
 }
 
 struct ReluGradArgs {

@@ -84,7 +84,7 @@ interface PipelineFlags {
   json?: boolean;
   trace?: string;
   inputDistBlocks?: number;
-  gemm: 'kernel' | 'cublas' | 'auto';
+  gemm?: 'kernel' | 'cublas' | 'auto';
 }
 
 /**
@@ -188,7 +188,8 @@ benchCommand
   .option('--input-dist-blocks <n>', 'at most this many thread blocks for each input-dist all-to-all on cuda: the SM budget of the lane that ' +
     'overlaps the compute (default: the launch plan\'s)', integer(1))
   .addOption(new Option('--gemm <kind>', "cuda and nccl: the dense layers' GEMMs in kernel (the pipeline's own, bit-exact against the cpu backend), " +
-    "cublas (cuBLAS's sgemm, checked against the kernel before the steps) or auto (cuBLAS where its library loads)").choices(['kernel', 'cublas', 'auto']).default('kernel'))
+    "cublas (cuBLAS's sgemm, checked against the kernel before the steps) or auto (cuBLAS where its library loads) " +
+    '(default: auto; kernel where cpu is one of the backends)').choices(['kernel', 'cublas', 'auto']))
   .option('--json', 'print only the JSON result to stdout')
   .option('--trace <file.json>', 'write the timed steps as Chrome trace events (ui.perfetto.dev opens them): per arm and rank, a track for ' +
     'the compute stream, one for the data stream, one per lane')
@@ -346,8 +347,10 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
   // A trace file that cannot be written ends the run before the arms, not after them.
   if (flags.trace !== undefined) checkWritable(flags.trace);
   // cuBLAS sums in its own order: beside the cpu backend's loops the rows' checksums could not agree.
-  if (flags.gemm !== 'kernel' && names.includes('cpu')) fail(`--gemm ${flags.gemm} is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave cpu out of --backend, or leave out --gemm`);
-  if (flags.gemm === 'cublas') {
+  if (flags.gemm !== undefined && flags.gemm !== 'kernel' && names.includes('cpu')) fail(`--gemm ${flags.gemm} is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave cpu out of --backend, or leave out --gemm`);
+  // cuBLAS where it loads (3-4x pl_gemm on an H200: docs/perf.md); beside cpu the kernel, to agree with its loops.
+  const gemm = flags.gemm ?? (names.includes('cpu') ? 'kernel' : 'auto');
+  if (gemm === 'cublas') {
     // Missing here, it would fail inside the ranks: say where it was looked for, before they start.
     const [{ loadLibrary }, { cublasLibrarySpec }] = await Promise.all([import('./native/find-library.js'), import('./cuda/cublas.js')]);
     loadLibrary(cublasLibrarySpec());
@@ -362,7 +365,7 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     try {
       return await runPipeline(
         { backend, ranks, shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
-          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks, gemm: flags.gemm },
+          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks, gemm },
         progress,
       );
     } finally {

@@ -19,8 +19,8 @@ import { ARMS, type Arm } from '../src/pipeline/train.js';
 import type { PipelineResult } from '../src/pipeline/run.js';
 import { chromeTrace, PHASES } from '../src/pipeline/trace.js';
 import { runRanks } from '../src/world/threads.js';
-import type { ArmsArg, GemmArg, GemmResult, RankArm, Survivor, VictimArg } from './pipeline/programs.js';
-import { gemmChunks } from '../src/pipeline/compute.js';
+import { COL_SUM_CANARY, type ArmsArg, type ColSumArg, type ColSumResult, type GemmArg, type GemmResult, type RankArm, type Survivor, type VictimArg } from './pipeline/programs.js';
+import { colSumChunks, gemmChunks } from '../src/pipeline/compute.js';
 import { buildEmulator } from './pipeline/emulated-device.js';
 import { referenceRun } from './pipeline/reference.js';
 import { hostCompiler } from './support/host-kernels.js';
@@ -188,6 +188,59 @@ describe('pipeline kernels', () => {
         }
       }
       if (compiler === undefined) t.diagnostic('no host C++ compiler (g++ or clang++): the kernels were not run, the host GEMM was');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('column sums (the bias gradients) in chunks of 64 rows: the kernels compiled for the host and the cpu Compute give the plain loops\' bits, and write nothing past out', async (t) => {
+    assert.deepEqual([0, 1, 64, 65, 130, 1000, 8192].map((r) => colSumChunks(r)), [1, 1, 1, 2, 3, 16, 128].map((count) => ({ count, size: 64 })));
+    const compiler = hostCompiler();
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-colsum-'));
+    try {
+      const emulator = compiler === undefined ? undefined : buildEmulator(compiler, dir);
+      // Rows off the chunk, on it, under it; columns off the kernel's 128-thread blocks, one and several blocks.
+      const cases: Omit<ColSumArg, 'emulator' | 'seed'>[] = [
+        { rows: 1000, cols: 200, ld: 203 },
+        { rows: 130, cols: 45, ld: 45 },
+        { rows: 64, cols: 130, ld: 131 },
+        { rows: 1, cols: 3, ld: 7 },
+        { rows: 65, cols: 257, ld: 257 },
+      ];
+      for (const [i, c] of cases.entries()) {
+        const label = `rows ${c.rows} cols ${c.cols} ld ${c.ld} (${colSumChunks(c.rows).count} chunks)`;
+        const [r] = await runRanks<ColSumArg, ColSumResult>({ backend: 'cpu', ranks: 1 }, programs, 'colSum', { ...c, emulator, seed: 2000 + i });
+        // Plain loops: each chunk of 64 rows from zero, then the chunks in order, every add rounded to f32.
+        const f = Math.fround;
+        const chunked = Array.from({ length: c.cols }, (_, col) => {
+          let sum = 0;
+          for (let r0 = 0; r0 < c.rows; r0 += 64) {
+            let part = 0;
+            for (let row = r0; row < Math.min(c.rows, r0 + 64); row++) part = f(part + r.x[row * c.ld + col]);
+            sum = f(sum + part);
+          }
+          return sum;
+        });
+        assert.deepEqual(r.host, chunked, `${label}: cpu Compute against the plain loops`);
+        assert.deepEqual(r.hostCanary, COL_SUM_CANARY, `${label}: cpu Compute: the words past out`);
+        if (r.kernels) {
+          assert.deepEqual(r.kernels, chunked, `${label}: kernels against the plain loops`);
+          assert.deepEqual(r.kernelsCanary, COL_SUM_CANARY, `${label}: kernels: the words past out`);
+        }
+        const onePass = Array.from({ length: c.cols }, (_, col) => {
+          let sum = 0;
+          for (let row = 0; row < c.rows; row++) sum = f(sum + r.x[row * c.ld + col]);
+          return sum;
+        });
+        if (c.rows <= 64) assert.deepEqual(chunked, onePass, `${label}: one chunk is one pass`);
+        if (c.rows >= 1000) assert.ok(chunked.some((v, j) => v !== onePass[j]), `${label}: the chunked sum differs from one pass somewhere (it is taken)`);
+        for (const [col, v] of chunked.entries()) {
+          let exact = 0;
+          for (let row = 0; row < c.rows; row++) exact += r.x[row * c.ld + col];
+          assert.ok(Math.abs(v - exact) < 1e-3, `${label}: column ${col}: ${v} against the float64 sum ${exact}`);
+        }
+      }
+      if (compiler === undefined) t.diagnostic('no host C++ compiler (g++ or clang++): the kernels were not run, the cpu Compute was');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

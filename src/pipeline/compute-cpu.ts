@@ -22,7 +22,7 @@ import type {
   SgdArgs,
 } from './compute.js';
 import { hostBytes } from '../backends/raw.js';
-import { gemmChunks } from './compute.js';
+import { colSumChunks, gemmChunks } from './compute.js';
 import { ownedBy, slotFeature } from './shapes.js';
 import { bagHash, bagLength, checksumWords, denseValue, fillBits, label, rintInt32, step } from './synth.js';
 
@@ -165,13 +165,20 @@ export class CpuCompute implements Compute {
   }
 
   colSum(_s: Stream, a: ColSumArgs): void {
-    const x = this.#f32(a.x);
-    const out = this.#f32(a.out);
-    for (let c = 0; c < a.cols; c++) {
-      let acc = 0;
-      for (let r = 0; r < a.rows; r++) acc = fround(acc + x.a[x.at + r * a.ld + c]);
-      out.a[out.at + c] = acc;
+    const { a: X, at: x0 } = this.#f32(a.x);
+    const { a: O, at: o0 } = this.#f32(a.out);
+    const { rows: R, cols: C, ld } = a;
+    // The kernels' order (colSumChunks): each chunk of rows from zero, then the chunks from zero in
+    // order; Float32Array stores round every add. Row by row, so the inner loop walks memory in order.
+    const size = colSumChunks(R).size;
+    const acc = new Float32Array(C);
+    const total = new Float32Array(C);
+    for (let r0 = 0; r0 < R; r0 += size) {
+      acc.fill(0);
+      for (let r = r0; r < Math.min(R, r0 + size); r++) for (let c = 0, row = x0 + r * ld; c < C; c++) acc[c] += X[row + c];
+      for (let c = 0; c < C; c++) total[c] += acc[c];
     }
+    O.set(total, o0);
   }
 
   reluGrad(_s: Stream, a: ReluGradArgs): void {

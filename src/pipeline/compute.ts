@@ -109,12 +109,35 @@ export function gemmPartialFloats(m: number, n: number, k: number): number {
   return count > 1 ? count * m * n : 0;
 }
 
+/** out[c] = the sum of x[r·ld + c] over the rows, in colSumChunks' order (a bias gradient). */
 export interface ColSumArgs {
   x: Ref;
   out: Ref;
   rows: number;
   cols: number;
   ld: number;
+  /**
+   * f32 [count][cols] (colSumPartialFloats): on a GPU each chunk's sums go here between two kernels.
+   * Only touched when colSumChunks(rows).count > 1; the order, and so the bits, do not depend on it.
+   */
+  partials: Ref;
+}
+
+/**
+ * The rows of a column sum in chunks of 64: each chunk summed from zero in row order, then the
+ * chunks' sums from zero in chunk order, every add an f32 add rounded to nearest. One chunk where
+ * rows <= 64. One thread a column walking the whole batch (8192 rows) left a few blocks of dependent
+ * loads; a chunk a block spreads the rows over the GPU, and every Compute keeps the same order.
+ */
+export function colSumChunks(rows: number): { count: number; size: number } {
+  const size = 64;
+  return { count: Math.max(1, Math.ceil(rows / size)), size };
+}
+
+/** f32 elements of `partials` for a column sum of rows x cols. */
+export function colSumPartialFloats(rows: number, cols: number): number {
+  const { count } = colSumChunks(rows);
+  return count > 1 ? count * cols : 0;
 }
 
 export interface ReluGradArgs {

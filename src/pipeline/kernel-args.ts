@@ -19,7 +19,7 @@ export const KERNEL_SPECS = {
     fields: [...ptrs('lengths', 'offsets', 'bases', 'ids', 'table', 'pooled'), ...ints('bags', 'segLen', 'featuresHere', 'rows', 'dim'), ['scale', 'float']],
   },
   gemm: { struct: 'GemmArgs', kernels: ['pl_gemm', 'pl_gemm_sum', 'pl_gemm_epilogue'], fields: [...ptrs('a', 'b', 'c', 'bias'), ...ints('m', 'n', 'k', 'lda', 'ldb', 'ldc', 'transA', 'transB', 'relu'), ...ptrs('partials'), ...ints('kChunk')] },
-  colSum: { struct: 'ColSumArgs', kernels: ['pl_col_sum'], fields: [...ptrs('x', 'out'), ...ints('rows', 'cols', 'ld')] },
+  colSum: { struct: 'ColSumArgs', kernels: ['pl_col_sum', 'pl_col_sum_chunks'], fields: [...ptrs('x', 'out'), ...ints('rows', 'cols', 'ld'), ...ptrs('partials'), ...ints('chunk')] },
   reluGrad: { struct: 'ReluGradArgs', kernels: ['pl_relu_grad'], fields: [...ptrs('dy', 'y', 'dz'), ...ints('rows', 'cols', 'ldDy', 'ldY', 'ldDz')] },
   permute: { struct: 'PermuteArgs', kernels: ['pl_permute'], fields: [...ptrs('wide', 'blocks'), ...ints('batchSize', 'slots', 'dim', 'ldWide', 'col0', 'toWide')] },
   loss: { struct: 'LossArgs', kernels: ['pl_loss'], fields: [...ptrs('y', 'labels', 'dy', 'loss'), ...ints('rows', 'ldY'), ['invRows', 'float']] },

@@ -19,7 +19,7 @@ import type {
   ScanArgs,
   SgdArgs,
 } from './compute.js';
-import { gemmChunks } from './compute.js';
+import { colSumChunks, gemmChunks } from './compute.js';
 import { fillBits } from './synth.js';
 import { KERNEL_SPECS, type KernelName } from './kernel-args.js';
 import type { RowMajorGemm } from '../cuda/cublas.js';
@@ -68,6 +68,8 @@ const THREADS = 256;
 /** kernels/pipeline.cu PL_TILE_M, PL_TILE_N: a GEMM block computes a 128 x 128 tile of C. */
 const GEMM_TILE_M = 128;
 const GEMM_TILE_N = 128;
+/** A column sum's block: a thread a column (pl_col_sum, pl_col_sum_chunks). */
+const COL_SUM_THREADS = 128;
 /** kernels/pipeline.cu PL_LOSS_THREADS: the loss is one block of them (its summation order). */
 const LOSS_THREADS = 256;
 
@@ -128,7 +130,15 @@ export class KernelCompute implements Compute {
     this.#launch('gemm', 'pl_gemm_sum', { ...a, kChunk: chunks.size }, blocks(a.m * a.n), THREADS, s);
   }
   colSum(s: Stream, a: ColSumArgs): void {
-    this.#launch('colSum', 'pl_col_sum', { ...a }, Math.ceil(a.cols / 128), 128, s);
+    const colBlocks = Math.ceil(a.cols / COL_SUM_THREADS);
+    const { count, size } = colSumChunks(a.rows);
+    if (count === 1) {
+      this.#launch('colSum', 'pl_col_sum', { ...a, partials: undefined, chunk: a.rows }, colBlocks, COL_SUM_THREADS, s);
+      return;
+    }
+    // Block b sums chunk b / colBlocks of column block b % colBlocks into partials; then the chunks in order.
+    this.#launch('colSum', 'pl_col_sum', { ...a, chunk: size }, colBlocks * count, COL_SUM_THREADS, s);
+    this.#launch('colSum', 'pl_col_sum_chunks', { ...a, chunk: size }, colBlocks, COL_SUM_THREADS, s);
   }
   reluGrad(s: Stream, a: ReluGradArgs): void {
     this.#launch('reluGrad', 'pl_relu_grad', { ...a }, blocks(a.rows * a.cols), THREADS, s);

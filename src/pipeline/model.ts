@@ -3,7 +3,7 @@
 // embedding lookup and update, and the dense layers forward and backward. train.ts orders these
 // against the collectives.
 import type { Comm, DeviceBuffer, Stream } from '../backends/backend.js';
-import { at4, at8, gemmPartialFloats, type Compute, type Ref } from './compute.js';
+import { at4, at8, colSumPartialFloats, gemmPartialFloats, type Compute, type Ref } from './compute.js';
 import type { Layer, Layout } from './shapes.js';
 import { DENSE_LR, EMBEDDING_LR, FIXED_SHIFT, TABLE_INIT_SHIFT, Tag, weightScale } from './synth.js';
 
@@ -55,7 +55,7 @@ export interface Buffers {
   loss: DeviceBuffer;
   /** A word for the all-reduce that lines the ranks' clocks up. */
   align: DeviceBuffer;
-  /** The chunks' sums of the weight gradients' split k (compute.ts gemmChunks), the largest layer's. */
+  /** The chunks' sums of the weight gradients' split k and the bias gradients' split rows (compute.ts gemmChunks, colSumChunks), the largest layer's. */
   partials: DeviceBuffer;
 }
 
@@ -267,14 +267,16 @@ export class Model {
     }
     const partials = at4(this.b.partials);
     this.compute.gemm(s, { a: dz.ref, b: x.ref, c: at4(this.b.grads, l.w), m: l.out, n: l.in, k: B, lda: dz.ld, ldb: x.ld, ldc: l.in, transA: true, transB: false, relu: false, partials });
-    this.compute.colSum(s, { x: dz.ref, out: at4(this.b.grads, l.b), rows: B, cols: l.out, ld: dz.ld });
+    // After the GEMM on the same stream: its chunks' sums are added up, so the scratch is free again.
+    this.compute.colSum(s, { x: dz.ref, out: at4(this.b.grads, l.b), rows: B, cols: l.out, ld: dz.ld, partials });
     if (dx) this.compute.gemm(s, { a: dz.ref, b: at4(this.b.params, l.w), c: dx.ref, m: B, n: l.in, k: l.out, lda: dz.ld, ldb: l.in, ldc: dx.ld, transA: false, transB: false, relu: false });
   }
 }
 
-/** f32 elements of the split-k sums of the largest weight gradient (k = the batch). */
+/** f32 elements of the chunks' sums of the largest weight or bias gradient (the batch split: gemmChunks, colSumChunks). */
 function partialFloats(layout: Layout): number {
-  return Math.max(0, ...[...layout.bottom, ...layout.top].map((l) => gemmPartialFloats(l.out, l.in, layout.shape.batch)));
+  const B = layout.shape.batch;
+  return Math.max(0, ...[...layout.bottom, ...layout.top].map((l) => Math.max(gemmPartialFloats(l.out, l.in, B), colSumPartialFloats(B, l.out))));
 }
 
 /** A row-major matrix in a buffer: where it starts, and its row stride in elements. */

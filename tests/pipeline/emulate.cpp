@@ -16,6 +16,7 @@ extern "C" int pl_emulate(const char* kernel, const void* params, unsigned grid,
   KERNEL(pl_gemm, GemmArgs, true)
   KERNEL(pl_gemm_sum, GemmArgs, false)
   KERNEL(pl_col_sum, ColSumArgs, false)
+  KERNEL(pl_col_sum_chunks, ColSumArgs, false)
   KERNEL(pl_relu_grad, ReluGradArgs, false)
   KERNEL(pl_permute, PermuteArgs, false)
   KERNEL(pl_loss, LossArgs, true)

@@ -1,6 +1,6 @@
 // Rank programs for tests/pipeline.test.ts: every arm on one model, each rank's raw results.
 import type { Comm } from '../../src/backends/backend.js';
-import { at4, gemmPartialFloats, type Compute } from '../../src/pipeline/compute.js';
+import { at4, colSumPartialFloats, gemmPartialFloats, type Compute } from '../../src/pipeline/compute.js';
 import { createCompute } from '../../src/pipeline/create-compute.js';
 import type { GemmChoice } from '../../src/pipeline/compute-cuda.js';
 import { Model } from '../../src/pipeline/model.js';
@@ -162,5 +162,53 @@ export async function gemm(comm: Comm, arg: GemmArg): Promise<GemmResult> {
     out.kernels = run(kernels, true);
     out.kernelsUnsplit = run(kernels, false);
   }
+  return out;
+}
+
+export interface ColSumArg {
+  /** The emulator library (emulated-device.ts); without, only the host's column sum runs. */
+  emulator?: string;
+  seed: number;
+  rows: number;
+  cols: number;
+  /** x's row stride, at least cols. */
+  ld: number;
+}
+
+export interface ColSumResult {
+  /** The rows x ld input, as f32 values. */
+  x: number[];
+  /** out from the cpu Compute and from the kernels (when an emulator is given). */
+  host: number[];
+  kernels?: number[];
+  /** The words past out, after each run: a canary, which no Compute may touch. */
+  hostCanary: number[];
+  kernelsCanary?: number[];
+}
+
+/** Words written past `out` before each column sum (its canary). */
+export const COL_SUM_CANARY = [0x7fc01234, 0xdeadbeef, 0x3f800000, 0x80000000];
+
+/** One column sum (a bias gradient) on fresh random data, by the cpu Compute and by the kernels. */
+export async function colSum(comm: Comm, arg: ColSumArg): Promise<ColSumResult> {
+  const { rows, cols, ld } = arg;
+  const rng = new Rng(arg.seed, 0xc5);
+  // Mixed magnitudes, so that the order of the adds shows in the bits.
+  const X = Float32Array.from({ length: rows * ld }, () => ((rng.next() / 2 ** 32) * 2 - 1) * 2 ** ((rng.next() % 16) - 8));
+  const x = comm.alloc(Math.max(4, X.byteLength));
+  comm.write(x, new Uint8Array(X.buffer));
+  const partials = comm.alloc(4 * Math.max(1, colSumPartialFloats(rows, cols)));
+  const words = cols + COL_SUM_CANARY.length;
+  const run = (compute: Compute): [number[], number[]] => {
+    const out = comm.alloc(4 * words);
+    comm.write(out, new Uint8Array(Uint32Array.from({ length: words }, (_, i) => (i < cols ? 0xffffffff : COL_SUM_CANARY[i - cols])).buffer));
+    compute.colSum(compute.compute, { x: at4(x), out: at4(out), rows, cols, ld, partials: at4(partials) });
+    compute.sync(compute.compute);
+    const bytes = comm.read(out, 0, 4 * words).slice().buffer;
+    return [Array.from(new Float32Array(bytes, 0, cols)), Array.from(new Uint32Array(bytes, 4 * cols))];
+  };
+  const [host, hostCanary] = run(await createCompute(comm));
+  const out: ColSumResult = { x: Array.from(X), host, hostCanary };
+  if (arg.emulator !== undefined) [out.kernels, out.kernelsCanary] = run(emulatedCompute(arg.emulator));
   return out;
 }

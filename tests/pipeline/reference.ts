@@ -2,9 +2,9 @@
 // lookups straight from the global tables, each rank's dense forward and backward, the gradients
 // summed in rank order, the update and SGD. Only the model's definition is shared with the code
 // under test (synth.ts: the data, the fixed point, the checksums; shapes.ts: layer sizes and
-// which rank owns which feature; compute.ts gemmChunks: how the weight gradients split the batch);
-// the loops are written out here, plainly.
-import { gemmChunks } from '../../src/pipeline/compute.js';
+// which rank owns which feature; compute.ts gemmChunks, colSumChunks: how the weight and bias
+// gradients split the batch); the loops are written out here, plainly.
+import { colSumChunks, gemmChunks } from '../../src/pipeline/compute.js';
 import { Layout, slotFeature, type Shape } from '../../src/pipeline/shapes.js';
 import { bagHash, bagLength, checksumWords, DENSE_LR, denseValue, EMBEDDING_LR, fillBits, FIXED_SHIFT, label, rintInt32, step, TABLE_INIT_SHIFT, Tag, weightScale } from '../../src/pipeline/synth.js';
 
@@ -103,6 +103,7 @@ export function referenceRun(shape: Shape, world: number, seed: number, steps: n
       loss[r].push(f(f(part[0] * 0.5) * inv));
       // Backward through the over arch, then the bottom MLP from the first columns of dx.
       const chunk = gemmChunks(B).size;
+      const rowChunk = colSumChunks(B).size;
       const backward = (stack: typeof layers, ins: Float32Array[], outs: Float32Array[], dyIn: Float32Array, rank: Float32Array): Float32Array => {
         let dy = dyIn;
         for (let i = stack.length - 1; i >= 0; i--) {
@@ -119,8 +120,13 @@ export function referenceRun(shape: Shape, world: number, seed: number, steps: n
               }
               rank[l.w + o * l.in + k] = acc;
             }
+            // Likewise the bias gradient's rows (compute.ts colSumChunks).
             let db = 0;
-            for (let b = 0; b < B; b++) db = f(db + dz[b * l.out + o]);
+            for (let b0 = 0; b0 < B; b0 += rowChunk) {
+              let part = 0;
+              for (let b = b0; b < Math.min(B, b0 + rowChunk); b++) part = f(part + dz[b * l.out + o]);
+              db = f(db + part);
+            }
             rank[l.b + o] = db;
           }
           const dx = new Float32Array(B * l.in);
