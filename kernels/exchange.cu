@@ -336,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XPar
 // answers them as x_exchange's receivers do (a round-2 verdict) and completes with one signal.
 // Shared memory (i64 words): hdr[W][XF_HDR], cnt[W][N] (sender's row), glen[W][G] (per receiver:
 // group lengths, then starts), my rows, source rows, running sums, destination rows, where each
-// source lands in my output [N each], outAt[W], total[W], output bases[W].
+// source lands in my output [N each], outAt[W], total[W], output bases[W], companion bases[W].
 #define XF_HDR (A2AV_X1_HEADER + A2AV_XF_EXTRA)
 __host__ __device__ __forceinline__ bool x_fused_fits(int W, int E) {
   return (i64)W * E <= A2AV_MAX_EXPERTS && (i64)W * W * E <= A2AV_XF_MAX_MATRIX;
@@ -368,6 +368,40 @@ __device__ __forceinline__ i64 warp_scan_sat(i64* a, int n) {
   }
   return carry;
 }
+
+// Inclusive running sums across a warp (saturating; every lane takes part).
+__device__ __forceinline__ i64 warp_incl_scan_sat(i64 v) {
+  const int lane = threadIdx.x & 31;
+  for (int d = 1; d < 32; d <<= 1) {
+    const i64 t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v = sat_add(v, t);
+  }
+  return v;
+}
+
+// The warp's total of non-negative values (saturating, so the order does not matter), on every lane.
+__device__ __forceinline__ i64 warp_sum_sat(i64 v) {
+  for (int d = 16; d > 0; d >>= 1) v = sat_add(v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
+}
+
+// This rank's send rows (`sent` of them) along the chunks c, then the companion payload's (the
+// same chunks, its own row size and buffers) where there is one.
+__device__ __forceinline__ void copy_payloads(const XParams& p, XChunks c, u8* const* out2, i64 sent) {
+  const int W = p.world;
+  for (int k = 0; k < (p.input2 ? 2 : 1); ++k) {
+    if (k == 1) {
+      __syncthreads();  // copy_send_bytes's shared words are the block's again
+      c.out = out2, c.input = p.input2, c.rb = p.rowBytes2;
+    }
+    const i64 bytes = sent * c.rb;
+    copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int q) { return q >= W ? bytes : c.cum[(i64)q * c.E] * c.rb; },
+                    k == 0 ? (i64)blockIdx.x : (i64)gridDim.x - 1 - blockIdx.x);
+  }
+}
+
+// Up to this many members a group is walked by one thread; past it, by a warp.
+#define XF_THREAD_MEMBERS 8
 
 // How block 0 decided a call, for the other blocks.
 #define XF_ACCEPTED 1
@@ -405,6 +439,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   unsigned long long* outAt = (unsigned long long*)(startsMe + N);
   i64* total = (i64*)(outAt + W);
   u8** outBase = (u8**)(total + W);
+  u8** outBase2 = outBase + W;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched early (programmatic dependent launch) when the host found room: as a2av_1d.
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -421,6 +456,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   for (int r = tid; r < W; r += nt) {
     outAt[r] = X_NONE;
     outBase[r] = p.outPeers[r];
+    outBase2[r] = p.input2 ? p.outPeers2[r] : nullptr;
   }
   // My row: counts, source rows, running sums.
   for (i64 i = tid; i < N; i += nt) {
@@ -470,8 +506,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       __syncthreads();
       const i64 bytes = (cum[N - 1] + rows[N - 1]) * p.rowBytes;
 #ifndef A2AV_PROBE_NO_COPY
-      const XChunks c{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E};
-      copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int k) { return k >= W ? bytes : cum[(i64)k * E] * p.rowBytes; });
+      copy_payloads(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, cum[N - 1] + rows[N - 1]);
 #endif
     }
     __syncthreads();
@@ -571,11 +606,23 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
 
   // Every receiver's layout, as receiver_verdict lays out its own: block lengths per group ...
   const auto count = [&](int src, int r, int e) { return clamp0(cnt[(i64)src * N + (i64)r * E + e]); };
-  for (i64 t = tid; t < (i64)W * G; t += nt) {
+  const auto member = [&](int r, int g, int m) { return m < M ? (byExpert ? count(m, r, g) : count(g, r, m)) : (i64)0; };
+  // A group has M members (dispatch: W sources of an expert; combine: E experts of a source). A
+  // thread walks them where they are few; where they are many (a combine with E = 128 took 12 µs
+  // walking them), a warp takes a group, 32 members a step.
+  const bool byWarp = M > XF_THREAD_MEMBERS;
+  const int lane32 = tid & 31;
+  const i64 pairs = (i64)W * G, pairStep = byWarp ? nt >> 5 : nt;
+  for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
     const int r = (int)(t / G), g = (int)(t % G);
     i64 len = 0;
-    for (int m = 0; m < M; ++m) len = sat_add(len, byExpert ? count(m, r, g) : count(g, r, m));
-    glen[t] = !byExpert ? len : len == 0 ? p.align : sat_add(len, (p.align - len % p.align) % p.align);
+    if (byWarp) {
+      for (int m0 = 0; m0 < M; m0 += 32) len = sat_add(len, member(r, g, m0 + lane32));
+      len = warp_sum_sat(len);
+    } else {
+      for (int m = 0; m < M; ++m) len = sat_add(len, member(r, g, m));
+    }
+    if (!byWarp || lane32 == 0) glen[t] = !byExpert ? len : len == 0 ? p.align : sat_add(len, (p.align - len % p.align) % p.align);
   }
   if (tid == 0) {
     i64 key = (i64)X_NONE;
@@ -592,17 +639,31 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   }
   __syncthreads();
   // ... where each chunk lands, and each receiver's first overrun.
-  for (i64 t = tid; t < (i64)W * G; t += nt) {
+  // (A group's verdict keys grow with its members, so the least key of every overrun is its first.)
+  for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
     const int r = (int)(t / G), g = (int)(t % G);
     const i64 cap = hdr[r * XF_HDR + A2AV_X1_HEADER];
     i64 pos = glen[t], at = (i64)X_NONE;
-    for (int m = 0; m < M; ++m) {
+    const auto place = [&](int m, i64 c, i64 at_) {
       const int src = byExpert ? m : g, e = byExpert ? g : m;
-      const i64 c = count(src, r, e);
-      if (at == (i64)X_NONE && c > cap - pos) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
-      if (src == me) dst[(i64)r * E + e] = pos;
-      if (r == me) startsMe[(i64)src * E + e] = pos;
-      pos = sat_add(pos, c);
+      if (at == (i64)X_NONE && c > cap - at_) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
+      if (src == me) dst[(i64)r * E + e] = at_;
+      if (r == me) startsMe[(i64)src * E + e] = at_;
+    };
+    if (byWarp) {
+      for (int m0 = 0; m0 < M; m0 += 32) {
+        const int m = m0 + lane32;
+        const i64 c = member(r, g, m), upTo = warp_incl_scan_sat(c);
+        const i64 before = __shfl_up_sync(0xffffffffu, upTo, 1);
+        if (m < M) place(m, c, sat_add(pos, lane32 == 0 ? 0 : before));
+        pos = sat_add(pos, __shfl_sync(0xffffffffu, upTo, 31));
+      }
+    } else {
+      for (int m = 0; m < M; ++m) {
+        const i64 c = member(r, g, m);
+        place(m, c, pos);
+        pos = sat_add(pos, c);
+      }
     }
     const i64 end = g + 1 < G ? glen[t + 1] : total[r];
     if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
@@ -655,9 +716,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
     }
 #ifndef A2AV_PROBE_NO_COPY
-    const XChunks c{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E};
-    const i64 bytes = sent * p.rowBytes;
-    copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int k) { return k >= W ? bytes : cum[(i64)k * E] * p.rowBytes; });
+    copy_payloads(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, sent);
 #endif
   }
 

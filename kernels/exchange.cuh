@@ -32,6 +32,10 @@ struct XParams {
   int rank;                // 128
   int world;               // 132
   int splitByPeer;         // 136: A2AV_SPLIT_*: the copy gives each destination its own blocks (copy.cuh)
+  int pad0;                // 140
+  const u8* input2;        // 144: x_fused's companion payload (moe.ts): the same rows, rowBytes2 each; null: none
+  u8* const* outPeers2;    // 152
+  i64 rowBytes2;           // 160
 };
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
@@ -39,7 +43,8 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, align) == 112, "XParams.align");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, kind) == 120, "XParams.kind");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, world) == 132, "XParams.world");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, splitByPeer) == 136, "XParams.splitByPeer");
-A2AV_LAYOUT_CHECK(sizeof(XParams) == 144, "XParams: X_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, input2) == 144, "XParams.input2");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 168, "XParams: X_PARAMS_BYTES");
 
 // Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as
 // overflow (the 1-D kernel's rules use it too).
@@ -326,7 +331,18 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
       const i64 x = lo + ((i64)u * blockDim.x + threadIdx.x) * 16;
       d[u] = nullptr;
       if (x < hi) {
-        while (k + 1 < c.n && c.cum[k + 1] * c.rb <= x) ++k;  // empty chunks share the next one's start
+        // Empty chunks share the next one's start. A few steps cover long rows; past them (short
+        // rows, e.g. the token group's metadata beside its rows: 256 chunks in one tile) a search.
+        int steps = 0;
+        while (k + 1 < c.n && c.cum[k + 1] * c.rb <= x && ++steps <= 8) ++k;
+        if (steps > 8) {
+          i64 b2 = c.n - 1;
+          while (k < b2) {
+            const i64 m = (k + b2 + 1) >> 1;
+            if (c.cum[m] * c.rb <= x) k = m;
+            else b2 = m - 1;
+          }
+        }
         const i64 off = x - c.cum[k] * c.rb;
         d[u] = c.out[k / c.E] + c.dst[k] * c.rb + off;
         v[u] = ld_stream((const uint4*)(c.input + c.src[k] * c.rb + off));
@@ -350,18 +366,20 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
 // destinations first (split_by_peer), whose bytes are contiguous since chunks go in (peer, expert)
 // order. startOf(k): where peer k's bytes start (k = W: `bytes`), read 3W times by one thread, so
 // from shared memory (x_fused's running sums are there; x_copy stages the W + 1 starts).
+// `block`: this block's place among the grid's (default its index; x_fused gives a second payload
+// the blocks in reverse, so block 0, which waits for the call's completion, takes its last tiles).
 template <class StartOf>
-__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split, StartOf startOf) {
+__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split, StartOf startOf, i64 block = blockIdx.x) {
   const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
   const int W = (int)(c.n / c.E);
   __shared__ int sSplit, sSeg;
   __shared__ i64 sFirst, sQuota;
   if (threadIdx.x == 0)
-    sSplit = split_wanted(split, bytes) && bytes > 0 && split_by_peer_with(W, [&](int k) { return startOf(k + 1) - startOf(k); }, bytes, gridDim.x, blockIdx.x, &sSeg, &sFirst, &sQuota);
+    sSplit = split_wanted(split, bytes) && bytes > 0 && split_by_peer_with(W, [&](int k) { return startOf(k + 1) - startOf(k); }, bytes, gridDim.x, block, &sSeg, &sFirst, &sQuota);
   __syncthreads();
-  i64 start = (i64)blockIdx.x * tile, step = (i64)gridDim.x * tile, end = bytes;
+  i64 start = block * tile, step = (i64)gridDim.x * tile, end = bytes;
   if (sSplit) {
-    start = startOf(sSeg) + ((i64)blockIdx.x - sFirst) * tile;
+    start = startOf(sSeg) + (block - sFirst) * tile;
     step = sQuota * tile;
     end = startOf(sSeg + 1);
   }

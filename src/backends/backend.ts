@@ -211,6 +211,20 @@ export const MAX_EXPERTS_PER_RANK = 256;
  */
 export const KEEP_FUSED = Symbol('a2av.keepFused');
 
+/**
+ * Internal, cuda only: a second payload moved along the same exchange as a 2-D call's rows, in the
+ * same launch (the token MoE group's metadata beside its rows): the same row counts and row
+ * positions, its own row size. `output` is symmetric, as large in rows on every rank. The call's
+ * capacities are the smaller of the two; an exchange of its own would cost a whole second
+ * splits round (about 10 µs across two GPUs).
+ */
+export const COMPANION = Symbol('a2av.companion');
+export interface Companion {
+  input: DeviceBuffer;
+  output: DeviceBuffer;
+  rowBytes: number;
+}
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */

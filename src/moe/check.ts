@@ -115,7 +115,9 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     checkBuffer(ctx, 'expertOffsets (int64[E])', a.expertOffsets, 8 * E);
   }
   const tokenCap = reused?.tokenCap ?? (numTokens ? cap : tokens);
-  return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap, meta: compact || a.recvTopkWeights !== undefined };
+  // The metadata moves on every rank whether or not this one wants it back (expanded without
+  // recvTopkWeights): every rank then runs the same exchanges, whatever its peers pass.
+  return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap, meta: true };
 }
 
 export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs, route: { tokenCap: number; recvCap: number }): number {

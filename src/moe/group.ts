@@ -9,7 +9,7 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { KEEP_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { COMPANION, KEEP_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkCombine, checkContext, checkDispatch, checkOptions } from './check.js';
@@ -131,11 +131,16 @@ class TokenGroup implements MoeGroup {
     const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
     // The rows this call sends at most, to size the exchange's launch by (its input holds the worst case).
     const sends = p.tokenCap * sh.rowsPerToken;
-    const exchange = keepFused({ inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s });
-    const parts = [comm.allToAllV2d({ ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes })];
-    if (p.meta) {
-      const meta = { input: b.sendMeta, output: b.recvMeta, outSplitsOffsets: b.metaOso, rowBytes: sh.metaBytes, sizeHintBytes: sends * sh.metaBytes };
-      parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta })));
+    const exchange = { inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s };
+    const rows = { ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes };
+    const meta = { input: b.sendMeta, output: b.recvMeta, rowBytes: sh.metaBytes };
+    const parts: Handle[] = [];
+    if (comm.backend === 'cuda') {
+      // The metadata rides along the rows' exchange: one splits round, not two.
+      parts.push(comm.allToAllV2d(keepFused(Object.assign(rows, { [COMPANION]: meta }))));
+    } else {
+      parts.push(comm.allToAllV2d(rows));
+      parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));
     }
     this.#follow(parts, s);
     compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets });

@@ -111,7 +111,7 @@ export class HostCompute implements TokenCompute {
       copyBytes(send, s * rowBytes, x, t * rowBytes, rowBytes);
       if (!c.meta) continue;
       if (!compact) {
-        metaF[s] = w ? w[g] : 0;
+        metaF[s * words] = w ? w[g] : 0;
         continue;
       }
       const id = idx(g);

@@ -39,7 +39,7 @@ const DTYPES: readonly Dtype[] = ['bf16', 'f32', 'f16'];
 /**
  * Call after call on one group: a fresh routing (random, unbalanced, a rank with no tokens, half
  * the tokens dropped), uneven token counts, int64 and int32 ids, the count on the host or the
- * device; dispatch checked, dispatched again (bit-identical), dispatched along its route (the
+ * device, weights on every rank, none or some; dispatch checked, dispatched again (bit-identical), dispatched along its route (the
  * same), then combined twice: plain, and with weights (expanded) and bias, in bf16, f32 or f16.
  */
 export async function moeTokens(comm: Comm, arg: TokenJobArg): Promise<number> {
@@ -51,24 +51,27 @@ export async function moeTokens(comm: Comm, arg: TokenJobArg): Promise<number> {
     const d: CallData = { seed: arg.seed, call, routings: Array.from({ length: comm.worldSize }, (_, q) => routing(job, arg.seed, call, q, pattern)) };
     const idx64 = call % 2 === 0;
     const count = rng.int(2) === 0 ? 'host' : 'device';
-    const weights = call % 3 !== 1;
+    // Weights on every rank, on none, or (every third call) on the even ranks only: a rank may ask
+    // for them back while its peers send none (theirs then read 0), and every rank runs the same exchanges.
+    const sends = (q: number) => (call % 3 === 2 ? q % 2 === 0 : call % 3 === 0);
+    const weights = sends(comm.rank);
     const tokens = d.routings[comm.rank].tokens;
     const label = `call ${call} (W ${comm.worldSize}, ${job.layout}, E ${job.experts}, K ${job.topk}, align ${job.align}, ${pattern}, ${idx64 ? 'int64' : 'int32'} ids, ${count} count, rowBytes ${job.rowBytes})`;
     rig.prepare(d, idx64);
     rig.poison(call);
     const first = rig.dispatch({ count, idx64, weights, tokens });
     first.done.wait();
-    rig.verifyDispatch(d, { idx64, weights }, `dispatch ${label}`);
+    rig.verifyDispatch(d, { idx64, weights, sends }, `dispatch ${label}`);
     // Again over fresh poison: the same bytes (the layout is exact, so bit-identical), then along
     // the route, with no routing worked out.
     rig.poison(call + 101);
     const second = rig.dispatch({ count, idx64, weights, tokens });
     second.done.wait();
     const route = second.route;
-    rig.verifyDispatch(d, { idx64, weights }, `second dispatch ${label}`);
+    rig.verifyDispatch(d, { idx64, weights, sends }, `second dispatch ${label}`);
     rig.poison(call + 202);
     rig.dispatch({ count, idx64, weights, tokens, route }).done.wait();
-    rig.verifyDispatch(d, { idx64, weights }, `dispatch along the route of ${label}`);
+    rig.verifyDispatch(d, { idx64, weights, sends }, `dispatch along the route of ${label}`);
     const dtype = DTYPES[call % DTYPES.length];
     rig.writeOutputs(d, dtype);
     for (const [w, bias] of [[false, false], [job.layout === 'expanded', true]] as const) {

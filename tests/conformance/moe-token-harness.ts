@@ -116,7 +116,8 @@ export class TokenRig {
     });
   }
 
-  verifyDispatch(d: CallData, o: { idx64: boolean; weights: boolean }, label: string): void {
+  /** o.weights: this rank asked for the weights back; o.sends(q): rank q passed topkWeights (default: as this rank), else its rows' weights read 0. */
+  verifyDispatch(d: CallData, o: { idx64: boolean; weights: boolean; sends?: (q: number) => boolean }, label: string): void {
     const { comm, job } = this;
     const { experts: E, topk: K, rowBytes } = job;
     const me = comm.rank;
@@ -124,6 +125,7 @@ export class TokenRig {
       throw new ConformanceError(`${label}: rank ${me} ${what}`);
     };
     const { rows, starts } = receiveLayout(job, d.routings, me);
+    const sent = o.sends ?? (() => o.weights);
     // Per-expert counts: the histogram of every rank's topkIdx (compact: tokens that chose it).
     const hist = new Array<number>(E).fill(0);
     for (const r of d.routings) for (let i = 0; i < r.tokens * K; i++) if (r.ids[i] >= me * E && r.ids[i] < (me + 1) * E) hist[r.ids[i] - me * E]++;
@@ -156,11 +158,11 @@ export class TokenRig {
       const ids = rows.flatMap((w) => d.routings[w!.src].ids.slice(w!.token * K, (w!.token + 1) * K).map((id) => (id >= 0 && Math.floor(id / E) === me ? id - me * E : -1)));
       this.#expectWords('recvTopkIdx', this.outputs.recvIdx, o.idx64 ? 8 : 4, ids, fail);
       if (o.weights) {
-        const w = rows.flatMap((r) => d.routings[r!.src].ids.slice(r!.token * K, (r!.token + 1) * K).map((id, k) => (id >= 0 && Math.floor(id / E) === me ? weightOf(d.seed, d.call, r!.src, r!.token, k) : 0)));
+        const w = rows.flatMap((r) => d.routings[r!.src].ids.slice(r!.token * K, (r!.token + 1) * K).map((id, k) => (id >= 0 && Math.floor(id / E) === me && sent(r!.src) ? weightOf(d.seed, d.call, r!.src, r!.token, k) : 0)));
         this.#expectF32('recvTopkWeights', w, fail);
       }
     } else if (o.weights) {
-      this.#expectF32('recvTopkWeights', rows.map((r) => (r === null ? 0 : weightOf(d.seed, d.call, r.src, r.token, r.k))), fail);
+      this.#expectF32('recvTopkWeights', rows.map((r) => (r === null || !sent(r.src) ? 0 : weightOf(d.seed, d.call, r.src, r.token, r.k))), fail);
     }
   }
 

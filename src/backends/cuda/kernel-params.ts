@@ -43,7 +43,7 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
 }
 
 // Writes struct XParams (kernels/exchange.cuh).
-export const X_PARAMS_BYTES = 144;
+export const X_PARAMS_BYTES = 168;
 
 export interface XParams {
   input: bigint;
@@ -69,6 +69,10 @@ export interface XParams {
   world: number;
   /** PeerSplitMode (src/tune/plan.ts): whether each destination gets its own blocks (kernels/copy.cuh). */
   splitByPeer: number;
+  /** x_fused's companion payload (backend.ts COMPANION): its input, output table and row size; 0n: none. */
+  input2?: bigint;
+  outPeers2?: bigint;
+  rowBytes2?: number;
 }
 
 export function writeXParams(v: DataView, p: XParams): void {
@@ -93,6 +97,9 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setInt32(132, p.world, true);
   v.setInt32(136, p.splitByPeer, true);
   v.setInt32(140, 0, true);
+  v.setBigUint64(144, p.input2 ?? 0n, true);
+  v.setBigUint64(152, p.outPeers2 ?? 0n, true);
+  v.setBigInt64(160, BigInt(p.rowBytes2 ?? 0), true);
 }
 
 // Writes struct ArParams (kernels/all-reduce.cuh).

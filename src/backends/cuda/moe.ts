@@ -3,7 +3,7 @@
 // else x_exchange + x_copy + x_done; a plan's exchange x_exchange + x_done, a move x_check +
 // x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
 // replays and timeouts work as for allToAllV.
-import { KEEP_FUSED, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
+import { COMPANION, KEEP_FUSED, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
@@ -69,6 +69,8 @@ export interface Payload {
   sizeHintBytes?: number;
   /** The token MoE group's exchanges (KEEP_FUSED): never the slice grid under 'auto'. */
   keepFused?: boolean;
+  /** A second payload along the same exchange (backend.ts COMPANION). */
+  companion?: Companion;
 }
 
 /** The kernels' view of a call: its kind, split buffers, experts, alignment and capacities in rows. */
@@ -82,12 +84,23 @@ export function exchangeCall(
 }
 
 /** A direct call's capacities: whole rows of its input and output. */
-export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number }): { inRows: number; outRows: number } {
-  return { inRows: Math.floor(a.input.bytes / a.rowBytes), outRows: Math.floor(a.output.bytes / a.rowBytes) };
+export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; [COMPANION]?: Companion }): { inRows: number; outRows: number } {
+  const rows = (b: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number }) => ({ inRows: Math.floor(b.input.bytes / b.rowBytes), outRows: Math.floor(b.output.bytes / b.rowBytes) });
+  const own = rows(a);
+  const c = a[COMPANION];
+  if (c === undefined) return own;
+  // Both payloads land in the same rows: a call fits where both fit.
+  const other = rows(c);
+  return { inRows: Math.min(own.inRows, other.inRows), outRows: Math.min(own.outRows, other.outRows) };
 }
 
-export function payloadOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [KEEP_FUSED]?: boolean }): Payload {
-  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, keepFused: a[KEEP_FUSED] === true };
+type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [KEEP_FUSED]?: boolean; [COMPANION]?: Companion };
+export function payloadOf(a: PayloadArgs): Payload {
+  const companion = a[COMPANION];
+  if (companion !== undefined && (companion.rowBytes < 1 || (companion.output as GpuBuffer).peerTable === 0n)) {
+    throw new UsageError('a companion payload needs a row size and a symmetric output');
+  }
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, keepFused: a[KEEP_FUSED] === true, companion };
 }
 
 /** The bytes a call's data grid is sized for: its input, or the hint when smaller. */
@@ -141,9 +154,20 @@ export class MoeCalls {
     this.#host.usable();
     const scratch = this.#scratchOf(lane);
     this.#host.follow(lane, stream);
-    const params = this.#paramsOf(lane, x, payload, scratch + BigInt(scratchPlanOffset(this.#host.worldSize)));
-    if (this.#takesFused(x, payload)) this.#queueFused(lane.stream, params, x, payload);
-    else this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
+    const plan = scratch + BigInt(scratchPlanOffset(this.#host.worldSize));
+    const params = this.#paramsOf(lane, x, payload, plan);
+    if (this.#takesFused(x, payload)) {
+      this.#queueFused(lane.stream, params, x, payload);
+    } else if (payload.companion === undefined) {
+      this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
+    } else {
+      // The companion's rows along the same plan: a second copy before the completion.
+      const c = payload.companion;
+      const second: Payload = { input: c.input as GpuBuffer, output: c.output as GpuBuffer, rowBytes: c.rowBytes, maxBlocks: payload.maxBlocks, keepFused: payload.keepFused };
+      if (payload.sizeHintBytes !== undefined) second.sizeHintBytes = (payload.sizeHintBytes / payload.rowBytes) * c.rowBytes;
+      this.#queue(lane.stream, params, ['exchange', 'copy'], payload);
+      this.#queue(lane.stream, this.#paramsOf(lane, x, second, plan), ['copy', 'done'], second);
+    }
     return this.#host.finish(lane, what);
   }
 
@@ -265,6 +289,9 @@ export class MoeCalls {
       rank: host.rank,
       world: host.worldSize,
       splitByPeer: this.#splitByPeer,
+      input2: (payload.companion?.input as GpuBuffer | undefined)?.ptr ?? 0n,
+      outPeers2: (payload.companion?.output as GpuBuffer | undefined)?.peerTable ?? 0n,
+      rowBytes2: payload.companion?.rowBytes ?? 0,
     };
   }
 
