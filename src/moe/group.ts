@@ -4,7 +4,8 @@
 // reverse permutation) and reduces them on each token's own rank in top-k order. Per dispatch:
 //   route   inSplits (rows per rank and expert, or per rank) and each (token, k)'s send row;
 //   gather  the rows, and their metadata, into send order;
-//   x       the exchange of the rows into recvX, then of the metadata (compact; expanded weights);
+//   x       the exchange of the rows into recvX and, on every rank, of their metadata (compact: ids
+//           and weights; expanded: the weight): one launch on cuda (its companion), two on cpu and nccl;
 //   layout  counts, offsets, padding rows zeroed, metadata unpacked: only if the exchange ran.
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
