@@ -504,7 +504,6 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
         cum[i] = __ldcg(left.cum + k);
       }
       __syncthreads();
-      const i64 bytes = (cum[N - 1] + rows[N - 1]) * p.rowBytes;
 #ifndef A2AV_PROBE_NO_COPY
       copy_payloads(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, cum[N - 1] + rows[N - 1]);
 #endif

@@ -1,11 +1,12 @@
 #!/usr/bin/env node
 // The `a2av` command: argument parsing and output only; the work is in src/bench and src/launch.
-import { accessSync, constants, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from './backends/backend.js';
 import { MAX_MAJOR_ALIGN } from './collectives/check.js';
+import { checkWritable } from './output-file.js';
 import { BENCH_OPS } from './bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
 import type { BenchEvents, BenchOptions } from './bench/run.js';
@@ -661,20 +662,6 @@ async function launchCommand(command: string[], flags: LaunchFlags): Promise<voi
 /** An error's first line: errors are one line; a multi-line message (a compile log) is cut. */
 function errorLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0];
-}
-
-/** `path` can be written: its folder exists and is writable (and a file there is), else a UsageError. */
-function checkWritable(path: string): void {
-  const dir = dirname(resolve(path));
-  try {
-    if (!statSync(dir).isDirectory()) fail(`${path}: cannot write (${dir} is not a folder)`);
-    const existing = statSync(path, { throwIfNoEntry: false });
-    if (existing?.isDirectory()) fail(`${path}: cannot write (a folder of that name is there)`);
-    accessSync(existing ? path : dir, constants.W_OK);
-  } catch (err) {
-    if (err instanceof UsageError) throw err;
-    fail(`${path}: cannot write (${(err as NodeJS.ErrnoException).code ?? (err as Error).message} on ${dir})`);
-  }
 }
 
 function fail(message: string): never {

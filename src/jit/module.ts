@@ -78,6 +78,14 @@ export class KernelModule {
 }
 
 /**
+ * Whether kernels on a GPU of compute capability `arch` (major x 10 + minor) may be launched early
+ * (StructLauncher.launchEarly): Hopper and later, unless A2AV_EARLY_LAUNCH=0 turns it off.
+ */
+export function earlyLaunchWanted(arch: number): boolean {
+  return arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+}
+
+/**
  * A kernel whose single parameter is a struct passed by value. The struct and a CUlaunchConfig live
  * in native memory written through DataViews, so a launch allocates nothing.
  */

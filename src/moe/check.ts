@@ -63,7 +63,6 @@ export interface DispatchPlan {
   numTokens?: DeviceBuffer;
   /** Rows recvX holds (at most the group's recvRows). */
   recvCap: number;
-  meta: boolean;
 }
 
 export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchArgs, reused?: { tokenCap: number }): DispatchPlan {
@@ -115,9 +114,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     checkBuffer(ctx, 'expertOffsets (int64[E])', a.expertOffsets, 8 * E);
   }
   const tokenCap = reused?.tokenCap ?? (numTokens ? cap : tokens);
-  // The metadata moves on every rank whether or not this one wants it back (expanded without
-  // recvTopkWeights): every rank then runs the same exchanges, whatever its peers pass.
-  return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap, meta: true };
+  return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap };
 }
 
 export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs, route: { tokenCap: number; recvCap: number }): number {

@@ -59,8 +59,6 @@ export interface GatherCall {
   idx64: boolean;
   x: DeviceBuffer;
   weights?: DeviceBuffer;
-  /** Whether the metadata rows are written (compact always; expanded for recvTopkWeights). */
-  meta: boolean;
   /** Tokens the route holds at most: sizes the grid. */
   tokenCap: number;
 }
@@ -88,7 +86,7 @@ export interface ReduceCall {
 export interface TokenCompute {
   /** Works out the routing: inSplits, the chunks' offsets, the token count; a bad id or count becomes a negative split. */
   route(stream: Stream, c: RouteCall): void;
-  /** Copies the rows (and metadata) into send order, a new routing's slots first; sets routeOso to -1. */
+  /** Copies the rows and their metadata (every dispatch: group.ts says why) into send order, a new routing's slots first; sets routeOso to -1. */
   gather(stream: Stream, c: GatherCall): void;
   /** After the dispatch's exchanges: counts, offsets, padding, the metadata unpacked. Nothing if refused. */
   layout(stream: Stream, c: LayoutCall): void;

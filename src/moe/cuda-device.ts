@@ -3,12 +3,12 @@
 // whose context is then current; the GPU is that context's (as src/pipeline/compute-cuda.ts finds it).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
 import { CudaDevice } from '../cuda/device.js';
-import { KernelModule } from '../jit/module.js';
+import { earlyLaunchWanted, KernelModule } from '../jit/module.js';
 import { KernelSet } from '../jit/kernel-set.js';
 import { TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenDevice } from './kernel-compute.js';
 import { cudaStream, devicePointer } from '../backends/raw.js';
-import { probeDefines } from '../backends/cuda/probe-defines.js';
+import { probeSwitch } from '../backends/cuda/probe-defines.js';
 
 /** Names this code in the errors of src/backends/raw.ts. */
 const WHO = 'MoE group';
@@ -31,7 +31,7 @@ export class CudaTokenDevice implements TokenDevice {
    */
   constructor(aloneOnGpu = false) {
     this.#device = CudaDevice.current();
-    this.#early = aloneOnGpu && this.#device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0' && probeDefines().includes('-DA2AV_PROBE_TOKEN_PDL');
+    this.#early = aloneOnGpu && earlyLaunchWanted(this.#device.arch) && probeSwitch('A2AV_PROBE_TOKEN_PDL');
     this.#kernels = new KernelSet(new KernelModule('moe-tokens.cu', this.#device.arch), TOKEN_KERNELS);
     this.multiprocessors = this.#device.smCount;
   }

@@ -128,17 +128,19 @@ class TokenGroup implements MoeGroup {
     const [s, b, sh, comm] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#comm];
     const compute = this.#compute;
     if (reused === undefined) compute.route(s, { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap });
-    compute.gather(s, { place: reused === undefined, topkIdx: a.topkIdx, idx64: p.idx64, x: a.x, weights: a.topkWeights, meta: p.meta, tokenCap: p.tokenCap });
+    compute.gather(s, { place: reused === undefined, topkIdx: a.topkIdx, idx64: p.idx64, x: a.x, weights: a.topkWeights, tokenCap: p.tokenCap });
     const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
     // The rows this call sends at most, to size the exchange's launch by (its input holds the worst case).
     const sends = p.tokenCap * sh.rowsPerToken;
     const exchange = { inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s };
     const rows = { ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes };
+    // The metadata moves with every dispatch, whether or not this rank wants it back (expanded
+    // without recvTopkWeights): every rank then runs the same exchanges, whatever its peers pass.
     const meta = { input: b.sendMeta, output: b.recvMeta, rowBytes: sh.metaBytes };
     const parts: Handle[] = [];
     if (comm.backend === 'cuda') {
       // The metadata rides along the rows' exchange: one splits round, not two.
-      parts.push(comm.allToAllV2d(keepFused(Object.assign(rows, { [COMPANION]: meta }))));
+      parts.push(comm.allToAllV2d(keepFused({ ...rows, [COMPANION]: meta })));
     } else {
       parts.push(comm.allToAllV2d(rows));
       parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));

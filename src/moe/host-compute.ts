@@ -109,7 +109,6 @@ export class HostCompute implements TokenCompute {
       if (s < 0) continue;
       const t = Math.floor(g / K);
       copyBytes(send, s * rowBytes, x, t * rowBytes, rowBytes);
-      if (!c.meta) continue;
       if (!compact) {
         metaF[s * words] = w ? w[g] : 0;
         continue;

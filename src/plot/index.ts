@@ -1,7 +1,7 @@
 // `a2av plot` and `a2av bench --plot`: bench results in, an SVG file of bandwidth against size out.
-import { accessSync, constants, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { UsageError } from '../errors.js';
+import { checkWritable } from '../output-file.js';
 import { renderSvg } from './render.js';
 import { chartOf, parseResult, type PlotInput } from './series.js';
 
@@ -25,16 +25,7 @@ export function readResultFile(path: string): PlotInput {
  */
 export function checkOutput(outPath: string): void {
   if (!/\.svg$/i.test(outPath)) throw new UsageError(`${outPath}: plots are written as SVG; name the file *.svg`);
-  const dir = dirname(resolve(outPath));
-  try {
-    if (!statSync(dir).isDirectory()) throw new UsageError(`${outPath}: cannot write (${dir} is not a folder)`);
-    const existing = statSync(outPath, { throwIfNoEntry: false });
-    if (existing?.isDirectory()) throw new UsageError(`${outPath}: cannot write (a folder of that name is there)`);
-    accessSync(existing ? outPath : dir, constants.W_OK);
-  } catch (err) {
-    if (err instanceof UsageError) throw err;
-    throw new UsageError(`${outPath}: cannot write (${(err as NodeJS.ErrnoException).code ?? (err as Error).message} on ${dir})`);
-  }
+  checkWritable(outPath);
 }
 
 /** Renders the inputs' chart and writes it to `outPath`. */

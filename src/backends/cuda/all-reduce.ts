@@ -7,7 +7,7 @@ import type { Handle, ReduceDtype, Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { ELEMENT_BYTES } from '../../collectives/reduce.js';
 import { UsageError } from '../../errors.js';
-import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
+import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { AR_PARAMS_BYTES, ArDtype, ArOp, writeArParams } from './kernel-params.js';
 import type { CallHost } from './call-host.js';
@@ -51,7 +51,7 @@ export class AllReduceCalls {
     this.#launcher = new StructLauncher(module.fn('ar_reduce'), AR_PARAMS_BYTES);
     this.#done = module.fn('ar_done');
     this.#smem = arSharedBytes(host.worldSize);
-    this.#early = host.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+    this.#early = earlyLaunchWanted(host.device.arch);
     // Every lane of every rank here may have a call spinning at once: each gets its share.
     const resident = this.#launcher.fn.maxActiveBlocksPerSm(THREADS, this.#smem) * host.device.smCount;
     this.#fair = Math.max(1, Math.floor(resident / (host.ranksOnDevice * host.laneCount)));

@@ -1,7 +1,7 @@
 // The cuda backend's kernel surface: the module's functions, the launch plan of a call, and the one
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
-import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
+import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import { defaultPlan, gridCopyFromEnv, heuristicPlan, laneShares, peerSplitFromEnv, peerSplitMode, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
 import { loadTables, lookupPlan, type PlanProbe, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
@@ -50,7 +50,7 @@ export class A2avKernels {
     this.#copyFn = init.module.fn('a2av_copy');
     this.#doneFn = init.module.fn('a2av_done');
     this.#smem = kernelSharedBytes(this.#world);
-    this.#earlyLaunch = init.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+    this.#earlyLaunch = earlyLaunchWanted(init.device.arch);
     this.#shape = { gpu: init.device.name, gpus: init.gpus, world: init.worldSize, ranksPerGpu: init.ranksOnDevice };
     if (this.#smem > 48 * 1024) this.#launcher.fn.allowSharedBytes(this.#smem);
   }

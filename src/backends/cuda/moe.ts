@@ -8,7 +8,7 @@ import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
 import { GRID_MIN_BYTES, laneShares, peerSplitFromEnv, peerSplitMode } from '../../tune/plan.js';
-import { KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
+import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
 import { probeNumber } from './probe-defines.js';
@@ -145,7 +145,7 @@ export class MoeCalls {
     // Looking the functions up loads them now, not at a first launch beside a peer's spinning kernel.
     this.#launcher = new StructLauncher(module.fn('x_exchange'), X_PARAMS_BYTES);
     this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), slices: module.fn('x_copy_slices'), done: module.fn('x_done'), fused: module.fn('x_fused') };
-    this.#earlyLaunch = host.device.arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+    this.#earlyLaunch = earlyLaunchWanted(host.device.arch);
     this.#splitByPeer = peerSplitMode({ allOnDevice: host.ranksOnDevice === host.worldSize, peerSplit: peerSplitFromEnv() });
   }
 
