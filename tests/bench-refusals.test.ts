@@ -5,6 +5,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { CPU_MAX_BUFFER_BYTES } from '../src/backends/cpu/buffer.js';
+import { formatBytes } from '../src/bench/units.js';
 import { cudaUnavailableReason } from '../src/cuda/probe.js';
 
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
@@ -58,9 +60,13 @@ describe('a2av bench: refusals up front', () => {
     refused(['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--num-experts', '8', '--topk', '9', '--tokens', '1'], '--topk 9 is more than the 8 experts');
   });
 
-  it('bench allreduce: a size whose output passes the cpu backend\'s largest buffer names --max', () => {
-    refused(['bench', 'allreduce', '--backend', 'cpu', '--min', '4G', '--max', '5G'],
-      'bench allreduce: 4 GiB (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs 4294967552 bytes, ' +
-        "past the cpu backend's 4294967296 per buffer: lower --max");
+  // Node 20 caps a buffer at 4 GiB; Node 22 and later at 2^53 - 1 bytes, past any host's memory.
+  const cap = CPU_MAX_BUFFER_BYTES;
+  it('bench allreduce: a size whose output passes the cpu backend\'s largest buffer names --max',
+    { skip: cap > 2 ** 40 ? `this Node caps a buffer at ${cap} bytes: no size a host holds passes it` : false }, () => {
+    const size = 2 ** Math.ceil(Math.log2(cap - 255));
+    refused(['bench', 'allreduce', '--backend', 'cpu', '--min', String(size), '--max', String(size)],
+      `bench allreduce: ${formatBytes(size)} (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs ${size + 256} bytes, ` +
+        `past the cpu backend's ${cap} per buffer: lower --max`);
   });
 });
