@@ -145,8 +145,10 @@ extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
   }
 }
 
-// The data: block b takes tiles b, b + B, ... of this rank's send bytes, in plan order.
-extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XParams p) {
+// The data: block b takes tiles b, b + B, ... of this rank's send bytes, in plan order;
+// x_copy_gather reads the rows through p.gatherRows (exchange.cuh copy_tile says why apart).
+template <bool Gather>
+__device__ __forceinline__ void x_copy_run(const XParams& p) {
   const u8* lane = p.pad + p.laneOffset;
   __shared__ int sSkip;
   if (threadIdx.x == 0) sSkip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
@@ -163,9 +165,11 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XPar
   const bool split = split_wanted(p.splitByPeer, total) && W <= XS_WINDOW;
   for (int k = threadIdx.x; split && k <= W; k += blockDim.x) sStart[k] = k >= W ? total : plan.cum[(i64)k * E] * p.rowBytes;
   __syncthreads();
-  copy_send_bytes(c, total, aligned, split ? p.splitByPeer : A2AV_SPLIT_NEVER, [&](int k) { return sStart[k]; });
+  copy_send_bytes<Gather>(c, total, aligned, split ? p.splitByPeer : A2AV_SPLIT_NEVER, [&](int k) { return sStart[k]; }, blockIdx.x, p.gatherRows);
 #endif
 }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy(const XParams p) { x_copy_run<false>(p); }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy_gather(const XParams p) { x_copy_run<true>(p); }
 
 // Grid mode for calls whose ranks share one GPU (moe.ts, A2AV_MOE_GRID): block b copies bytes
 // [b * slice, (b + 1) * slice) of this rank's send bytes, XS_WORDS 16-byte words a thread, and the
@@ -387,16 +391,19 @@ __device__ __forceinline__ i64 warp_sum_sat(i64 v) {
 
 // This rank's send rows (`sent` of them) along the chunks c, then the companion payload's (the
 // same chunks, its own row size and buffers) where there is one.
+template <bool Gather>
 __device__ __forceinline__ void copy_payloads(const XParams& p, XChunks c, u8* const* out2, i64 sent) {
   const int W = p.world;
+  // One call site: the copy inlined once keeps x_fused within its registers (the companion is
+  // never gathered: a null table).
   for (int k = 0; k < (p.input2 ? 2 : 1); ++k) {
     if (k == 1) {
       __syncthreads();  // copy_send_bytes's shared words are the block's again
       c.out = out2, c.input = p.input2, c.rb = p.rowBytes2;
     }
     const i64 bytes = sent * c.rb;
-    copy_send_bytes(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int q) { return q >= W ? bytes : c.cum[(i64)q * c.E] * c.rb; },
-                    k == 0 ? (i64)blockIdx.x : (i64)gridDim.x - 1 - blockIdx.x);
+    copy_send_bytes<Gather>(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int q) { return q >= W ? bytes : c.cum[(i64)q * c.E] * c.rb; },
+                            k == 0 ? (i64)blockIdx.x : (i64)gridDim.x - 1 - blockIdx.x, k == 0 ? p.gatherRows : nullptr);
   }
 }
 
@@ -421,7 +428,9 @@ __device__ __forceinline__ void announce(i64* ready, i64 seq, i64 how) {
 }
 
 
-extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XParams p) {
+// x_fused_gather: the same, the rows read through p.gatherRows (exchange.cuh copy_tile says why apart).
+template <bool Gather>
+__device__ __forceinline__ void x_fused_run(const XParams& p) {
   extern __shared__ i64 sm[];
   __shared__ XFusedState st;
   const int W = p.world, E = p.experts, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
@@ -505,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       }
       __syncthreads();
 #ifndef A2AV_PROBE_NO_COPY
-      copy_payloads(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, cum[N - 1] + rows[N - 1]);
+      copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, cum[N - 1] + rows[N - 1]);
 #endif
     }
     __syncthreads();
@@ -715,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
       p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
     }
 #ifndef A2AV_PROBE_NO_COPY
-    copy_payloads(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, sent);
+    copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, sent);
 #endif
   }
 
@@ -727,3 +736,5 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XPa
   const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return hdr[q * XF_HDR + A2AV_X1_HEADER + 1]; });
   if (__syncthreads_and(ok) && tid == 0) st_volatile(&h->seq, seq);
 }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XParams p) { x_fused_run<false>(p); }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused_gather(const XParams p) { x_fused_run<true>(p); }

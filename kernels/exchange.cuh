@@ -36,6 +36,7 @@ struct XParams {
   const u8* input2;        // 144: x_fused's companion payload (moe.ts): the same rows, rowBytes2 each; null: none
   u8* const* outPeers2;    // 152
   i64 rowBytes2;           // 160
+  const int* gatherRows;   // 168: send row r is input row gatherRows[r] (moe.ts GATHER); null: input rows in send order
 };
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
@@ -44,7 +45,8 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, kind) == 120, "XParams.kind");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, world) == 132, "XParams.world");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, splitByPeer) == 136, "XParams.splitByPeer");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, input2) == 144, "XParams.input2");
-A2AV_LAYOUT_CHECK(sizeof(XParams) == 168, "XParams: X_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherRows) == 168, "XParams.gatherRows");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 176, "XParams: X_PARAMS_BYTES");
 
 // Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as
 // overflow (the 1-D kernel's rules use it too).
@@ -310,12 +312,29 @@ struct XChunks {
   int E;
 };
 
+// Through the gather table (the token group's dispatch reads each row from the tokens themselves,
+// no staging copy in send order): the row of a chunk that holds its byte `off`, then the bytes.
+__device__ __forceinline__ i64 wide_quotient(i64 a, i64 b) { return a / b; }
+__device__ __forceinline__ i64 row_quotient(i64 off, i64 rb) {
+  return off <= 0xffffffffll && rb <= 0xffffffffll ? (i64)((u32)off / (u32)rb) : wide_quotient(off, rb);
+}
+// Rows not in whole 16-byte words (the token group gathers only rows that are): byte by byte.
+__device__ __forceinline__ void copy_gathered_bytes(u8* to, const XChunks& c, const int* gather, i64 i, i64 cs, i64 x, i64 y) {
+  for (i64 b = x + threadIdx.x; b < y; b += blockDim.x) {
+    const i64 q = row_quotient(b - cs, c.rb);
+    to[b - cs] = c.input[(i64)gather[c.src[i] + q] * c.rb + (b - cs - q * c.rb)];
+  }
+}
+
 // Copies bytes [lo, hi) of the send bytes (hi - lo <= blockDim.x * 16 * A2AV_COPY_UNROLL), by one
 // block. Aligned (rows of whole 16-byte words, 16-byte aligned bases): every load of the tile is
 // issued before any store, so a tile costs one memory round trip however many chunks it spans;
 // small MoE steps are made of short chunks (4 rows of 4 KiB), which chunk-by-chunk copies would
-// pay a round trip each.
-__device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
+// pay a round trip each. Gather (with a table `gather`, send row -> input row: XParams.gatherRows)
+// is compiled into kernels of its own, x_fused_gather and x_copy_gather: inside x_fused and x_copy
+// its state made them spill (64 registers; 312 and 184 bytes) and every call slower.
+template <bool Gather>
+__device__ void copy_tile(const XChunks& c, const int* gather, i64 lo, i64 hi, bool aligned) {
   i64 a = 0, b = c.n - 1;  // the last chunk starting at or before byte lo (running sums ascend)
   while (a < b) {
     const i64 m = (a + b + 1) >> 1;
@@ -325,6 +344,7 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
   if (aligned) {
     uint4 v[A2AV_COPY_UNROLL];
     u8* d[A2AV_COPY_UNROLL];
+    int row[A2AV_COPY_UNROLL], inRow[A2AV_COPY_UNROLL];  // Gather: send rows < 2^31, row sizes too
     i64 k = a;
 #pragma unroll
     for (int u = 0; u < A2AV_COPY_UNROLL; ++u) {
@@ -345,8 +365,24 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
         }
         const i64 off = x - c.cum[k] * c.rb;
         d[u] = c.out[k / c.E] + c.dst[k] * c.rb + off;
-        v[u] = ld_stream((const uint4*)(c.input + c.src[k] * c.rb + off));
+        if (!Gather || !gather) {
+          v[u] = ld_stream((const uint4*)(c.input + c.src[k] * c.rb + off));
+        } else {
+          const i64 q = row_quotient(off, c.rb);
+          row[u] = (int)(c.src[k] + q);
+          inRow[u] = (int)(off - q * c.rb);
+        }
       }
+    }
+    if (Gather && gather) {
+      // Every word's table entry first, then every word's load: the tile waits for the table
+      // (small and cached) once, not once a word.
+#pragma unroll
+      for (int u = 0; u < A2AV_COPY_UNROLL; ++u)
+        if (d[u]) row[u] = __ldg(gather + row[u]);
+#pragma unroll
+      for (int u = 0; u < A2AV_COPY_UNROLL; ++u)
+        if (d[u]) v[u] = ld_stream((const uint4*)(c.input + (i64)row[u] * c.rb + inRow[u]));
     }
 #pragma unroll
     for (int u = 0; u < A2AV_COPY_UNROLL; ++u)
@@ -357,7 +393,9 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
     const i64 cs = c.cum[i] * c.rb, ce = cs + clamp0(c.rows[i]) * c.rb;
     const i64 x = cs > lo ? cs : lo, y = ce < hi ? ce : hi;
     if (x >= y) continue;
-    copy_bytes(c.out[i / c.E] + c.dst[i] * c.rb + (x - cs), c.input + c.src[i] * c.rb + (x - cs), (u64)(y - x));
+    u8* const to = c.out[i / c.E] + c.dst[i] * c.rb;
+    if (!Gather || !gather) copy_bytes(to + (x - cs), c.input + c.src[i] * c.rb + (x - cs), (u64)(y - x));
+    else copy_gathered_bytes(to, c, gather, i, cs, x, y);
   }
 }
 
@@ -368,8 +406,8 @@ __device__ void copy_tile(const XChunks& c, i64 lo, i64 hi, bool aligned) {
 // from shared memory (x_fused's running sums are there; x_copy stages the W + 1 starts).
 // `block`: this block's place among the grid's (default its index; x_fused gives a second payload
 // the blocks in reverse, so block 0, which waits for the call's completion, takes its last tiles).
-template <class StartOf>
-__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split, StartOf startOf, i64 block = blockIdx.x) {
+template <bool Gather = false, class StartOf>
+__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split, StartOf startOf, i64 block = blockIdx.x, const int* gather = nullptr) {
   const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
   const int W = (int)(c.n / c.E);
   __shared__ int sSplit, sSeg;
@@ -383,7 +421,7 @@ __device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, boo
     step = sQuota * tile;
     end = startOf(sSeg + 1);
   }
-  for (i64 lo = start; lo < end; lo += step) copy_tile(c, lo, lo + tile < end ? lo + tile : end, aligned);
+  for (i64 lo = start; lo < end; lo += step) copy_tile<Gather>(c, gather, lo, lo + tile < end ? lo + tile : end, aligned);
 }
 
 // Whether copy_tile may take its aligned path: whole 16-byte words per row, every base aligned.

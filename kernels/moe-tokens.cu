@@ -63,6 +63,7 @@ struct GatherArgs {
   u64 hist;
   u64 routeTokens;
   u64 oso;          // int64 [2][buckets]: the exchange's outSplitsOffsets, set to -1 here
+  u64 rowOf;        // int32 [sendRows]: each send row's token, written instead of copying the row (cuda: the exchange reads x through it), or 0
   i64 place;        // 1: work out the slots (a new route); 0: read them (a route reused)
   i64 topk;
   i64 idx64;
@@ -74,7 +75,7 @@ struct GatherArgs {
   i64 rowBytes;
   i64 metaBytes;
 };
-static_assert(sizeof(GatherArgs) == 20 * 8, "GatherArgs: 8-byte fields");
+static_assert(sizeof(GatherArgs) == 21 * 8, "GatherArgs: 8-byte fields");
 
 struct LayoutArgs {
   u64 oso;          // int64 [2][buckets]: the dispatch's outSplitsOffsets; -1 when refused
@@ -328,7 +329,11 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherA
       pos = slot[g];
       if (pos < 0) continue;
     }
-    mt_copy_row((u8*)p.send + pos * p.rowBytes, (const u8*)p.x + t * p.rowBytes, p.rowBytes, lane, lanes);
+    if (p.rowOf) {
+      if (lane == 0) ((int*)p.rowOf)[pos] = (int)t;
+    } else {
+      mt_copy_row((u8*)p.send + pos * p.rowBytes, (const u8*)p.x + t * p.rowBytes, p.rowBytes, lane, lanes);
+    }
     if (!p.sendMeta) continue;
     u8* meta = (u8*)p.sendMeta + pos * p.metaBytes;
     if (!p.compact) {

@@ -225,6 +225,13 @@ export interface Companion {
   rowBytes: number;
 }
 
+/**
+ * Internal, cuda only: int32 [rows], the input row of each send row, so a 2-D call reads its rows
+ * where they are (the token group's x) rather than from a staged copy in send order. The call's
+ * input capacity is then the table's rows; each entry must be a row of `input`.
+ */
+export const GATHER = Symbol('a2av.gather');
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */

@@ -33,8 +33,13 @@ export interface TokenBuffers {
   routeOso: DeviceBuffer;
   metaOso: DeviceBuffer;
   combineOso: DeviceBuffer;
-  /** [sendRows][rowBytes], [sendRows][metaBytes]: the rows in send order. */
-  send: DeviceBuffer;
+  /**
+   * [sendRows][rowBytes]: the rows in send order (cpu, nccl); on cuda none: rowOf, int32 [sendRows],
+   * names each send row's token and the exchange reads it from x (no staging copy: at 4096 tokens
+   * the copy was a quarter of a dispatch). [sendRows][metaBytes]: the metadata in send order.
+   */
+  send?: DeviceBuffer;
+  rowOf?: DeviceBuffer;
   sendMeta: DeviceBuffer;
   /** Symmetric [recvRows][metaBytes]: the metadata received. */
   recvMeta: DeviceBuffer;
@@ -86,7 +91,7 @@ export interface ReduceCall {
 export interface TokenCompute {
   /** Works out the routing: inSplits, the chunks' offsets, the token count; a bad id or count becomes a negative split. */
   route(stream: Stream, c: RouteCall): void;
-  /** Copies the rows and their metadata (every dispatch: group.ts says why) into send order, a new routing's slots first; sets routeOso to -1. */
+  /** Copies the rows (or, with rowOf, their token numbers) and their metadata (every dispatch: group.ts says why) into send order, a new routing's slots first; sets routeOso to -1. */
   gather(stream: Stream, c: GatherCall): void;
   /** After the dispatch's exchanges: counts, offsets, padding, the metadata unpacked. Nothing if refused. */
   layout(stream: Stream, c: LayoutCall): void;

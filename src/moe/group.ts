@@ -3,14 +3,15 @@
 // rows (comm.allToAllV2d), combine moves the expert outputs back (comm.allToAllV2dOffset, the
 // reverse permutation) and reduces them on each token's own rank in top-k order. Per dispatch:
 //   route   inSplits (rows per rank and expert, or per rank) and each (token, k)'s send row;
-//   gather  the rows, and their metadata, into send order;
+//   gather  the rows (with A2AV_MOE_GATHER=1 on cuda: their token numbers; the exchange reads x), and
+//           their metadata, into send order;
 //   x       the exchange of the rows into recvX and, on every rank, of their metadata (compact: ids
 //           and weights; expanded: the weight): one launch on cuda (its companion), two on cpu and nccl;
 //   layout  counts, offsets, padding rows zeroed, metadata unpacked: only if the exchange ran.
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { COMPANION, KEEP_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { COMPANION, GATHER, KEEP_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkCombine, checkContext, checkDispatch, checkOptions } from './check.js';
@@ -48,6 +49,7 @@ export async function createMoeGroupWith(comm: Comm, options: MoeGroupOptions, f
 }
 
 async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
+  const gathers = gathersRows(comm);
   const local = (bytes: number) => comm.alloc(bytes);
   const n = s.buckets;
   const bufs: TokenBuffers = {
@@ -63,7 +65,7 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
     routeOso: local(16 * n),
     metaOso: local(16 * n),
     combineOso: local(16 * n),
-    send: local(s.sendRows * s.rowBytes),
+    ...(gathers ? { rowOf: local(4 * s.sendRows) } : { send: local(s.sendRows * s.rowBytes) }),
     sendMeta: local(s.sendRows * s.metaBytes),
     recvMeta: await comm.allocSymmetric(s.recvRows * s.metaBytes),
     back: await comm.allocSymmetric(s.sendRows * s.combineRowBytes),
@@ -72,6 +74,19 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
   for (const b of [bufs.fault, bufs.routeTicket, bufs.reduceTicket]) comm.write(b, new Uint8Array(b.bytes));
   comm.write(bufs.combineOso, new Uint8Array(bufs.combineOso.bytes).fill(0xff));
   return bufs;
+}
+
+/**
+ * Whether the exchange reads each row from x through rowOf (backend.ts GATHER, the x_*_gather
+ * kernels) rather than from a copy in send order (cpu and nccl: always the copy). A2AV_MOE_GATHER=1
+ * on cuda, until measured: its first form, inside the default kernels, took a 4096-token dispatch
+ * on two H200s from 875 to 816 µs but made those kernels spill and every call slower on one GPU
+ * (docs/perf.md). A per-rank choice: the exchange is the same either way.
+ */
+function gathersRows(comm: Comm): boolean {
+  const wanted = process.env.A2AV_MOE_GATHER;
+  if (wanted !== undefined && wanted !== '' && wanted !== '0' && wanted !== '1') throw new UsageError(`A2AV_MOE_GATHER must be 0 or 1, got '${wanted}'`);
+  return comm.backend === 'cuda' && wanted === '1';
 }
 
 /** A route: the group's routing as of one dispatch, and that dispatch's capacities. */
@@ -133,16 +148,17 @@ class TokenGroup implements MoeGroup {
     // The rows this call sends at most, to size the exchange's launch by (its input holds the worst case).
     const sends = p.tokenCap * sh.rowsPerToken;
     const exchange = { inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s };
-    const rows = { ...exchange, input: b.send, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes };
+    const rows = { ...exchange, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes };
     // The metadata moves with every dispatch, whether or not this rank wants it back (expanded
     // without recvTopkWeights): every rank then runs the same exchanges, whatever its peers pass.
     const meta = { input: b.sendMeta, output: b.recvMeta, rowBytes: sh.metaBytes };
     const parts: Handle[] = [];
     if (comm.backend === 'cuda') {
-      // The metadata rides along the rows' exchange: one splits round, not two.
-      parts.push(comm.allToAllV2d(keepFused({ ...rows, [COMPANION]: meta })));
+      // The metadata rides along the rows' exchange (one launch); the rows from x through rowOf, or from send.
+      const from = b.rowOf ? { input: a.x, [GATHER]: b.rowOf } : { input: b.send! };
+      parts.push(comm.allToAllV2d(keepFused({ ...rows, ...from, [COMPANION]: meta })));
     } else {
-      parts.push(comm.allToAllV2d(rows));
+      parts.push(comm.allToAllV2d({ ...rows, input: b.send! }));
       parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));
     }
     this.#follow(parts, s);

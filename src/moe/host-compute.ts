@@ -97,7 +97,7 @@ export class HostCompute implements TokenCompute {
     const compact = this.#shape.layout === 'compact';
     const T = int64At(i32(this.#bufs.routeTokens), 0);
     const slot = i32(this.#bufs.slot);
-    const [x, send] = [bytes(c.x), bytes(this.#bufs.send)];
+    const [x, send] = [bytes(c.x), bytes(this.#bufs.send!)];
     const ids = i32(c.topkIdx);
     const idx = c.idx64 ? (i: number) => int64At(ids, i) : (i: number) => ids[i];
     const w = c.weights ? f32(c.weights) : undefined;

@@ -21,7 +21,7 @@ export const TOKEN_KERNELS = {
     struct: 'GatherArgs',
     kernels: ['mt_gather'],
     fields: [
-      ...ptrs('topkIdx', 'weights', 'x', 'send', 'sendMeta', 'slot', 'local', 'hist', 'routeTokens', 'oso'),
+      ...ptrs('topkIdx', 'weights', 'x', 'send', 'sendMeta', 'slot', 'local', 'hist', 'routeTokens', 'oso', 'rowOf'),
       ...ints('place', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunkTokens', 'rowBytes', 'metaBytes'),
     ],
   },

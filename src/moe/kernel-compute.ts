@@ -59,7 +59,7 @@ export class KernelCompute implements TokenCompute {
   gather(stream: Stream, c: GatherCall): void {
     const args = { ...c, sendMeta: this.#bufs.sendMeta, oso: this.#bufs.routeOso };
     // A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads each).
-    const lanes = Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
+    const lanes = this.#bufs.rowOf ? GROUP : Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
     this.#launch('gather', 'mt_gather', args, this.#blocks(c.tokenCap * this.#shape.topk * lanes), THREADS, stream);
   }
 

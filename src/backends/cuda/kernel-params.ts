@@ -43,7 +43,7 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
 }
 
 // Writes struct XParams (kernels/exchange.cuh).
-export const X_PARAMS_BYTES = 168;
+export const X_PARAMS_BYTES = 176;
 
 export interface XParams {
   input: bigint;
@@ -73,6 +73,8 @@ export interface XParams {
   input2?: bigint;
   outPeers2?: bigint;
   rowBytes2?: number;
+  /** int32 [send rows]: each send row's input row (backend.ts GATHER); 0n: the input in send order. */
+  gatherRows?: bigint;
 }
 
 export function writeXParams(v: DataView, p: XParams): void {
@@ -100,6 +102,7 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setBigUint64(144, p.input2 ?? 0n, true);
   v.setBigUint64(152, p.outPeers2 ?? 0n, true);
   v.setBigInt64(160, BigInt(p.rowBytes2 ?? 0), true);
+  v.setBigUint64(168, p.gatherRows ?? 0n, true);
 }
 
 // Writes struct ArParams (kernels/all-reduce.cuh).

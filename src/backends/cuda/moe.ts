@@ -3,7 +3,7 @@
 // else x_exchange + x_copy + x_done; a plan's exchange x_exchange + x_done, a move x_check +
 // x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
 // replays and timeouts work as for allToAllV.
-import { COMPANION, KEEP_FUSED, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
+import { COMPANION, GATHER, KEEP_FUSED, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
@@ -71,6 +71,8 @@ export interface Payload {
   keepFused?: boolean;
   /** A second payload along the same exchange (backend.ts COMPANION). */
   companion?: Companion;
+  /** int32 [send rows]: where each send row is in the input (backend.ts GATHER). */
+  gather?: GpuBuffer;
 }
 
 /** The kernels' view of a call: its kind, split buffers, experts, alignment and capacities in rows. */
@@ -84,9 +86,12 @@ export function exchangeCall(
 }
 
 /** A direct call's capacities: whole rows of its input and output. */
-export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; [COMPANION]?: Companion }): { inRows: number; outRows: number } {
+export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer }): { inRows: number; outRows: number } {
   const rows = (b: { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number }) => ({ inRows: Math.floor(b.input.bytes / b.rowBytes), outRows: Math.floor(b.output.bytes / b.rowBytes) });
   const own = rows(a);
+  // Through a gather table the rows sent are the table's (each names a row of the input).
+  const table = a[GATHER];
+  if (table !== undefined) own.inRows = Math.floor(table.bytes / 4);
   const c = a[COMPANION];
   if (c === undefined) return own;
   // Both payloads land in the same rows: a call fits where both fit.
@@ -94,17 +99,20 @@ export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes:
   return { inRows: Math.min(own.inRows, other.inRows), outRows: Math.min(own.outRows, other.outRows) };
 }
 
-type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [KEEP_FUSED]?: boolean; [COMPANION]?: Companion };
+type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [KEEP_FUSED]?: boolean; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer };
 export function payloadOf(a: PayloadArgs): Payload {
   const companion = a[COMPANION];
   if (companion !== undefined && (companion.rowBytes < 1 || (companion.output as GpuBuffer).peerTable === 0n)) {
     throw new UsageError('a companion payload needs a row size and a symmetric output');
   }
-  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, keepFused: a[KEEP_FUSED] === true, companion };
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, keepFused: a[KEEP_FUSED] === true, companion, gather: a[GATHER] as GpuBuffer | undefined };
 }
 
-/** The bytes a call's data grid is sized for: its input, or the hint when smaller. */
-const gridBytes = (payload: Payload): number => Math.min(payload.input?.bytes ?? 0, payload.sizeHintBytes ?? Infinity);
+/** The bytes a call's data grid is sized for: its input (through a gather table, the table's rows), or the hint when smaller. */
+const gridBytes = (payload: Payload): number => {
+  const input = payload.gather ? (payload.gather.bytes / 4) * payload.rowBytes : (payload.input?.bytes ?? 0);
+  return Math.min(input, payload.sizeHintBytes ?? Infinity);
+};
 
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
@@ -120,7 +128,7 @@ export class MoeCalls {
   readonly #host: MoeHost;
   readonly #module: KernelModule;
   readonly #launcher: StructLauncher;
-  readonly #fns: Record<'check' | 'copy' | 'slices' | 'done' | 'fused', KernelFunction>;
+  readonly #fns: Record<'check' | 'copy' | 'copyGather' | 'slices' | 'done' | 'fused' | 'fusedGather', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
   /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
   readonly #fused = process.env.A2AV_MOE_FUSED !== '0';
@@ -130,7 +138,8 @@ export class MoeCalls {
   readonly #splitByPeer: number;
   /** Programmatic dependent launch of x_fused (Hopper+), as kernels.ts; A2AV_EARLY_LAUNCH=0 turns it off. */
   readonly #earlyLaunch: boolean;
-  readonly #resident = new Map<number, number>();
+  /** Blocks of x_fused (or x_fused_gather) a rank keeps resident, by function and shared memory. */
+  readonly #resident = new Map<KernelFunction, Map<number, number>>();
   /**
    * Plans' buffers, allocated at set-up: allocating or freeing device memory can wait for every
    * kernel on the GPU, among them a peer's that spins until this rank's next call.
@@ -144,7 +153,15 @@ export class MoeCalls {
     this.#module = module;
     // Looking the functions up loads them now, not at a first launch beside a peer's spinning kernel.
     this.#launcher = new StructLauncher(module.fn('x_exchange'), X_PARAMS_BYTES);
-    this.#fns = { check: module.fn('x_check'), copy: module.fn('x_copy'), slices: module.fn('x_copy_slices'), done: module.fn('x_done'), fused: module.fn('x_fused') };
+    this.#fns = {
+      check: module.fn('x_check'),
+      copy: module.fn('x_copy'),
+      copyGather: module.fn('x_copy_gather'),
+      slices: module.fn('x_copy_slices'),
+      done: module.fn('x_done'),
+      fused: module.fn('x_fused'),
+      fusedGather: module.fn('x_fused_gather'),
+    };
     this.#earlyLaunch = earlyLaunchWanted(host.device.arch);
     this.#splitByPeer = peerSplitMode({ allOnDevice: host.ranksOnDevice === host.worldSize, peerSplit: peerSplitFromEnv() });
   }
@@ -292,6 +309,7 @@ export class MoeCalls {
       input2: (payload.companion?.input as GpuBuffer | undefined)?.ptr ?? 0n,
       outPeers2: (payload.companion?.output as GpuBuffer | undefined)?.peerTable ?? 0n,
       rowBytes2: payload.companion?.rowBytes ?? 0,
+      gatherRows: payload.gather?.ptr ?? 0n,
     };
   }
 
@@ -303,11 +321,13 @@ export class MoeCalls {
     const launcher = this.#launcher;
     writeXParams(launcher.view, params);
     const smem = fusedSharedBytes(this.#host.worldSize, x.experts, x.kind === 'dispatch');
-    const fn = this.#fns.fused;
-    let resident = this.#resident.get(smem);
+    const fn = payload.gather ? this.#fns.fusedGather : this.#fns.fused;
+    const known = this.#resident.get(fn) ?? new Map<number, number>();
+    this.#resident.set(fn, known);
+    let resident = known.get(smem);
     if (resident === undefined) {
       resident = Math.floor((fn.maxActiveBlocksPerSm(FUSED_THREADS, smem) * this.#host.device.smCount) / (this.#host.ranksOnDevice * laneShares(this.#host.laneCount)));
-      this.#resident.set(smem, resident);
+      known.set(smem, resident);
     }
     if (resident < 1) throw new UsageError(`rank ${this.#host.rank}: ${this.#host.ranksOnDevice} ranks on one GPU leave no room for a block of x_fused`);
     const tile = FUSED_THREADS * 16 * 4;
@@ -329,14 +349,15 @@ export class MoeCalls {
         // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
         const bytes = gridBytes(payload) || 1;
         const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
-        if ((this.#grid === 'always' || (this.#grid === 'auto' && !payload.keepFused)) && this.#oneGpu() && aligned) {
+        // x_copy_slices reads its input in send order: a gathered payload takes x_copy_gather.
+        if ((this.#grid === 'always' || (this.#grid === 'auto' && !payload.keepFused)) && this.#oneGpu() && aligned && !payload.gather) {
           // A block a slice of 16 bytes a thread (kernels/exchange.cu x_copy_slices).
           const blocks = Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / SLICE_BYTES)));
           launcher.launch(blocks, SLICE_THREADS, stream, 0, this.#fns.slices);
           continue;
         }
         const blocks = Math.max(1, Math.min(4 * device.smCount, payload.maxBlocks ?? Infinity, Math.ceil(bytes / (COPY_THREADS * 64))));
-        launcher.launch(blocks, COPY_THREADS, stream, 0, this.#fns.copy);
+        launcher.launch(blocks, COPY_THREADS, stream, 0, payload.gather ? this.#fns.copyGather : this.#fns.copy);
       }
     }
   }
