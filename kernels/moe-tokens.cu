@@ -207,21 +207,6 @@ __device__ void mt_route_scan(const RouteArgs& p, i64 C, i64 T) {
   }
 }
 
-// A2AV_PROBE_TOKEN_PDL (a probe's define; cuda-device.ts launches the steps early then, where a
-// rank has its GPU to itself): each step first waits for the kernel before it on its stream and
-// lets the next one launch, so a step's launch overlaps the one before (as x_fused's).
-#if defined(A2AV_PROBE_TOKEN_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define MT_EARLY()                                          \
-  do {                                                      \
-    asm volatile("griddepcontrol.wait;" ::: "memory");      \
-    asm volatile("griddepcontrol.launch_dependents;");      \
-  } while (0)
-#else
-#define MT_EARLY() \
-  do {             \
-  } while (0)
-#endif
-
 // The routing, a stable counting sort of the entries (t, k) by bucket. One block per chunk of
 // chunkTokens tokens (blocks past the call's tokens leave at once): each tile of MT_THREADS entries
 // in order, every entry's rank among the tile's entries of its bucket (a scan of the tile in shared
@@ -229,7 +214,6 @@ __device__ void mt_route_scan(const RouteArgs& p, i64 C, i64 T) {
 // done scans every chunk's counts (mt_route_scan). A bad id or token count becomes a negative
 // split, which every rank's exchange refuses.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route(const RouteArgs p) {
-  MT_EARLY();
   __shared__ int bk[MT_THREADS];
   __shared__ u64 bad;
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -301,7 +285,6 @@ __device__ __forceinline__ void mt_copy_row(u8* dst, const u8* src, i64 bytes, i
 // copy's latency). Block 0 first sets the exchange's outSplitsOffsets to -1 (the gate of every
 // kernel after it), which saves a memset before it.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherArgs p) {
-  MT_EARLY();
   const i64 K = p.topk, E = p.expertsPerRank;
   if (blockIdx.x == 0)
     for (i64 i = threadIdx.x; i < 2 * p.buckets; i += blockDim.x) ((i64*)p.oso)[i] = -1;
@@ -368,7 +351,6 @@ __device__ void mt_zero(u8* dst, i64 bytes, int lane, int lanes) {
 // Expanded: one block per local expert: its count and start, its padding rows zeroed, its rows'
 // weights (padding 0). Compact: the counts zeroed for mt_dispatch_unpack.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_dispatch_layout(const LayoutArgs p) {
-  MT_EARLY();
   const i64* oso = (const i64*)p.oso;
   if (oso[0] < 0) return;
   const i64 W = p.world, E = p.expertsPerRank;
@@ -396,7 +378,6 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_dispatch_layout(cons
 // Compact: every received token's local expert ids and weights out of its metadata row, and the
 // count of tokens per local expert (integer atomics: the same counts in any order).
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_dispatch_unpack(const LayoutArgs p) {
-  MT_EARLY();
   const i64* oso = (const i64*)p.oso;
   if (oso[0] < 0) return;
   const i64 K = p.topk;
@@ -541,7 +522,6 @@ __device__ void mt_reduce(const ReduceArgs& p, i64 T) {
 // The reduction, then the gate set back to -1 for the next combine's exchange by the last block
 // (every block has read it by then), which saves a memset before each combine.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_combine_reduce(const ReduceArgs p) {
-  MT_EARLY();
   i64* gate = (i64*)p.gate;
   if (gate[0] < 0) return;
   const i64 T = *(const i64*)p.routeTokens;

@@ -35,11 +35,8 @@ export class KernelSet<Name extends string> {
     return this.#launchers.get(spec)!.view;
   }
 
-  /** `early`: programmatic dependent launch (module.ts launchEarly); the kernel must wait for its predecessor itself. */
-  launch(spec: Name, kernel: string, grid: number, block: number, stream: CudaStream, early = false): void {
-    const launcher = this.#launchers.get(spec)!;
-    if (early) launcher.launchEarly(grid, block, stream, 0, this.#fns.get(kernel)!);
-    else launcher.launch(grid, block, stream, 0, this.#fns.get(kernel)!);
+  launch(spec: Name, kernel: string, grid: number, block: number, stream: CudaStream): void {
+    this.#launchers.get(spec)!.launch(grid, block, stream, 0, this.#fns.get(kernel)!);
   }
 
   unload(): void {

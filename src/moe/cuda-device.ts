@@ -3,12 +3,11 @@
 // whose context is then current; the GPU is that context's (as src/pipeline/compute-cuda.ts finds it).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
 import { CudaDevice } from '../cuda/device.js';
-import { earlyLaunchWanted, KernelModule } from '../jit/module.js';
+import { KernelModule } from '../jit/module.js';
 import { KernelSet } from '../jit/kernel-set.js';
 import { TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenDevice } from './kernel-compute.js';
 import { cudaStream, devicePointer } from '../backends/raw.js';
-import { probeSwitch } from '../backends/cuda/probe-defines.js';
 
 /** Names this code in the errors of src/backends/raw.ts. */
 const WHO = 'MoE group';
@@ -18,20 +17,11 @@ export class CudaTokenDevice implements TokenDevice {
   readonly #device: CudaDevice;
   readonly #kernels: KernelSet<TokenKernelName>;
   /**
-   * The steps launched early (A2AV_PROBE_TOKEN_PDL, kernels/moe-tokens.cu), only where the rank has
-   * its GPU alone: an early step's blocks sit waiting, and on a shared GPU they could hold the room
-   * a peer's exchange needs to become resident while this rank's exchange waits for it.
-   */
-  readonly #early: boolean;
-
-  /**
    * Loads the module: the caller keeps every rank off the GPU meanwhile (loading waits for the
    * kernels running there, and a peer's kernel waiting for this rank would never end).
-   * `aloneOnGpu`: no other rank shares this GPU.
    */
-  constructor(aloneOnGpu = false) {
+  constructor() {
     this.#device = CudaDevice.current();
-    this.#early = aloneOnGpu && earlyLaunchWanted(this.#device.arch) && probeSwitch('A2AV_PROBE_TOKEN_PDL');
     this.#kernels = new KernelSet(new KernelModule('moe-tokens.cu', this.#device.arch), TOKEN_KERNELS);
     this.multiprocessors = this.#device.smCount;
   }
@@ -41,7 +31,7 @@ export class CudaTokenDevice implements TokenDevice {
   }
 
   launch(spec: TokenKernelName, kernel: string, grid: number, block: number, stream: Stream): void {
-    this.#kernels.launch(spec, kernel, grid, block, cudaStream(stream, WHO), this.#early);
+    this.#kernels.launch(spec, kernel, grid, block, cudaStream(stream, WHO));
   }
 
   address(buf: DeviceBuffer): bigint {

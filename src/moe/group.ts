@@ -29,7 +29,7 @@ export async function createMoeGroup(comm: Comm, options: MoeGroupOptions): Prom
 async function defaultCompute(comm: Comm): Promise<ComputeFactory> {
   if (comm.backend === 'cpu') return (shape, bufs) => new HostCompute(shape, bufs);
   const { CudaTokenDevice } = await import('./cuda-device.js');
-  return (shape, bufs) => new KernelCompute(new CudaTokenDevice(comm.ranksOnDevice === 1), shape, bufs);
+  return (shape, bufs) => new KernelCompute(new CudaTokenDevice(), shape, bufs);
 }
 
 /** createMoeGroup with the compute given (the tests run the kernels compiled for the host this way). */
