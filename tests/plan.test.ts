@@ -96,14 +96,17 @@ test('A2AV_MOE_GRID accepts auto (the default), never and always, and names anyt
   assert.throws(() => moeGridFromEnv('1'), (e: unknown) => e instanceof UsageError && /A2AV_MOE_GRID must be never, auto or always, got '1'/.test(e.message));
 });
 
-test('MoE calls leave x_fused for the slice grid only on one GPU, large, 16-byte rows, and not for the token group', () => {
+test('MoE calls leave x_fused only on one GPU: large with 16-byte rows, or as the token group says', () => {
   const big = { oneGpu: true, outputBytes: GRID_MIN_BYTES, rowBytes: 4096 };
   assert.equal(leavesFused('auto', big), true);
   assert.equal(leavesFused('auto', { ...big, outputBytes: GRID_MIN_BYTES - 1 }), false);
   assert.equal(leavesFused('auto', { ...big, rowBytes: 4100 }), false);
   assert.equal(leavesFused('auto', { ...big, oneGpu: false }), false);
-  assert.equal(leavesFused('auto', { ...big, keepFused: true }), false, "the token group's output holds the worst case, not the call");
+  // The token group's output holds the worst case, not the call: it says which path itself.
+  assert.equal(leavesFused('auto', { ...big, oneGpuFused: true }), false);
+  assert.equal(leavesFused('auto', { ...big, outputBytes: 64, rowBytes: 7, oneGpuFused: false }), true);
+  assert.equal(leavesFused('auto', { ...big, oneGpu: false, oneGpuFused: false }), false);
   assert.equal(leavesFused('never', big), false);
-  assert.equal(leavesFused('always', { ...big, outputBytes: 64, rowBytes: 7, keepFused: true }), true);
+  assert.equal(leavesFused('always', { ...big, outputBytes: 64, rowBytes: 7, oneGpuFused: true }), true);
   assert.equal(leavesFused('always', { ...big, oneGpu: false }), false);
 });

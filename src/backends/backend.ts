@@ -204,12 +204,12 @@ export interface ExchangePlan {
 export const MAX_EXPERTS_PER_RANK = 256;
 
 /**
- * Internal, not exported from the package: set (true) on the token MoE group's exchanges, the same
- * on every rank, so that the cuda backend keeps them in its one-kernel path whatever the output's
- * size. The group's output holds the worst case, not what a call moves, so the size rule that sends
- * large one-GPU calls to the slice grid (three launches) would take it for a call of one token.
+ * Internal, not exported from the package: set on the token MoE group's exchanges, the same on every
+ * rank. Where every rank is on one GPU, true keeps such a call in the cuda backend's one-kernel path
+ * and false takes it out (exchange, copy, completion: three launches), whatever the output's size:
+ * the group's output holds the worst case, so the size rule for other calls says nothing here.
  */
-export const KEEP_FUSED = Symbol('a2av.keepFused');
+export const ONE_GPU_FUSED = Symbol('a2av.oneGpuFused');
 
 /**
  * Internal, cuda only: a second payload moved along the same exchange as a 2-D call's rows, in the

@@ -3,7 +3,7 @@
 // rows (comm.allToAllV2d), combine moves the expert outputs back (comm.allToAllV2dOffset, the
 // reverse permutation) and reduces them on each token's own rank in top-k order. Per dispatch:
 //   route   inSplits (rows per rank and expert, or per rank) and each (token, k)'s send row;
-//   gather  the rows (with A2AV_MOE_GATHER=1 on cuda: their token numbers; the exchange reads x), and
+//   gather  the rows (on cuda, unless A2AV_MOE_GATHER=0: their token numbers; the exchange reads x), and
 //           their metadata, into send order;
 //   x       the exchange of the rows into recvX and, on every rank, of their metadata (compact: ids
 //           and weights; expanded: the weight): one launch on cuda (its companion), two on cpu and nccl;
@@ -11,7 +11,7 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { COMPANION, GATHER, KEEP_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkCombine, checkContext, checkDispatch, checkOptions } from './check.js';
@@ -78,15 +78,16 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
 
 /**
  * Whether the exchange reads each row from x through rowOf (backend.ts GATHER, the x_*_gather
- * kernels) rather than from a copy in send order (cpu and nccl: always the copy). A2AV_MOE_GATHER=1
- * on cuda, until measured: its first form, inside the default kernels, took a 4096-token dispatch
- * on two H200s from 875 to 816 µs but made those kernels spill and every call slower on one GPU
- * (docs/perf.md). A per-rank choice: the exchange is the same either way.
+ * kernels) rather than from a copy in send order (cpu and nccl: always the copy). On cuda unless
+ * A2AV_MOE_GATHER=0: a 4096-token dispatch on two H200s took 749 µs against the copy's 876
+ * (expanded; compact 240 against 299), at W = 8 on one H200 2655 against 3279; 128 tokens and
+ * fewer within 1-2 µs either way, W = 8's 128 tokens 13 µs slower (docs/perf.md). A per-rank
+ * choice: the exchange is the same either way.
  */
 function gathersRows(comm: Comm): boolean {
   const wanted = process.env.A2AV_MOE_GATHER;
   if (wanted !== undefined && wanted !== '' && wanted !== '0' && wanted !== '1') throw new UsageError(`A2AV_MOE_GATHER must be 0 or 1, got '${wanted}'`);
-  return comm.backend === 'cuda' && wanted === '1';
+  return comm.backend === 'cuda' && wanted !== '0';
 }
 
 /** A route: the group's routing as of one dispatch, and that dispatch's capacities. */
@@ -156,7 +157,7 @@ class TokenGroup implements MoeGroup {
     if (comm.backend === 'cuda') {
       // The metadata rides along the rows' exchange (one launch); the rows from x through rowOf, or from send.
       const from = b.rowOf ? { input: a.x, [GATHER]: b.rowOf } : { input: b.send! };
-      parts.push(comm.allToAllV2d(keepFused({ ...rows, ...from, [COMPANION]: meta })));
+      parts.push(comm.allToAllV2d(Object.assign({ ...rows, ...from }, { [COMPANION]: meta, [ONE_GPU_FUSED]: false })));
     } else {
       parts.push(comm.allToAllV2d({ ...rows, input: b.send! }));
       parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));
@@ -171,7 +172,7 @@ class TokenGroup implements MoeGroup {
     const route = this.#current(a.route, 'combine');
     const hidden = checkCombine(checkContext(this.#comm), this.#shape, a, route);
     const [s, b, sh] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape];
-    const h = this.#comm.allToAllV2dOffset(keepFused({
+    const h = this.#comm.allToAllV2dOffset(Object.assign({
       input: a.y,
       output: b.back,
       inSplitsOffsets: b.routeOso,
@@ -182,7 +183,7 @@ class TokenGroup implements MoeGroup {
       stream: s,
       // What this rank sent in the dispatch: what it gets back where the routing is even.
       sizeHintBytes: route.tokenCap * sh.rowsPerToken * sh.combineRowBytes,
-    }));
+    }, { [ONE_GPU_FUSED]: sh.sendRows * sh.combineRowBytes < COMBINE_FUSED_BELOW }));
     this.#follow([h], s);
     this.#compute.reduce(s, { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden, tokenCap: route.tokenCap });
     return joined([h], this.#comm.record(s), combineError);
@@ -252,7 +253,12 @@ function joined(parts: Handle[], after: Handle, explain: (err: unknown) => unkno
   };
 }
 
-/** The group's exchanges stay in the cuda backend's one-kernel path (backend.ts, KEEP_FUSED). */
-function keepFused<T extends object>(args: T): T {
-  return Object.assign(args, { [KEEP_FUSED]: true });
-}
+/**
+ * Where every rank is on one GPU, whether the exchanges stay in the cuda backend's one-kernel path
+ * (backend.ts ONE_GPU_FUSED; the same on every rank: from the group's shape). Measured at W = 8 on one
+ * H200, DeepSeek-V3 shape, graph µs at 1 / 128 / 4096 tokens (docs/perf.md): dispatch in one kernel
+ * 85 / 225 / 4428 against three launches 52 / 209 / 3279, so never; combine 35 / 223 / 5044 against
+ * 42 / 202 / 3767, so while a rank's rows back at most (maxTokensPerRank's) are under 1 MiB: between
+ * 1 token's 112 KiB and 128 tokens' 14 MiB, not measured in between.
+ */
+const COMBINE_FUSED_BELOW = 1 << 20;

@@ -3,7 +3,7 @@
 // else x_exchange + x_copy + x_done; a plan's exchange x_exchange + x_done, a move x_check +
 // x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
 // replays and timeouts work as for allToAllV.
-import { COMPANION, GATHER, KEEP_FUSED, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
+import { COMPANION, GATHER, ONE_GPU_FUSED, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
@@ -46,16 +46,17 @@ export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
 }
 
 /**
- * Whether a call that fits x_fused copies in x_copy_slices instead (three launches). Only ranks all
- * on one GPU; under 'auto' from GRID_MIN_BYTES of output with 16-byte rows (x_copy_slices takes
- * those; others copy faster in x_fused), never for the token MoE group's exchanges (KEEP_FUSED).
- * Rank-uniform: the output is one symmetric allocation of one size, rows and the flag are the same
- * on every rank, else the call is refused.
+ * Whether a call that fits x_fused takes three launches instead (x_exchange, a copy grid, x_done).
+ * Only ranks all on one GPU; under 'auto' from GRID_MIN_BYTES of output with 16-byte rows
+ * (x_copy_slices takes those; others copy faster in x_fused), or as the token MoE group says for its
+ * exchanges (backend.ts ONE_GPU_FUSED). Rank-uniform: the output is one symmetric allocation of one
+ * size; rows and the group's word are the same on every rank, else the call is refused.
  */
-export function leavesFused(grid: MoeGrid, c: { oneGpu: boolean; outputBytes: number; rowBytes: number; keepFused?: boolean }): boolean {
+export function leavesFused(grid: MoeGrid, c: { oneGpu: boolean; outputBytes: number; rowBytes: number; oneGpuFused?: boolean }): boolean {
   if (!c.oneGpu || grid === 'never') return false;
   if (grid === 'always') return true;
-  return !c.keepFused && c.outputBytes >= GRID_MIN_BYTES && c.rowBytes % 16 === 0;
+  if (c.oneGpuFused !== undefined) return !c.oneGpuFused;
+  return c.outputBytes >= GRID_MIN_BYTES && c.rowBytes % 16 === 0;
 }
 
 /** A payload: its buffers and row size (a plan's exchange has none: rowBytes 0, outId -1). */
@@ -67,8 +68,8 @@ export interface Payload {
   maxBlocks?: number;
   /** Bytes this rank sends at most, when fewer than its input holds: the data grid is sized from it (its blocks loop, so more is still moved right). */
   sizeHintBytes?: number;
-  /** The token MoE group's exchanges (KEEP_FUSED): never the slice grid under 'auto'. */
-  keepFused?: boolean;
+  /** The token MoE group's exchanges (ONE_GPU_FUSED): on one GPU, whether they stay in x_fused under 'auto'. */
+  oneGpuFused?: boolean;
   /** A second payload along the same exchange (backend.ts COMPANION). */
   companion?: Companion;
   /** int32 [send rows]: where each send row is in the input (backend.ts GATHER). */
@@ -99,13 +100,13 @@ export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes:
   return { inRows: Math.min(own.inRows, other.inRows), outRows: Math.min(own.outRows, other.outRows) };
 }
 
-type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [KEEP_FUSED]?: boolean; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer };
+type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [ONE_GPU_FUSED]?: boolean; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer };
 export function payloadOf(a: PayloadArgs): Payload {
   const companion = a[COMPANION];
   if (companion !== undefined && (companion.rowBytes < 1 || (companion.output as GpuBuffer).peerTable === 0n)) {
     throw new UsageError('a companion payload needs a row size and a symmetric output');
   }
-  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, keepFused: a[KEEP_FUSED] === true, companion, gather: a[GATHER] as GpuBuffer | undefined };
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, oneGpuFused: a[ONE_GPU_FUSED], companion, gather: a[GATHER] as GpuBuffer | undefined };
 }
 
 /** The bytes a call's data grid is sized for: its input (through a gather table, the table's rows), or the hint when smaller. */
@@ -180,7 +181,7 @@ export class MoeCalls {
     } else {
       // The companion's rows along the same plan: a second copy before the completion.
       const c = payload.companion;
-      const second: Payload = { input: c.input as GpuBuffer, output: c.output as GpuBuffer, rowBytes: c.rowBytes, maxBlocks: payload.maxBlocks, keepFused: payload.keepFused };
+      const second: Payload = { input: c.input as GpuBuffer, output: c.output as GpuBuffer, rowBytes: c.rowBytes, maxBlocks: payload.maxBlocks, oneGpuFused: payload.oneGpuFused };
       if (payload.sizeHintBytes !== undefined) second.sizeHintBytes = (payload.sizeHintBytes / payload.rowBytes) * c.rowBytes;
       this.#queue(lane.stream, params, ['exchange', 'copy'], payload);
       this.#queue(lane.stream, this.#paramsOf(lane, x, second, plan), ['copy', 'done'], second);
@@ -196,7 +197,7 @@ export class MoeCalls {
    */
   #takesFused(x: ExchangeCall, payload: Payload): boolean {
     if (!this.#fused || x.kind === '1d' || !fusedFits(this.#host.worldSize, x.experts)) return false;
-    return !leavesFused(this.#grid, { oneGpu: this.#oneGpu(), outputBytes: payload.output?.bytes ?? 0, rowBytes: payload.rowBytes, keepFused: payload.keepFused });
+    return !leavesFused(this.#grid, { oneGpu: this.#oneGpu(), outputBytes: payload.output?.bytes ?? 0, rowBytes: payload.rowBytes, oneGpuFused: payload.oneGpuFused });
   }
 
   /** Every rank of the call on this GPU (more than one): their copies may take x_copy_slices. */
@@ -350,7 +351,7 @@ export class MoeCalls {
         const bytes = gridBytes(payload) || 1;
         const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
         // x_copy_slices reads its input in send order: a gathered payload takes x_copy_gather.
-        if ((this.#grid === 'always' || (this.#grid === 'auto' && !payload.keepFused)) && this.#oneGpu() && aligned && !payload.gather) {
+        if (this.#grid !== 'never' && this.#oneGpu() && aligned && !payload.gather) {
           // A block a slice of 16 bytes a thread (kernels/exchange.cu x_copy_slices).
           const blocks = Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / SLICE_BYTES)));
           launcher.launch(blocks, SLICE_THREADS, stream, 0, this.#fns.slices);
