@@ -11,7 +11,8 @@
 #   scripts/gpu-check.sh [RANKS...]      default: 2 4 8 ranks on the visible GPUs (the sweep)
 # Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, tune, sanitizers, soak), so the
 # steps can run as separate commands; A2AV_SANITIZERS="memcheck synccheck" (the tools to run),
-# A2AV_SANITIZER_TIMEOUT_S=540 (each), COMPUTE_SANITIZER=path; A2AV_SOAK_CALLS=20000.
+# A2AV_SANITIZER_TIMEOUT_S=540 (each), A2AV_SANITIZER_CASES=moe (only the short run's cases named
+# so), COMPUTE_SANITIZER=path; A2AV_SOAK_CALLS=20000.
 set -uo pipefail
 OUT=${OUT:-./gpu-out}
 mkdir -p "$OUT"
@@ -76,7 +77,7 @@ if runs sanitizers; then
     extra=()
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     timeout "$limit" "$sanitizer" --tool "$tool" ${extra[@]+"${extra[@]}"} --error-exitcode 97 --launch-timeout 120 \
-      --log-file "$OUT/sanitizer-$tool.log" "$(command -v node)" dist/tests/conformance/short-run.js cuda > "$OUT/sanitizer-$tool.out" 2>&1
+      --log-file "$OUT/sanitizer-$tool.log" "$(command -v node)" dist/tests/conformance/short-run.js cuda ${A2AV_SANITIZER_CASES:-} > "$OUT/sanitizer-$tool.out" 2>&1
     status=$?
     [ $status -eq 0 ] || rc=1
     {

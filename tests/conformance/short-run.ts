@@ -1,7 +1,8 @@
 // A short conformance run, for tools that slow every kernel down by orders of magnitude
 // (compute-sanitizer): a few cases of the suite at small sizes, 1 to 4 ranks as threads of this one
 // process, one line per case. Exit status 1 if any case fails.
-//   node dist/tests/conformance/short-run.js [backend]      (default cuda)
+//   node dist/tests/conformance/short-run.js [backend] [part]
+// backend: default cuda; part: only the cases whose name contains it (e.g. moe).
 import { randomInt } from 'node:crypto';
 import type { BackendName } from '../../src/backends/backend.js';
 import { TimeoutError } from '../../src/errors.js';
@@ -18,6 +19,8 @@ const TIMEOUT_MS = 120_000;
 interface Pick {
   fn: string;
   ranks: number;
+  /** Of the suite's cases of this fn and W, the one whose name contains this (default: the first). */
+  named?: string;
   /** Overrides of the suite's argument: fewer calls, smaller rows. */
   arg?: Record<string, unknown>;
   env?: Record<string, string>;
@@ -37,18 +40,26 @@ const picks: Pick[] = [
   // reduce-scatter + all-gather; in place; misuse.
   { fn: 'allReduce', ranks: 2, arg: { counts: [0, 1, 7, 4099, 300_001] } },
   { fn: 'allReduce', ranks: 3, arg: { counts: [1, 4099, 300_001] } },
+  // MoE: x_fused (one kernel, or three launches where the ranks share a GPU), then the token
+  // group's steps around it, its gather kernels reading rows from x.
+  { fn: 'moeExchange', ranks: 2, arg: { calls: 6, budget: 1024 } },
+  { fn: 'moeTokens', ranks: 2, named: 'expanded', arg: { calls: 3 } },
+  { fn: 'moeTokens', ranks: 2, named: 'compact', arg: { calls: 3 } },
 ];
 
 const backend = (process.argv[2] ?? 'cuda') as BackendName;
+const part = process.argv[3];
 const seed = process.env.A2AV_SEED !== undefined ? Number(process.env.A2AV_SEED) : randomInt(2 ** 31);
 const cases = new URL('./cases.js', import.meta.url);
 let failed = 0;
 let passed = 0;
 
-for (const pick of picks) {
-  const c: Case | undefined = suite.find((s) => s.fn === pick.fn && s.ranks === pick.ranks);
-  if (c === undefined) throw new Error(`the conformance suite has no case ${pick.fn} W=${pick.ranks}`);
-  const name = `${backend} ${pick.fn} W=${pick.ranks}${pick.env ? ` (${Object.entries(pick.env).map(([k, v]) => `${k}=${v}`).join(' ')})` : ''}`;
+const chosen = picks.filter((p) => part === undefined || `${p.fn} ${p.named ?? ''}`.toLowerCase().includes(part.toLowerCase()));
+if (chosen.length === 0) throw new Error(`no case of the short run is named with '${part}'`);
+for (const pick of chosen) {
+  const c: Case | undefined = suite.find((s) => s.fn === pick.fn && s.ranks === pick.ranks && (pick.named === undefined || s.name.includes(pick.named)));
+  if (c === undefined) throw new Error(`the conformance suite has no case ${pick.fn} W=${pick.ranks}${pick.named ? ` '${pick.named}'` : ''}`);
+  const name = `${backend} ${pick.fn}${pick.named ? ` ${pick.named}` : ''} W=${pick.ranks}${pick.env ? ` (${Object.entries(pick.env).map(([k, v]) => `${k}=${v}`).join(' ')})` : ''}`;
   const started = performance.now();
   const saved = Object.keys(pick.env ?? {}).map((k) => [k, process.env[k]] as const);
   Object.assign(process.env, pick.env); // rank threads copy the environment when they start
@@ -70,5 +81,5 @@ for (const pick of picks) {
     }
   }
 }
-console.log(`short conformance run on ${backend}: ${passed} of ${picks.length} cases passed, seed ${seed} (rerun: A2AV_SEED=${seed})`);
+console.log(`short conformance run on ${backend}: ${passed} of ${chosen.length} cases passed, seed ${seed} (rerun: A2AV_SEED=${seed})`);
 process.exitCode = failed > 0 ? 1 : 0;
