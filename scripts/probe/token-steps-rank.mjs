@@ -56,6 +56,17 @@ class MarkedCompute {
     this.inner.gather(s, c);
     this.marks.mark(s, 'gather');
   }
+  // Where the compute can route and gather in one launch, marked as one step.
+  routeAndGather(s, r, g) {
+    if (!this.inner.routeAndGather) {
+      this.route(s, r);
+      this.gather(s, g);
+      return;
+    }
+    this.marks.mark(s, 'start');
+    this.inner.routeAndGather(s, r, g);
+    this.marks.mark(s, 'route+gather');
+  }
   layout(s, c) {
     this.marks.mark(s, 'exchange');
     this.inner.layout(s, c);
