@@ -6,6 +6,7 @@ import koffi from 'koffi';
 import { check, cu, outI32, outU64 } from '../cuda/driver.js';
 import type { CudaStream } from '../cuda/device.js';
 import { KernelSourcesNotFoundError } from '../errors.js';
+import { earlyLaunchOn } from '../knobs.js';
 import { cacheKey, cached } from './cache.js';
 
 const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
@@ -82,7 +83,7 @@ export class KernelModule {
  * (StructLauncher.launchEarly): Hopper and later, unless A2AV_EARLY_LAUNCH=0 turns it off.
  */
 export function earlyLaunchWanted(arch: number): boolean {
-  return arch >= 90 && process.env.A2AV_EARLY_LAUNCH !== '0';
+  return arch >= 90 && earlyLaunchOn();
 }
 
 /**

@@ -2,6 +2,7 @@
 // Blocks share the rank's send bytes tile by tile (see kernels/a2av.cu), so each peer gets blocks in
 // proportion to its bytes: with fewer peers every peer gets more blocks, and the total stays put.
 import { UsageError } from '../errors.js';
+import { laneSharesOn, type GridCopy, type PeerSplit } from '../knobs.js';
 
 export interface LaunchPlan {
   /** Thread blocks per rank and call. */
@@ -40,22 +41,7 @@ export interface PlanContext {
   maxBlocks?: number;
 }
 
-export type GridCopy = 'auto' | 'always' | 'never';
-export type PeerSplit = 'auto' | 'always' | 'never';
-
-/** Reads A2AV_GRID_COPY; anything else is a UsageError rather than a silent default. */
-export function gridCopyFromEnv(value = process.env.A2AV_GRID_COPY): GridCopy {
-  if (value === undefined || value === '' || value === 'auto') return 'auto';
-  if (value === 'always' || value === 'never') return value;
-  throw new UsageError(`A2AV_GRID_COPY must be auto, always or never, got '${value}'`);
-}
-
-/** Reads A2AV_PEER_SPLIT, as gridCopyFromEnv. */
-export function peerSplitFromEnv(value = process.env.A2AV_PEER_SPLIT): PeerSplit {
-  if (value === undefined || value === '' || value === 'auto') return 'auto';
-  if (value === 'always' || value === 'never') return value;
-  throw new UsageError(`A2AV_PEER_SPLIT must be auto, always or never, got '${value}'`);
-}
+export { gridCopyFromEnv, peerSplitFromEnv, type GridCopy, type PeerSplit } from '../knobs.js';
 
 /** How a copy splits its blocks (kernels/config.cuh A2AV_SPLIT_*): never, from A2AV_SPLIT_MIN_BYTES of sends on, always. */
 export const PeerSplitMode = { never: 0, large: 1, always: 2 } as const;
@@ -85,9 +71,7 @@ export function peerSplitMode(ctx: { allOnDevice: boolean; peerSplit?: PeerSplit
  * A2AV_LANE_SHARES=0 restores whole shares, the control arm.
  */
 export function laneShares(laneCount: number, value = process.env.A2AV_LANE_SHARES): number {
-  if (value === undefined || value === '' || value === '1') return Math.max(1, laneCount);
-  if (value === '0') return 1;
-  throw new UsageError(`A2AV_LANE_SHARES must be 0 or 1, got '${value}'`);
+  return laneSharesOn(value) ? Math.max(1, laneCount) : 1;
 }
 
 export const DEFAULT_THREADS = 512;

@@ -7,6 +7,7 @@ import { COMPANION, GATHER, ONE_GPU_FUSED, type Companion, type DeviceBuffer, ty
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
+import { moeFusedOn, moeGridFromEnv, type MoeGrid } from '../../knobs.js';
 import { GRID_MIN_BYTES, laneShares, peerSplitFromEnv, peerSplitMode } from '../../tune/plan.js';
 import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
@@ -32,18 +33,13 @@ export interface ExchangeCall {
 }
 
 /**
- * A2AV_MOE_GRID: 'auto' (the default: calls whose ranks all share one GPU move their data in
- * x_copy_slices from GRID_MIN_BYTES of output, as the 1-D call's grid mode; at W = 8 on one H200,
- * 256 MiB, 1221 us against x_fused's 1514 with its grid from the lane's share: docs/perf.md),
+ * A2AV_MOE_GRID (knobs.ts): 'auto' (the default: calls whose ranks all share one GPU move their data
+ * in x_copy_slices from GRID_MIN_BYTES of output, as the 1-D call's grid mode; at W = 8 on one
+ * H200, 256 MiB, 1221 us against x_fused's 1514 with its grid from the lane's share: docs/perf.md),
  * 'never' (x_fused for every call that fits it), 'always' (every call whose ranks share one GPU:
- * for the tests and the probes). Anything else: UsageError.
+ * for the tests and the probes).
  */
-export type MoeGrid = 'never' | 'auto' | 'always';
-export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
-  if (value === undefined || value === '') return 'auto';
-  if (value === 'never' || value === 'auto' || value === 'always') return value;
-  throw new UsageError(`A2AV_MOE_GRID must be never, auto or always, got '${value}'`);
-}
+export { moeGridFromEnv, type MoeGrid } from '../../knobs.js';
 
 /**
  * Whether a call that fits x_fused takes three launches instead (x_exchange, a copy grid, x_done).
@@ -132,7 +128,7 @@ export class MoeCalls {
   readonly #fns: Record<'check' | 'copy' | 'copyGather' | 'slices' | 'done' | 'fused' | 'fusedGather', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
   /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
-  readonly #fused = process.env.A2AV_MOE_FUSED !== '0';
+  readonly #fused = moeFusedOn();
   /** A2AV_MOE_GRID (moeGridFromEnv): where calls whose ranks share one GPU copy in x_copy_slices. */
   readonly #grid = moeGridFromEnv();
   /** How every call's copy splits its blocks (plan.ts, peerSplitMode): fixed by where the ranks are. */

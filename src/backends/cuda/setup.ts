@@ -4,6 +4,7 @@ import { hostname } from 'node:os';
 import type { CommOptions } from '../backend.js';
 import { CudaDevice } from '../../cuda/device.js';
 import { UsageError } from '../../errors.js';
+import { forceSystemScope } from '../../knobs.js';
 import { KernelModule } from '../../jit/module.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
@@ -41,7 +42,7 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
   const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
   if (opts.rank !== 0) await barrier('a2av/cuda/module');
-  const oneGpu = where.every((w) => w.ordinal === device.ordinal) && process.env.A2AV_FORCE_SYSTEM_SCOPE !== '1';
+  const oneGpu = where.every((w) => w.ordinal === device.ordinal) && !forceSystemScope();
   const moduleOptions = [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...probeDefines()];
   // Every module is loaded here, before any rank can launch: loading code onto a GPU waits for the
   // kernels running there, and a peer's kernel that spins waiting for this rank never ends
