@@ -66,3 +66,36 @@ export class Agreement {
     for (const buf of [this.#input, this.#output, this.#inSplits, this.#outSplitsOffsets]) this.#comm.free(buf);
   }
 }
+
+/**
+ * Collective: every rank's `bytes` (each its own length), in rank order. Two rounds: the lengths
+ * through an Agreement, then the bytes padded to the longest, so every buffer, symmetric ones
+ * included, has the same size on every rank whatever the ranks send.
+ */
+export async function gatherBytes(comm: Comm, bytes: Uint8Array): Promise<Uint8Array[]> {
+  const w = comm.worldSize;
+  const sizing = await Agreement.create(comm, 1);
+  let lengths: number[];
+  try {
+    lengths = sizing.gather([bytes.length]).map(([n]) => n);
+  } finally {
+    sizing.close();
+  }
+  const row = Math.max(1, ...lengths);
+  const send = new Uint8Array(w * row);
+  for (let peer = 0; peer < w; peer++) send.set(bytes, peer * row);
+  // This rank's buffers first, then the collective one (allocating while a peer spins can stall).
+  const input = comm.alloc(w * row);
+  const inSplits = comm.alloc(8 * w);
+  const outSplitsOffsets = comm.alloc(16 * w);
+  const output = await comm.allocSymmetric(w * row);
+  try {
+    comm.write(input, send);
+    comm.write(inSplits, new BigInt64Array(w).fill(1n));
+    comm.allToAllV({ input, output, inSplits, outSplitsOffsets, rowBytes: row }).wait();
+    const received = comm.read(output, 0, w * row).slice();
+    return lengths.map((n, peer) => received.subarray(peer * row, peer * row + n));
+  } finally {
+    for (const buf of [input, inSplits, outSplitsOffsets, output]) comm.free(buf);
+  }
+}

@@ -10,6 +10,7 @@ import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from './agree.js';
 import { measure, slowestRank } from './measure.js';
+import { checkSameOptions } from './same-options.js';
 import { alignColumns, formatMicros } from './table.js';
 import { formatBytes } from './units.js';
 
@@ -78,6 +79,7 @@ function decodeAt(dtype: ReduceDtype, bytes: Uint8Array): number {
 /** The rank program: every size checked, then timed; rank 0 reports each row and returns them all. */
 export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: RankContext): Promise<{ rows: AllReduceRow[]; device: string }> {
   const W = comm.worldSize;
+  await checkSameOptions(comm, { command: 'bench allreduce', options: arg, flags: { sizes: 'sizes (--min, --max)' } });
   if (W > 64) throw new UsageError(`bench allreduce: at most 64 ranks (the check's sums stay exact), got ${W}`);
   const eb = ELEMENT_BYTES[arg.dtype];
   const maxBytes = arg.sizes[arg.sizes.length - 1]!;

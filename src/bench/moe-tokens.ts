@@ -14,6 +14,7 @@ import type { RankContext } from '../world/ranks.js';
 import { Agreement } from './agree.js';
 import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay } from './rank.js';
+import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
 import { alignColumns, formatMicros } from './table.js';
 
@@ -68,6 +69,7 @@ export function tokenRouting(seed: number, rank: number, tokens: number, numExpe
 /** The rank program: every token count checked, then timed; rank 0 reports each row and returns them all. */
 export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankContext): Promise<{ rows: MoeTokenRow[]; device: string }> {
   const W = comm.worldSize;
+  await checkSameOptions(comm, { command: 'bench', options: arg, flags: { numExperts: '--num-experts' } });
   if (arg.numExperts % W !== 0) throw new UsageError(`--num-experts ${arg.numExperts} is not a multiple of the ${W} ranks`);
   if (arg.topk > arg.numExperts) throw new UsageError(`--topk ${arg.topk} is more than the ${arg.numExperts} experts`);
   const E = arg.numExperts / W;
@@ -211,7 +213,7 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
       `${first.layout}, ${first.device}, ${first.date}`,
     '# time µs = median of the timed loops (slowest rank in each); bytes = DeepEP\'s count: selections per rank x hidden x 2; GB/s = bytes / time',
     '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',
-    '# vs 1d = 1d µs / time µs (eager); checked: expertCounts = the ids\' histogram',
+    '# vs 1d = 1d µs / time µs (eager); each row\'s first dispatch checked: expertCounts = the ids\' histogram',
   ];
   const head = ['tokens', 'backend', 'time µs', 'min-max µs', 'graph µs', 'bytes', 'GB/s', '1d µs', '1d graph µs', 'vs 1d'];
   const table = first.rows.flatMap((_, i) =>

@@ -11,6 +11,7 @@ import { InputPattern } from './data.js';
 import { fitSweep } from './fit.js';
 import { measure, slowestRank, splitsSync, type LoopOptions } from './measure.js';
 import { OpBench, type BenchOp, type OpShape } from './ops.js';
+import { checkSameOptions } from './same-options.js';
 import { planReference, referenceWork, type ReferencePlan } from './reference.js';
 import { makeSplits, type Splits, type SplitsKind } from './splits.js';
 import { makeRow, type BenchRow, type CheckedForm, type RefKind, type Timing } from './table.js';
@@ -44,6 +45,9 @@ export interface SweepArg {
   repeats: number;
 }
 
+/** The CLI's names of SweepArg's fields, where not the field's own. */
+const SWEEP_FLAGS = { sizes: 'sizes (--min, --max, --rows-per-expert)', rowBytes: '--row-bytes', maxBlocks: '--max-blocks' };
+
 export type SweepStage = 'verify' | 'eager' | 'graph' | '1d' | 'reference';
 
 /** The sizes the sweep will run: fewer than asked when memory is short, and `note` says so. */
@@ -74,6 +78,9 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
   const report = (message: SweepReport) => lead && ctx.report(message);
   const w = comm.worldSize;
   const shape: OpShape = { op: arg.op ?? 'alltoallv', experts: arg.experts ?? 1, align: arg.align ?? 1, rowBytes: arg.rowBytes, maxBlocks: arg.maxBlocks };
+  // dataKey is drawn per process (rank 0's is taken below); the defaults as the sweep applies them.
+  const { dataKey: _, ...options } = { ...arg, op: shape.op, experts: shape.experts, align: shape.align };
+  await checkSameOptions(comm, { command: 'bench', options, flags: SWEEP_FLAGS });
   // One slot per timed loop: each loop's figure is the slowest rank's (slowestRank).
   const agree = await Agreement.create(comm, Math.max(4, arg.repeats));
   // Ranks check each other's rows, so they need one data key: rank 0's (processes each drew their own).

@@ -1,6 +1,7 @@
 // The pipeline's rank program (runRanks threads, or one process of a launched job): builds the
 // compute and the model once, runs every arm from the same initial model, and gathers every rank's
 // timings, results and spans to rank 0, which returns the table's rows.
+import { checkSameOptions } from '../bench/same-options.js';
 import type { Comm } from '../backends/backend.js';
 import { Agreement } from '../bench/agree.js';
 import { median } from '../bench/measure.js';
@@ -77,6 +78,8 @@ export interface PipelineRankResult {
  * ranks get undefined). `ctx` receives rank 0's progress.
  */
 export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankContext): Promise<PipelineRankResult | undefined> {
+  // Ranks started with different options would fail later on a buffer's size: say which option.
+  await checkSameOptions(comm, { command: 'bench pipeline', options: arg, flags: { inputDistBlocks: '--input-dist-blocks' } });
   const lead = comm.rank === 0;
   const report = (m: PipelineReport) => lead && ctx?.report(m);
   const layout = new Layout(shapeOf(arg.shape), comm.worldSize, comm.rank);
