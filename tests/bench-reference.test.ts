@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { Comm, DeviceBuffer, PeerCopyArgs, Stream } from '../src/backends/backend.js';
-import type { Agreement } from '../src/bench/agree.js';
+import type { Agreement } from '../src/collectives/agree.js';
 import { copyBytes, copyPairs, peerCopies, planReference, referenceWork, type ReferencePlan } from '../src/bench/reference.js';
 import { makeSplits } from '../src/bench/splits.js';
 import { measure } from '../src/bench/measure.js';

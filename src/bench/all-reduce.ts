@@ -8,7 +8,7 @@ import { bf16ToF32, ELEMENT_BYTES, f32ToBf16 } from '../collectives/reduce.js';
 import { UsageError } from '../errors.js';
 import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
-import { Agreement } from './agree.js';
+import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
 import { checkSameOptions } from './same-options.js';
 import { alignColumns, formatMicros } from './table.js';

@@ -1,6 +1,6 @@
 // Timing for the sweep: timed loops of device work after a warm-up, and their spread.
 import type { Comm, Handle, Stream } from '../backends/backend.js';
-import type { Agreement } from './agree.js';
+import type { Agreement } from '../collectives/agree.js';
 import type { Timing } from './table.js';
 
 /** A timed loop should last at least this long, so event resolution and launch jitter vanish in it. */

@@ -11,7 +11,7 @@ import { createMoeGroup } from '../moe/group.js';
 import type { MoeLayout } from '../moe/api.js';
 import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
-import { Agreement } from './agree.js';
+import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay } from './rank.js';
 import { checkSameOptions } from './same-options.js';

@@ -6,7 +6,7 @@
 import type { Comm, DeviceBuffer, Replay, Stream } from '../backends/backend.js';
 import { CPU_MAX_BUFFER_BYTES } from '../backends/cpu/buffer.js';
 import type { RankContext } from '../world/ranks.js';
-import { Agreement } from './agree.js';
+import { Agreement } from '../collectives/agree.js';
 import { InputPattern } from './data.js';
 import { fitSweep } from './fit.js';
 import { measure, slowestRank, splitsSync, type LoopOptions } from './measure.js';

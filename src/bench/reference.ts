@@ -10,7 +10,7 @@
 // peers cannot address (nccl) have no reference across GPUs (`none`).
 import { hostname } from 'node:os';
 import type { Comm, DeviceBuffer, Stream } from '../backends/backend.js';
-import type { Agreement } from './agree.js';
+import type { Agreement } from '../collectives/agree.js';
 import type { Splits } from './splits.js';
 import type { RefKind } from './table.js';
 

@@ -5,7 +5,7 @@
 // compares the options first, before it allocates anything or calls a collective.
 import type { Comm } from '../backends/backend.js';
 import { UsageError } from '../errors.js';
-import { gatherBytes } from './agree.js';
+import { gatherBytes } from '../collectives/agree.js';
 
 export interface RankOptions {
   /** 'bench', 'bench allreduce': ranks running different commands differ here first. */

@@ -3,7 +3,7 @@
 // timings, results and spans to rank 0, which returns the table's rows.
 import { checkSameOptions } from '../bench/same-options.js';
 import type { Comm } from '../backends/backend.js';
-import { Agreement } from '../bench/agree.js';
+import { Agreement } from '../collectives/agree.js';
 import { median } from '../bench/measure.js';
 import { formatBytes } from '../bench/units.js';
 import { UsageError } from '../errors.js';

@@ -5,7 +5,7 @@
 import type { Comm, DeviceBuffer } from '../backends/backend.js';
 import { UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
-import { Agreement } from '../bench/agree.js';
+import { Agreement } from '../collectives/agree.js';
 import { InputPattern } from '../bench/data.js';
 import { measure, slowestRank } from '../bench/measure.js';
 import { makeSplits } from '../bench/splits.js';

@@ -1,8 +1,8 @@
 // Host-side agreement between ranks, built on the collective itself: every rank sends one row of
-// float64 values to every peer (an all-gather), and may reduce what it receives.
-// The sweep needs it wherever ranks must take the same decision from local measurements (how many
-// iterations to time, how much memory fits) — a mismatch there would be a hang —, to report the
-// slowest rank's time as the collective's time, and to find which ranks share a device.
+// float64 values to every peer (an all-gather), and may reduce what it receives. Where ranks must
+// take the same decision from local facts (the bench: how many iterations to time, how much memory
+// fits; a MoE group: the options that size its buffers), a mismatch would otherwise be a hang or a
+// symmetric buffer of another size on some rank. Only Comm calls: every backend has it.
 import type { Comm, DeviceBuffer } from '../backends/backend.js';
 
 export class Agreement {
