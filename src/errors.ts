@@ -204,7 +204,27 @@ export class UsageError extends A2avError {
   }
 }
 
-/** The communicator is unusable after an earlier failure (timeout, aborted peer). */
+/** A call on a communicator after its close(). A UsageError (code A2AV_USAGE): the caller's mistake. */
+export class ClosedError extends UsageError {
+  constructor(readonly rank: number) {
+    super(`rank ${rank}: communicator is closed`);
+  }
+}
+
+/**
+ * A value as an argument check's "got X" shows it: what the check expects (a number, or a string of
+ * a set) plainly, anything else with its type, so that rowBytes '16' does not read as the number 16.
+ */
+export function shown(value: unknown, expected: 'number' | 'string' = 'number'): string {
+  if (typeof value === 'number' || value === undefined || value === null) return String(value);
+  if (typeof value === 'string') return expected === 'string' ? `'${value}'` : `'${value}' (a string)`;
+  if (typeof value === 'bigint') return `${value}n (a bigint)`;
+  if (typeof value === 'boolean') return `${value} (a boolean)`;
+  if (typeof value === 'symbol') return `${value.toString()} (a symbol)`;
+  if (typeof value === 'function') return 'a function';
+  return Array.isArray(value) ? 'an array' : 'an object';
+}
+
 /**
  * A call on a communicator that an earlier failure aborted. The message repeats that failure, and
  * `missingRank` the rank its TimeoutError waited for (-1 when it names none or was not a timeout),

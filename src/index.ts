@@ -31,6 +31,7 @@ export { ARMS as PIPELINE_ARMS, type Arm as PipelineArm } from './pipeline/train
 export { SHAPES as PIPELINE_SHAPES, type Shape as PipelineShape, type ShapeName as PipelineShapeName } from './pipeline/shapes.js';
 export {
   A2avError,
+  ClosedError,
   CommAbortedError,
   CublasError,
   CudaError,

@@ -34,3 +34,18 @@ test('checkKnobs: each switch takes its values and refuses others, naming itself
     withEnv(name, bad, () => assert.throws(() => checkKnobs(), (e: unknown) => e instanceof UsageError && e.message === says, name));
   }
 });
+
+test('a communicator is refused on cpu for a switch only the cuda backend reads', async () => {
+  const { runRanks } = await import('../src/world/threads.js');
+  const saved = process.env.A2AV_MOE_GRID;
+  process.env.A2AV_MOE_GRID = 'sometimes'; // rank threads copy the environment when they start
+  try {
+    await assert.rejects(
+      runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 10_000 }, new URL('./fixtures/bench-options-rank.js', import.meta.url), 'perRankOptions', []),
+      (e: unknown) => e instanceof UsageError && /A2AV_MOE_GRID must be never, auto or always, got 'sometimes'/.test(e.message),
+    );
+  } finally {
+    if (saved === undefined) delete process.env.A2AV_MOE_GRID;
+    else process.env.A2AV_MOE_GRID = saved;
+  }
+});

@@ -2,7 +2,8 @@
 // never loads the CUDA bindings (and a machine without libcuda never tries to).
 export type { CommOptions } from './backend.js';
 import type { BackendName, Comm, CommOptions } from './backend.js';
-import { UsageError } from '../errors.js';
+import { shown, UsageError } from '../errors.js';
+import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
 
 interface CudaBackendModule {
@@ -18,6 +19,8 @@ const ncclBackendPath = './nccl/setup.js';
 
 export async function createComm(opts: CommOptions): Promise<Comm> {
   checkOptions(opts);
+  // Every A2AV_* switch, whichever backend reads it: a typo is refused here, on cpu too.
+  checkKnobs();
   switch (opts.backend) {
     case 'cpu': {
       const { createCpuComm } = await import('./cpu/comm.js');
@@ -93,10 +96,10 @@ export async function defaultBackend(job: JobShape | null = rankEnv() ?? null): 
 let warnedLibcuda = false;
 
 function checkOptions(o: CommOptions): void {
-  if (!Number.isInteger(o.worldSize) || o.worldSize < 1) throw new UsageError(`worldSize must be a positive integer, got ${o.worldSize}`);
+  if (!Number.isInteger(o.worldSize) || o.worldSize < 1) throw new UsageError(`worldSize must be a positive integer, got ${shown(o.worldSize)}`);
   if (!Number.isInteger(o.rank) || o.rank < 0 || o.rank >= o.worldSize) {
-    throw new UsageError(`rank must be an integer in [0, ${o.worldSize}), got ${o.rank}`);
+    throw new UsageError(`rank must be an integer in [0, ${o.worldSize}), got ${shown(o.rank)}`);
   }
-  if (!(o.timeoutMs > 0)) throw new UsageError(`timeoutMs must be positive, got ${o.timeoutMs}`);
-  if (!Number.isInteger(o.lanes) || o.lanes < 1) throw new UsageError(`lanes must be a positive integer, got ${o.lanes}`);
+  if (!(o.timeoutMs > 0)) throw new UsageError(`timeoutMs must be positive, got ${shown(o.timeoutMs)}`);
+  if (!Number.isInteger(o.lanes) || o.lanes < 1) throw new UsageError(`lanes must be a positive integer, got ${shown(o.lanes)}`);
 }

@@ -1,9 +1,11 @@
 // Host-side checks of the group's options and calls: misuse throws UsageError before anything is
-// queued, on the rank that made it. Buffers are checked as the communicator's own calls check them
-// (ours, not freed, large enough), then against the group's sizes.
+// queued, on the rank that made it (the options: on every rank, once the ranks have compared them).
+// Buffers are checked as the communicator's own calls check them (ours, not freed, large enough),
+// then against the group's sizes.
 import { MAX_EXPERTS_PER_RANK, type Comm, type DeviceBuffer } from '../backends/backend.js';
 import { checkBuffer, checkLane, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
-import { UsageError } from '../errors.js';
+import { Agreement } from '../collectives/agree.js';
+import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
 import { DTYPES } from './compute.js';
 import { tokenShape, type TokenShape } from './shape.js';
@@ -20,20 +22,25 @@ export function checkContext(comm: Comm): CheckContext {
 
 const isInt = (n: unknown, lo: number, hi = Number.MAX_SAFE_INTEGER): n is number => Number.isSafeInteger(n) && (n as number) >= lo && (n as number) <= hi;
 
+const optionsFail = (ctx: CheckContext) => (what: string): never => {
+  throw new UsageError(`rank ${ctx.rank}: createMoeGroup: ${what}`);
+};
+
 export function checkOptions(ctx: CheckContext, o: MoeGroupOptions): TokenShape {
-  const fail = (what: string): never => {
-    throw new UsageError(`rank ${ctx.rank}: createMoeGroup: ${what}`);
-  };
+  const fail = optionsFail(ctx);
+  if (typeof o !== 'object' || o === null) fail(`options must be an object { numExperts, topk, maxTokensPerRank, rowBytes, layout }, got ${shown(o)}`);
   const W = ctx.worldSize;
-  if (o.layout !== 'expanded' && o.layout !== 'compact') fail(`layout must be 'expanded' or 'compact', got ${String(o.layout)}`);
+  if (o.layout !== 'expanded' && o.layout !== 'compact') fail(`layout must be 'expanded' or 'compact', got ${shown(o.layout, 'string')}`);
   if (!isInt(o.numExperts, W, W * MAX_EXPERTS_PER_RANK) || o.numExperts % W !== 0)
-    fail(`numExperts must be a multiple of the ${W} ranks, at most ${MAX_EXPERTS_PER_RANK} a rank, got ${o.numExperts}`);
-  if (!isInt(o.topk, 1, MAX_TOPK)) fail(`topk must be an integer in 1..${MAX_TOPK}, got ${o.topk}`);
-  if (!isInt(o.maxTokensPerRank, 1)) fail(`maxTokensPerRank must be a positive integer, got ${o.maxTokensPerRank}`);
-  if (!isInt(o.rowBytes, 1)) fail(`rowBytes must be a positive integer, got ${o.rowBytes}`);
-  if (o.combineRowBytes !== undefined && !isInt(o.combineRowBytes, 1)) fail(`combineRowBytes must be a positive integer, got ${o.combineRowBytes}`);
+    fail(`numExperts must be a multiple of the ${W} ranks, at most ${MAX_EXPERTS_PER_RANK} a rank, got ${shown(o.numExperts)}`);
+  if (!isInt(o.topk, 1, MAX_TOPK)) fail(`topk must be an integer in 1..${MAX_TOPK}, got ${shown(o.topk)}`);
+  // As the CLI's --topk: a token cannot pick more distinct experts than there are.
+  if (o.topk > o.numExperts) fail(`topk ${o.topk} is more than the ${o.numExperts} experts`);
+  if (!isInt(o.maxTokensPerRank, 1)) fail(`maxTokensPerRank must be a positive integer, got ${shown(o.maxTokensPerRank)}`);
+  if (!isInt(o.rowBytes, 1)) fail(`rowBytes must be a positive integer, got ${shown(o.rowBytes)}`);
+  if (o.combineRowBytes !== undefined && !isInt(o.combineRowBytes, 1)) fail(`combineRowBytes must be a positive integer, got ${shown(o.combineRowBytes)}`);
   const align = o.expertAlignment ?? 1;
-  if (!isInt(align, 1, MAX_MAJOR_ALIGN)) fail(`expertAlignment must be an integer in 1..${MAX_MAJOR_ALIGN}, got ${align}`);
+  if (!isInt(align, 1, MAX_MAJOR_ALIGN)) fail(`expertAlignment must be an integer in 1..${MAX_MAJOR_ALIGN}, got ${shown(align)}`);
   if (o.layout === 'compact' && align !== 1) fail('expertAlignment is for the expanded layout (compact rows are tokens, not grouped by expert)');
   checkLane(ctx, o.lane);
   const shape = tokenShape({
@@ -54,6 +61,59 @@ export function checkOptions(ctx: CheckContext, o: MoeGroupOptions): TokenShape 
   return shape;
 }
 
+/** What ranks must give alike (they size the symmetric buffers and every exchange), as the shape holds them. */
+const AGREED = [
+  ['layout', (s: TokenShape) => (s.layout === 'compact' ? 1 : 0)],
+  ['numExperts', (s: TokenShape) => s.experts],
+  ['topk', (s: TokenShape) => s.topk],
+  ['maxTokensPerRank', (s: TokenShape) => s.tokenCap],
+  ['rowBytes', (s: TokenShape) => s.rowBytes],
+  ['combineRowBytes', (s: TokenShape) => s.combineRowBytes],
+  ['expertAlignment', (s: TokenShape) => s.align],
+] as const;
+
+/**
+ * Collective: checkOptions, then the ranks compare what they were given before anything is sized
+ * by it, so options that differ are refused on every rank by name, not later as a symmetric buffer
+ * of another size on some rank (or a hang). A rank whose own options are refused still takes part:
+ * its peers then fail with it rather than wait for it until the timeout.
+ */
+export async function checkAgreedOptions(comm: Comm, ctx: CheckContext, o: MoeGroupOptions): Promise<TokenShape> {
+  let shape: TokenShape | undefined;
+  let refused: unknown;
+  try {
+    shape = checkOptions(ctx, o);
+  } catch (err) {
+    refused = err;
+  }
+  // [valid, then each AGREED value]: float64 holds every safe integer exactly.
+  const mine = [shape ? 1 : 0, ...AGREED.map(([, of]) => (shape ? of(shape) : 0))];
+  // This rank's own refusal is the error worth reporting, even where the exchange failed too.
+  const all = await gatherAll(comm, mine).catch((err: unknown) => {
+    throw shape === undefined ? refused : err;
+  });
+  if (shape === undefined) throw refused;
+  const fail = optionsFail(ctx);
+  const invalid = all.findIndex((v) => v[0] !== 1);
+  if (invalid >= 0) fail(`rank ${invalid} refused its options (its own error says why)`);
+  AGREED.forEach(([name], i) => {
+    const other = all.findIndex((v) => v[i + 1] !== mine[i + 1]);
+    if (other < 0) return;
+    const show = (v: number) => (name === 'layout' ? (v === 1 ? "'compact'" : "'expanded'") : String(v));
+    fail(`ranks disagree on ${name}: ${show(mine[i + 1])} here, ${show(all[other][i + 1])} on rank ${other}`);
+  });
+  return shape;
+}
+
+async function gatherAll(comm: Comm, values: number[]): Promise<number[][]> {
+  const agreement = await Agreement.create(comm, values.length);
+  try {
+    return agreement.gather(values);
+  } finally {
+    agreement.close();
+  }
+}
+
 /** A dispatch as the group runs it. */
 export interface DispatchPlan {
   idx64: boolean;
@@ -71,7 +131,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
   };
   const { topk: K, rowBytes, expertsPerRank: E } = s;
   const type = a.topkIdxType ?? 'int64';
-  if (type !== 'int64' && type !== 'int32') fail(`topkIdxType must be 'int64' or 'int32', got ${String(type)}`);
+  if (type !== 'int64' && type !== 'int32') fail(`topkIdxType must be 'int64' or 'int32', got ${shown(type, 'string')}`);
   const idxBytes = type === 'int64' ? 8 : 4;
   checkBuffer(ctx, 'x', a.x);
   checkBuffer(ctx, 'topkIdx', a.topkIdx);
@@ -88,7 +148,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     if (a.numTokens !== undefined) fail('numTokens is the route\'s when a route is reused');
     tokens = reused.tokenCap;
   } else if (typeof a.numTokens === 'number') {
-    if (!isInt(a.numTokens, 0, s.tokenCap)) fail(`numTokens must be an integer in 0..${s.tokenCap} (maxTokensPerRank), got ${a.numTokens}`);
+    if (!isInt(a.numTokens, 0, s.tokenCap)) fail(`numTokens must be an integer in 0..${s.tokenCap} (maxTokensPerRank), got ${shown(a.numTokens)}`);
     tokens = a.numTokens;
   } else if (a.numTokens !== undefined) {
     checkBuffer(ctx, 'numTokens (int64[1])', a.numTokens, 8);
@@ -122,7 +182,7 @@ export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs
     throw new UsageError(`rank ${ctx.rank}: MoE combine: ${what}`);
   };
   const dtype = DTYPES[a.dtype];
-  if (dtype === undefined || !Object.hasOwn(DTYPES, a.dtype)) fail(`dtype must be 'bf16', 'f16' or 'f32', got ${String(a.dtype)}`);
+  if (dtype === undefined || !Object.hasOwn(DTYPES, a.dtype)) fail(`dtype must be 'bf16', 'f16' or 'f32', got ${shown(a.dtype, 'string')}`);
   if (s.combineRowBytes % dtype.bytes !== 0) fail(`combineRowBytes ${s.combineRowBytes} is not a whole number of ${a.dtype} elements`);
   const rowOut = s.combineRowBytes;
   checkBuffer(ctx, 'y', a.y, route.recvCap * rowOut);

@@ -13,15 +13,19 @@
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
 import { COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
+import { moeGatherOn } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
-import { checkCombine, checkContext, checkDispatch, checkOptions } from './check.js';
+import { checkAgreedOptions, checkCombine, checkContext, checkDispatch } from './check.js';
 import type { ComputeFactory, TokenBuffers, TokenCompute } from './compute.js';
 import { combineError, dispatchError } from './errors.js';
 import { HostCompute } from './host-compute.js';
 import { KernelCompute } from './kernel-compute.js';
 import type { TokenShape } from './shape.js';
 
-/** Collective: every rank calls it with the same options, between phases of work (it allocates, and loads kernels on GPUs). */
+/**
+ * Collective: every rank calls it with the same options (else UsageError on every rank, naming the
+ * option that differs), between phases of work (it allocates, and loads kernels on GPUs).
+ */
 export async function createMoeGroup(comm: Comm, options: MoeGroupOptions): Promise<MoeGroup> {
   return createMoeGroupWith(comm, options, await defaultCompute(comm));
 }
@@ -35,7 +39,7 @@ async function defaultCompute(comm: Comm): Promise<ComputeFactory> {
 /** createMoeGroup with the compute given (the tests run the kernels compiled for the host this way). */
 export async function createMoeGroupWith(comm: Comm, options: MoeGroupOptions, factory: ComputeFactory): Promise<MoeGroup> {
   const ctx = checkContext(comm);
-  const shape = checkOptions(ctx, options);
+  const shape = await checkAgreedOptions(comm, ctx, options);
   const lane = options.lane ?? comm.lane(0);
   const bufs = await allocate(comm, shape);
   // Rank 0 compiles the kernels (or fills the on-disk cache) first; then nobody launches until
@@ -85,9 +89,7 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
  * choice: the exchange is the same either way.
  */
 function gathersRows(comm: Comm): boolean {
-  const wanted = process.env.A2AV_MOE_GATHER;
-  if (wanted !== undefined && wanted !== '' && wanted !== '0' && wanted !== '1') throw new UsageError(`A2AV_MOE_GATHER must be 0 or 1, got '${wanted}'`);
-  return comm.backend === 'cuda' && wanted !== '0';
+  return comm.backend === 'cuda' && moeGatherOn();
 }
 
 /** A route: the group's routing as of one dispatch, and that dispatch's capacities. */

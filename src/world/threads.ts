@@ -4,7 +4,8 @@ import { pathToFileURL } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import { defaultBackend } from '../backends/create.js';
 import { useEveryHardwareQueue } from '../cuda/hardware-queues.js';
-import { RankExitedError, UsageError } from '../errors.js';
+import { checkCpuWorld } from '../backends/cpu/world.js';
+import { RankExitedError, shown, UsageError } from '../errors.js';
 import { reviveError } from './error-transfer.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
@@ -27,11 +28,13 @@ export type RankFailure = Error & { failedRank: number };
  */
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
   const ranks = opts.ranks;
-  if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${ranks}`);
+  if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${shown(ranks)}`);
   // Ranks sharing a GPU each drive their own streams (hardware-queues.ts says why they need a queue
   // each). Set here, before the rank threads or the default backend's probe start the driver.
   if ((opts.backend ?? 'cuda') === 'cuda') useEveryHardwareQueue();
   const backend = opts.backend ?? (await defaultBackend(null));
+  // Before any thread starts: past the cap each thread would fail (or exhaust memory) on its own.
+  if (backend === 'cpu') checkCpuWorld(ranks);
   const broker = new ThreadStoreBroker();
   const run = new RankRun<R>(ranks, opts.onReport);
   const workers: Worker[] = [];

@@ -23,7 +23,7 @@ import type {
 import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkPlan, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
-import { CommAbortedError, UsageError } from '../../errors.js';
+import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
 import { CpuReducer } from './all-reduce.js';
 import { checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
@@ -32,6 +32,7 @@ import { threadMemory, type SharedMemory, type SharedRegion } from './memory.js'
 import { PadLayout, PadViews } from './pad.js';
 import { CpuPlan } from './plan.js';
 import { Rendezvous } from './rendezvous.js';
+import { checkCpuWorld } from './world.js';
 
 /**
  * Waits during set-up (the pad exchange) get at least this long: starting W threads can take
@@ -40,6 +41,8 @@ import { Rendezvous } from './rendezvous.js';
 const STARTUP_TIMEOUT_FLOOR_MS = 10_000;
 
 export async function createCpuComm(opts: CommOptions): Promise<Comm> {
+  // Before the pads: launched processes come here first, threads were refused by runRanks already.
+  checkCpuWorld(opts.worldSize);
   const layout = new PadLayout(opts.worldSize, opts.lanes);
   const ex = new Rendezvous(opts.store, await sharedMemory(opts), opts.rank, opts.worldSize);
   const pads = await ex.share('pad', layout.bytes, Math.max(opts.timeoutMs, STARTUP_TIMEOUT_FLOOR_MS));
@@ -287,14 +290,8 @@ class CpuComm implements Comm, CheckContext {
   }
 }
 
-class ClosedError extends UsageError {
-  constructor(rank: number) {
-    super(`rank ${rank}: communicator is closed`);
-  }
-}
-
 function checkSize(bytes: number): void {
-  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`allocation size must be a non-negative integer, got ${bytes}`);
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`allocation size must be a non-negative integer, got ${shown(bytes)}`);
   // Before the memory is made: a SharedArrayBuffer of 1 TiB fails with a bare RangeError.
   checkCpuBufferBytes(bytes);
 }

@@ -1,0 +1,121 @@
+// Findings of a user audit of the library's surface: a cap on cpu ranks, createMoeGroup's options
+// (topk past the experts, none at all, ranks that disagree), ClosedError exported, and "got X" that
+// shows a string as a string.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import * as api from '../src/index.js';
+import { createComm } from '../src/backends/create.js';
+import { MAX_CPU_WORLD } from '../src/backends/cpu/world.js';
+import { MAX_WORLD } from '../src/backends/cuda/layout.js';
+import { ClosedError, shown, UsageError } from '../src/errors.js';
+import type { MoeGroupOptions } from '../src/moe/api.js';
+import type { Store } from '../src/world/store.js';
+import { runRanks, type RankFailure } from '../src/world/threads.js';
+import type { Caught } from './library-audit/programs.js';
+
+const programs = new URL('./library-audit/programs.js', import.meta.url);
+const base: MoeGroupOptions = { numExperts: 8, topk: 4, maxTokensPerRank: 4, rowBytes: 16, layout: 'expanded' };
+
+/** Every rank's outcome of createMoeGroup with its own options. */
+const groupOutcomes = (byRank: (Partial<MoeGroupOptions> | undefined)[], ranks = 2): Promise<(Caught | 'no error')[]> =>
+  runRanks({ backend: 'cpu', ranks, timeoutMs: 10_000 }, programs, 'groupWith', { byRank });
+
+function assertUsage(outcomes: (Caught | 'no error')[], messages: string[]): void {
+  assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : o.message)), messages);
+  for (const o of outcomes) assert.ok(o !== 'no error' && o.usage && o.name === 'UsageError', JSON.stringify(o));
+}
+
+describe('cpu backend: at most as many ranks as the cuda backend', () => {
+  test('the cap is the cuda backend\'s MAX_WORLD', () => {
+    assert.equal(MAX_CPU_WORLD, MAX_WORLD);
+  });
+
+  test('runRanks refuses past the cap before starting a thread', async () => {
+    const started = performance.now();
+    const err = await runRanks({ backend: 'cpu', ranks: MAX_CPU_WORLD + 1 }, programs, 'groupWith', { byRank: [] }).catch((e: unknown) => e);
+    assert.ok(err instanceof UsageError, String(err));
+    assert.equal(err.message, `cpu backend supports at most ${MAX_CPU_WORLD} ranks, got ${MAX_CPU_WORLD + 1}`);
+    assert.equal((err as Partial<RankFailure>).failedRank, undefined, 'refused by runRanks, not by a rank');
+    assert.ok(performance.now() - started < 2000);
+  });
+
+  test('a launched rank\'s communicator refuses past the cap before meeting its peers', async () => {
+    // A store that must not be used: the refusal comes first.
+    const store = new Proxy({}, { get: () => assert.fail('the store was used') }) as Store;
+    await assert.rejects(createComm({ backend: 'cpu', rank: 0, worldSize: 100_000, timeoutMs: 1000, lanes: 1, store }), {
+      name: 'UsageError',
+      message: `cpu backend supports at most ${MAX_CPU_WORLD} ranks, got 100000`,
+    });
+  });
+});
+
+describe('createMoeGroup options', () => {
+  test('topk past numExperts is refused, as the CLI refuses it', async () => {
+    assertUsage(await groupOutcomes([{ ...base, numExperts: 4, topk: 9 }]), [0, 1].map((r) => `rank ${r}: createMoeGroup: topk 9 is more than the 4 experts`));
+  });
+
+  test('no options at all is a UsageError, not a TypeError', async () => {
+    const expected = (r: number) => `rank ${r}: createMoeGroup: options must be an object { numExperts, topk, maxTokensPerRank, rowBytes, layout }, got undefined`;
+    assertUsage(await groupOutcomes([undefined]), [0, 1].map(expected));
+  });
+
+  test('ranks that disagree on an option are refused on every rank, naming it and both values', async () => {
+    assertUsage(await groupOutcomes([base, { ...base, topk: 8 }]), [
+      'rank 0: createMoeGroup: ranks disagree on topk: 4 here, 8 on rank 1',
+      'rank 1: createMoeGroup: ranks disagree on topk: 8 here, 4 on rank 0',
+    ]);
+    const six = { ...base, numExperts: 6 };
+    assertUsage(await groupOutcomes([six, six, { ...six, layout: 'compact' }], 3), [
+      "rank 0: createMoeGroup: ranks disagree on layout: 'expanded' here, 'compact' on rank 2",
+      "rank 1: createMoeGroup: ranks disagree on layout: 'expanded' here, 'compact' on rank 2",
+      "rank 2: createMoeGroup: ranks disagree on layout: 'compact' here, 'expanded' on rank 0",
+    ]);
+    // Defaults count as given: combineRowBytes is rowBytes's, expertAlignment 1.
+    assertUsage(await groupOutcomes([{ ...base, expertAlignment: 1 }, { ...base, expertAlignment: 4 }]), [
+      'rank 0: createMoeGroup: ranks disagree on expertAlignment: 1 here, 4 on rank 1',
+      'rank 1: createMoeGroup: ranks disagree on expertAlignment: 4 here, 1 on rank 0',
+    ]);
+    assert.deepEqual(await groupOutcomes([base, { ...base, combineRowBytes: 16, expertAlignment: 1 }]), ['no error', 'no error']);
+  });
+
+  test('a rank whose own options are refused takes its peers down with it, without a timeout', async () => {
+    const started = performance.now();
+    assertUsage(await groupOutcomes([base, { ...base, rowBytes: 0 }]), [
+      'rank 0: createMoeGroup: rank 1 refused its options (its own error says why)',
+      'rank 1: createMoeGroup: rowBytes must be a positive integer, got 0',
+    ]);
+    assert.ok(performance.now() - started < 8000, 'no rank waited for the 10 s timeout');
+  });
+});
+
+describe('ClosedError', () => {
+  test('is exported, a UsageError with code A2AV_USAGE, and what a call after close() throws', async () => {
+    assert.equal(api.ClosedError, ClosedError);
+    const outcomes = await runRanks<unknown, Caught>({ backend: 'cpu', ranks: 2 }, programs, 'barrierAfterClose', {});
+    assert.deepEqual(outcomes, [0, 1].map((r) => ({ name: 'ClosedError', message: `rank ${r}: communicator is closed`, code: 'A2AV_USAGE', usage: true, closed: true })));
+    const err = await runRanks({ backend: 'cpu', ranks: 1 }, programs, 'throwsAfterClose', {}).catch((e: unknown) => e);
+    assert.ok(err instanceof ClosedError && err instanceof UsageError, String(err));
+    assert.equal(err.message, 'rank 0 failed: communicator is closed');
+  });
+});
+
+describe('"got X" shows what was passed', () => {
+  test('strings quoted, non-numbers with their type', () => {
+    const cases: [unknown, string][] = [
+      [16, '16'], [1.5, '1.5'], [NaN, 'NaN'], [undefined, 'undefined'], [null, 'null'],
+      ['16', "'16' (a string)"], [16n, '16n (a bigint)'], [true, 'true (a boolean)'], [[16], 'an array'], [{}, 'an object'], [() => 16, 'a function'],
+    ];
+    for (const [value, text] of cases) assert.equal(shown(value), text);
+    // Where a string of a set is expected, a string is shown plainly.
+    assert.equal(shown('sparse', 'string'), "'sparse'");
+    assert.equal(shown(5, 'string'), '5');
+  });
+
+  test('createMoeGroup rowBytes \'16\' and runRanks ranks \'2\'', async () => {
+    assertUsage(await groupOutcomes([{ ...base, rowBytes: '16' as never }]), [0, 1].map((r) => `rank ${r}: createMoeGroup: rowBytes must be a positive integer, got '16' (a string)`));
+    await assert.rejects(runRanks({ backend: 'cpu', ranks: '2' as never }, programs, 'groupWith', { byRank: [] }), {
+      name: 'UsageError',
+      message: "ranks must be a positive integer, got '2' (a string)",
+    });
+  });
+});

@@ -1,0 +1,45 @@
+// Rank programs for tests/library-audit.test.ts (runRanks on the cpu backend). Each catches what
+// its rank throws and returns it, so the test sees every rank's error, not only the first.
+import type { Comm } from '../../src/backends/backend.js';
+import { ClosedError, UsageError } from '../../src/errors.js';
+import type { MoeGroupOptions } from '../../src/moe/api.js';
+import { createMoeGroup } from '../../src/moe/group.js';
+
+export interface Caught {
+  name: string;
+  message: string;
+  code?: string;
+  usage: boolean;
+  closed: boolean;
+}
+
+async function caught(call: () => Promise<unknown>): Promise<Caught | 'no error'> {
+  try {
+    await call();
+    return 'no error';
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    return { name: e.name, message: e.message, code: e.code, usage: e instanceof UsageError, closed: e instanceof ClosedError };
+  }
+}
+
+/** createMoeGroup with `byRank[rank]` (the last entry for ranks past it); undefined passes no options. */
+export async function groupWith(comm: Comm, arg: { byRank: (Partial<MoeGroupOptions> | undefined)[] }): Promise<Caught | 'no error'> {
+  const options = arg.byRank[Math.min(comm.rank, arg.byRank.length - 1)];
+  return caught(async () => {
+    const group = await (createMoeGroup as (c: Comm, o?: unknown) => ReturnType<typeof createMoeGroup>)(comm, options);
+    await group.close();
+  });
+}
+
+/** A barrier after close(): what the caller meets. */
+export async function barrierAfterClose(comm: Comm): Promise<Caught | 'no error'> {
+  await comm.close();
+  return caught(() => comm.barrier());
+}
+
+/** The same, thrown out of the rank: runRanks rebuilds it in the main thread. */
+export async function throwsAfterClose(comm: Comm): Promise<void> {
+  await comm.close();
+  await comm.barrier();
+}
