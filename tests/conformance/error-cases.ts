@@ -1,6 +1,7 @@
 // Rank programs for the failure semantics: bad splits are refused with a named error and nothing
 // written, a missing peer ends in a timeout naming it, host-side misuse throws at once.
 import type { AllToAllVArgs, Comm, DeviceBuffer } from '../../src/backends/backend.js';
+import { ClosedError } from '../../src/errors.js';
 import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
 import { Exchange } from './harness.js';
 import { colSum, makeSplits, rowSum, Rng } from './reference.js';
@@ -183,4 +184,39 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
   ex.call(rowBytes).wait();
   ex.verify(arg.seed, 4000, S, rowBytes, 'good call after misuse');
   return misuse.length + 1;
+}
+
+/**
+ * After close(), every call throws ClosedError on every backend (its streams, modules and memory
+ * are gone: on a GPU a call would otherwise reach freed driver objects), and close() again is a no-op.
+ */
+export async function closedCalls(comm: Comm): Promise<number> {
+  const W = comm.worldSize;
+  const buf = comm.alloc(64);
+  const splits = comm.alloc(8 * W);
+  const so = comm.alloc(16 * W);
+  await comm.close();
+  const calls: [string, () => unknown][] = [
+    ['alloc', () => comm.alloc(64)],
+    ['write', () => comm.write(buf, new Uint8Array(8))],
+    ['read', () => comm.read(buf, 0, 8)],
+    ['lane', () => comm.lane(0)],
+    ['allToAllV', () => comm.allToAllV({ input: buf, output: buf, inSplits: splits, outSplitsOffsets: so, rowBytes: 1 })],
+    ['allReduce', () => comm.allReduce({ input: buf, output: buf, count: 4, dtype: 'f32', op: 'sum' })],
+  ];
+  let checked = 0;
+  for (const [what, call] of calls) {
+    let caught: unknown;
+    try {
+      call();
+    } catch (err) {
+      caught = err;
+    }
+    if (!(caught instanceof ClosedError)) throw new Error(`rank ${comm.rank}: ${what} after close() gave ${caught === undefined ? 'no error' : String(caught)}, not ClosedError`);
+    checked++;
+  }
+  const barrier = await comm.barrier().then(() => undefined, (err: unknown) => err);
+  if (!(barrier instanceof ClosedError)) throw new Error(`rank ${comm.rank}: barrier after close() gave ${String(barrier)}, not ClosedError`);
+  await comm.close();
+  return checked + 1;
 }

@@ -127,18 +127,21 @@ class CpuComm implements Comm, CheckContext {
   }
 
   free(buf: DeviceBuffer): void {
+    this.#open();
     checkBuffer(this, 'buffer to free', buf);
     this.#buffers.delete(buf as CpuBuffer);
     (buf as CpuBuffer).release();
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
+    this.#open();
     checkBuffer(this, 'write target', buf);
     checkRange(buf, offsetBytes, data.byteLength, 'write');
     copyBytes((buf as CpuBuffer).u8, offsetBytes, Buffer.from(data.buffer, data.byteOffset, data.byteLength), 0, data.byteLength);
   }
 
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
+    this.#open();
     checkBuffer(this, 'read source', buf);
     checkRange(buf, offsetBytes, bytes, 'read');
     const out = new Uint8Array(bytes);
@@ -147,6 +150,7 @@ class CpuComm implements Comm, CheckContext {
   }
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, _stream?: Stream): void {
+    this.#open();
     checkBuffer(this, 'copy destination', dst);
     checkBuffer(this, 'copy source', src);
     checkRange(dst, 0, bytes, 'copy');
@@ -177,6 +181,7 @@ class CpuComm implements Comm, CheckContext {
   }
 
   lane(index: number): Lane {
+    this.#open();
     const lane = this.#lanes[index];
     if (lane === undefined) throw new UsageError(`rank ${this.rank}: lane ${index} out of range (this communicator has ${this.laneCount})`);
     return lane;
@@ -240,11 +245,13 @@ class CpuComm implements Comm, CheckContext {
   }
 
   record(_stream?: Stream): Handle {
+    this.#open();
     // Work on cpu is done when its call returns: there is nothing left to wait for.
     return { wait: () => {}, waitOn: () => {} };
   }
 
   timeLoop(_stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
+    this.#open();
     for (let i = 0; i < leadIn; i++) fn();
     const start = performance.now();
     for (let i = 0; i < iters; i++) fn();
@@ -257,6 +264,7 @@ class CpuComm implements Comm, CheckContext {
   }
 
   freeMemory(): number {
+    this.#open();
     return this.#exchange.memory.freeBytes();
   }
 
@@ -287,6 +295,11 @@ class CpuComm implements Comm, CheckContext {
 
   #usable(): void {
     if (this.#broken !== undefined) throw this.#broken;
+  }
+
+  /** Calls that stay allowed on an aborted communicator (reading what is there) are not after close(). */
+  #open(): void {
+    if (this.#broken instanceof ClosedError) throw this.#broken;
   }
 }
 

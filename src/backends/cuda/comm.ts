@@ -28,7 +28,7 @@ import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
 import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
-import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
+import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
@@ -86,6 +86,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   #symmetricCount = 0;
   #barriers = 0;
   #aborted: Error | undefined;
+  #closed = false;
   #capture: Capture | undefined;
 
   constructor(init: CudaCommInit) {
@@ -123,6 +124,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       },
       finish: (lane, what) => this.#finish(lane, what),
       usable: () => {
+        this.#open();
         if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
       },
     };
@@ -157,56 +159,69 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   alloc(bytes: number): DeviceBuffer {
+    this.#open();
     return this.#memory.alloc(bytes);
   }
 
   async allocSymmetric(bytes: number): Promise<DeviceBuffer> {
+    this.#open();
     this.#memory.checkBytes(bytes);
     return this.#memory.adopt(await allocSymmetric(this.#symmetric, bytes, this.#symmetricCount++));
   }
 
   free(buf: DeviceBuffer): void {
+    this.#open();
     this.#memory.free(buf);
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
+    this.#open();
     this.#memory.write(buf, data, offsetBytes);
   }
 
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
+    this.#open();
     return this.#memory.read(buf, offsetBytes, bytes);
   }
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
+    this.#open();
     this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
   }
 
   copyToPeer(args: PeerCopyArgs): void {
+    this.#open();
     this.#memory.copyToPeer(args, args.stream ?? this.#lanes[0].stream);
   }
 
   record(stream?: Stream): Handle {
+    this.#open();
     const s = (stream as CudaStream | undefined) ?? this.#lanes[0].stream;
     return this.#marks.handle(this, s, 'the work recorded on a stream');
   }
 
   allToAllV2d(args: AllToAllV2dArgs): Handle {
+    this.#open();
     const lane = this.#lanes[checkAllToAllV2d(this, args)];
     const x = exchangeCall('dispatch', { ...args, splits: args.inSplits }, rowsOf(args));
     return this.#moe.call(lane, x, payloadOf(args), args.stream, 'allToAllV2d');
   }
   allToAllV2dOffset(args: AllToAllV2dOffsetArgs): Handle {
+    this.#open();
     const lane = this.#lanes[checkAllToAllV2dOffset(this, args)];
     const x = exchangeCall('combine', { ...args, splits: args.inSplitsOffsets }, rowsOf(args));
     return this.#moe.call(lane, x, payloadOf(args), args.stream, 'allToAllV2dOffset');
   }
   planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
+    this.#open();
     return this.#planOf('1d', { ...args, splits: args.inSplits }, 'planAllToAllV');
   }
   planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
+    this.#open();
     return this.#planOf('dispatch', { ...args, splits: args.inSplits }, 'planAllToAllV2d');
   }
   planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    this.#open();
     return this.#planOf('combine', { ...args, splits: args.inSplitsOffsets }, 'planAllToAllV2dOffset');
   }
 
@@ -224,12 +239,14 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   lane(index: number): Lane {
+    this.#open();
     const lane = this.#lanes[index];
     if (!lane) throw new UsageError(`rank ${this.rank}: lane ${index} out of range (this communicator has ${this.laneCount})`);
     return lane;
   }
 
   allToAllV(args: AllToAllVArgs): Handle {
+    this.#open();
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
     const lane = this.#lanes[checkAllToAllV(this, args)];
     const ctx = this.#kernels.planContext(Math.min(args.input.bytes, args.sizeHintBytes ?? Infinity), args.rowBytes, args.maxBlocks);
@@ -271,6 +288,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   allReduce(args: AllReduceArgs): Handle {
+    this.#open();
     const lane = this.#lanes[checkAllReduce(this, args)];
     const output = args.output as GpuBuffer;
     // Peers write their sums into it.
@@ -299,6 +317,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   capture(stream: Stream, fn: () => void): Replay {
+    this.#open();
     const s = stream as CudaStream;
     if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
     const capture: Capture = { stream: s, calls: [] };
@@ -334,6 +353,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
+    this.#open();
     const before = this.#lanes.map((lane) => ({ seq: lane.seq, refused: this.#records.refusedCount(lane) }));
     const ms = this.#timer.time(stream as CudaStream, iters, fn, leadIn, (end, calls) => this.hostWait(end, 'timed loop', calls));
     for (const [i, lane] of this.#lanes.entries()) {
@@ -362,17 +382,30 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   barrier(): Promise<void> {
+    this.#open();
+    return this.#meet();
+  }
+
+  #meet(): Promise<void> {
     return storeBarrier(this.#store, { name: `a2av/cuda/comm/${this.#barriers++}`, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
   }
 
   freeMemory(): number {
+    this.#open();
     return this.#device.memInfo().free;
   }
 
+  /** Every call after close() is a ClosedError: its streams, modules and memory are gone. */
+  #open(): void {
+    if (this.#closed) throw new ClosedError(this.rank);
+  }
+
   async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
     // Peers may still be writing into our output or pad: meet them first. A peer that gave up on
     // this job (timeout) never comes, so a failed meeting only delays the release, bounded.
-    const met = !this.#aborted && (await this.barrier().then(() => true, () => false));
+    const met = !this.#aborted && (await this.#meet().then(() => true, () => false));
     this.#device.synchronize();
     // Unmet, a peer may yet run a call it queued (one held up in the driver until after our timeout)
     // and write into our outputs, pad, scratch or stage: freed, that write would be an illegal address

@@ -34,7 +34,7 @@ import { directRecord, planRecord } from '../../collectives/call-records.js';
 import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
-import { CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
+import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { napMs } from '../../nccl/communicator.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
@@ -324,6 +324,6 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
 
   #usable(): void {
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
-    if (this.#closed) throw new UsageError(`rank ${this.rank}: communicator is closed`);
+    if (this.#closed) throw new ClosedError(this.rank);
   }
 }
