@@ -2,10 +2,13 @@
 // The `a2av` command: argument parsing and output only; the work is in src/bench and src/launch.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
+import { Writable } from 'node:stream';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from './backends/backend.js';
+import { MAX_CPU_WORLD } from './backends/cpu/world.js';
 import { MAX_MAJOR_ALIGN } from './collectives/check.js';
+import { checkKnobs } from './knobs.js';
 import { checkWritable } from './output-file.js';
 import { BENCH_OPS } from './bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
@@ -146,7 +149,7 @@ const benchCommand = program
   .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
   .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
   .addOption(new Option('--splits <kind>', 'rows to each peer (MoE ops: to each (peer, expert) chunk): uniform (an even share), or zipf (exponent 1.1 over a per-sender permutation of them)').choices(SPLITS_KINDS).default('uniform'))
-  .option('--row-bytes <n>', 'bytes per row', integer(1), DEFAULT_ROW_BYTES)
+  .option('--row-bytes <size>', 'bytes per row (64, 4K, bytes)', size, DEFAULT_ROW_BYTES)
   .addOption(new Option('--op <op>', 'what is timed: alltoallv (the 1-D call), or the MoE ops: dispatch (allToAllV2d), combine ' +
     '(allToAllV2dOffset, fed by one untimed dispatch), roundtrip (dispatch then combine); the MoE ops show the 1-D call of the same bytes beside them; ' +
     'moe-dispatch, moe-combine: a token MoE group (createMoeGroup) per --tokens count, DeepSeek-V3\'s shape by default. ' +
@@ -209,7 +212,7 @@ benchCommand
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
-  .action((flags: AllReduceFlags) => benchAllReduce(flags));
+  .action((flags: AllReduceFlags, cmd: Command) => benchAllReduce(flags, cmd));
 
 program
   .command('tune')
@@ -219,13 +222,13 @@ program
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
   .addOption(new Option('--max <size>', 'largest input per rank').argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
-  .option('--row-bytes <n>', 'bytes per row (16-byte multiples also try grid mode)', integer(1), DEFAULT_ROW_BYTES)
+  .option('--row-bytes <size>', 'bytes per row, as --min takes them (16-byte multiples also try grid mode)', size, DEFAULT_ROW_BYTES)
   .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
   .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('-o, --output <file.json>', 'write the table here (default: stdout)')
   .option('--merge <file.json>', "an existing table: its other shapes' entries are kept, this shape's replaced")
-  .action((flags: TuneFlags) => tuneCommand(flags));
+  .action((flags: TuneFlags, cmd: Command) => tuneCommand(flags, cmd));
 
 program
   .command('plot')
@@ -312,8 +315,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const stepBytes = flags.rowsPerExpert === undefined ? undefined : ranks * experts * flags.rowsPerExpert * flags.rowBytes;
   const minBytes = stepBytes ?? flags.min;
   const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
-  if (minBytes > maxBytes) fail(`--min ${formatBytes(minBytes)} is larger than --max ${formatBytes(maxBytes)}`);
-  if (minBytes < flags.rowBytes) fail(`--min ${formatBytes(minBytes)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
+  checkSizeRange(cmd, { min: minBytes, max: maxBytes, rowBytes: flags.rowBytes });
   // Missing plot libraries, or a file that cannot be written, end the run before the sweep, not after it.
   const plotting = flags.plot === undefined ? undefined : await import('./plot/index.js');
   if (flags.plot !== undefined) plotting?.checkOutput(flags.plot);
@@ -401,6 +403,11 @@ async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> 
   const { names, ranks } = await backendsAndRanks(flags);
   // As the ranks would refuse them, before they start (moe-tokens.ts checks the same).
   if (flags.numExperts % ranks !== 0) fail(`--num-experts ${flags.numExperts} is not a multiple of the ${ranks} ranks`);
+  const perRank = flags.numExperts / ranks;
+  if (perRank > MAX_EXPERTS_PER_RANK) {
+    fail(`--num-experts ${flags.numExperts} over ${ranks} ranks is ${perRank} experts a rank, more than the ${MAX_EXPERTS_PER_RANK} a rank ` +
+      'the MoE calls take (MAX_EXPERTS_PER_RANK): lower --num-experts, or raise --ranks');
+  }
   if (flags.topk > flags.numExperts) fail(`--topk ${flags.topk} is more than the ${flags.numExperts} experts`);
   const tokens = flags.tokens ?? (names.includes('cpu') ? [1, 16, 128] : [1, 128, 4096]);
   const { formatMoeTokenTable, runMoeTokenBench } = await import('./bench/moe-tokens.js');
@@ -426,14 +433,16 @@ interface AllReduceFlags {
   json?: boolean;
 }
 
-async function benchAllReduce(flags: AllReduceFlags): Promise<void> {
+async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void> {
   const { names, ranks } = await backendsAndRanks(flags);
+  // Refused before the ranks start (each would refuse it, after 65 threads had started).
+  const { ALL_REDUCE_MAX_RANKS, formatAllReduceTable, runAllReduceBench } = await import('./bench/all-reduce.js');
+  if (ranks > ALL_REDUCE_MAX_RANKS) fail(`bench allreduce: at most ${ALL_REDUCE_MAX_RANKS} ranks (the check's sums stay exact), got ${ranks}`);
   const max = flags.max ?? (names.includes('cpu') ? 16 << 20 : 256 << 20);
-  if (flags.min > max) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(max)}`);
+  checkSizeRange(cmd, { min: flags.min, max });
   const element = flags.dtype === 'f32' ? 4 : 2;
   if (flags.min < element) fail(`--min ${formatBytes(flags.min)} is smaller than one ${flags.dtype} element`);
   const { doublingSizes } = await import('./bench/units.js');
-  const { formatAllReduceTable, runAllReduceBench } = await import('./bench/all-reduce.js');
   const sizes = doublingSizes(flags.min, max);
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
@@ -464,9 +473,9 @@ function threadList(text: string): number[] {
   return list;
 }
 
-async function tuneCommand(flags: TuneFlags): Promise<void> {
-  if (flags.min > flags.max) fail(`--min ${formatBytes(flags.min)} is larger than --max ${formatBytes(flags.max)}`);
-  if (flags.min < flags.rowBytes) fail(`--min ${formatBytes(flags.min)} is smaller than one row (--row-bytes ${flags.rowBytes})`);
+async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
+  checkKnobs();
+  checkSizeRange(cmd, { min: flags.min, max: flags.max, rowBytes: flags.rowBytes });
   const { formatTune, mergeTables, requireTuneGpu, runTune } = await import('./tune/run.js');
   // Before counting GPUs for the ranks: none is the one-line answer.
   requireTuneGpu();
@@ -534,7 +543,14 @@ async function plot(files: string[], output: string): Promise<void> {
  * launched job's, else one per GPU, or DEFAULT_CPU_RANKS on cpu.
  */
 async function backendsAndRanks(flags: { backend?: BackendName[]; ranks?: number }): Promise<{ names: BackendName[]; ranks: number }> {
+  // Every rank's communicator would refuse a bad A2AV_* switch: said once, before any starts.
+  checkKnobs();
   const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
+  // runRanks refuses it too (checkCpuWorld), but only when cpu's turn comes: after cuda's whole sweep
+  // with --backend cuda,cpu. Said here, naming the option, before any backend runs.
+  if (flags.ranks !== undefined && flags.ranks > MAX_CPU_WORLD && names.includes('cpu')) {
+    fail(`--ranks ${flags.ranks}: the cpu backend runs at most ${MAX_CPU_WORLD} ranks (each a thread of this process, with its own buffers)`);
+  }
   const gpu = names.some((n) => n !== 'cpu');
   return { names, ranks: flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS) };
 }
@@ -643,7 +659,24 @@ class PipelineProgress implements PipelineEvents {
   }
 }
 
+/**
+ * process.stdout for the ranks' lines, dropping them once stdout has failed: piped straight into a
+ * failed stdout, a rank's line stream stops flowing, never ends, and the launcher waits on it forever.
+ * The ranks run on to their end; the exit status says output was lost.
+ */
+function rankLinesOut(): Writable {
+  return new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      if (stdoutLost !== undefined) return callback();
+      // Its error is stdout's 'error' too, said there: this stream must not fail with it.
+      process.stdout.write(chunk, () => callback());
+    },
+  });
+}
+
 async function launchCommand(command: string[], flags: LaunchFlags): Promise<void> {
+  // The ranks inherit the environment: a bad switch would fail every one of them.
+  checkKnobs();
   const { launch } = await import('./launch/launcher.js');
   const options: LaunchOptions = {
     nprocs: flags.nprocPerNode,
@@ -655,6 +688,7 @@ async function launchCommand(command: string[], flags: LaunchFlags): Promise<voi
     outputRanks: flags.outputRanks,
     prefix: flags.prefix,
     namesInErrors: 'flags',
+    stdout: rankLinesOut(),
   };
   process.exitCode = await launch(options);
 }
@@ -664,9 +698,42 @@ function errorLine(err: unknown): string {
   return (err instanceof Error ? err.message : String(err)).split('\n')[0];
 }
 
+/**
+ * Refuses --min past --max, or below one row. A bound the user did not type is named as the default
+ * it is, with the option to give: "--min 512 KiB is larger than --max 1 KiB" after only --max 1K
+ * would blame an option never given.
+ */
+function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max: number; rowBytes?: number }): void {
+  const given = (key: string) => cmd.getOptionValueSource(key) === 'cli';
+  const dflt = (key: string) => (given(key) ? '' : 'the default ');
+  if (min > max) {
+    if (given('min')) fail(`--min ${formatBytes(min)} is larger than ${dflt('max')}--max ${formatBytes(max)}${given('max') ? '' : ': give --max too'}`);
+    fail(`--max ${formatBytes(max)} is smaller than the default --min ${formatBytes(min)}: give --min too`);
+  }
+  if (rowBytes === undefined || min >= rowBytes) return;
+  if (given('min')) fail(`--min ${formatBytes(min)} is smaller than one row (${dflt('rowBytes')}--row-bytes ${formatBytes(rowBytes)})`);
+  fail(`--row-bytes ${formatBytes(rowBytes)} is larger than the default --min ${formatBytes(min)}: give --min too`);
+}
+
 function fail(message: string): never {
   throw new UsageError(message);
 }
+
+/**
+ * stdout that cannot take the results (a full disk: ENOSPC; a read-only descriptor: EBADF) is said in
+ * one line. A closed pipe (EPIPE, `| head -c1`) is not: the reader chose to stop, and a C program
+ * would die of SIGPIPE without a word. Either way the exit status is 1, whatever the command set
+ * (a launch whose ranks all passed): output was lost.
+ */
+let stdoutLost: string | undefined;
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (stdoutLost !== undefined) return;
+  stdoutLost = err.code ?? err.message;
+  if (err.code !== 'EPIPE') process.stderr.write(`a2av: stdout: cannot write (${stdoutLost})\n`);
+});
+process.on('exit', () => {
+  if (stdoutLost !== undefined && !process.exitCode) process.exitCode = 1;
+});
 
 try {
   await program.parseAsync();

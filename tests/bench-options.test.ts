@@ -71,9 +71,10 @@ describe('a2av bench: values refused up front', () => {
 
 describe('a2av bench: a rank that fails', () => {
   it('is named once, whether or not its error names it', () => {
-    const { status, stderr } = bench('--ranks', '2', '--op', 'moe-dispatch', '--num-experts', '1024', '--tokens', '1');
+    // Past the group's top-k limit, which only the ranks check (the CLI checks topk against the experts).
+    const { status, stderr } = bench('--ranks', '8', '--op', 'moe-dispatch', '--num-experts', '2048', '--topk', '1025', '--tokens', '1');
     assert.equal(status, 1);
-    assert.match(stderr.trim(), /^a2av: rank [01] failed: createMoeGroup: numExperts must be a multiple of the 2 ranks/);
+    assert.match(stderr.trim(), /^a2av: rank [0-7] failed: createMoeGroup: topk must be an integer in 1\.\.1024/);
     // An error without its rank keeps the rank the thread runner adds.
     const big = bench('--ranks', '1', '--min', '16T', '--max', '16T');
     assert.equal(big.status, 1);

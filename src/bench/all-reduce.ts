@@ -57,6 +57,9 @@ export interface AllReduceBenchResult {
 }
 
 
+/** Ranks at most: the sums benchValue's integers make stay exact in bf16 (below). */
+export const ALL_REDUCE_MAX_RANKS = 64;
+
 /**
  * Rank r's element i: an integer in [-3, 3]. Any partial sum over <= 64 ranks stays within 192,
  * exact in bf16 (8 significant bits) as in f32, so a backend that rounds as it adds (NCCL's bf16)
@@ -80,7 +83,7 @@ function decodeAt(dtype: ReduceDtype, bytes: Uint8Array): number {
 export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: RankContext): Promise<{ rows: AllReduceRow[]; device: string }> {
   const W = comm.worldSize;
   await checkSameOptions(comm, { command: 'bench allreduce', options: arg, flags: { sizes: 'sizes (--min, --max)' } });
-  if (W > 64) throw new UsageError(`bench allreduce: at most 64 ranks (the check's sums stay exact), got ${W}`);
+  if (W > ALL_REDUCE_MAX_RANKS) throw new UsageError(`bench allreduce: at most ${ALL_REDUCE_MAX_RANKS} ranks (the check's sums stay exact), got ${W}`);
   const eb = ELEMENT_BYTES[arg.dtype];
   const maxBytes = arg.sizes[arg.sizes.length - 1]!;
   const agree = await Agreement.create(comm, Math.max(4, arg.repeats));
