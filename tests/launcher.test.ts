@@ -271,3 +271,16 @@ test('exit records: a timeout behind a later CommAbortedError still names the ra
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('an output sink that fails does not hold the job: the ranks run to their end', T, async () => {
+  const { Writable } = await import('node:stream');
+  const failing = new Writable({ write: (_chunk, _enc, done) => done(Object.assign(new Error('no space'), { code: 'ENOSPC' })) });
+  const errors: Error[] = [];
+  failing.on('error', (e) => errors.push(e));
+  // Far more than a pipe holds (64 KiB): the rank blocks on its stdout if nobody reads it.
+  const script = `process.stdout.write('x'.repeat(1 << 20) + '\\n'); process.stdout.write('done\\n');`;
+  const sink = new Writable({ write: (_c, _e, done) => done() });
+  const code = await launch({ nprocs: 2, command: [node, '-e', script], stdout: failing, stderr: sink });
+  assert.equal(code, 0);
+  assert.ok(errors.length >= 1, 'the sink failed');
+});

@@ -44,8 +44,14 @@ export class RankProcess {
     const sinks = [options.stdout, options.stderr];
     outputs.forEach((lines, i) => {
       const sink = sinks[i];
-      if (sink) lines.pipe(sink, { end: false });
-      else lines.resume();
+      if (!sink) return void lines.resume();
+      lines.pipe(sink, { end: false });
+      // A sink that fails (a full disk, a closed pipe) unpipes itself and the lines would stop
+      // flowing: the rank then blocks on a full pipe and the job never ends. They go nowhere instead.
+      sink.once('error', () => {
+        lines.unpipe(sink);
+        lines.resume();
+      });
     });
     const record = (exit: Omit<RankExit, 'rank' | 'pid'>) => {
       if (this.#exit) return;
