@@ -47,6 +47,14 @@ describe('cpu backend: at most as many ranks as the cuda backend', () => {
       message: `cpu backend supports at most ${MAX_CPU_WORLD} ranks, got 100000`,
     });
   });
+
+  test('a timeout given as a string is refused as one, not taken', async () => {
+    const store = new Proxy({}, { get: () => assert.fail('the store was used') }) as Store;
+    await assert.rejects(createComm({ backend: 'cpu', rank: 0, worldSize: 2, timeoutMs: '100' as unknown as number, lanes: 1, store }), {
+      name: 'UsageError',
+      message: "timeoutMs must be positive, got '100' (a string)",
+    });
+  });
 });
 
 describe('createMoeGroup options', () => {
