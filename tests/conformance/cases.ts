@@ -10,6 +10,7 @@ export { allReduce, allReduceLanes, allReduceMismatch, allReduceReplay, allReduc
 export { closedCalls, splitsErrors, timeout, usage } from './error-cases.js';
 export { lanes, lanesLarge } from './lane-cases.js';
 export { ownOutcomes } from './outcome-cases.js';
+export { callerStream } from './stream-cases.js';
 export { captureRefused } from './nccl-cases.js';
 export { moeExchange, moeLanes, moeReplay } from './moe-cases.js';
 export { moeErrors, moeMismatch } from './moe-error-cases.js';

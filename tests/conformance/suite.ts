@@ -44,6 +44,7 @@ export const suite: Case[] = [
   // W = 3 puts two ranks on one GPU where two are visible: the grids of both lanes of both exceed it.
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: large calls on both lanes at once, each grid all its lane may hold`, fn: 'lanesLarge', ranks: W, arg: { budget: 16 << 20, rounds: 3 } })),
   { name: 'usage W=2: host-side misuse throws UsageError at once', fn: 'usage', ranks: 2, arg: {} },
+  { name: 'caller stream W=2: a call on the caller\'s stream runs after the copies queued there, launched early or not', fn: 'callerStream', ranks: 2, arg: { calls: 6, budget: 4096 } },
   { name: 'closed W=2: every call after close() throws ClosedError; close() again is a no-op', fn: 'closedCalls', ranks: 2, arg: {} },
   { name: 'capture refused W=1: nccl cannot replay a call with new splits, so capture() throws UsageError', fn: 'captureRefused', ranks: 1, arg: {} },
   ...moeSuite,
