@@ -13,7 +13,7 @@ import {
   type PlanCapacity,
   type PlanMoveArgs,
 } from '../backends/backend.js';
-import { UsageError } from '../errors.js';
+import { shown, UsageError } from '../errors.js';
 import type { ExchangeKind } from './exchange-rules.js';
 import { ELEMENT_BYTES } from './reduce.js';
 
@@ -68,7 +68,7 @@ export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
 
 function checkMaxBlocks(ctx: CheckContext, maxBlocks: number | undefined): void {
   if (maxBlocks !== undefined && (!Number.isSafeInteger(maxBlocks) || maxBlocks < 1)) {
-    throw new UsageError(`rank ${ctx.rank}: maxBlocks must be a positive integer, got ${maxBlocks}`);
+    throw new UsageError(`rank ${ctx.rank}: maxBlocks must be a positive integer, got ${shown(maxBlocks)}`);
   }
 }
 
@@ -102,7 +102,7 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
  */
 export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
   const { count, dtype, op } = args;
-  if (!Number.isSafeInteger(count) || count < 0) throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer, got ${count}`);
+  if (!Number.isSafeInteger(count) || count < 0) throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer, got ${shown(count)}`);
   if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${String(dtype)}`);
   if (op !== 'sum') throw new UsageError(`rank ${ctx.rank}: allReduce op must be 'sum', got ${String(op)}`);
   const bytes = count * ELEMENT_BYTES[dtype];
@@ -124,7 +124,7 @@ export interface PlanCheckArgs extends PlanCapacity {
 /** Checks the creation of an exchange plan of `kind`; returns the lane index to run it on. */
 export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheckArgs): number {
   for (const [what, rows] of [['inputRows', args.inputRows], ['outputRows', args.outputRows]] as const) {
-    if (!Number.isSafeInteger(rows) || rows < 0) throw new UsageError(`rank ${ctx.rank}: plan ${what} must be a non-negative integer, got ${rows}`);
+    if (!Number.isSafeInteger(rows) || rows < 0) throw new UsageError(`rank ${ctx.rank}: plan ${what} must be a non-negative integer, got ${shown(rows)}`);
   }
   const n = ctx.worldSize * (kind === '1d' ? 1 : checkExperts(ctx, args.expertsPerRank));
   if (kind === 'dispatch') checkMajorAlign(ctx, args.majorAlign);
@@ -150,13 +150,13 @@ function checkRows(ctx: CheckContext, what: string, buf: DeviceBuffer, rows: num
 
 function checkRowBytes(ctx: CheckContext, rowBytes: number): void {
   if (!Number.isSafeInteger(rowBytes) || rowBytes < 1) {
-    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer, got ${rowBytes}`);
+    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer, got ${shown(rowBytes)}`);
   }
 }
 
 function checkExperts(ctx: CheckContext, experts: number | undefined): number {
   if (!Number.isInteger(experts) || experts! < 1 || experts! > MAX_EXPERTS_PER_RANK) {
-    throw new UsageError(`rank ${ctx.rank}: expertsPerRank must be an integer in 1..${MAX_EXPERTS_PER_RANK}, got ${experts}`);
+    throw new UsageError(`rank ${ctx.rank}: expertsPerRank must be an integer in 1..${MAX_EXPERTS_PER_RANK}, got ${shown(experts)}`);
   }
   return experts!;
 }
@@ -164,7 +164,7 @@ function checkExperts(ctx: CheckContext, experts: number | undefined): number {
 function checkMajorAlign(ctx: CheckContext, align: number | undefined): void {
   if (align === undefined) return;
   if (!Number.isInteger(align) || align < 1 || align > MAX_MAJOR_ALIGN) {
-    throw new UsageError(`rank ${ctx.rank}: majorAlign must be an integer in 1..${MAX_MAJOR_ALIGN}, got ${align}`);
+    throw new UsageError(`rank ${ctx.rank}: majorAlign must be an integer in 1..${MAX_MAJOR_ALIGN}, got ${shown(align)}`);
   }
 }
 

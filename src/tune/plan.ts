@@ -1,7 +1,7 @@
 // Launch plans: how many thread blocks and threads one rank's all-to-all-v kernel uses.
 // Blocks share the rank's send bytes tile by tile (see kernels/a2av.cu), so each peer gets blocks in
 // proportion to its bytes: with fewer peers every peer gets more blocks, and the total stays put.
-import { UsageError } from '../errors.js';
+import { shown, UsageError } from '../errors.js';
 import { laneSharesOn, type GridCopy, type PeerSplit } from '../knobs.js';
 
 export interface LaunchPlan {
@@ -130,7 +130,7 @@ export function heuristicPlan(ctx: PlanContext): LaunchPlan {
 
 const checkThreads = (name: string, threads: unknown): void => {
   if (!Number.isInteger(threads) || (threads as number) < 32 || (threads as number) > 1024 || (threads as number) % 32 !== 0)
-    throw new UsageError(`${name} must be a multiple of 32 in [32, 1024], got ${threads}`);
+    throw new UsageError(`${name} must be a multiple of 32 in [32, 1024], got ${shown(threads)}`);
 };
 
 export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
@@ -140,7 +140,7 @@ export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
     if (typeof grid !== 'object' || grid === null) throw new UsageError(`plan.grid must be { threads }, got ${String(grid)}`);
     checkThreads('plan.grid.threads', grid.threads);
   }
-  if (!Number.isInteger(blocks) || blocks < 1) throw new UsageError(`plan.blocks must be a positive integer, got ${blocks}`);
+  if (!Number.isInteger(blocks) || blocks < 1) throw new UsageError(`plan.blocks must be a positive integer, got ${shown(blocks)}`);
   const fair = Math.floor(ctx.residentBlocks(threads) / ctx.ranksOnDevice);
   if (blocks > fair)
     throw new UsageError(

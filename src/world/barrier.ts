@@ -1,5 +1,5 @@
 // A barrier built only from a Store's add and get, so every Store implementation gets one.
-import { StoreError, UsageError } from '../errors.js';
+import { shown, StoreError, UsageError } from '../errors.js';
 import type { Store } from './store.js';
 
 export interface StoreBarrierOptions {
@@ -21,7 +21,7 @@ const ONE = new Uint8Array([0x31]);
  */
 export async function storeBarrier(store: Store, options: StoreBarrierOptions): Promise<void> {
   const { name, worldSize, timeoutMs } = options;
-  if (!Number.isInteger(worldSize) || worldSize < 1) throw new UsageError(`barrier "${name}": worldSize must be a positive integer, got ${worldSize}`);
+  if (!Number.isInteger(worldSize) || worldSize < 1) throw new UsageError(`barrier "${name}": worldSize must be a positive integer, got ${shown(worldSize)}`);
   const started = Date.now();
   const counterKey = `a2av/barrier/${name}/arrived`;
   const arrived = await store.add(counterKey, 1);

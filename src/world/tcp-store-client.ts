@@ -1,6 +1,6 @@
 // TCP rendezvous store client: what each rank process uses to reach the launcher's store.
 import { connect as netConnect, type Socket } from 'node:net';
-import { StoreError, UsageError } from '../errors.js';
+import { shown, StoreError, UsageError } from '../errors.js';
 import { storeBarrier } from './barrier.js';
 import { rankEnv, STORE_TOKEN_ENV, storeToken } from './env.js';
 import type { Store } from './store.js';
@@ -83,7 +83,7 @@ export class TcpStoreClient implements Store {
     const { host, port, token, timeoutMs = 60_000 } = options;
     const connectTimeoutMs = options.connectTimeoutMs ?? timeoutMs;
     if (typeof token !== 'string' || token.length === 0) throw new UsageError('store client needs a non-empty token');
-    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new UsageError(`store port must be 1..65535, got ${port}`);
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw new UsageError(`store port must be 1..65535, got ${shown(port)}`);
     const address = `${host}:${port}`;
     const deadline = Date.now() + connectTimeoutMs;
     for (let backoff = 20; ; backoff = Math.min(backoff * 2, 500)) {
@@ -128,7 +128,7 @@ export class TcpStoreClient implements Store {
 
   async get(key: string, timeoutMs = this.#timeoutMs): Promise<Uint8Array> {
     checkKey(key);
-    if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new UsageError(`store timeout must be a non-negative integer, got ${timeoutMs}`);
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new UsageError(`store timeout must be a non-negative integer, got ${shown(timeoutMs)}`);
     const reply = await this.#call('get', key, timeoutMs, (id) => ({ op: Op.GET, id, key, timeoutMs: Math.min(timeoutMs, 0xffffffff) }));
     // Copy out of the receive buffer so the caller owns plain, right-sized memory.
     if (reply.op === Op.VALUE) return new Uint8Array(reply.value);
@@ -137,7 +137,7 @@ export class TcpStoreClient implements Store {
 
   async add(key: string, delta: number): Promise<number> {
     checkKey(key);
-    if (!Number.isSafeInteger(delta)) throw new UsageError(`store add delta must be a safe integer, got ${delta}`);
+    if (!Number.isSafeInteger(delta)) throw new UsageError(`store add delta must be a safe integer, got ${shown(delta)}`);
     const reply = await this.#call('add', key, this.#timeoutMs, (id) => ({ op: Op.ADD, id, key, delta: BigInt(delta) }));
     if (reply.op !== Op.COUNTER) throw new StoreError('add', key, 'rejected', `store add "${key}": unexpected reply`);
     const value = Number(reply.value);

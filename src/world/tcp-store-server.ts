@@ -2,7 +2,7 @@
 // Single-threaded event loop, so every request is atomic with respect to the others.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
-import { StoreError, UsageError } from '../errors.js';
+import { shown, StoreError, UsageError } from '../errors.js';
 import {
   decodeRequest,
   encodeAuthOk,
@@ -71,7 +71,7 @@ export class TcpStoreServer {
   static async listen(options: TcpStoreServerOptions): Promise<TcpStoreServer> {
     const { token, host = '127.0.0.1', port = 0, authTimeoutMs = 10_000 } = options;
     if (typeof token !== 'string' || token.length === 0) throw new UsageError('store server needs a non-empty token');
-    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`store port must be 0..65535, got ${port}`);
+    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`store port must be 0..65535, got ${shown(port)}`);
     const server = createServer({ noDelay: true });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
