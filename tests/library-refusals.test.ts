@@ -1,6 +1,6 @@
-// Findings of a user audit of the library's surface: a cap on cpu ranks, createMoeGroup's options
-// (topk past the experts, none at all, ranks that disagree), ClosedError exported, and "got X" that
-// shows a string as a string.
+// The library refuses, by name, what would otherwise fail late or misleadingly: ranks past the cpu
+// cap, createMoeGroup's options (topk past the experts, none at all, ranks that disagree), a call
+// after close() (ClosedError, exported), and "got X" that shows a string as a string.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import * as api from '../src/index.js';
@@ -11,9 +11,9 @@ import { ClosedError, shown, UsageError } from '../src/errors.js';
 import type { MoeGroupOptions } from '../src/moe/api.js';
 import type { Store } from '../src/world/store.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
-import type { Caught } from './library-audit/programs.js';
+import type { Caught } from './library-refusals/programs.js';
 
-const programs = new URL('./library-audit/programs.js', import.meta.url);
+const programs = new URL('./library-refusals/programs.js', import.meta.url);
 const base: MoeGroupOptions = { numExperts: 8, topk: 4, maxTokensPerRank: 4, rowBytes: 16, layout: 'expanded' };
 
 /** Every rank's outcome of createMoeGroup with its own options. */

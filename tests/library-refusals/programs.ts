@@ -1,4 +1,4 @@
-// Rank programs for tests/library-audit.test.ts (runRanks on the cpu backend). Each catches what
+// Rank programs for tests/library-refusals.test.ts (runRanks on the cpu backend). Each catches what
 // its rank throws and returns it, so the test sees every rank's error, not only the first.
 import type { Comm } from '../../src/backends/backend.js';
 import { ClosedError, UsageError } from '../../src/errors.js';

@@ -1,6 +1,6 @@
-// What a user audit of the CLI met, each now one line and exit status 1 before any work: stdout that
-// cannot take the output, output files in places that take none, bounds named as the defaults they
-// are, byte sizes with units everywhere, and rank and expert counts past what the run can take.
+// The CLI's limits, each one line and exit status 1 before any work: stdout that cannot take the
+// output, output files in places that take none, bounds named as the defaults they are, byte sizes
+// with units everywhere, rank and expert counts past what the run can take, bad A2AV_* switches.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type StdioOptions } from 'node:child_process';
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -62,7 +62,7 @@ describe('a2av: stdout that cannot take the output', () => {
 });
 
 describe('checkWritable: tried, not guessed', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'a2av-cli-audit-'));
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-cli-limits-'));
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   it('leaves nothing behind: a new file is made and removed, an existing one kept whole', () => {
