@@ -135,6 +135,12 @@ const program = new Command('a2av')
   .configureOutput({
     // Errors are one line, like every other a2av error.
     outputError: (text, write) => write(`a2av: ${text.replace(/^error: /, '').trim().replace(/\s*\n\s*/g, ' ')}\n`),
+  })
+  // Help and version end the run without exiting at once: a failed write of them to stdout (a full
+  // disk) is reported on the way out and the status is 1. Other early ends exit as commander would.
+  .exitOverride((err) => {
+    if (err.exitCode === 0) throw new HelpShown(); // help or the version, asked for
+    process.exit(err.exitCode);
   });
 
 const benchCommand = program
@@ -735,15 +741,20 @@ process.on('exit', () => {
   if (stdoutLost !== undefined && !process.exitCode) process.exitCode = 1;
 });
 
+/** Thrown by the exit override once help or the version is printed: the run then ends normally. */
+class HelpShown extends Error {}
+
 try {
   await program.parseAsync();
 } catch (err) {
-  process.stderr.write(`a2av: ${errorLine(err)}\n`);
-  // Under a2av launch (or torchrun), the launcher reads this to name a rank that stopped answering.
-  try {
-    recordExitError(err);
-  } catch {
-    // The message above is what matters; a record that cannot be written only loses the naming.
+  if (!(err instanceof HelpShown)) {
+    process.stderr.write(`a2av: ${errorLine(err)}\n`);
+    // Under a2av launch (or torchrun), the launcher reads this to name a rank that stopped answering.
+    try {
+      recordExitError(err);
+    } catch {
+      // The message above is what matters; a record that cannot be written only loses the naming.
+    }
+    process.exitCode = 1;
   }
-  process.exitCode = 1;
 }

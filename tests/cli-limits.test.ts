@@ -38,6 +38,23 @@ describe('a2av: stdout that cannot take the output', () => {
     }
   });
 
+  it('help written to a full disk is said too; help asked for exits 0, help for a missing command 1', { skip: existsSync('/dev/full') ? false : 'no /dev/full here' }, () => {
+    const full = openSync('/dev/full', 'w');
+    try {
+      const { status, stderr } = a2av(['--help'], ['ignore', full, 'pipe']);
+      assert.equal(stderr, 'a2av: stdout: cannot write (ENOSPC)\n');
+      assert.equal(status, 1);
+    } finally {
+      closeSync(full);
+    }
+    const asked = a2av(['bench', '--help']);
+    assert.equal(asked.status, 0);
+    assert.match(asked.stdout, /^Usage: a2av bench/);
+    const none = a2av([]);
+    assert.equal(none.status, 1);
+    assert.match(none.stderr, /^Usage: a2av/);
+  });
+
   it('a descriptor open for reading only: one line naming EBADF, exit status 1', () => {
     const readOnly = openSync(process.platform === 'win32' ? 'NUL' : '/dev/null', 'r');
     try {
