@@ -26,27 +26,27 @@ function refused(args: string[], message: string): void {
 /** A launched rank printing `bytes` bytes: the quickest way to have a2av write to its stdout. */
 const printing = (bytes: number) => ['launch', '-n', '1', '--', process.execPath, '-e', `process.stdout.write('x'.repeat(${bytes}) + '\\n')`];
 
+/** a2av with its stdout on `path` opened with `flags`. */
+function withStdoutOn(path: string, flags: string, args: string[]) {
+  const fd = openSync(path, flags);
+  try {
+    return a2av(args, ['ignore', fd, 'pipe']);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 describe('a2av: stdout that cannot take the output', () => {
   it('a full disk: one line naming ENOSPC, exit status 1', { skip: existsSync('/dev/full') ? false : 'no /dev/full here' }, () => {
-    const full = openSync('/dev/full', 'w');
-    try {
-      const { status, stderr } = a2av(printing(16), ['ignore', full, 'pipe']);
-      assert.equal(stderr, 'a2av: stdout: cannot write (ENOSPC)\n');
-      assert.equal(status, 1);
-    } finally {
-      closeSync(full);
-    }
+    const { status, stderr } = withStdoutOn('/dev/full', 'w', printing(16));
+    assert.equal(stderr, 'a2av: stdout: cannot write (ENOSPC)\n');
+    assert.equal(status, 1);
   });
 
   it('help written to a full disk is said too; help asked for exits 0, help for a missing command 1', { skip: existsSync('/dev/full') ? false : 'no /dev/full here' }, () => {
-    const full = openSync('/dev/full', 'w');
-    try {
-      const { status, stderr } = a2av(['--help'], ['ignore', full, 'pipe']);
-      assert.equal(stderr, 'a2av: stdout: cannot write (ENOSPC)\n');
-      assert.equal(status, 1);
-    } finally {
-      closeSync(full);
-    }
+    const { status, stderr } = withStdoutOn('/dev/full', 'w', ['--help']);
+    assert.equal(stderr, 'a2av: stdout: cannot write (ENOSPC)\n');
+    assert.equal(status, 1);
     const asked = a2av(['bench', '--help']);
     assert.equal(asked.status, 0);
     assert.match(asked.stdout, /^Usage: a2av bench/);
@@ -56,14 +56,9 @@ describe('a2av: stdout that cannot take the output', () => {
   });
 
   it('a descriptor open for reading only: one line naming EBADF, exit status 1', () => {
-    const readOnly = openSync(process.platform === 'win32' ? 'NUL' : '/dev/null', 'r');
-    try {
-      const { status, stderr } = a2av(printing(16), ['ignore', readOnly, 'pipe']);
-      assert.equal(stderr, 'a2av: stdout: cannot write (EBADF)\n');
-      assert.equal(status, 1);
-    } finally {
-      closeSync(readOnly);
-    }
+    const { status, stderr } = withStdoutOn(process.platform === 'win32' ? 'NUL' : '/dev/null', 'r', printing(16));
+    assert.equal(stderr, 'a2av: stdout: cannot write (EBADF)\n');
+    assert.equal(status, 1);
   });
 
   it('a pipe whose reader stopped (| head -c1): no message, but exit status 1, output was lost', async () => {

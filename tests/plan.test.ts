@@ -2,8 +2,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
-import { defaultPlan, GRID_MIN_BYTES, gridCopyFromEnv, laneShares, PeerSplitMode, peerSplitFromEnv, peerSplitMode, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
-import { leavesFused, moeGridFromEnv } from '../src/backends/cuda/moe.js';
+import { defaultPlan, GRID_MIN_BYTES, laneShares, PeerSplitMode, peerSplitMode, tileBytes, validatePlan, type PlanContext } from '../src/tune/plan.js';
+import { gridCopyFromEnv, moeGridFromEnv, peerSplitFromEnv } from '../src/knobs.js';
+import { leavesFused } from '../src/backends/cuda/moe.js';
 
 // An H200-like device: 132 SMs, 2048 threads per SM. By default the ranks span several GPUs (no grid mode).
 const ctx = (inputBytes: number, ranksOnDevice: number, more: Partial<PlanContext> = {}): PlanContext => ({

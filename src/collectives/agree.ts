@@ -67,6 +67,16 @@ export class Agreement {
   }
 }
 
+/** Collective: every rank's `values` (the same count on each), in rank order, through an Agreement made for this once. */
+export async function gatherOnce(comm: Comm, values: number[]): Promise<number[][]> {
+  const agreement = await Agreement.create(comm, values.length);
+  try {
+    return agreement.gather(values);
+  } finally {
+    agreement.close();
+  }
+}
+
 /**
  * Collective: every rank's `bytes` (each its own length), in rank order. Two rounds: the lengths
  * through an Agreement, then the bytes padded to the longest, so every buffer, symmetric ones
@@ -74,13 +84,7 @@ export class Agreement {
  */
 export async function gatherBytes(comm: Comm, bytes: Uint8Array): Promise<Uint8Array[]> {
   const w = comm.worldSize;
-  const sizing = await Agreement.create(comm, 1);
-  let lengths: number[];
-  try {
-    lengths = sizing.gather([bytes.length]).map(([n]) => n);
-  } finally {
-    sizing.close();
-  }
+  const lengths = (await gatherOnce(comm, [bytes.length])).map(([n]) => n);
   const row = Math.max(1, ...lengths);
   const send = new Uint8Array(w * row);
   for (let peer = 0; peer < w; peer++) send.set(bytes, peer * row);

@@ -4,7 +4,7 @@
 // then against the group's sizes.
 import { MAX_EXPERTS_PER_RANK, type Comm, type DeviceBuffer } from '../backends/backend.js';
 import { checkBuffer, checkLane, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
-import { Agreement } from '../collectives/agree.js';
+import { gatherOnce } from '../collectives/agree.js';
 import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
 import { DTYPES } from './compute.js';
@@ -89,7 +89,7 @@ export async function checkAgreedOptions(comm: Comm, ctx: CheckContext, o: MoeGr
   // [valid, then each AGREED value]: float64 holds every safe integer exactly.
   const mine = [shape ? 1 : 0, ...AGREED.map(([, of]) => (shape ? of(shape) : 0))];
   // This rank's own refusal is the error worth reporting, even where the exchange failed too.
-  const all = await gatherAll(comm, mine).catch((err: unknown) => {
+  const all = await gatherOnce(comm, mine).catch((err: unknown) => {
     throw shape === undefined ? refused : err;
   });
   if (shape === undefined) throw refused;
@@ -105,14 +105,6 @@ export async function checkAgreedOptions(comm: Comm, ctx: CheckContext, o: MoeGr
   return shape;
 }
 
-async function gatherAll(comm: Comm, values: number[]): Promise<number[][]> {
-  const agreement = await Agreement.create(comm, values.length);
-  try {
-    return agreement.gather(values);
-  } finally {
-    agreement.close();
-  }
-}
 
 /** A dispatch as the group runs it. */
 export interface DispatchPlan {

@@ -41,7 +41,6 @@ export interface PlanContext {
   maxBlocks?: number;
 }
 
-export { gridCopyFromEnv, peerSplitFromEnv, type GridCopy, type PeerSplit } from '../knobs.js';
 
 /** How a copy splits its blocks (kernels/config.cuh A2AV_SPLIT_*): never, from A2AV_SPLIT_MIN_BYTES of sends on, always. */
 export const PeerSplitMode = { never: 0, large: 1, always: 2 } as const;

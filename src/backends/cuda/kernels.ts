@@ -2,7 +2,8 @@
 // to three launches that queue it (kernels/a2av.cu says why grid mode takes three).
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
-import { defaultPlan, gridCopyFromEnv, heuristicPlan, laneShares, peerSplitFromEnv, peerSplitMode, validatePlan, withinBudget, type GridCopy, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { gridCopyFromEnv, peerSplitFromEnv, type GridCopy } from '../../knobs.js';
+import { defaultPlan, heuristicPlan, laneShares, peerSplitMode, validatePlan, withinBudget, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
 import { loadTables, lookupPlan, type PlanProbe, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';

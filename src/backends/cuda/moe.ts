@@ -7,8 +7,8 @@ import { COMPANION, GATHER, ONE_GPU_FUSED, type Companion, type DeviceBuffer, ty
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
-import { moeFusedOn, moeGridFromEnv, type MoeGrid } from '../../knobs.js';
-import { GRID_MIN_BYTES, laneShares, peerSplitFromEnv, peerSplitMode } from '../../tune/plan.js';
+import { moeFusedOn, moeGridFromEnv, peerSplitFromEnv, type MoeGrid } from '../../knobs.js';
+import { GRID_MIN_BYTES, laneShares, peerSplitMode } from '../../tune/plan.js';
 import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
@@ -31,15 +31,6 @@ export interface ExchangeCall {
   inRows: number;
   outRows: number;
 }
-
-/**
- * A2AV_MOE_GRID (knobs.ts): 'auto' (the default: calls whose ranks all share one GPU move their data
- * in x_copy_slices from GRID_MIN_BYTES of output, as the 1-D call's grid mode; at W = 8 on one
- * H200, 256 MiB, 1221 us against x_fused's 1514 with its grid from the lane's share: docs/perf.md),
- * 'never' (x_fused for every call that fits it), 'always' (every call whose ranks share one GPU:
- * for the tests and the probes).
- */
-export { moeGridFromEnv, type MoeGrid } from '../../knobs.js';
 
 /**
  * Whether a call that fits x_fused takes three launches instead (x_exchange, a copy grid, x_done).
