@@ -381,7 +381,8 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     return calls.length === 1 ? this.#records.outcome(calls[0]) : this.#records.firstOutcome(calls);
   }
 
-  barrier(): Promise<void> {
+  // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
+  async barrier(): Promise<void> {
     this.#open();
     return this.#meet();
   }

@@ -290,7 +290,13 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     return cause;
   }
 
-  barrier(): Promise<void> {
+  // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
+  async barrier(): Promise<void> {
+    if (this.#closed) throw new ClosedError(this.rank);
+    return this.#meet();
+  }
+
+  #meet(): Promise<void> {
     return storeBarrier(this.#store, { name: `${this.#key}/comm/${this.#barriers++}`, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
   }
 
@@ -303,7 +309,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     this.#closed = true;
     // Peers may still be sending into our output: meet them first (bounded; a peer that gave up on
     // the job never comes).
-    if (!this.#aborted) await this.barrier().catch(() => {});
+    if (!this.#aborted) await this.#meet().catch(() => {});
     let drained = true;
     for (const lane of this.#lanes) {
       lane.exchanged.record(lane.stream);
