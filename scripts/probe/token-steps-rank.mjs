@@ -43,17 +43,19 @@ class Marks {
 
 /** The group's compute with a mark before the first step of a dispatch and after every step. */
 class MarkedCompute {
+  /** Steps left out of the calls (graph ablation): their buffers keep what the last full call wrote. */
+  skip = new Set();
   constructor(inner, marks) {
     this.inner = inner;
     this.marks = marks;
   }
   route(s, c) {
     this.marks.mark(s, 'start');
-    this.inner.route(s, c);
+    if (!this.skip.has('route')) this.inner.route(s, c);
     this.marks.mark(s, 'route');
   }
   gather(s, c) {
-    this.inner.gather(s, c);
+    if (!this.skip.has('gather')) this.inner.gather(s, c);
     this.marks.mark(s, 'gather');
   }
   // Where the compute can route and gather in one launch, marked as one step.
@@ -69,12 +71,12 @@ class MarkedCompute {
   }
   layout(s, c) {
     this.marks.mark(s, 'exchange');
-    this.inner.layout(s, c);
+    if (!this.skip.has('layout')) this.inner.layout(s, c);
     this.marks.mark(s, 'layout');
   }
   reduce(s, c) {
     this.marks.mark(s, 'exchange');
-    this.inner.reduce(s, c);
+    if (!this.skip.has('reduce')) this.inner.reduce(s, c);
     this.marks.mark(s, 'reduce');
   }
   close() {
@@ -104,6 +106,33 @@ function steps(marks, calls) {
   return Object.fromEntries([...per].map(([k, v]) => [k, median(v)]));
 }
 
+// Graph µs per call with steps left out: what each step adds where launches cost what a graph's do.
+const DISPATCH_CUTS = { all: [], 'no layout': ['layout'], 'no route, gather': ['route', 'gather'], 'exchange only': ['route', 'gather', 'layout'] };
+const COMBINE_CUTS = { all: [], 'exchange only': ['reduce'] };
+
+async function ablation(comm, stream, marked, call, cuts) {
+  const out = {};
+  const perGraph = 10;
+  for (const [name, skip] of Object.entries(cuts)) {
+    marked.skip = new Set(skip);
+    await comm.barrier();
+    const replay = comm.capture(stream, () => {
+      for (let i = 0; i < perGraph; i++) call();
+    });
+    marked.skip = new Set();
+    try {
+      replay.launch(stream).wait();
+      await comm.barrier();
+      const reps = 20;
+      const ms = comm.timeLoop(stream, reps, () => void replay.launch(stream), 2);
+      out[name] = (ms * 1000) / (reps * perGraph);
+    } finally {
+      replay.close();
+    }
+  }
+  return out;
+}
+
 export async function tokenSteps(comm, arg) {
   const { tokens: counts, numExperts = 256, topk = 8, hidden = 7168, layout = 'expanded', iters = 50, seed = 7 } = arg;
   const W = comm.worldSize;
@@ -115,12 +144,13 @@ export async function tokenSteps(comm, arg) {
   // Five marks a dispatch (start, route, gather, exchange, layout), three a combine.
   const marks = new Marks(device, 5 * iters);
   let factory;
+  let marked;
   if (cuda) {
     const { KernelCompute } = await import('../../dist/src/moe/kernel-compute.js');
     const { CudaTokenDevice } = await import('../../dist/src/moe/cuda-device.js');
-    factory = (shape, bufs) => new MarkedCompute(new KernelCompute(new CudaTokenDevice(), shape, bufs), marks);
+    factory = (shape, bufs) => (marked = new MarkedCompute(new KernelCompute(new CudaTokenDevice(), shape, bufs), marks));
   } else {
-    factory = (shape, bufs) => new MarkedCompute(new HostCompute(shape, bufs), marks);
+    factory = (shape, bufs) => (marked = new MarkedCompute(new HostCompute(shape, bufs), marks));
   }
   const x = comm.alloc(maxTokens * rowBytes);
   const topkIdx = comm.alloc(8 * maxTokens * topk);
@@ -162,6 +192,7 @@ export async function tokenSteps(comm, arg) {
       comm.record(stream).wait(); // every mark has happened
       row[op] = { plainUs: (plainMs * 1000) / iters, steps: steps(marks, iters) };
       marks.reset();
+      row[op].graph = await ablation(comm, stream, marked, call, op === 'dispatch' ? DISPATCH_CUTS : COMBINE_CUTS);
       fresh();
       await comm.barrier();
     }

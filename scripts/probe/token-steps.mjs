@@ -7,7 +7,8 @@
 // Other keys: numExperts, topk, hidden, iters (calls timed, default 50), seed; A2AV_PROBE_BACKEND=cpu
 // runs the program on the cpu backend (its host clock times nothing useful: a check of the probe).
 // The events keep each step from launching before the one ahead of it ends, so the steps can add
-// up to more than the plain call; env switches (A2AV_MOE_GATHER=0, A2AV_MOE_GRID=...) pass through.
+// up to more than the plain call; on cuda also graph µs per call with steps left out (their
+// buffers keep the last full call's contents), what each step adds in a graph; env switches (A2AV_MOE_GATHER=0, A2AV_MOE_GRID=...) pass through.
 import { runRanks } from '../../dist/src/world/threads.js';
 
 const W = Number(process.argv[2] ?? 2);
@@ -23,5 +24,6 @@ for (const [i, row] of ranks[0].entries()) {
     const sum = names.reduce((s, n) => s + worst[n], 0);
     const plain = Math.max(...ranks.map((r) => r[i][op].plainUs));
     console.log(`${String(row.tokens).padStart(5)} tokens ${op.padEnd(8)} plain ${f(plain).padStart(8)}  marked sum ${f(sum).padStart(8)}  ` + names.map((n) => `${n} ${f(worst[n])}`).join('  '));
+    if (row[op].graph) console.log(`${' '.repeat(20)}graph µs: ` + Object.keys(row[op].graph).map((n) => `${n} ${f(Math.max(...ranks.map((r) => r[i][op].graph[n])))}`).join('  '));
   }
 }
