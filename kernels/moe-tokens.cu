@@ -10,7 +10,8 @@
 //     them first;
 //   - a call's work follows its tokens, not the group's capacity: a dispatch is mt_route (counts
 //     and their scan in one launch: its last block scans), mt_gather, the exchange, then
-//     mt_dispatch_layout; a combine the exchange, then mt_combine_reduce;
+//     mt_dispatch_layout (a call of one routing chunk: mt_route_gather, both in one block); a
+//     combine the exchange, then mt_combine_reduce;
 //   - combine sums in top-k order in f32 with separate multiply and add (__fmul_rn, __fadd_rn: no
 //     FMA contraction, which the host cannot reproduce), rounding once to the output type.
 // Each kernel takes one struct of 8-byte fields, mirrored field by field in src/moe/kernel-args.ts
@@ -76,6 +77,39 @@ struct GatherArgs {
   i64 metaBytes;
 };
 static_assert(sizeof(GatherArgs) == 21 * 8, "GatherArgs: 8-byte fields");
+
+// mt_route_gather's: RouteArgs' fields, then those of GatherArgs that RouteArgs has not.
+struct RouteGatherArgs {
+  u64 topkIdx;
+  u64 numTokens;
+  u64 hist;
+  u64 local;
+  u64 starts;
+  u64 inSplits;
+  u64 fault;
+  u64 ticket;
+  u64 routeTokens;
+  u64 weights;
+  u64 x;
+  u64 send;
+  u64 sendMeta;
+  u64 slot;
+  u64 oso;
+  u64 rowOf;
+  i64 tokens;
+  i64 tokenCap;
+  i64 topk;
+  i64 idx64;
+  i64 experts;
+  i64 expertsPerRank;
+  i64 compact;
+  i64 buckets;
+  i64 chunkTokens;
+  i64 place;
+  i64 rowBytes;
+  i64 metaBytes;
+};
+static_assert(sizeof(RouteGatherArgs) == 28 * 8, "RouteGatherArgs: 8-byte fields");
 
 struct LayoutArgs {
   u64 oso;          // int64 [2][buckets]: the dispatch's outSplitsOffsets; -1 when refused
@@ -213,7 +247,7 @@ __device__ void mt_route_scan(const RouteArgs& p, i64 C, i64 T) {
 // memory: no atomics, so the order is the entries'), plus the chunk's count so far. The last chunk
 // done scans every chunk's counts (mt_route_scan). A bad id or token count becomes a negative
 // split, which every rank's exchange refuses.
-extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route(const RouteArgs p) {
+__device__ __forceinline__ void mt_route_chunk(const RouteArgs& p) {
   __shared__ int bk[MT_THREADS];
   __shared__ u64 bad;
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -252,6 +286,10 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route(const RouteArg
   if (mt_last_block(p.ticket, (u64)C)) mt_route_scan(p, C, T);
 }
 
+extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route(const RouteArgs p) {
+  mt_route_chunk(p);
+}
+
 // --- gather -------------------------------------------------------------------------------------
 
 // `bytes` from src to dst by `lanes` threads: 16-byte words where both ends and the size allow,
@@ -284,7 +322,7 @@ __device__ __forceinline__ void mt_copy_row(u8* dst, const u8* src, i64 bytes, i
 // a block where the grid has threads to spare (a few tokens: a row's round trips to memory are its
 // copy's latency). Block 0 first sets the exchange's outSplitsOffsets to -1 (the gate of every
 // kernel after it), which saves a memset before it.
-extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherArgs p) {
+__device__ __forceinline__ void mt_gather_entries(const GatherArgs& p) {
   const i64 K = p.topk, E = p.expertsPerRank;
   if (blockIdx.x == 0)
     for (i64 i = threadIdx.x; i < 2 * p.buckets; i += blockDim.x) ((i64*)p.oso)[i] = -1;
@@ -332,6 +370,23 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherA
       ((float*)meta)[K + k] = here && w ? w[t * K + k] : 0.f;
     }
   }
+}
+
+extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherArgs p) {
+  mt_gather_entries(p);
+}
+
+// A call whose tokens fit one routing chunk, in one block and one launch (at one token a launch
+// boundary is a tenth of the dispatch): the routing, its scan (this block is the last), then the
+// gather, which reads what the routing wrote (the same block's stores, ordered by __syncthreads).
+extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const RouteGatherArgs p) {
+  const RouteArgs r = {p.topkIdx, p.numTokens, p.hist, p.local, p.starts, p.inSplits, p.fault, p.ticket, p.routeTokens,
+                       p.tokens, p.tokenCap, p.topk, p.idx64, p.experts, p.expertsPerRank, p.compact, p.buckets, p.chunkTokens};
+  const GatherArgs g = {p.topkIdx, p.weights, p.x, p.send, p.sendMeta, p.slot, p.local, p.hist, p.routeTokens, p.oso, p.rowOf,
+                        p.place, p.topk, p.idx64, p.experts, p.expertsPerRank, p.compact, p.buckets, p.chunkTokens, p.rowBytes, p.metaBytes};
+  mt_route_chunk(r);
+  __syncthreads();
+  mt_gather_entries(g);
 }
 
 // --- what a rank received -----------------------------------------------------------------------

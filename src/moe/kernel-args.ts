@@ -25,6 +25,16 @@ export const TOKEN_KERNELS = {
       ...ints('place', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunkTokens', 'rowBytes', 'metaBytes'),
     ],
   },
+  routeGather: {
+    struct: 'RouteGatherArgs',
+    kernels: ['mt_route_gather'],
+    fields: [
+      ...ptrs('topkIdx', 'numTokens', 'hist', 'local', 'starts', 'inSplits', 'fault', 'ticket', 'routeTokens'),
+      ...ptrs('weights', 'x', 'send', 'sendMeta', 'slot', 'oso', 'rowOf'),
+      ...ints('tokens', 'tokenCap', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunkTokens'),
+      ...ints('place', 'rowBytes', 'metaBytes'),
+    ],
+  },
   layout: {
     struct: 'LayoutArgs',
     kernels: ['mt_dispatch_layout', 'mt_dispatch_unpack'],

@@ -9,6 +9,9 @@ import { DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCa
 import { GROUP, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenShape } from './shape.js';
 
+/** Rows a one-block mt_route_gather copies at most (one token's top-8 of 14 KiB rows: 112 KiB). */
+const SMALL_GATHER_BYTES = 128 << 10;
+
 export interface TokenDevice {
   /** Grid-stride kernels take at most a few blocks per multiprocessor. */
   readonly multiprocessors: number;
@@ -51,16 +54,26 @@ export class KernelCompute implements TokenCompute {
   }
 
   route(stream: Stream, c: RouteCall): void {
-    // One block per chunk the call's buffers can hold; those past its tokens leave at once.
-    const grid = Math.min(this.#shape.chunks, Math.ceil(c.tokenCap / this.#shape.chunkTokens) || 1);
-    this.#launch('route', 'mt_route', { ...c, ticket: this.#bufs.routeTicket }, grid, THREADS, stream);
+    this.#launch('route', 'mt_route', { ...c, ticket: this.#bufs.routeTicket }, this.#routeBlocks(c), THREADS, stream);
   }
 
   gather(stream: Stream, c: GatherCall): void {
-    const args = { ...c, sendMeta: this.#bufs.sendMeta, oso: this.#bufs.routeOso };
-    // A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads each).
-    const lanes = this.#bufs.rowOf ? GROUP : Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
-    this.#launch('gather', 'mt_gather', args, this.#blocks(c.tokenCap * this.#shape.topk * lanes), THREADS, stream);
+    this.#launch('gather', 'mt_gather', this.#gatherArgs(c), this.#blocks(c.tokenCap * this.#shape.topk * this.#gatherLanes()), THREADS, stream);
+  }
+
+  /**
+   * One launch (mt_route_gather, one block) where the call's tokens fit one routing chunk and the
+   * gather moves little: token numbers (rowOf), or rows up to SMALL_GATHER_BYTES in all, which one
+   * block copies in about the time of a launch boundary. Else route, then gather.
+   */
+  routeAndGather(stream: Stream, r: RouteCall, g: GatherCall): void {
+    const moved = this.#bufs.rowOf ? 0 : g.tokenCap * this.#shape.topk * this.#shape.rowBytes;
+    if (this.#routeBlocks(r) > 1 || moved > SMALL_GATHER_BYTES) {
+      this.route(stream, r);
+      this.gather(stream, g);
+      return;
+    }
+    this.#launch('routeGather', 'mt_route_gather', { ...r, ...this.#gatherArgs(g), ticket: this.#bufs.routeTicket }, 1, THREADS, stream);
   }
 
   layout(stream: Stream, c: LayoutCall): void {
@@ -83,6 +96,20 @@ export class KernelCompute implements TokenCompute {
 
   close(): void {
     this.#device.close();
+  }
+
+  /** One block per chunk the call's buffers can hold; those past its tokens leave at once. */
+  #routeBlocks(c: RouteCall): number {
+    return Math.min(this.#shape.chunks, Math.ceil(c.tokenCap / this.#shape.chunkTokens) || 1);
+  }
+
+  #gatherArgs(c: GatherCall): Record<string, Value> {
+    return { ...c, sendMeta: this.#bufs.sendMeta, oso: this.#bufs.routeOso };
+  }
+
+  /** A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads each). */
+  #gatherLanes(): number {
+    return this.#bufs.rowOf ? GROUP : Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
   }
 
   /** A grid-stride kernel's blocks for `work` threads: at most 4 a multiprocessor (a full one of 256-thread blocks at 8). */

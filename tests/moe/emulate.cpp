@@ -9,6 +9,7 @@ extern "C" int mt_emulate(const char* kernel, const void* params, unsigned grid,
   std::lock_guard<std::mutex> lock(oneKernel);
   KERNEL(mt_route, RouteArgs, true)
   KERNEL(mt_gather, GatherArgs, false)
+  KERNEL(mt_route_gather, RouteGatherArgs, true)
   KERNEL(mt_dispatch_layout, LayoutArgs, false)
   KERNEL(mt_dispatch_unpack, LayoutArgs, false)
   KERNEL(mt_combine_reduce, ReduceArgs, true)
