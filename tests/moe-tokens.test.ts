@@ -15,6 +15,8 @@ import { runRanks } from '../src/world/threads.js';
 import { bitsOf } from './conformance/moe-token-reference.js';
 import { caseArg, suite, type Case } from './conformance/suite.js';
 import { buildEmulator } from './moe/emulated-device.js';
+import { checkRouteGather, type RouteCase } from './moe/route-gather-equivalence.js';
+import { SORT_MAX } from '../src/moe/kernel-args.js';
 import { hostCompiler } from './support/host-kernels.js';
 import { assertCompilesForDevice, assertStructsMatch } from './support/kernel-source.js';
 
@@ -86,6 +88,77 @@ describe('MoE token group with the kernels compiled for the host (cpu backend)',
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   });
 });
+
+describe('mt_route_gather (one block) writes what mt_route then mt_gather write, kernels compiled for the host', () => {
+  let lib: string | undefined;
+  let dir: string | undefined;
+  const seed = 1 + Math.floor(Math.random() * 2 ** 30);
+  const random = mulberry(seed);
+  const base: RouteCase = { layout: 'expanded', world: 2, expertsPerRank: 128, topk: 8, tokenCap: 1, tokens: 1, deviceCount: false, idx64: true, weights: true, rowOf: true, rowBytes: 32, badIds: 0, none: 0, hot: 0 };
+  // DeepSeek-V3's shape at 1 and 128 tokens, the sort's full size, the widest buckets (72 ranks of
+  // 256 experts), no tokens, a hot expert, -1 slots, bad ids and counts, copies of the rows, int32 ids.
+  const fixed: RouteCase[] = [
+    base,
+    { ...base, tokenCap: 128, tokens: 128 },
+    { ...base, layout: 'compact', tokenCap: 128, tokens: 128 },
+    { ...base, tokenCap: SORT_MAX / 8, tokens: SORT_MAX / 8, hot: 0.5 },
+    { ...base, world: 72, expertsPerRank: 256, tokenCap: 100, tokens: 77, deviceCount: true },
+    { ...base, tokens: 0, tokenCap: 5 },
+    { ...base, tokenCap: 40, tokens: 33, none: 0.4, weights: false, idx64: false },
+    { ...base, layout: 'compact', world: 8, expertsPerRank: 2, topk: 6, tokenCap: 50, tokens: 50, none: 0.2, hot: 0.3 },
+    { ...base, tokenCap: 64, tokens: 64, badIds: 3 },
+    { ...base, layout: 'compact', tokenCap: 64, tokens: 20, badIds: 2, deviceCount: true },
+    { ...base, tokenCap: 16, tokens: 17, deviceCount: true },
+    { ...base, tokenCap: 16, tokens: -3, deviceCount: true },
+    { ...base, rowOf: false, rowBytes: 14, tokenCap: 30, tokens: 29, none: 0.1 },
+    { ...base, layout: 'compact', rowOf: false, rowBytes: 48, world: 3, expertsPerRank: 3, topk: 4, tokenCap: 70, tokens: 61 },
+    { ...base, world: 1, expertsPerRank: 1, topk: 1, tokenCap: SORT_MAX, tokens: SORT_MAX - 1 },
+  ];
+  const drawn: RouteCase[] = Array.from({ length: 24 }, () => {
+    const topk = 1 + Math.floor(random() * 8);
+    const tokenCap = 1 + Math.floor(random() * Math.floor(SORT_MAX / topk));
+    const world = 1 + Math.floor(random() * 12);
+    const expertsPerRank = 1 + Math.floor(random() * 40);
+    return {
+      layout: random() < 0.5 ? 'expanded' : 'compact',
+      world,
+      expertsPerRank,
+      topk: Math.min(topk, world * expertsPerRank),
+      tokenCap,
+      tokens: Math.floor(random() * (tokenCap + 1)),
+      deviceCount: random() < 0.5,
+      idx64: random() < 0.5,
+      weights: random() < 0.7,
+      rowOf: random() < 0.7,
+      rowBytes: 4 + Math.floor(random() * 60),
+      badIds: random() < 0.2 ? 1 + Math.floor(random() * 3) : 0,
+      none: random() * 0.3,
+      hot: random() < 0.3 ? random() * 0.8 : 0,
+    };
+  });
+  test(`${fixed.length} chosen routings and ${drawn.length} drawn ones (seed ${seed})`, (t) => {
+    const compiler = hostCompiler();
+    if (compiler === undefined) return t.skip('no host C++ compiler (g++ or clang++)');
+    dir = mkdtempSync(join(tmpdir(), 'a2av-route-gather-'));
+    lib = buildEmulator(compiler, dir);
+    for (const c of [...fixed, ...drawn]) checkRouteGather(lib, c, random);
+  });
+  test('clean up', () => {
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  });
+});
+
+/** A small seeded generator: a failure's seed reproduces its cases. */
+function mulberry(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
 
 function bitsOfF32(x: number): number {
   return new Uint32Array(Float32Array.of(x).buffer)[0];

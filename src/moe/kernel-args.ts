@@ -29,10 +29,8 @@ export const TOKEN_KERNELS = {
     struct: 'RouteGatherArgs',
     kernels: ['mt_route_gather'],
     fields: [
-      ...ptrs('topkIdx', 'numTokens', 'hist', 'local', 'starts', 'inSplits', 'fault', 'ticket', 'routeTokens'),
-      ...ptrs('weights', 'x', 'send', 'sendMeta', 'slot', 'oso', 'rowOf'),
-      ...ints('tokens', 'tokenCap', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'chunkTokens'),
-      ...ints('place', 'rowBytes', 'metaBytes'),
+      ...ptrs('topkIdx', 'numTokens', 'inSplits', 'routeTokens', 'weights', 'x', 'send', 'sendMeta', 'slot', 'oso', 'rowOf'),
+      ...ints('tokens', 'tokenCap', 'topk', 'idx64', 'experts', 'expertsPerRank', 'compact', 'buckets', 'rowBytes', 'metaBytes'),
     ],
   },
   layout: {
@@ -55,3 +53,6 @@ export type TokenKernelName = keyof typeof TOKEN_KERNELS;
 /** Threads a block (kernels/moe-tokens.cu MT_THREADS) and a gathered row's threads (MT_GROUP). */
 export const THREADS = 256;
 export const GROUP = 32;
+/** Entries (tokenCap x topk) mt_route_gather sorts at most (MT_SORT_MAX), and buckets its keys hold (2^15). */
+export const SORT_MAX = 2048;
+export const SORT_BUCKETS = 1 << 15;

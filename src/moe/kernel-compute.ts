@@ -6,10 +6,10 @@
 // compiled for the host).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
 import { DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
-import { GROUP, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
+import { GROUP, SORT_BUCKETS, SORT_MAX, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenShape } from './shape.js';
 
-/** Rows a one-block mt_route_gather copies at most (one token's top-8 of 14 KiB rows: 112 KiB). */
+/** Rows a one-block mt_route_gather copies at most, where rows are copied (one token's top-8 of 14 KiB rows: 112 KiB). */
 const SMALL_GATHER_BYTES = 128 << 10;
 
 export interface TokenDevice {
@@ -62,18 +62,19 @@ export class KernelCompute implements TokenCompute {
   }
 
   /**
-   * One launch (mt_route_gather, one block) where the call's tokens fit one routing chunk and the
-   * gather moves little: token numbers (rowOf), or rows up to SMALL_GATHER_BYTES in all, which one
-   * block copies in about the time of a launch boundary. Else route, then gather.
+   * One launch of one block (mt_route_gather: loads all at once, sorts in shared memory) where the
+   * call's entries fit its sort and the gather moves little: token numbers (rowOf), or rows up to
+   * SMALL_GATHER_BYTES in all. Else route, then gather, which wait on memory many times in turn.
    */
   routeAndGather(stream: Stream, r: RouteCall, g: GatherCall): void {
-    const moved = this.#bufs.rowOf ? 0 : g.tokenCap * this.#shape.topk * this.#shape.rowBytes;
-    if (this.#routeBlocks(r) > 1 || moved > SMALL_GATHER_BYTES) {
+    const entries = r.tokenCap * this.#shape.topk;
+    const moved = this.#bufs.rowOf ? 0 : entries * this.#shape.rowBytes;
+    if (entries > SORT_MAX || this.#shape.buckets > SORT_BUCKETS || moved > SMALL_GATHER_BYTES) {
       this.route(stream, r);
       this.gather(stream, g);
       return;
     }
-    this.#launch('routeGather', 'mt_route_gather', { ...r, ...this.#gatherArgs(g), ticket: this.#bufs.routeTicket }, 1, THREADS, stream);
+    this.#launch('routeGather', 'mt_route_gather', { ...r, ...this.#gatherArgs(g) }, 1, THREADS, stream);
   }
 
   layout(stream: Stream, c: LayoutCall): void {
