@@ -115,18 +115,22 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   }
 
   free(buf: DeviceBuffer): void {
+    this.#open();
     this.#memory.free(buf);
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
+    this.#open();
     this.#memory.write(buf, data, offsetBytes);
   }
 
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
+    this.#open();
     return this.#memory.read(buf, offsetBytes, bytes);
   }
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
+    this.#open();
     this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
   }
 
@@ -141,18 +145,22 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   }
 
   planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
+    this.#open();
     return this.#plan('1d', args);
   }
 
   planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
+    this.#open();
     return this.#plan('dispatch', args);
   }
 
   planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
+    this.#open();
     return this.#plan('combine', args);
   }
 
   lane(index: number): Lane {
+    this.#open();
     const lane = this.#lanes[index];
     if (!lane) throw new UsageError(`rank ${this.rank}: lane ${index} out of range (this communicator has ${this.laneCount})`);
     return lane;
@@ -292,7 +300,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
 
   // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
   async barrier(): Promise<void> {
-    if (this.#closed) throw new ClosedError(this.rank);
+    this.#open();
     return this.#meet();
   }
 
@@ -301,6 +309,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   }
 
   freeMemory(): number {
+    this.#open();
     return this.#device.memInfo().free;
   }
 
@@ -330,6 +339,11 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
 
   #usable(): void {
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
+    this.#open();
+  }
+
+  /** After close() every call is a ClosedError (its streams and memory are gone); an aborted communicator still reads and frees. */
+  #open(): void {
     if (this.#closed) throw new ClosedError(this.rank);
   }
 }
