@@ -183,19 +183,27 @@ __device__ i64 mt_bucket(u64 topkIdx, i64 t, i64 k, i64 K, i64 idx64, i64 N, i64
 // The last block of mt_route: an exclusive scan of the chunks' counts in bucket-major order
 // (bucket 0's chunks in order, then bucket 1's, ...), so each (chunk, bucket) count becomes where
 // its entries start in the send order; the buckets' totals are the splits.
-__device__ void mt_route_scan(const RouteArgs& p, i64 C, i64 T) {
+__device__ void mt_route_scan(const RouteArgs& p, i64 chunks, i64 T) {
   __shared__ i64 part[MT_THREADS];
   const int tid = threadIdx.x, nt = blockDim.x;
-  const i64 NB = p.buckets, M = NB * C;
+  // 32-bit indices (chunks x buckets <= SCAN_BUDGET in src/moe/shape.ts), stepped rather than
+  // divided: count q is (bucket q / C, chunk q % C), at hist[chunk · NB + bucket], and a 64-bit
+  // division or remainder a count took about 13 µs of a 4096-token routing.
+  const int NB = (int)p.buckets, C = (int)chunks, M = NB * C;
   int* hist = (int*)p.hist;
   i64* starts = (i64*)p.starts;
   i64* splits = (i64*)p.inSplits;
-  const i64 seg = (M + nt - 1) / nt, lo = tid * seg < M ? tid * seg : M, hi = lo + seg < M ? lo + seg : M;
+  const int seg = (M + nt - 1) / nt, lo = tid * seg < M ? tid * seg : M, hi = lo + seg < M ? lo + seg : M;
+  // Where count lo sits, and the step to the next count's place.
+  const int chunk0 = lo % C, bucket0 = lo / C;
   int c[MT_SCAN_BATCH];
   i64 sum = 0;
-  for (i64 q0 = lo; q0 < hi; q0 += MT_SCAN_BATCH) {
+  for (int q0 = lo, chunk = chunk0, bucket = bucket0; q0 < hi; q0 += MT_SCAN_BATCH) {
 #pragma unroll
-    for (int j = 0; j < MT_SCAN_BATCH; j++) c[j] = q0 + j < hi ? __ldcg(hist + ((q0 + j) % C) * NB + (q0 + j) / C) : 0;
+    for (int j = 0; j < MT_SCAN_BATCH; j++) {
+      c[j] = q0 + j < hi ? __ldcg(hist + chunk * NB + bucket) : 0;
+      if (++chunk == C) chunk = 0, bucket++;
+    }
 #pragma unroll
     for (int j = 0; j < MT_SCAN_BATCH; j++) sum += c[j];
   }
@@ -209,15 +217,19 @@ __device__ void mt_route_scan(const RouteArgs& p, i64 C, i64 T) {
   }
   const i64 total = part[nt - 1];
   i64 run = part[tid] - sum;
-  for (i64 q0 = lo; q0 < hi; q0 += MT_SCAN_BATCH) {
-#pragma unroll
-    for (int j = 0; j < MT_SCAN_BATCH; j++) c[j] = q0 + j < hi ? __ldcg(hist + ((q0 + j) % C) * NB + (q0 + j) / C) : 0;
+  for (int q0 = lo, chunk = chunk0, bucket = bucket0; q0 < hi; q0 += MT_SCAN_BATCH) {
+    int at[MT_SCAN_BATCH];
 #pragma unroll
     for (int j = 0; j < MT_SCAN_BATCH; j++) {
-      const i64 q = q0 + j;
-      if (q >= hi) break;
-      hist[(q % C) * NB + q / C] = (int)run;
-      if (q % C == 0) starts[q / C] = run;
+      at[j] = chunk * NB + bucket;
+      c[j] = q0 + j < hi ? __ldcg(hist + at[j]) : 0;
+      if (++chunk == C) chunk = 0, bucket++;
+    }
+#pragma unroll
+    for (int j = 0; j < MT_SCAN_BATCH; j++) {
+      if (q0 + j >= hi) break;
+      hist[at[j]] = (int)run;
+      if (at[j] < NB) starts[at[j]] = run;
       run += c[j];
     }
   }
@@ -385,31 +397,45 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   __shared__ float wt[MT_SORT_MAX];
   __shared__ u64 bad;
   const int tid = threadIdx.x, nt = blockDim.x;
-  const i64 K = p.topk, NB = p.buckets, E = p.expertsPerRank, N = p.experts;
-  const i64 cap = p.tokenCap * K;
+  // Everything here fits 32 bits (entries <= MT_SORT_MAX, buckets < 2^15): no 64-bit divisions.
+  const int K = (int)p.topk, NB = (int)p.buckets, E = (int)p.expertsPerRank, cap = (int)(p.tokenCap * p.topk);
+  const i64 N = p.experts;
   const float* w = (const float*)p.weights;
+  // Every load at once: a thread's entries in registers first (a loop that stored each before the
+  // next load waited a round trip per entry).
   const i64 T = mt_tokens(p.numTokens, p.tokens, p.tokenCap);
-  for (i64 g = tid; g < cap; g += nt) {
-    const i64 id = mt_idx(p.topkIdx, g, p.idx64);
-    ids[g] = id >= -1 && id < N ? (int)id : -2;
-    if (w) wt[g] = w[g];
+  // (Launched with MT_THREADS threads: a thread's entries are tid + j·MT_THREADS.)
+  i64 idv[MT_SORT_MAX / MT_THREADS];
+  float wv[MT_SORT_MAX / MT_THREADS];
+#pragma unroll
+  for (int j = 0; j < MT_SORT_MAX / MT_THREADS; j++) {
+    const int g = tid + j * MT_THREADS;
+    idv[j] = g < cap ? mt_idx(p.topkIdx, g, p.idx64) : -1;
+    wv[j] = w && g < cap ? w[g] : 0.f;
   }
-  for (i64 i = tid; i < 2 * NB; i += nt) ((i64*)p.oso)[i] = -1;
+#pragma unroll
+  for (int j = 0; j < MT_SORT_MAX / MT_THREADS; j++) {
+    const int g = tid + j * MT_THREADS;
+    if (g >= cap) break;
+    ids[g] = idv[j] >= -1 && idv[j] < N ? (int)idv[j] : -2;
+    wt[g] = wv[j];
+  }
+  for (int i = tid; i < 2 * NB; i += nt) ((i64*)p.oso)[i] = -1;
   if (tid == 0) bad = 0;
   __syncthreads();
-  const i64 n = T < 0 ? 0 : T * K;
+  const int n = T < 0 ? 0 : (int)T * K;
   int S = 1;
   while (S < n) S *= 2;
   int* slot = (int*)p.slot;
-  for (i64 g = tid; g < S; g += nt) {
+  for (int g = tid; g < S; g += nt) {
     u32 k = MT_NO_KEY;
     if (g < n) {
       const int id = ids[g];
-      i64 b = id;
+      int b = id;
       if (id == -2) atomicMax(&bad, (1ull << 62) - (u64)g);
       if (id >= 0 && p.compact) {
         b = id / E;
-        for (i64 j = (g / K) * K; j < g; j++)
+        for (int j = (g / K) * K; j < g; j++)
           if (ids[j] >= 0 && ids[j] / E == b) b = -1;
       }
       if (b >= 0) k = (u32)b << 16 | (u32)g;
@@ -432,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   }
   __syncthreads();
   // The keys at [lo, hi) are bucket b's: the first key at or past (b, 0), then past (b + 1, 0).
-  for (i64 b = tid; b < NB; b += nt) {
+  for (int b = tid; b < NB; b += nt) {
     int lo = 0, hi = S;
     for (int len = S; len > 0;) {
       const int half = len / 2, mid = lo + half;
@@ -461,19 +487,19 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   if (tid == 0) *(i64*)p.routeTokens = T < 0 ? 0 : T;
   for (int i = tid; i < S && key[i] != MT_NO_KEY; i += nt) {
     const u32 k = key[i];
-    const i64 g = k & 0xffff, t = g / K, dst = k >> 16;
+    const int g = k & 0xffff, t = g / K, dst = k >> 16;
     slot[g] = i;
     if (p.rowOf) ((int*)p.rowOf)[i] = (int)t;
     if (!p.sendMeta) continue;
-    u8* meta = (u8*)p.sendMeta + i * p.metaBytes;
+    u8* meta = (u8*)p.sendMeta + (i64)i * p.metaBytes;
     if (!p.compact) {
       *(float*)meta = w ? wt[g] : 0.f;
       continue;
     }
-    for (i64 j = 0; j < K; j++) {
+    for (int j = 0; j < K; j++) {
       const int o = ids[t * K + j];
       const bool here = o >= 0 && o / E == dst;
-      ((int*)meta)[j] = here ? (int)(o - dst * E) : -1;
+      ((int*)meta)[j] = here ? o - dst * E : -1;
       ((float*)meta)[K + j] = here && w ? wt[t * K + j] : 0.f;
     }
   }
@@ -481,7 +507,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   // The rows themselves (the host picks this kernel for a copy of a few rows only): a warp each.
   const int lane = tid & 31, warps = nt / 32;
   for (int i = tid / 32; i < S && key[i] != MT_NO_KEY; i += warps)
-    mt_copy_row((u8*)p.send + i * p.rowBytes, (const u8*)p.x + (i64)((key[i] & 0xffff) / K) * p.rowBytes, p.rowBytes, lane, 32);
+    mt_copy_row((u8*)p.send + (i64)i * p.rowBytes, (const u8*)p.x + (i64)((key[i] & 0xffff) / K) * p.rowBytes, p.rowBytes, lane, 32);
 }
 
 // --- what a rank received -----------------------------------------------------------------------

@@ -45,31 +45,37 @@ class Marks {
 class MarkedCompute {
   /** Steps left out of the calls (graph ablation): their buffers keep what the last full call wrote. */
   skip = new Set();
+  /** Each step's latest arguments, to time it alone. */
+  last = {};
   constructor(inner, marks) {
     this.inner = inner;
     this.marks = marks;
   }
   route(s, c) {
+    this.last.route = c;
     this.marks.mark(s, 'start');
     if (!this.skip.has('route')) this.inner.route(s, c);
     this.marks.mark(s, 'route');
   }
   gather(s, c) {
+    this.last.gather = c;
     if (!this.skip.has('gather')) this.inner.gather(s, c);
     this.marks.mark(s, 'gather');
   }
   // Where the compute can route and gather in one launch, marked as one step.
   routeAndGather(s, r, g) {
+    this.last.routeAndGather = [r, g];
     if (!this.inner.routeAndGather) {
       this.route(s, r);
       this.gather(s, g);
       return;
     }
     this.marks.mark(s, 'start');
-    this.inner.routeAndGather(s, r, g);
+    if (!this.skip.has('route')) this.inner.routeAndGather(s, r, g);
     this.marks.mark(s, 'route+gather');
   }
   layout(s, c) {
+    this.last.layout = c;
     this.marks.mark(s, 'exchange');
     if (!this.skip.has('layout')) this.inner.layout(s, c);
     this.marks.mark(s, 'layout');
@@ -126,6 +132,34 @@ async function ablation(comm, stream, marked, call, cuts) {
       const reps = 20;
       const ms = comm.timeLoop(stream, reps, () => void replay.launch(stream), 2);
       out[name] = (ms * 1000) / (reps * perGraph);
+    } finally {
+      replay.close();
+    }
+  }
+  return out;
+}
+
+// A dispatch's local steps alone, each repeated in a graph with the latest call's arguments (its
+// layout reads that call's exchange's offsets again). A combine's reduce cannot: it resets its gate.
+async function alone(comm, stream, marked) {
+  const inner = marked.inner;
+  const [r, g] = marked.last.routeAndGather ?? [marked.last.route, marked.last.gather];
+  const steps = {
+    'alone: route then gather': () => {
+      inner.route(stream, r);
+      inner.gather(stream, { ...g, place: true });
+    },
+    'alone: layout': () => inner.layout(stream, marked.last.layout),
+  };
+  if (inner.routeAndGather) steps['alone: routeAndGather'] = () => inner.routeAndGather(stream, r, { ...g, place: true });
+  const out = {};
+  for (const [name, step] of Object.entries(steps)) {
+    const replay = comm.capture(stream, () => {
+      for (let i = 0; i < 10; i++) step();
+    });
+    try {
+      replay.launch(stream).wait();
+      out[name] = (comm.timeLoop(stream, 20, () => void replay.launch(stream), 2) * 1000) / 200;
     } finally {
       replay.close();
     }
@@ -193,6 +227,7 @@ export async function tokenSteps(comm, arg) {
       row[op] = { plainUs: (plainMs * 1000) / iters, steps: steps(marks, iters) };
       marks.reset();
       row[op].graph = await ablation(comm, stream, marked, call, op === 'dispatch' ? DISPATCH_CUTS : COMBINE_CUTS);
+      if (op === 'dispatch') Object.assign(row[op].graph, await alone(comm, stream, marked));
       fresh();
       await comm.barrier();
     }
