@@ -11,7 +11,7 @@
 //   - a call's work follows its tokens, not the group's capacity: a dispatch is mt_route (counts
 //     and their scan in one launch: its last block scans), mt_gather, the exchange, then
 //     mt_dispatch_layout; a combine the exchange, then mt_combine_reduce. A new routing of at most
-//     MT_SORT_MAX entries routes and gathers in one block instead (mt_route_gather);
+//     MT_SMALL_ENTRIES entries routes and gathers in one block instead (mt_route_gather);
 //   - combine sums in top-k order in f32 with separate multiply and add (__fmul_rn, __fadd_rn: no
 //     FMA contraction, which the host cannot reproduce), rounding once to the output type.
 // Each kernel takes one struct of 8-byte fields, mirrored field by field in src/moe/kernel-args.ts
@@ -375,121 +375,153 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherA
 
 // --- a small routing in one block ---------------------------------------------------------------
 
-// Entries (token, k) mt_route_gather takes at most: a key each in shared memory. 128 tokens of
-// top-8 fit twice over.
-#define MT_SORT_MAX 2048
-#define MT_NO_KEY 0xffffffffu
+// Entries (token, k) mt_route_gather takes at most (128 tokens of top-8 fit twice over), and
+// buckets (its warps' counts are in shared memory: 8 x 512 ints).
+#define MT_SMALL_ENTRIES 2048
+#define MT_SMALL_BUCKETS 512
+#define MT_WARPS (MT_THREADS / 32)
 
-// The routing and the gather of a new routing whose capacity (tokenCap · topk) is at most
-// MT_SORT_MAX, in one block, for the latency of small calls: mt_route then mt_gather wait on
-// global memory a dozen times one after another (9.6 µs of a one-token dispatch on two H200s,
-// 18 µs at 128 tokens). Here every load goes out at once (the count, every entry the call's
-// buffers hold, their weights), then all works in shared memory: each entry that goes somewhere
-// gets the key (bucket, entry), the keys are sorted (bitonic), and an entry's place in the sorted
-// order is its send row, since the send order is bucket-major and (token, k) order within a
-// bucket: the same rows mt_route and mt_gather give. A bucket's split is the length of its run of
-// keys (two binary searches). Writes only what the steps after it read: inSplits, the slots,
-// rowOf (or the rows, where the host allows a copy: few bytes), the metadata, routeTokens, and
-// the exchange's outSplitsOffsets set to -1. Bad ids and counts as mt_route leaves them.
+// A2AV_PROBE_RG_CLOCKS: thread 0 of mt_route_gather prints its phases' SM cycles, every 1000th
+// launch on the device (a probe of where a small routing's time goes; never in real runs).
+#ifdef A2AV_PROBE_RG_CLOCKS
+#ifndef __CUDACC_RTC__
+#include <cstdio>
+#endif
+__device__ unsigned mt_rg_launches;
+#define MT_RG_CLOCK(i) \
+  if (threadIdx.x == 0) clocks[i] = clock64()
+#else
+#define MT_RG_CLOCK(i)
+#endif
+
+// The routing and the gather of a new routing of at most MT_SMALL_ENTRIES entries (tokenCap ·
+// topk) and MT_SMALL_BUCKETS buckets, in one block, for the latency of small calls: mt_route then
+// mt_gather wait on global memory a dozen times one after another (9.6 µs of a one-token dispatch
+// on two H200s, 18 µs at 128 tokens). Every load goes out at once (the count, every entry the
+// call's buffers hold, their weights); the rest is in shared memory, the same stable counting sort
+// as mt_route's with a warp in place of its chunks: warp w ranks the entries of its slice of the
+// call's entries, 32 at a time in order, and counts them per bucket; a scan of the counts, bucket
+// by bucket and warp by warp, gives where each warp's entries of a bucket start. (A bitonic sort of
+// (bucket, entry) keys took 15,500 cycles at 128 tokens, 280 a stage.) Writes only what the steps
+// after it read: inSplits, the slots, rowOf (or the rows, where the host allows a copy: few bytes),
+// the metadata, routeTokens, and the exchange's outSplitsOffsets set to -1. Bad ids and counts as
+// mt_route leaves them. Launched with MT_THREADS threads.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const RouteGatherArgs p) {
-  __shared__ u32 key[MT_SORT_MAX];
-  __shared__ int ids[MT_SORT_MAX];  // expert ids; -1 none, -2 not an id
-  __shared__ float wt[MT_SORT_MAX];
+  __shared__ int ids[MT_SMALL_ENTRIES];   // expert ids; -1 none, -2 not an id
+  __shared__ float wt[MT_SMALL_ENTRIES];
+  __shared__ int place[MT_SMALL_ENTRIES]; // bucket << 16 | rank among its warp's entries of it; -1 nowhere
+  __shared__ int count[MT_WARPS][MT_SMALL_BUCKETS];  // then where each warp's entries of a bucket start
+  __shared__ int part[MT_THREADS];
   __shared__ u64 bad;
-  const int tid = threadIdx.x, nt = blockDim.x;
-  // Everything here fits 32 bits (entries <= MT_SORT_MAX, buckets < 2^15): no 64-bit divisions.
+#ifdef A2AV_PROBE_RG_CLOCKS
+  long long clocks[8];
+#endif
+  MT_RG_CLOCK(0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
+  // Everything here fits 32 bits (entries <= MT_SMALL_ENTRIES): no 64-bit divisions.
   const int K = (int)p.topk, NB = (int)p.buckets, E = (int)p.expertsPerRank, cap = (int)(p.tokenCap * p.topk);
   const i64 N = p.experts;
   const float* w = (const float*)p.weights;
-  // Every load at once: a thread's entries in registers first (a loop that stored each before the
-  // next load waited a round trip per entry).
+  // Every load at once: a thread's entries in registers first (storing each before the next load
+  // waited a round trip per entry).
   const i64 T = mt_tokens(p.numTokens, p.tokens, p.tokenCap);
-  // (Launched with MT_THREADS threads: a thread's entries are tid + j·MT_THREADS.)
-  i64 idv[MT_SORT_MAX / MT_THREADS];
-  float wv[MT_SORT_MAX / MT_THREADS];
+  i64 idv[MT_SMALL_ENTRIES / MT_THREADS];
+  float wv[MT_SMALL_ENTRIES / MT_THREADS];
 #pragma unroll
-  for (int j = 0; j < MT_SORT_MAX / MT_THREADS; j++) {
+  for (int j = 0; j < MT_SMALL_ENTRIES / MT_THREADS; j++) {
     const int g = tid + j * MT_THREADS;
     idv[j] = g < cap ? mt_idx(p.topkIdx, g, p.idx64) : -1;
     wv[j] = w && g < cap ? w[g] : 0.f;
   }
 #pragma unroll
-  for (int j = 0; j < MT_SORT_MAX / MT_THREADS; j++) {
+  for (int j = 0; j < MT_SMALL_ENTRIES / MT_THREADS; j++) {
     const int g = tid + j * MT_THREADS;
     if (g >= cap) break;
     ids[g] = idv[j] >= -1 && idv[j] < N ? (int)idv[j] : -2;
     wt[g] = wv[j];
   }
-  for (int i = tid; i < 2 * NB; i += nt) ((i64*)p.oso)[i] = -1;
+  for (int i = tid; i < 2 * NB; i += MT_THREADS) ((i64*)p.oso)[i] = -1;
+  for (int i = tid; i < MT_WARPS * MT_SMALL_BUCKETS; i += MT_THREADS) (&count[0][0])[i] = 0;
   if (tid == 0) bad = 0;
   __syncthreads();
+  MT_RG_CLOCK(1);
   const int n = T < 0 ? 0 : (int)T * K;
-  int S = 1;
-  while (S < n) S *= 2;
+  // Each entry's bucket (compact: its rank, for the first of the token's ids on that rank).
   int* slot = (int*)p.slot;
-  for (int g = tid; g < S; g += nt) {
-    u32 k = MT_NO_KEY;
-    if (g < n) {
-      const int id = ids[g];
-      int b = id;
-      if (id == -2) atomicMax(&bad, (1ull << 62) - (u64)g);
-      if (id >= 0 && p.compact) {
-        b = id / E;
-        for (int j = (g / K) * K; j < g; j++)
-          if (ids[j] >= 0 && ids[j] / E == b) b = -1;
-      }
-      if (b >= 0) k = (u32)b << 16 | (u32)g;
-      else slot[g] = -1;
+  for (int g = tid; g < n; g += MT_THREADS) {
+    const int id = ids[g];
+    int b = id;
+    if (id == -2) atomicMax(&bad, (1ull << 62) - (u64)g);
+    if (id >= 0 && p.compact) {
+      b = id / E;
+      for (int j = g - g % K; j < g; j++)
+        if (ids[j] >= 0 && ids[j] / E == b) b = -1;
     }
-    key[g] = k;
-  }
-  for (int size = 2; size <= S; size *= 2) {
-    for (int stride = size / 2; stride > 0; stride /= 2) {
-      __syncthreads();
-      for (int i = tid; i < S / 2; i += nt) {
-        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
-        const u32 a = key[lo], c = key[hi];
-        if ((a > c) == ((lo & size) == 0)) {
-          key[lo] = c;
-          key[hi] = a;
-        }
-      }
-    }
+    place[g] = b < 0 ? -1 : b << 16;
+    if (b < 0) slot[g] = -1;
   }
   __syncthreads();
-  // The keys at [lo, hi) are bucket b's: the first key at or past (b, 0), then past (b + 1, 0).
-  for (int b = tid; b < NB; b += nt) {
-    int lo = 0, hi = S;
-    for (int len = S; len > 0;) {
-      const int half = len / 2, mid = lo + half;
-      if (key[mid] < ((u32)b << 16)) {
-        lo = mid + 1;
-        len -= half + 1;
-      } else {
-        len = half;
+  MT_RG_CLOCK(2);
+  // Warp w ranks the entries of its slice, 32 at a time in order (the same number of rounds in
+  // every warp: the host emulation's __syncwarp is the block's barrier).
+  const int slice = (n + MT_WARPS * 32 - 1) / (MT_WARPS * 32) * 32;
+  for (int r = 0; r < slice; r += 32) {
+    const int base = warp * slice + r, g = base + lane;
+    const int b = g < n && place[g] >= 0 ? place[g] >> 16 : -1;
+    int rank = 0, same = 0;
+    if (b >= 0) {
+      for (int j = 0; j < 32 && base + j < n; j++) {
+        const int o = place[base + j];
+        const bool eq = o >= 0 && (o >> 16) == b;
+        same += eq;
+        rank += eq && j < lane;
       }
     }
-    hi = lo;
-    for (int len = S - lo; len > 0;) {
-      const int half = len / 2, mid = hi + half;
-      if (key[mid] < ((u32)(b + 1) << 16)) {
-        hi = mid + 1;
-        len -= half + 1;
-      } else {
-        len = half;
-      }
+    const int at = b >= 0 ? count[warp][b] + rank : 0;
+    __syncwarp();
+    if (b >= 0) place[g] = b << 16 | at;
+    if (b >= 0 && rank == 0) count[warp][b] += same;
+    __syncwarp();
+  }
+  __syncthreads();
+  MT_RG_CLOCK(3);
+  // Buckets' totals (a thread's run of consecutive buckets), their scan across threads, then each
+  // warp's start within its bucket.
+  const int per = (NB + MT_THREADS - 1) / MT_THREADS, b0 = tid * per < NB ? tid * per : NB, b1 = b0 + per < NB ? b0 + per : NB;
+  int mine = 0;
+  for (int b = b0; b < b1; b++)
+    for (int v = 0; v < MT_WARPS; v++) mine += count[v][b];
+  part[tid] = mine;
+  __syncthreads();
+  for (int d = 1; d < MT_THREADS; d *= 2) {
+    const int add = tid >= d ? part[tid - d] : 0;
+    __syncthreads();
+    part[tid] += add;
+    __syncthreads();
+  }
+  int run = part[tid] - mine;
+  for (int b = b0; b < b1; b++) {
+    i64 split = 0;
+    for (int v = 0; v < MT_WARPS; v++) {
+      const int c = count[v][b];
+      count[v][b] = run;
+      run += c;
+      split += c;
     }
-    i64 split = hi - lo;
     if (b == 0 && T < 0) split = MT_BAD_TOKEN_COUNT;
     else if (b == 0 && bad != 0) split = -1 - (i64)((1ull << 62) - bad);
     ((i64*)p.inSplits)[b] = split;
   }
   if (tid == 0) *(i64*)p.routeTokens = T < 0 ? 0 : T;
-  for (int i = tid; i < S && key[i] != MT_NO_KEY; i += nt) {
-    const u32 k = key[i];
-    const int g = k & 0xffff, t = g / K, dst = k >> 16;
+  __syncthreads();
+  MT_RG_CLOCK(4);
+  // Each entry's send row: where its warp's entries of its bucket start, plus its rank there.
+  for (int g = tid; g < n; g += MT_THREADS) {
+    const int pl = place[g];
+    if (pl < 0) continue;
+    const int dst = pl >> 16, i = count[g / slice][dst] + (pl & 0xffff), t = g / K;
     slot[g] = i;
-    if (p.rowOf) ((int*)p.rowOf)[i] = (int)t;
+    if (p.rowOf) ((int*)p.rowOf)[i] = t;
     if (!p.sendMeta) continue;
     u8* meta = (u8*)p.sendMeta + (i64)i * p.metaBytes;
     if (!p.compact) {
@@ -503,11 +535,20 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
       ((float*)meta)[K + j] = here && w ? wt[t * K + j] : 0.f;
     }
   }
+  MT_RG_CLOCK(5);
+#ifdef A2AV_PROBE_RG_CLOCKS
+  if (tid == 0 && atomicAdd(&mt_rg_launches, 1u) % 1000 == 999)
+    printf("mt_route_gather n=%d buckets=%d compact=%d cycles: loads %lld buckets %lld ranks %lld scan %lld writes %lld\n", n, NB, (int)p.compact,
+           clocks[1] - clocks[0], clocks[2] - clocks[1], clocks[3] - clocks[2], clocks[4] - clocks[3], clocks[5] - clocks[4]);
+#endif
   if (p.rowOf) return;
   // The rows themselves (the host picks this kernel for a copy of a few rows only): a warp each.
-  const int lane = tid & 31, warps = nt / 32;
-  for (int i = tid / 32; i < S && key[i] != MT_NO_KEY; i += warps)
-    mt_copy_row((u8*)p.send + (i64)i * p.rowBytes, (const u8*)p.x + (i64)((key[i] & 0xffff) / K) * p.rowBytes, p.rowBytes, lane, 32);
+  for (int g = warp; g < n; g += MT_WARPS) {
+    const int pl = place[g];
+    if (pl < 0) continue;
+    const int i = count[g / slice][pl >> 16] + (pl & 0xffff);
+    mt_copy_row((u8*)p.send + (i64)i * p.rowBytes, (const u8*)p.x + (i64)(g / K) * p.rowBytes, p.rowBytes, lane, 32);
+  }
 }
 
 // --- what a rank received -----------------------------------------------------------------------

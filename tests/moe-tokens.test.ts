@@ -16,7 +16,7 @@ import { bitsOf } from './conformance/moe-token-reference.js';
 import { caseArg, suite, type Case } from './conformance/suite.js';
 import { buildEmulator } from './moe/emulated-device.js';
 import { checkRouteGather, type RouteCase } from './moe/route-gather-equivalence.js';
-import { SORT_MAX } from '../src/moe/kernel-args.js';
+import { SMALL_ENTRIES } from '../src/moe/kernel-args.js';
 import { hostCompiler } from './support/host-kernels.js';
 import { assertCompilesForDevice, assertStructsMatch } from './support/kernel-source.js';
 
@@ -95,14 +95,14 @@ describe('mt_route_gather (one block) writes what mt_route then mt_gather write,
   const seed = 1 + Math.floor(Math.random() * 2 ** 30);
   const random = mulberry(seed);
   const base: RouteCase = { layout: 'expanded', world: 2, expertsPerRank: 128, topk: 8, tokenCap: 1, tokens: 1, deviceCount: false, idx64: true, weights: true, rowOf: true, rowBytes: 32, badIds: 0, none: 0, hot: 0 };
-  // DeepSeek-V3's shape at 1 and 128 tokens, the sort's full size, the widest buckets (72 ranks of
-  // 256 experts), no tokens, a hot expert, -1 slots, bad ids and counts, copies of the rows, int32 ids.
+  // DeepSeek-V3's shape at 1 and 128 tokens, the kernel's most entries and buckets, 72 ranks, no tokens, a hot expert, -1 slots, bad ids and counts, copies of the rows, int32 ids.
   const fixed: RouteCase[] = [
     base,
     { ...base, tokenCap: 128, tokens: 128 },
     { ...base, layout: 'compact', tokenCap: 128, tokens: 128 },
-    { ...base, tokenCap: SORT_MAX / 8, tokens: SORT_MAX / 8, hot: 0.5 },
-    { ...base, world: 72, expertsPerRank: 256, tokenCap: 100, tokens: 77, deviceCount: true },
+    { ...base, tokenCap: SMALL_ENTRIES / 8, tokens: SMALL_ENTRIES / 8, hot: 0.5 },
+    { ...base, world: 2, expertsPerRank: 256, tokenCap: 100, tokens: 77, deviceCount: true },
+    { ...base, layout: 'compact', world: 72, expertsPerRank: 4, tokenCap: 100, tokens: 90, deviceCount: true },
     { ...base, tokens: 0, tokenCap: 5 },
     { ...base, tokenCap: 40, tokens: 33, none: 0.4, weights: false, idx64: false },
     { ...base, layout: 'compact', world: 8, expertsPerRank: 2, topk: 6, tokenCap: 50, tokens: 50, none: 0.2, hot: 0.3 },
@@ -112,11 +112,11 @@ describe('mt_route_gather (one block) writes what mt_route then mt_gather write,
     { ...base, tokenCap: 16, tokens: -3, deviceCount: true },
     { ...base, rowOf: false, rowBytes: 14, tokenCap: 30, tokens: 29, none: 0.1 },
     { ...base, layout: 'compact', rowOf: false, rowBytes: 48, world: 3, expertsPerRank: 3, topk: 4, tokenCap: 70, tokens: 61 },
-    { ...base, world: 1, expertsPerRank: 1, topk: 1, tokenCap: SORT_MAX, tokens: SORT_MAX - 1 },
+    { ...base, world: 1, expertsPerRank: 1, topk: 1, tokenCap: SMALL_ENTRIES, tokens: SMALL_ENTRIES - 1 },
   ];
   const drawn: RouteCase[] = Array.from({ length: 24 }, () => {
     const topk = 1 + Math.floor(random() * 8);
-    const tokenCap = 1 + Math.floor(random() * Math.floor(SORT_MAX / topk));
+    const tokenCap = 1 + Math.floor(random() * Math.floor(SMALL_ENTRIES / topk));
     const world = 1 + Math.floor(random() * 12);
     const expertsPerRank = 1 + Math.floor(random() * 40);
     return {

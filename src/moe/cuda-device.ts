@@ -8,6 +8,7 @@ import { KernelSet } from '../jit/kernel-set.js';
 import { TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenDevice } from './kernel-compute.js';
 import { cudaStream, devicePointer } from '../backends/raw.js';
+import { probeDefines } from '../backends/cuda/probe-defines.js';
 
 /** Names this code in the errors of src/backends/raw.ts. */
 const WHO = 'MoE group';
@@ -22,7 +23,7 @@ export class CudaTokenDevice implements TokenDevice {
    */
   constructor() {
     this.#device = CudaDevice.current();
-    this.#kernels = new KernelSet(new KernelModule('moe-tokens.cu', this.#device.arch), TOKEN_KERNELS);
+    this.#kernels = new KernelSet(new KernelModule('moe-tokens.cu', this.#device.arch, probeDefines()), TOKEN_KERNELS);
     this.multiprocessors = this.#device.smCount;
   }
 

@@ -53,6 +53,6 @@ export type TokenKernelName = keyof typeof TOKEN_KERNELS;
 /** Threads a block (kernels/moe-tokens.cu MT_THREADS) and a gathered row's threads (MT_GROUP). */
 export const THREADS = 256;
 export const GROUP = 32;
-/** Entries (tokenCap x topk) mt_route_gather sorts at most (MT_SORT_MAX), and buckets its keys hold (2^15). */
-export const SORT_MAX = 2048;
-export const SORT_BUCKETS = 1 << 15;
+/** Entries (tokenCap x topk) and buckets mt_route_gather takes at most (MT_SMALL_ENTRIES, MT_SMALL_BUCKETS). */
+export const SMALL_ENTRIES = 2048;
+export const SMALL_BUCKETS = 512;

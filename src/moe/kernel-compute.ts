@@ -6,7 +6,7 @@
 // compiled for the host).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
 import { DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
-import { GROUP, SORT_BUCKETS, SORT_MAX, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
+import { GROUP, SMALL_BUCKETS, SMALL_ENTRIES, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenShape } from './shape.js';
 
 /** Rows a one-block mt_route_gather copies at most, where rows are copied (one token's top-8 of 14 KiB rows: 112 KiB). */
@@ -62,14 +62,14 @@ export class KernelCompute implements TokenCompute {
   }
 
   /**
-   * One launch of one block (mt_route_gather: loads all at once, sorts in shared memory) where the
-   * call's entries fit its sort and the gather moves little: token numbers (rowOf), or rows up to
+   * One launch of one block (mt_route_gather: loads all at once, counts in shared memory) where the
+   * call's entries and buckets fit it and the gather moves little: token numbers (rowOf), or rows up to
    * SMALL_GATHER_BYTES in all. Else route, then gather, which wait on memory many times in turn.
    */
   routeAndGather(stream: Stream, r: RouteCall, g: GatherCall): void {
     const entries = r.tokenCap * this.#shape.topk;
     const moved = this.#bufs.rowOf ? 0 : entries * this.#shape.rowBytes;
-    if (entries > SORT_MAX || this.#shape.buckets > SORT_BUCKETS || moved > SMALL_GATHER_BYTES) {
+    if (entries > SMALL_ENTRIES || this.#shape.buckets > SMALL_BUCKETS || moved > SMALL_GATHER_BYTES) {
       this.route(stream, r);
       this.gather(stream, g);
       return;

@@ -1,9 +1,9 @@
-// mt_route_gather (one block, a sort in shared memory) against mt_route then mt_gather, the
+// mt_route_gather (one block, counts in shared memory) against mt_route then mt_gather, the
 // kernels compiled for the host: the same inputs, buffers poisoned alike, and every buffer the
 // steps after them read must come out byte for byte the same.
 import assert from 'node:assert/strict';
 import koffi from 'koffi';
-import { SORT_MAX, THREADS, TOKEN_KERNELS, type TokenKernelName } from '../../src/moe/kernel-args.js';
+import { SMALL_ENTRIES, THREADS, TOKEN_KERNELS, type TokenKernelName } from '../../src/moe/kernel-args.js';
 import { tokenShape, type TokenShape } from '../../src/moe/shape.js';
 import { HostKernels } from '../support/host-kernels.js';
 
@@ -34,7 +34,7 @@ type Random = () => number;
 type Outputs = Record<'inSplits' | 'slot' | 'rowOf' | 'send' | 'sendMeta' | 'routeTokens' | 'oso', Uint8Array>;
 
 export function checkRouteGather(lib: string, c: RouteCase, random: Random): void {
-  assert.ok(c.tokenCap * c.topk <= SORT_MAX, 'a case mt_route_gather takes');
+  assert.ok(c.tokenCap * c.topk <= SMALL_ENTRIES, 'a case mt_route_gather takes');
   const N = c.world * c.expertsPerRank;
   const s = tokenShape({ world: c.world, rank: 0, layout: c.layout, experts: N, topk: c.topk, tokenCap: c.tokenCap, rowBytes: c.rowBytes, combineRowBytes: c.rowBytes, align: 1 });
   const entries = c.tokenCap * c.topk;

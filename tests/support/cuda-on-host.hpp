@@ -31,6 +31,8 @@ inline std::barrier<>* blockBarrier;
 #define __shared__ static
 
 inline void __syncthreads() { blockBarrier->arrive_and_wait(); }
+// The block's barrier: right where every thread of the block reaches each __syncwarp alike.
+inline void __syncwarp(unsigned = 0xffffffffu) { blockBarrier->arrive_and_wait(); }
 // Blocks run one after another here: a fence orders nothing more than the barrier does.
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <class T>
