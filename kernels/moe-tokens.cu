@@ -454,8 +454,9 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
     if (id == -2) atomicMax(&bad, (1ull << 62) - (u64)g);
     if (id >= 0 && p.compact) {
       b = id / E;
-      for (int j = g - g % K; j < g; j++)
-        if (ids[j] >= 0 && ids[j] / E == b) b = -1;
+      // An earlier id of the token on rank b (a range test: a division a test was slow).
+      for (int j = g - g % K, lo = b * E, hi = lo + E; j < g; j++)
+        if (ids[j] >= lo && ids[j] < hi) b = -1;
     }
     place[g] = b < 0 ? -1 : b << 16;
     if (b < 0) slot[g] = -1;
@@ -469,13 +470,13 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
     const int base = warp * slice + r, g = base + lane;
     const int b = g < n && place[g] >= 0 ? place[g] >> 16 : -1;
     int rank = 0, same = 0;
-    if (b >= 0) {
-      for (int j = 0; j < 32 && base + j < n; j++) {
-        const int o = place[base + j];
-        const bool eq = o >= 0 && (o >> 16) == b;
-        same += eq;
-        rank += eq && j < lane;
-      }
+    // Unrolled: the 32 loads go out together (a loop waited for each: 7,400 cycles at 128 tokens).
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+      const int o = base + j < n ? place[base + j] : -1;
+      const bool eq = b >= 0 && o >= 0 && (o >> 16) == b;
+      same += eq;
+      rank += eq && j < lane;
     }
     const int at = b >= 0 ? count[warp][b] + rank : 0;
     __syncwarp();
@@ -519,20 +520,23 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   for (int g = tid; g < n; g += MT_THREADS) {
     const int pl = place[g];
     if (pl < 0) continue;
-    const int dst = pl >> 16, i = count[g / slice][dst] + (pl & 0xffff), t = g / K;
+    const int i = count[g / slice][pl >> 16] + (pl & 0xffff), t = g / K;
     slot[g] = i;
     if (p.rowOf) ((int*)p.rowOf)[i] = t;
-    if (!p.sendMeta) continue;
-    u8* meta = (u8*)p.sendMeta + (i64)i * p.metaBytes;
-    if (!p.compact) {
-      *(float*)meta = w ? wt[g] : 0.f;
-      continue;
-    }
-    for (int j = 0; j < K; j++) {
-      const int o = ids[t * K + j];
-      const bool here = o >= 0 && o / E == dst;
+    if (p.sendMeta && !p.compact) *(float*)((u8*)p.sendMeta + (i64)i * p.metaBytes) = w ? wt[g] : 0.f;
+  }
+  // Compact metadata: the token's local ids on the row's rank and their weights, a thread per
+  // (entry, k) so that a warp's stores fill whole rows' words (a thread a row stored 2K words 64
+  // bytes apart from its neighbours': 10,900 cycles at 128 tokens).
+  if (p.sendMeta && p.compact) {
+    for (int q = tid; q < n * K; q += MT_THREADS) {
+      const int g = q / K, j = q - g * K, pl = place[g];
+      if (pl < 0) continue;
+      const int dst = pl >> 16, i = count[g / slice][dst] + (pl & 0xffff), o = ids[(g - g % K) + j];
+      const bool here = o >= dst * E && o < dst * E + E;
+      u8* meta = (u8*)p.sendMeta + (i64)i * p.metaBytes;
       ((int*)meta)[j] = here ? o - dst * E : -1;
-      ((float*)meta)[K + j] = here && w ? wt[t * K + j] : 0.f;
+      ((float*)meta)[K + j] = here && w ? wt[(g - g % K) + j] : 0.f;
     }
   }
   MT_RG_CLOCK(5);
