@@ -31,8 +31,21 @@ inline std::barrier<>* blockBarrier;
 #define __shared__ static
 
 inline void __syncthreads() { blockBarrier->arrive_and_wait(); }
-// The block's barrier: right where every thread of the block reaches each __syncwarp alike.
+// Warp operations as the block's barriers: right where every thread of the block reaches each
+// alike (the kernels that use them call them the same number of times in every thread).
 inline void __syncwarp(unsigned = 0xffffffffu) { blockBarrier->arrive_and_wait(); }
+inline unsigned __match_any_sync(unsigned, int value) {
+  static int values[1024];
+  values[threadIdx.x] = value;
+  blockBarrier->arrive_and_wait();
+  const unsigned base = threadIdx.x & ~31u;
+  unsigned mask = 0;
+  for (unsigned j = 0; j < 32 && base + j < blockDim.x; j++)
+    if (values[base + j] == value) mask |= 1u << j;
+  blockBarrier->arrive_and_wait();
+  return mask;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 // Blocks run one after another here: a fence orders nothing more than the barrier does.
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <class T>
