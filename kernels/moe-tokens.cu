@@ -150,6 +150,23 @@ __device__ __forceinline__ bool mt_last_block(u64 ticket, u64 blocks) {
   return last != 0;
 }
 
+// Running sums across the block (`threads` of them) of each thread's v, left in part[0, threads)
+// (part[threads - 1] is the total); returns the sum of the threads before this one. Every thread of
+// the block calls it.
+template <class T>
+__device__ __forceinline__ T mt_block_scan(T* part, T v, int threads) {
+  const int tid = threadIdx.x;
+  part[tid] = v;
+  __syncthreads();
+  for (int d = 1; d < threads; d *= 2) {
+    const T add = tid >= d ? part[tid - d] : 0;
+    __syncthreads();
+    part[tid] += add;
+    __syncthreads();
+  }
+  return part[tid] - v;
+}
+
 // --- routing ------------------------------------------------------------------------------------
 
 __device__ __forceinline__ i64 mt_idx(u64 topkIdx, i64 i, i64 idx64) {
@@ -207,16 +224,8 @@ __device__ void mt_route_scan(const RouteArgs& p, i64 chunks, i64 T) {
 #pragma unroll
     for (int j = 0; j < MT_SCAN_BATCH; j++) sum += c[j];
   }
-  part[tid] = sum;
-  __syncthreads();
-  for (int d = 1; d < nt; d *= 2) {
-    const i64 add = tid >= d ? part[tid - d] : 0;
-    __syncthreads();
-    part[tid] += add;
-    __syncthreads();
-  }
+  i64 run = mt_block_scan(part, sum, nt);
   const i64 total = part[nt - 1];
-  i64 run = part[tid] - sum;
   for (int q0 = lo, chunk = chunk0, bucket = bucket0; q0 < hi; q0 += MT_SCAN_BATCH) {
     int at[MT_SCAN_BATCH];
 #pragma unroll
@@ -486,15 +495,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   int mine = 0;
   for (int b = b0; b < b1; b++)
     for (int v = 0; v < MT_WARPS; v++) mine += count[v][b];
-  part[tid] = mine;
-  __syncthreads();
-  for (int d = 1; d < MT_THREADS; d *= 2) {
-    const int add = tid >= d ? part[tid - d] : 0;
-    __syncthreads();
-    part[tid] += add;
-    __syncthreads();
-  }
-  int run = part[tid] - mine;
+  int run = mt_block_scan(part, mine, MT_THREADS);
   for (int b = b0; b < b1; b++) {
     i64 split = 0;
     for (int v = 0; v < MT_WARPS; v++) {

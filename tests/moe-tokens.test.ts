@@ -17,6 +17,7 @@ import { caseArg, suite, type Case } from './conformance/suite.js';
 import { buildEmulator } from './moe/emulated-device.js';
 import { checkRouteGather, type RouteCase } from './moe/route-gather-equivalence.js';
 import { SMALL_ENTRIES } from '../src/moe/kernel-args.js';
+import { mulberry32 } from '../src/bench/splits.js';
 import { hostCompiler } from './support/host-kernels.js';
 import { assertCompilesForDevice, assertStructsMatch } from './support/kernel-source.js';
 
@@ -93,7 +94,7 @@ describe('mt_route_gather (one block) writes what mt_route then mt_gather write,
   let lib: string | undefined;
   let dir: string | undefined;
   const seed = 1 + Math.floor(Math.random() * 2 ** 30);
-  const random = mulberry(seed);
+  const random = mulberry32(seed);
   const base: RouteCase = { layout: 'expanded', world: 2, expertsPerRank: 128, topk: 8, tokenCap: 1, tokens: 1, deviceCount: false, idx64: true, weights: true, rowOf: true, rowBytes: 32, badIds: 0, none: 0, hot: 0 };
   // DeepSeek-V3's shape at 1 and 128 tokens, the kernel's most entries and buckets, 72 ranks, no tokens, a hot expert, -1 slots, bad ids and counts, copies of the rows, int32 ids.
   const fixed: RouteCase[] = [
@@ -147,18 +148,6 @@ describe('mt_route_gather (one block) writes what mt_route then mt_gather write,
     if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
   });
 });
-
-/** A small seeded generator: a failure's seed reproduces its cases. */
-function mulberry(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function bitsOfF32(x: number): number {
   return new Uint32Array(Float32Array.of(x).buffer)[0];
