@@ -19,6 +19,7 @@
 #include "copy.cuh"
 #include "signals.cuh"
 #include "exchange.cuh"  // sat_add: the rules of the splits exchange
+#include "probe-clocks.cuh"
 
 // A probe's define (src/backends/cuda/setup.ts): time the exchange and completion without the data.
 #ifdef A2AV_PROBE_NO_COPY
@@ -65,6 +66,10 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(A2avParams, splitByPeer) == 108, "A2avParam
 A2AV_LAYOUT_CHECK(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
 
 
+#ifdef A2AV_PROBE_CLOCKS
+__device__ unsigned a2av_1d_launches;
+#endif
+
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
   // Dynamic shared memory: every rank's payload, this rank's send plan in bytes, its splits and the
   // lane in every peer's pad. Everything from global memory is read once, in parallel, into here:
@@ -81,6 +86,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   __shared__ int sAbort, sMismatch, sNegative, sInOver, sOutOver;
 
   const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
+  PROBE_CLOCKS;
+  PROBE_CLOCK(0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched early (programmatic dependent launch): wait here for the previous kernel on this
   // stream, then let the next call's kernel get scheduled while this one runs. No-ops otherwise.
@@ -89,6 +96,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   // before every rank's a2av_1d is resident, i.e. before the arrival wait below.
   if (!p.gridCopy) asm volatile("griddepcontrol.launch_dependents;");
 #endif
+  PROBE_CLOCK(1);
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
   const i64 inRows = (i64)(p.inputBytes / (u64)p.rowBytes);
@@ -104,6 +112,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     splits[i] = p.inSplits[i];
   }
   __syncthreads();
+  PROBE_CLOCK(2);
   const i64 seq = sSeq;
   const int parity = (int)(seq & 1);
 
@@ -137,6 +146,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     }
   }
   __syncthreads();
+  PROBE_CLOCK(3);
   if (sAbort) return;  // the host marks this communicator aborted
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (p.gridCopy) asm volatile("griddepcontrol.launch_dependents;");
@@ -176,6 +186,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     }
   }
   __syncthreads();
+  PROBE_CLOCK(4);
   const bool bad = sMismatch != A2AV_NONE || sNegative != A2AV_NONE || sInOver != A2AV_NONE || sOutOver != A2AV_NONE;
   if (bad && blockIdx.x == 0 && tid == 0) {
     StatusRecord rec{A2AV_OK, 0, 0, 0, 0, me, seq, -1};
@@ -315,12 +326,19 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   // 4. completion: every block tells every peer it has finished (a count, so no block has to find
   // out it is the last), and block 0 waits until every peer's blocks have told this rank.
   __syncthreads();
+  PROBE_CLOCK(5);
   for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(peerLane[peer], W) + me, 1);
   if (blockIdx.x != 0) return;
   const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return pay[q * PW + A2AV_PAY_SIGNALS]; });
   if (!ok) sAbort = 1;
   __syncthreads();
   if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
+  PROBE_CLOCK(6);
+#ifdef A2AV_PROBE_CLOCKS
+  if (PROBE_CLOCKS_DUE(a2av_1d_launches))
+    printf("a2av_1d W=%d rank=%d blocks=%d grid=%d cycles: pdl-wait %lld splits %lld payloads %lld validation %lld copy %lld completion %lld\n", W, me,
+           (int)gridDim.x, (int)p.gridCopy, PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4), PROBE_CYCLES(5), PROBE_CYCLES(6));
+#endif
 }
 
 // Grid mode, step 3: block b copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, and

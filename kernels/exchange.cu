@@ -17,6 +17,7 @@
 // A call is x_exchange + x_copy + x_done; building a plan x_exchange + x_done; a move
 // x_check + x_copy + x_done. Every wait is bounded (the lane's abort record, as in a2av.cu).
 #include "exchange.cuh"
+#include "probe-clocks.cuh"
 
 extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   __shared__ XBlockState st;
@@ -428,6 +429,10 @@ __device__ __forceinline__ void announce(i64* ready, i64 seq, i64 how) {
 }
 
 
+#ifdef A2AV_PROBE_CLOCKS
+__device__ unsigned xf_launches;
+#endif
+
 // x_fused_gather: the same, the rows read through p.gatherRows (exchange.cuh copy_tile says why apart).
 template <bool Gather>
 __device__ __forceinline__ void x_fused_run(const XParams& p) {
@@ -449,11 +454,14 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   i64* total = (i64*)(outAt + W);
   u8** outBase = (u8**)(total + W);
   u8** outBase2 = outBase + W;
+  PROBE_CLOCKS;
+  PROBE_CLOCK(0);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched early (programmatic dependent launch) when the host found room: as a2av_1d.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+  PROBE_CLOCK(1);
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
   if (tid == 0) {
@@ -474,6 +482,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     if (!byExpert) srcRow[i] = p.splits[N + (i64)e * W + r];
   }
   __syncthreads();
+  PROBE_CLOCK(2);
   if (st.abort) return;
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
@@ -548,6 +557,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     }
   }
   __syncthreads();
+  PROBE_CLOCK(3);
 
   // Round 1: to every peer the header, my verdict, my whole row, my output rows and how many
   // completion signals this rank sends (its blocks).
@@ -572,6 +582,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     }
   }
   __syncthreads();
+  PROBE_CLOCK(4);
   if (st.abort) return;
   for (int q = tid; q < W; q += nt) {
     const i64* a = hdr + q * XF_HDR;
@@ -610,6 +621,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     }
   }
   __syncthreads();
+  PROBE_CLOCK(5);
   if (st.abort) return;
 
   // Every receiver's layout, as receiver_verdict lays out its own: block lengths per group ...
@@ -694,6 +706,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     }
   }
   __syncthreads();
+  PROBE_CLOCK(6);
   const bool refused = st.v.key != (i64)X_NONE;
   if (refused) {
     if (blockIdx.x == 0 && tid == 0) {
@@ -731,10 +744,18 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   // Completion, as a2av_1d: every block tells every peer it has finished (the others above);
   // block 0 waits for the blocks every peer announced.
   __syncthreads();
+  PROBE_CLOCK(7);
   for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
   if (blockIdx.x != 0) return;  // with A2AV_PROBE_XF_BLOCK0_POLL the others left above
   const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return hdr[q * XF_HDR + A2AV_X1_HEADER + 1]; });
   if (__syncthreads_and(ok) && tid == 0) st_volatile(&h->seq, seq);
+  PROBE_CLOCK(8);
+#ifdef A2AV_PROBE_CLOCKS
+  if (PROBE_CLOCKS_DUE(xf_launches))
+    printf("x_fused%s kind=%d W=%d E=%d rank=%d blocks=%d cycles: pdl-wait %lld row %lld verdict %lld headers %lld rows %lld layout %lld copy %lld completion %lld\n",
+           Gather ? "_gather" : "", (int)p.kind, W, E, me, (int)gridDim.x, PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4),
+           PROBE_CYCLES(5), PROBE_CYCLES(6), PROBE_CYCLES(7), PROBE_CYCLES(8));
+#endif
 }
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XParams p) { x_fused_run<false>(p); }
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused_gather(const XParams p) { x_fused_run<true>(p); }

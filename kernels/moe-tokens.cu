@@ -16,6 +16,8 @@
 //     FMA contraction, which the host cannot reproduce), rounding once to the output type.
 // Each kernel takes one struct of 8-byte fields, mirrored field by field in src/moe/kernel-args.ts
 // (tests/moe-tokens.test.ts compares the names).
+#include "probe-clocks.cuh"
+
 typedef unsigned char u8;
 typedef unsigned int u32;
 typedef long long i64;
@@ -390,17 +392,8 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherA
 #define MT_SMALL_BUCKETS 512
 #define MT_WARPS (MT_THREADS / 32)
 
-// A2AV_PROBE_RG_CLOCKS: thread 0 of mt_route_gather prints its phases' SM cycles, every 1000th
-// launch on the device (a probe of where a small routing's time goes; never in real runs).
-#ifdef A2AV_PROBE_RG_CLOCKS
-#ifndef __CUDACC_RTC__
-#include <cstdio>
-#endif
+#ifdef A2AV_PROBE_CLOCKS
 __device__ unsigned mt_rg_launches;
-#define MT_RG_CLOCK(i) \
-  if (threadIdx.x == 0) clocks[i] = clock64()
-#else
-#define MT_RG_CLOCK(i)
 #endif
 
 // The routing and the gather of a new routing of at most MT_SMALL_ENTRIES entries (tokenCap ·
@@ -422,10 +415,8 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   __shared__ int count[MT_WARPS][MT_SMALL_BUCKETS];  // then where each warp's entries of a bucket start
   __shared__ int part[MT_THREADS];
   __shared__ u64 bad;
-#ifdef A2AV_PROBE_RG_CLOCKS
-  long long clocks[8];
-#endif
-  MT_RG_CLOCK(0);
+  PROBE_CLOCKS;
+  PROBE_CLOCK(0);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid / 32;
   // Everything here fits 32 bits (entries <= MT_SMALL_ENTRIES): no 64-bit divisions.
   const int K = (int)p.topk, NB = (int)p.buckets, E = (int)p.expertsPerRank, cap = (int)(p.tokenCap * p.topk);
@@ -453,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   for (int i = tid; i < MT_WARPS * MT_SMALL_BUCKETS; i += MT_THREADS) (&count[0][0])[i] = 0;
   if (tid == 0) bad = 0;
   __syncthreads();
-  MT_RG_CLOCK(1);
+  PROBE_CLOCK(1);
   const int n = T < 0 ? 0 : (int)T * K;
   // Each entry's bucket (compact: its rank, for the first of the token's ids on that rank).
   int* slot = (int*)p.slot;
@@ -471,7 +462,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
     if (b < 0) slot[g] = -1;
   }
   __syncthreads();
-  MT_RG_CLOCK(2);
+  PROBE_CLOCK(2);
   // Warp w ranks the entries of its slice, 32 at a time in order (the same number of rounds in
   // every warp: the host emulation's __syncwarp is the block's barrier).
   const int slice = (n + MT_WARPS * 32 - 1) / (MT_WARPS * 32) * 32;
@@ -488,7 +479,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
     __syncwarp();
   }
   __syncthreads();
-  MT_RG_CLOCK(3);
+  PROBE_CLOCK(3);
   // Buckets' totals (a thread's run of consecutive buckets), their scan across threads, then each
   // warp's start within its bucket.
   const int per = (NB + MT_THREADS - 1) / MT_THREADS, b0 = tid * per < NB ? tid * per : NB, b1 = b0 + per < NB ? b0 + per : NB;
@@ -510,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
   }
   if (tid == 0) *(i64*)p.routeTokens = T < 0 ? 0 : T;
   __syncthreads();
-  MT_RG_CLOCK(4);
+  PROBE_CLOCK(4);
   // Each entry's send row: where its warp's entries of its bucket start, plus its rank there.
   for (int g = tid; g < n; g += MT_THREADS) {
     const int pl = place[g];
@@ -534,11 +525,11 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route_gather(const R
       ((float*)meta)[K + j] = here && w ? wt[(g - g % K) + j] : 0.f;
     }
   }
-  MT_RG_CLOCK(5);
-#ifdef A2AV_PROBE_RG_CLOCKS
-  if (tid == 0 && atomicAdd(&mt_rg_launches, 1u) % 1000 == 999)
+  PROBE_CLOCK(5);
+#ifdef A2AV_PROBE_CLOCKS
+  if (PROBE_CLOCKS_DUE(mt_rg_launches))
     printf("mt_route_gather n=%d buckets=%d compact=%d cycles: loads %lld buckets %lld ranks %lld scan %lld writes %lld\n", n, NB, (int)p.compact,
-           clocks[1] - clocks[0], clocks[2] - clocks[1], clocks[3] - clocks[2], clocks[4] - clocks[3], clocks[5] - clocks[4]);
+           PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4), PROBE_CYCLES(5));
 #endif
   if (p.rowOf) return;
   // The rows themselves (the host picks this kernel for a copy of a few rows only): a warp each.
