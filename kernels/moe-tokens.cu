@@ -679,8 +679,13 @@ __device__ __forceinline__ void mt_write(u64 base, i64 i, const float* v) {
   *(uint4*)((u8*)base + i * (DT == MT_DTYPE_F32 ? 4 : 2)) = q;
 }
 
-// Terms a thread loads before it adds them: their loads are in flight together.
+// Terms a thread loads before it adds them: their loads are in flight together. A probe may set 8
+// (A2AV_PROBE_REDUCE_BATCH=8: top-8's terms in one batch, 105 registers a thread against 69).
+#ifdef A2AV_PROBE_REDUCE_BATCH
+#define MT_REDUCE_BATCH A2AV_PROBE_REDUCE_BATCH
+#else
 #define MT_REDUCE_BATCH 4
+#endif
 
 // out[t][h] = the terms of token t in top-k order, w[t][k] * y (rounded to f32) or y, then the
 // bias: the first as it is, each next one added in f32; rounded once to the output type. A token
