@@ -285,6 +285,11 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_route(const RouteArg
     __syncthreads();
     int rank = 0, count = 0;
     if (b >= 0) {
+      // A probe (A2AV_PROBE_ROUTE_UNROLL): 16 of the tile's loads in flight at once rather than one,
+      // as the one-block routing's rank loop gained from (docs/perf.md "Prepared").
+#ifdef A2AV_PROBE_ROUTE_UNROLL
+#pragma unroll 16
+#endif
       for (int i = 0; i < m; i++) {
         const bool same = bk[i] == (int)b;
         count += same;
