@@ -30,6 +30,7 @@
 // at most S / 2 blocks, block b's copy of round k + B waits only on rounds before k, which every
 // rank can finish, so no set of resident blocks waits on itself.
 #include "all-reduce.cuh"
+#include "probe-clocks.cuh"
 
 // One-shot, before the headers are checked: this rank's input, 8 bytes a packet, to every peer.
 __device__ void ar_push_packets(const ArCall& c, i64 bytes, u32 flag) {
@@ -189,7 +190,13 @@ __device__ void ar_rounds(const ArCall& c) {
 }
 
 // Dynamic shared memory: every rank's header, output and staging (AR_SHARED_WORDS per rank).
+#ifdef A2AV_PROBE_CLOCKS
+__device__ unsigned ar_reduce_launches;
+#endif
+
 extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParams p) {
+  PROBE_CLOCKS;
+  PROBE_CLOCK(0);
   extern __shared__ i64 smem[];
   const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
   i64* hdr = smem;  // [W][A2AV_AR_HEADER]
@@ -205,6 +212,7 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   // beside this one, as a2av_1d's: the host launches early only where twice the blocks fit.
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+  PROBE_CLOCK(1);
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
   if (tid == 0) {
@@ -218,6 +226,7 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
     stages[q] = p.stagePeers[q] + p.stageOffset;
   }
   __syncthreads();
+  PROBE_CLOCK(2);
   if (sAbort) return;
   const ArCall c{p, h, lane, outs, stages, sSeq, sBase};
   const u32 flag = ll_flag(c.seq);
@@ -232,6 +241,7 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
       ll_store(lane_ar_header(p.padPeers[q] + p.laneOffset, W, parity, me) + j, v, flag);
     }
   if (oneShot) ar_push_packets(c, bytes, flag);
+  PROBE_CLOCK(3);
 
   bool failed = false;
   const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
@@ -245,6 +255,7 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
     hdr[k] = v;
   }
   if (__syncthreads_or(failed)) return;
+  PROBE_CLOCK(4);
   for (int q = tid; q < W; q += nt)
     for (int j = 0; j < A2AV_AR_HEADER; ++j)
       if (hdr[q * A2AV_AR_HEADER + j] != hdr[j]) {
@@ -275,9 +286,18 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   }
 
   if (oneShot) {
+    PROBE_CLOCK(5);
     const bool ok = p.dtype == AR_BF16 ? ar_one_shot<AR_BF16>(c, bytes, flag) : ar_one_shot<AR_F32>(c, bytes, flag);
     if (!__syncthreads_and(ok)) return;
+    PROBE_CLOCK(6);
     ar_one_shot_finish(c);
+    PROBE_CLOCK(7);
+#ifdef A2AV_PROBE_CLOCKS
+    if (PROBE_CLOCKS_DUE(ar_reduce_launches))
+      printf("ar_reduce one-shot bytes=%lld W=%d rank=%d blocks=%d cycles: pdl-wait %lld lane %lld push %lld headers %lld check %lld sum %lld finish %lld\n",
+             bytes, W, me, (int)gridDim.x, PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4), PROBE_CYCLES(5), PROBE_CYCLES(6),
+             PROBE_CYCLES(7));
+#endif
   } else if (p.dtype == AR_BF16) {
     ar_rounds<AR_BF16>(c);
   } else {
