@@ -1,5 +1,5 @@
 // Rank program of scripts/probe/token-steps.mjs: a token MoE group whose compute records a mark on
-// the call's stream around each of its steps, so a dispatch splits into route / gather / exchange /
+// the call's stream around each of its steps, so a dispatch splits into route+gather / exchange /
 // layout and a combine into exchange / reduce. On cuda a mark is a timing event (a record between
 // two kernels also keeps the second from launching early, so the sum can exceed the plain call's
 // time: both are printed); on cpu a host clock, which only exercises this program.
@@ -51,28 +51,16 @@ class MarkedCompute {
     this.inner = inner;
     this.marks = marks;
   }
-  route(s, c) {
-    this.last.route = c;
-    this.marks.mark(s, 'start');
-    if (!this.skip.has('route')) this.inner.route(s, c);
-    this.marks.mark(s, 'route');
-  }
-  gather(s, c) {
-    this.last.gather = c;
-    if (!this.skip.has('gather')) this.inner.gather(s, c);
-    this.marks.mark(s, 'gather');
-  }
-  // Where the compute can route and gather in one launch, marked as one step.
+  // A new routing: its routing and gather as one step (one launch where the kernels allow).
   routeAndGather(s, r, g) {
     this.last.routeAndGather = [r, g];
-    if (!this.inner.routeAndGather) {
-      this.route(s, r);
-      this.gather(s, g);
-      return;
-    }
     this.marks.mark(s, 'start');
     if (!this.skip.has('route')) this.inner.routeAndGather(s, r, g);
     this.marks.mark(s, 'route+gather');
+  }
+  // Only for a reused route, which this probe never makes.
+  gather(s, c) {
+    this.inner.gather(s, c);
   }
   layout(s, c) {
     this.last.layout = c;
@@ -113,7 +101,7 @@ function steps(marks, calls) {
 }
 
 // Graph µs per call with steps left out: what each step adds where launches cost what a graph's do.
-const DISPATCH_CUTS = { all: [], 'no layout': ['layout'], 'no route, gather': ['route', 'gather'], 'exchange only': ['route', 'gather', 'layout'] };
+const DISPATCH_CUTS = { all: [], 'no layout': ['layout'], 'no route, gather': ['route'], 'exchange only': ['route', 'layout'] };
 const COMBINE_CUTS = { all: [], 'exchange only': ['reduce'] };
 
 async function ablation(comm, stream, marked, call, cuts) {
@@ -143,15 +131,16 @@ async function ablation(comm, stream, marked, call, cuts) {
 // layout reads that call's exchange's offsets again). A combine's reduce cannot: it resets its gate.
 async function alone(comm, stream, marked) {
   const inner = marked.inner;
-  const [r, g] = marked.last.routeAndGather ?? [marked.last.route, marked.last.gather];
+  const [r, g] = marked.last.routeAndGather;
   const steps = {
+    'alone: routeAndGather': () => inner.routeAndGather(stream, r, g),
+    // The two-kernel path the one-block routing replaces for small calls (both computes have route()).
     'alone: route then gather': () => {
       inner.route(stream, r);
-      inner.gather(stream, { ...g, place: true });
+      inner.gather(stream, g);
     },
     'alone: layout': () => inner.layout(stream, marked.last.layout),
   };
-  if (inner.routeAndGather) steps['alone: routeAndGather'] = () => inner.routeAndGather(stream, r, { ...g, place: true });
   const out = {};
   for (const [name, step] of Object.entries(steps)) {
     const replay = comm.capture(stream, () => {
@@ -175,8 +164,8 @@ export async function tokenSteps(comm, arg) {
   const maxTokens = Math.max(...counts);
   const cuda = comm.backend !== 'cpu';
   const device = cuda ? (await import('../../dist/src/cuda/device.js')).CudaDevice.current() : undefined;
-  // Five marks a dispatch (start, route, gather, exchange, layout), three a combine.
-  const marks = new Marks(device, 5 * iters);
+  // Four marks a dispatch (start, route+gather, exchange, layout), three a combine.
+  const marks = new Marks(device, 4 * iters);
   let factory;
   let marked;
   if (cuda) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Where a token MoE dispatch and combine spend their time: W ranks as threads on the visible GPUs,
 // the DeepSeek-V3 shape by default (256 experts, top-8, hidden 7168 bf16, uniform routing), each
-// call split into its steps by timing events recorded between them (route, gather, exchange,
+// call split into its steps by timing events recorded between them (route+gather, exchange,
 // layout; exchange, reduce), median over the calls, beside the plain call's time per call.
 //   node scripts/probe/token-steps.mjs W '{"tokens":[1,128,4096],"layout":"expanded"}'
 // Other keys: numExperts, topk, hidden, iters (calls timed, default 50), seed; A2AV_PROBE_BACKEND=cpu

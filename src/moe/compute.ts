@@ -89,12 +89,13 @@ export interface ReduceCall {
 }
 
 export interface TokenCompute {
-  /** Works out the routing: inSplits, the chunks' offsets, the token count; a bad id or count becomes a negative split. */
-  route(stream: Stream, c: RouteCall): void;
+  /**
+   * A new routing: works it out (inSplits, each entry's send row, the token count; a bad id or count
+   * becomes a negative split), then gathers by it as gather() does.
+   */
+  routeAndGather(stream: Stream, r: RouteCall, g: GatherCall): void;
   /** Copies the rows (or, with rowOf, their token numbers) and their metadata (every dispatch: group.ts says why) into send order, a new routing's slots first; sets routeOso to -1. */
   gather(stream: Stream, c: GatherCall): void;
-  /** route then gather (a new routing), where the compute can do both in fewer launches. */
-  routeAndGather?(stream: Stream, r: RouteCall, g: GatherCall): void;
   /** After the dispatch's exchanges: counts, offsets, padding, the metadata unpacked. Nothing if refused. */
   layout(stream: Stream, c: LayoutCall): void;
   /** After combine's exchange: the weighted sum of each token's rows (nothing if refused); sets combineOso back to -1. */

@@ -146,16 +146,8 @@ class TokenGroup implements MoeGroup {
     const [s, b, sh, comm] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#comm];
     const compute = this.#compute;
     const gather = { place: reused === undefined, topkIdx: a.topkIdx, idx64: p.idx64, x: a.x, weights: a.topkWeights, tokenCap: p.tokenCap };
-    if (reused === undefined) {
-      const route = { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap };
-      if (compute.routeAndGather) compute.routeAndGather(s, route, gather);
-      else {
-        compute.route(s, route);
-        compute.gather(s, gather);
-      }
-    } else {
-      compute.gather(s, gather);
-    }
+    if (reused === undefined) compute.routeAndGather(s, { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap }, gather);
+    else compute.gather(s, gather);
     const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
     // The rows this call sends at most, to size the exchange's launch by (its input holds the worst case).
     const sends = p.tokenCap * sh.rowsPerToken;

@@ -56,6 +56,12 @@ export class HostCompute implements TokenCompute {
     this.#cursor = new Float64Array(shape.buckets);
   }
 
+  routeAndGather(s: unknown, r: RouteCall, g: GatherCall): void {
+    this.route(s, r);
+    this.gather(s, g);
+  }
+
+  /** Works out the routing: inSplits, the chunks' offsets, the token count; a bad id or count becomes a negative split. */
   route(_s: unknown, c: RouteCall): void {
     const { topk: K, experts: N, expertsPerRank: E, buckets } = this.#shape;
     const compact = this.#shape.layout === 'compact';

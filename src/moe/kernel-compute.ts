@@ -53,12 +53,17 @@ export class KernelCompute implements TokenCompute {
     };
   }
 
+  /** mt_route: the routing in chunks, a block each, the last block scanning their counts. */
   route(stream: Stream, c: RouteCall): void {
-    this.#launch('route', 'mt_route', { ...c, ticket: this.#bufs.routeTicket }, this.#routeBlocks(c), THREADS, stream);
+    // One block per chunk the call's buffers can hold; those past its tokens leave at once.
+    const grid = Math.min(this.#shape.chunks, Math.ceil(c.tokenCap / this.#shape.chunkTokens) || 1);
+    this.#launch('route', 'mt_route', { ...c, ticket: this.#bufs.routeTicket }, grid, THREADS, stream);
   }
 
   gather(stream: Stream, c: GatherCall): void {
-    this.#launch('gather', 'mt_gather', this.#gatherArgs(c), this.#blocks(c.tokenCap * this.#shape.topk * this.#gatherLanes()), THREADS, stream);
+    // A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads each).
+    const lanes = this.#bufs.rowOf ? GROUP : Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
+    this.#launch('gather', 'mt_gather', this.#gatherArgs(c), this.#blocks(c.tokenCap * this.#shape.topk * lanes), THREADS, stream);
   }
 
   /**
@@ -99,18 +104,9 @@ export class KernelCompute implements TokenCompute {
     this.#device.close();
   }
 
-  /** One block per chunk the call's buffers can hold; those past its tokens leave at once. */
-  #routeBlocks(c: RouteCall): number {
-    return Math.min(this.#shape.chunks, Math.ceil(c.tokenCap / this.#shape.chunkTokens) || 1);
-  }
-
+  /** mt_gather's arguments (mt_route_gather takes them too). */
   #gatherArgs(c: GatherCall): Record<string, Value> {
     return { ...c, sendMeta: this.#bufs.sendMeta, oso: this.#bufs.routeOso };
-  }
-
-  /** A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads each). */
-  #gatherLanes(): number {
-    return this.#bufs.rowOf ? GROUP : Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
   }
 
   /** A grid-stride kernel's blocks for `work` threads: at most 4 a multiprocessor (a full one of 256-thread blocks at 8). */

@@ -14,12 +14,15 @@ export function buildEmulator(compiler: string, dir: string): string {
   return buildHostLibrary(compiler, 'moe/emulate.cpp', join(dir, 'moe-tokens-emulated.so'));
 }
 
-class EmulatedTokenDevice implements TokenDevice {
+/** `address`: where a buffer's bytes are (default: a cpu backend's buffer). */
+export class EmulatedTokenDevice implements TokenDevice {
   readonly multiprocessors = 4;
   readonly #kernels: HostKernels<TokenKernelName>;
+  readonly #address: (buf: DeviceBuffer) => Uint8Array;
 
-  constructor(library: string) {
+  constructor(library: string, address = (buf: DeviceBuffer) => hostBytes(buf, 'emulated MoE kernels')) {
     this.#kernels = new HostKernels(library, 'mt_emulate', TOKEN_KERNELS);
+    this.#address = address;
   }
 
   params(spec: TokenKernelName): DataView {
@@ -29,7 +32,7 @@ class EmulatedTokenDevice implements TokenDevice {
     this.#kernels.launch(spec, kernel, grid, block);
   }
   address(buf: DeviceBuffer): bigint {
-    return BigInt(koffi.address(hostBytes(buf, 'emulated MoE kernels')));
+    return BigInt(koffi.address(this.#address(buf)));
   }
   close(): void {}
 }

@@ -1,11 +1,13 @@
 // mt_route_gather (one block, counts in shared memory) against mt_route then mt_gather, the
-// kernels compiled for the host: the same inputs, buffers poisoned alike, and every buffer the
-// steps after them read must come out byte for byte the same.
+// kernels compiled for the host and launched by the group's KernelCompute: the same inputs, buffers
+// poisoned alike, and every buffer the steps after them read must come out byte for byte the same.
 import assert from 'node:assert/strict';
-import koffi from 'koffi';
-import { SMALL_ENTRIES, THREADS, TOKEN_KERNELS, type TokenKernelName } from '../../src/moe/kernel-args.js';
-import { tokenShape, type TokenShape } from '../../src/moe/shape.js';
-import { HostKernels } from '../support/host-kernels.js';
+import type { DeviceBuffer } from '../../src/backends/backend.js';
+import type { GatherCall, RouteCall, TokenBuffers } from '../../src/moe/compute.js';
+import { SMALL_ENTRIES, type TokenKernelName } from '../../src/moe/kernel-args.js';
+import { KernelCompute } from '../../src/moe/kernel-compute.js';
+import { tokenShape } from '../../src/moe/shape.js';
+import { EmulatedTokenDevice } from './emulated-device.js';
 
 export interface RouteCase {
   layout: 'expanded' | 'compact';
@@ -50,8 +52,6 @@ export function checkRouteGather(lib: string, c: RouteCase, random: Random): voi
   const weights = c.weights ? new Uint8Array(Float32Array.from({ length: entries }, () => random() * 4 - 2).buffer) : undefined;
   const x = new Uint8Array(c.tokenCap * c.rowBytes).map(() => Math.floor(random() * 256));
   const numTokens = new Uint8Array(BigInt64Array.of(BigInt(c.tokens)).buffer);
-  const inputs = { topkIdx, weights, x, numTokens: c.deviceCount ? numTokens : undefined };
-  const kernels = new HostKernels<TokenKernelName>(lib, 'mt_emulate', TOKEN_KERNELS);
   const poison = (bytes: number) => new Uint8Array(Math.max(bytes, 8)).fill(0xa5);
   const outputs = (): Outputs => ({
     inSplits: poison(8 * s.buckets),
@@ -62,38 +62,56 @@ export function checkRouteGather(lib: string, c: RouteCase, random: Random): voi
     routeTokens: poison(8),
     oso: poison(16 * s.buckets),
   });
-  const common = (o: Outputs) => ({
-    ...inputs,
-    ...o,
-    rowOf: c.rowOf ? o.rowOf : undefined,
-    send: c.rowOf ? undefined : o.send,
-    tokens: c.deviceCount ? 0 : c.tokens,
-    tokenCap: c.tokenCap,
-    topk: c.topk,
-    idx64: c.idx64,
-    experts: N,
-    expertsPerRank: c.expertsPerRank,
-    compact: c.layout === 'compact',
-    buckets: s.buckets,
-    chunkTokens: s.chunkTokens,
-    rowBytes: s.rowBytes,
-    metaBytes: s.metaBytes,
-  });
-  const launch = (spec: TokenKernelName, kernel: string, args: Record<string, Uint8Array | number | boolean | undefined>, grid: number) => {
-    const view = kernels.params(spec);
-    for (const [i, [name, kind]] of TOKEN_KERNELS[spec].fields.entries()) {
-      const v = args[name];
-      if (kind === 'ptr') view.setBigUint64(8 * i, v === undefined ? 0n : BigInt(koffi.address(v as Uint8Array)), true);
-      else view.setBigInt64(8 * i, BigInt(Number(v ?? 0)), true);
-    }
-    kernels.launch(spec, kernel, grid, THREADS);
+  // Host bytes standing in for device buffers: the device below reads them back for their addresses.
+  const held = new Map<DeviceBuffer, Uint8Array>();
+  const buf = (bytes: Uint8Array): DeviceBuffer => {
+    const b = { bytes: bytes.byteLength, symmetric: false, symmetricId: -1, freed: false };
+    held.set(b, bytes);
+    return b;
   };
+  const launched: string[] = [];
+  class Device extends EmulatedTokenDevice {
+    override launch(spec: TokenKernelName, kernel: string, grid: number, block: number): void {
+      launched.push(kernel);
+      super.launch(spec, kernel, grid, block);
+    }
+  }
+  const dispatch = (o: Outputs, how: (k: KernelCompute, r: RouteCall, g: GatherCall) => void): void => {
+    const scratch = (bytes: number) => buf(new Uint8Array(bytes));
+    const bufs = {
+      hist: scratch(4 * s.chunks * s.buckets),
+      local: scratch(4 * entries),
+      starts: scratch(8 * s.buckets),
+      fault: scratch(8),
+      routeTicket: scratch(8),
+      reduceTicket: scratch(8),
+      metaOso: scratch(16 * s.buckets),
+      combineOso: scratch(16 * s.buckets),
+      recvMeta: scratch(8),
+      back: scratch(8),
+      inSplits: buf(o.inSplits),
+      slot: buf(o.slot),
+      routeTokens: buf(o.routeTokens),
+      routeOso: buf(o.oso),
+      sendMeta: buf(o.sendMeta),
+      ...(c.rowOf ? { rowOf: buf(o.rowOf) } : { send: buf(o.send) }),
+    } satisfies TokenBuffers;
+    const compute = new KernelCompute(new Device(lib, (b) => held.get(b)!), s, bufs);
+    const [idx, xs] = [buf(topkIdx), buf(x)];
+    const r: RouteCall = { topkIdx: idx, idx64: c.idx64, numTokens: c.deviceCount ? buf(numTokens) : undefined, tokens: c.tokens, tokenCap: c.tokenCap };
+    const g: GatherCall = { place: true, topkIdx: idx, idx64: c.idx64, x: xs, weights: weights && buf(weights), tokenCap: c.tokenCap };
+    how(compute, r, g);
+  };
+  const stream = { kind: 'stream' } as const;
   const steps = outputs();
-  const scratch = { hist: new Uint8Array(4 * s.chunks * s.buckets), local: new Uint8Array(4 * entries), starts: new Uint8Array(8 * s.buckets), fault: new Uint8Array(8), ticket: new Uint8Array(8) };
-  launch('route', 'mt_route', { ...common(steps), ...scratch }, Math.min(s.chunks, Math.ceil(c.tokenCap / s.chunkTokens) || 1));
-  launch('gather', 'mt_gather', { ...common(steps), ...scratch, place: true }, 4);
+  dispatch(steps, (k, r, g) => {
+    k.route(stream, r);
+    k.gather(stream, g);
+  });
   const fused = outputs();
-  launch('routeGather', 'mt_route_gather', common(fused), 1);
+  launched.length = 0;
+  dispatch(fused, (k, r, g) => k.routeAndGather(stream, r, g));
+  assert.deepEqual(launched, ['mt_route_gather'], 'the small routing takes the one-block kernel');
   for (const name of Object.keys(steps) as (keyof Outputs)[]) {
     const [a, b] = [steps[name], fused[name]];
     const at = a.findIndex((v, i) => v !== b[i]);
