@@ -32,11 +32,12 @@ struct XParams {
   int rank;                // 128
   int world;               // 132
   int splitByPeer;         // 136: A2AV_SPLIT_*: the copy gives each destination its own blocks (copy.cuh)
-  int pad0;                // 140
+  int sliceSpanLog2;       // 140: x_copy_slices' index: each entry covers 1 << this many send bytes
   const u8* input2;        // 144: x_fused's companion payload (moe.ts): the same rows, rowBytes2 each; null: none
   u8* const* outPeers2;    // 152
   i64 rowBytes2;           // 160
   const int* gatherRows;   // 168: send row r is input row gatherRows[r] (moe.ts GATHER); null: input rows in send order
+  i64 gridBytes;           // 176: x_copy_slices: the send bytes its grid was sized for (a dispatch reads early up to there)
 };
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
@@ -45,8 +46,10 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, kind) == 120, "XParams.kind");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, world) == 132, "XParams.world");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, splitByPeer) == 136, "XParams.splitByPeer");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, input2) == 144, "XParams.input2");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, sliceSpanLog2) == 140, "XParams.sliceSpanLog2");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherRows) == 168, "XParams.gatherRows");
-A2AV_LAYOUT_CHECK(sizeof(XParams) == 176, "XParams: X_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gridBytes) == 176, "XParams.gridBytes");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 184, "XParams: X_PARAMS_BYTES");
 
 // Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as
 // overflow (the 1-D kernel's rules use it too).
@@ -461,16 +464,10 @@ __host__ __device__ inline i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at)
 // the window, only where many chunks are shorter than a slice, takes x_chunk_at). Both are
 // checked on the host by tests/chunk-lookup.test.ts.
 #define XS_WINDOW 256
-// x_copy_slices' blocks (moe.ts launches them with the same): XS_THREADS threads, each copying
-// XS_WORDS 16-byte words of a slice one after another, eight blocks an SM (32 registers). Each
-// thread's four loads issued before its stores, at four blocks an SM for the registers, was slower
-// at W = 8 on one H200 (256 MiB dispatch 1221 -> 1205 us, combine 1183 -> 1387; 32 MiB 213 -> 241).
+// x_copy_slices' blocks (moe.ts launches them with the same): XS_THREADS threads, a 16-byte word
+// each, eight blocks an SM (32 registers). Four words a thread (16 KiB slices, each block finding
+// its chunk itself) ran at 0.86-0.87 of the 1-D call at W = 8 on one H200 (docs/perf.md).
 #define XS_THREADS 256
-#define XS_WORDS 4
-#ifdef A2AV_PROBE_XS_WORDS  // a probe's slice size (moe.ts reads the same)
-#undef XS_WORDS
-#define XS_WORDS A2AV_PROBE_XS_WORDS
-#endif
 __host__ __device__ inline i64 xs_stride(i64 n) { return (n + XS_WINDOW - 1) / XS_WINDOW; }
 // The first chunk of the window for a slice starting at byte lo: sample[j] = cum[j * stride].
 __host__ __device__ inline i64 xs_base(const i64* sample, i64 n, i64 rb, i64 lo) {
@@ -497,6 +494,47 @@ __host__ __device__ inline int xs_find(const i64* wcum, int count, i64 rb, i64 x
   }
   return a;
 }
+
+// x_copy_slices' index, after the lane's scratch words (x_slice_index writes it before each copy
+// grid): word 0 the bytes this rank sends (-1: nothing to copy: the call was refused or aborted),
+// word 1 unused, then XS_INDEX_ENTRIES entries of two words. Entry i covers send bytes
+// [i * span, (i + 1) * span), span = 1 << XParams.sliceSpanLog2, a multiple of a block's slice
+// (moe.ts picks the least that covers the grid's bytes): the destination and the source address
+// less the send offset, so byte x of the span goes from src + x to dst + x; dst is XS_STRADDLES
+// where the span runs across chunks or a base is not 16-byte aligned.
+#define XS_INDEX_ENTRIES 65536
+#define XS_STRADDLES 1
+// 16-byte aligned (the entries are read as one 16-byte word): scratch_words(W) is odd for some W.
+__host__ __device__ __forceinline__ i64 xs_index_word(int W) { return (scratch_words(W) + 1) & ~(i64)1; }
+__host__ __device__ __forceinline__ i64* xs_index(i64* scratch, int W) { return scratch + xs_index_word(W); }
+__host__ __device__ __forceinline__ const i64* xs_index(const i64* scratch, int W) { return scratch + xs_index_word(W); }
+__host__ __device__ __forceinline__ longlong2* xs_entries(i64* index) { return (longlong2*)(index + 2); }
+struct XsEntry {
+  i64 dst, src;
+};
+// The entries of the spans that start in chunk k (none if it is empty: every byte below `total`
+// lies in one non-empty chunk, so each entry is written once), at most `entries`: emit(i, entry)
+// for the t-th of every `nt` of them. One round of loads, then stores: x_slice_index gives a chunk
+// to a warp, where a search for each span's chunk waited on a load at each of its steps.
+template <class Emit>
+__host__ __device__ inline void xs_chunk_entries(const PlanArrays& plan, i64 k, int E, i64 rb, i64 total, int shift, i64 entries, u8* const* out, const u8* input, int t, int nt, Emit emit) {
+  const i64 rows = plan_word(plan.rows + k), start = plan_word(plan.cum + k) * rb, end = start + rows * rb;
+  const i64 dst = (i64)out[k / E] + plan_word(plan.dst + k) * rb - start;
+  const i64 src = (i64)input + plan_word(plan.src + k) * rb - start;
+  if (rows <= 0) return;
+  const i64 span = (i64)1 << shift, last = ((end + span - 1) >> shift) < entries ? (end + span - 1) >> shift : entries;
+  const bool aligned = ((dst | src) & 15) == 0;
+  for (i64 i = ((start + span - 1) >> shift) + t; i < last; i += nt) {
+    const i64 hi = (i << shift) + span < total ? (i << shift) + span : total;
+    emit(i, hi > end || !aligned ? XsEntry{XS_STRADDLES, 0} : XsEntry{dst, src});
+  }
+}
+#ifdef __CUDACC__
+// Entry i as x_copy_slices reads it: past the index, a span to look up.
+__device__ __forceinline__ longlong2 xs_entry_at(const i64* index, i64 i) {
+  return i < XS_INDEX_ENTRIES ? __ldg((const longlong2*)(index + 2) + i) : make_longlong2(XS_STRADDLES, 0);
+}
+#endif
 
 // From chunk k, at or before byte x, forward to the chunk holding x (a step or two unless chunks
 // are shorter than the distance walked).

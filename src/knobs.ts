@@ -36,8 +36,9 @@ export function peerSplitFromEnv(value = process.env.A2AV_PEER_SPLIT): PeerSplit
 /**
  * A2AV_MOE_GRID: where MoE calls whose ranks share one GPU copy in the slice grid (backends/cuda/moe.ts
  * leavesFused): 'auto' (from GRID_MIN_BYTES of output, as the 1-D call's grid mode; at W = 8 on one
- * H200, 256 MiB, 1221 us against x_fused's 1514: docs/perf.md; the token group says for its own),
- * 'never' (x_fused for every call that fits it), 'always' (every such call: the tests and probes).
+ * H200, 256 MiB, 1136 us against x_fused's 1514 with lane shares: docs/perf.md; the token group
+ * says for its own), 'never' (x_fused for every call that fits it), 'always' (every such call: the
+ * tests and probes).
  */
 export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
   return choice('A2AV_MOE_GRID', value, ['never', 'auto', 'always'], 'auto');

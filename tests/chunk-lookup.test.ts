@@ -1,5 +1,6 @@
 // How x_copy_slices finds the chunk of each 16-byte word of its slice (kernels/exchange.cuh):
-// x_chunk_at and x_chunk_from, and the window (xs_base, xs_find, x_chunk_at past it), compiled by
+// its index entries (xs_chunk_entries), x_chunk_at and x_chunk_from, and the window its spans across
+// chunks take (xs_base, xs_find, x_chunk_at past it), compiled by
 // nvcc for the host and run on fresh random chunk tables (empty chunks, runs of them, one-row
 // chunks, a table of one chunk, tables longer than the window) against the chunk computed here:
 // the one whose byte range holds the word. Skipped with a message where nvcc is missing (CI has it).
@@ -132,4 +133,105 @@ test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word 
     checkChunks(words!.trim().split(/\s+/).filter((w) => w !== '').map(Number), c, labelOf(c, i));
   });
   assert.ok(pastAll > 0, 'some words lay past their window (the table of 2000 short chunks has them), so the fallback was checked');
+});
+
+test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every byte to its source and destination; a span across chunks is looked up', (t) => {
+  if (nvcc === undefined) return t.skip('nvcc not found: the index cannot be compiled here (CI has nvcc)');
+  const rng = new Rng(seed);
+  interface Case extends Table {
+    E: number;
+    src: number[];
+    dst: number[];
+    out: bigint[];
+    span: number;
+  }
+  const cases: Case[] = [];
+  for (let i = 0; i < 60; i++) {
+    const table = randomTable(rng, [8, 256, 2048][rng.int(3)]!, rng.int(3) === 0);
+    const n = table.rows.length;
+    // E divides n: the chunks are W ranks' E experts.
+    const divisors = Array.from({ length: n }, (_, d) => d + 1).filter((d) => n % d === 0);
+    const E = rng.pick(divisors);
+    const W = n / E;
+    let cum = 0;
+    const combine = rng.int(2) === 0;
+    const src = table.rows.map((r) => {
+      const s = combine ? rng.int(1000) : cum;
+      cum += r;
+      return s;
+    });
+    const dst = table.rows.map(() => rng.int(1000));
+    // Output bases far apart, one in five cases with a rank's base off 16-byte alignment.
+    const out = Array.from({ length: W }, (_, q) => (BigInt(q + 1) << 32n) + (rng.int(5) === 0 ? 8n : 0n));
+    cases.push({ ...table, E, src, dst, out, span: 16 << rng.int(9) });
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-index-'));
+  try {
+    // Per case: n rb E span, rows, src, dst, the W output bases; prints each span's entry (dst src).
+    writeFileSync(
+      join(dir, 'index.cu'),
+      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
+        `  long long n, rb, E, span;\n` +
+        `  while (scanf("%lld %lld %lld %lld", &n, &rb, &E, &span) == 4) {\n` +
+        `    std::vector<i64> rows(n), src(n), dst(n), cum(n); std::vector<u8*> out(n / E); i64 sum = 0;\n` +
+        `    for (auto* v : {&rows, &src, &dst}) for (auto& x : *v) { long long y; scanf("%lld", &y); x = y; }\n` +
+        `    for (auto& o : out) { unsigned long long y; scanf("%llu", &y); o = (u8*)y; }\n` +
+        `    for (i64 k = 0; k < n; ++k) { cum[k] = sum; sum += rows[k]; }\n` +
+        `    const PlanArrays plan{rows.data(), src.data(), dst.data(), cum.data()};\n` +
+        `    const u8* input = (const u8*)(1ull << 44);\n` +
+        `    int shift = 0; while ((1ll << shift) < span) ++shift;\n` +
+        `    const i64 spans = (sum * rb + span - 1) / span;\n` +
+        `    std::vector<XsEntry> got(spans, XsEntry{0, 0}); std::vector<int> writes(spans, 0);\n` +
+        `    // Chunks in reverse and each by 3 \"lanes\": the entries must not depend on the order.\n` +
+        `    for (i64 k = n - 1; k >= 0; --k) for (int t = 0; t < 3; ++t)\n` +
+        `      xs_chunk_entries(plan, k, (int)E, rb, sum * rb, shift, spans, out.data(), input, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
+        `    for (i64 i = 0; i < spans; ++i) printf("%lld %lld %d ", (long long)got[i].dst, (long long)got[i].src, writes[i]);\n` +
+        `    printf("\\n");\n` +
+        `  }\n}\n`,
+    );
+    execFileSync(nvcc!, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'index.cu'), '-o', join(dir, 'index')]);
+    const input = cases.map((c) => [c.rows.length, c.rb, c.E, c.span, ...c.rows, ...c.src, ...c.dst, ...c.out].join(' ')).join('\n') + '\n';
+    const lines = execFileSync(join(dir, 'index'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
+    const INPUT = 1n << 44n;
+    let whole = 0;
+    let across = 0;
+    cases.forEach((c, i) => {
+      const label = `${labelOf(c, i)}, E ${c.E}, span ${c.span}`;
+      const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
+      // Each byte's chunk (16-byte steps: rows are whole words) and where it goes and comes from.
+      const starts: number[] = [];
+      let sum = 0;
+      for (const r of c.rows) starts.push((sum += r) - r);
+      const total = sum * c.rb;
+      const chunkOf = (x: number) => {
+        let k = 0;
+        while (k + 1 < c.rows.length && starts[k + 1]! * c.rb <= x) k++;
+        return k;
+      };
+      assert.equal(got.length, 3 * Math.ceil(total / c.span), `${label}: an entry a span`);
+      for (let s = 0; s * c.span < total; s++) {
+        const [dst, src, writes] = [got[3 * s]!, got[3 * s + 1]!, got[3 * s + 2]!];
+        assert.equal(writes, 1n, `${label}: span ${s}'s entry written once`);
+        const lo = s * c.span;
+        const hi = Math.min(lo + c.span, total);
+        const k = chunkOf(lo);
+        const oneChunk = chunkOf(hi - 16) === k;
+        const aligned = c.out[Math.floor(k / c.E)]! % 16n === 0n;
+        if (!oneChunk || !aligned) {
+          assert.equal(dst, 1n, `${label}: span ${s} (${oneChunk ? 'unaligned output' : 'across chunks'}) is marked XS_STRADDLES`);
+          across++;
+          continue;
+        }
+        whole++;
+        for (let x = lo; x < hi; x += 16) {
+          const off = BigInt(x - starts[k]! * c.rb);
+          assert.equal(dst + BigInt(x), c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x}'s destination`);
+          assert.equal(src + BigInt(x), INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x}'s source`);
+        }
+      }
+    });
+    assert.ok(whole > 0 && across > 0, `both kinds of span were checked (${whole} in one chunk, ${across} looked up)`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

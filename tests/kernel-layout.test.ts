@@ -10,13 +10,13 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { StatusCode, StatusField, STATUS_BYTES } from '../src/collectives/status.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from '../src/backends/cuda/kernel-params.js';
-import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, moeOffset, PAYLOAD_HEADER, planBytes, scratchBytes, STATUS_AREA_BYTES, STATUS_RING, StatusAreaField, X1_HEADER, X2_HEADER, XF_EXTRA, XF_MAX_MATRIX } from '../src/backends/cuda/layout.js';
+import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, moeOffset, PAYLOAD_HEADER, planBytes, scratchBytes, SLICE_INDEX_ENTRIES, sliceIndexOffset, STATUS_AREA_BYTES, STATUS_RING, StatusAreaField, X1_HEADER, X2_HEADER, XF_EXTRA, XF_MAX_MATRIX } from '../src/backends/cuda/layout.js';
 import { MAX_EXPERTS_PER_RANK } from '../src/backends/backend.js';
 import { writeXParams, X_PARAMS_BYTES } from '../src/backends/cuda/kernel-params.js';
 import { EVENT_RING } from '../src/backends/stream-lane.js';
 import { kernelsDir } from '../src/jit/module.js';
 import { nvcc } from './support/kernel-source.js';
-import { SLICE_THREADS, SLICE_WORDS } from '../src/backends/cuda/moe.js';
+import { SLICE_THREADS } from '../src/backends/cuda/moe.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
 const kernel = readFileSync(join(kernelsDir(), 'a2av.cu'), 'utf8');
@@ -42,7 +42,7 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(EVENT_RING, STATUS_RING, 'a handle outlives neither its event nor its status record');
     // x_copy_slices is compiled for at most XS_THREADS threads a block: moe.ts launches that many.
     assert.equal(SLICE_THREADS, Number(/^#define XS_THREADS (\d+)/m.exec(exchange)?.[1]));
-    assert.equal(SLICE_WORDS, Number(/^#define XS_WORDS (\d+)/m.exec(exchange)?.[1]));
+    assert.equal(SLICE_INDEX_ENTRIES, Number(/^#define XS_INDEX_ENTRIES (\d+)/m.exec(exchange)?.[1]));
     for (const [name, code] of Object.entries({ NEGATIVE: 'negative', INPUT_OVERFLOW: 'inputOverflow', OUTPUT_OVERFLOW: 'outputOverflow', MISMATCH: 'mismatch', TIMEOUT: 'timeout' })) {
       assert.equal(StatusCode[code as keyof typeof StatusCode], define(`A2AV_ERR_${name}`), `A2AV_ERR_${name}`);
     }
@@ -93,7 +93,7 @@ describe('kernel structures mirrored in TypeScript', () => {
     writeXParams(view, {
       input: 1n, outPeers: 2n, splits: 3n, outSplitsOffsets: 4n, padPeers: 5n, pad: 6n, plan: 7n, scratch: 8n, laneOffset: 9,
       rowBytes: 10, outId: 11, inRows: 12, outRows: 13, timeoutNs: 14n, align: 15, kind: 16, experts: 17, rank: 18, world: 19, splitByPeer: 2,
-      input2: 20n, outPeers2: 21n, rowBytes2: 22, gatherRows: 23n,
+      input2: 20n, outPeers2: 21n, rowBytes2: 22, gatherRows: 23n, sliceSpanLog2: 24, gridBytes: 25,
     });
     const at = new Map<string, number>();
     for (const m of exchange.matchAll(/A2AV_LAYOUT_CHECK\(__builtin_offsetof\(XParams, (\w+)\) == (\d+)/g)) at.set(m[1], Number(m[2]));
@@ -107,6 +107,8 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(view.getBigUint64(at.get('input2')! + 8, true), 21n);
     assert.equal(view.getBigInt64(at.get('input2')! + 16, true), 22n);
     assert.equal(view.getBigUint64(at.get('gatherRows')!, true), 23n);
+    assert.equal(view.getInt32(at.get('sliceSpanLog2')!, true), 24);
+    assert.equal(view.getBigInt64(at.get('gridBytes')!, true), 25n);
   });
 
   test('pad layout: the headers compiled for the host give the offsets layout.ts computes', (t) => {
@@ -116,11 +118,11 @@ describe('kernel structures mirrored in TypeScript', () => {
       const worlds = [1, 2, 3, 8, 72, 160];
       writeFileSync(
         join(dir, 'layout.cu'),
-        `#include <cstdio>\n#include "config.cuh"\nint main() {\n` +
+        `#include <cstdio>\n#include "config.cuh"\n#include "exchange.cuh"\nint main() {\n` +
           `  for (int W : {${worlds.join(', ')}}) printf("%lld\\n", (long long)((u8*)lane_x1((u8*)0, W, 0, 0) - (u8*)0));\n` +
           `  printf("%zu %zu %zu %zu %zu %zu\\n", __builtin_offsetof(LaneHeader, seq), __builtin_offsetof(LaneHeader, status), sizeof(StatusRecord),\n` +
           `         __builtin_offsetof(StatusArea, refused), __builtin_offsetof(StatusArea, ring), sizeof(StatusArea));\n` +
-          `  for (int W : {${worlds.join(', ')}}) printf("%lld %lld %lld\\n", (long long)(lane_end((u8*)0, W) - (u8*)0), 8 * scratch_words(W), 8 * plan_words(W));\n}\n`,
+          `  for (int W : {${worlds.join(', ')}}) printf("%lld %lld %lld %lld\\n", (long long)(lane_end((u8*)0, W) - (u8*)0), 8 * scratch_words(W), 8 * plan_words(W), 8 * xs_index_word(W));\n}\n`,
       );
       execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'layout.cu'), '-o', join(dir, 'layout')]);
       const lines = execFileSync(join(dir, 'layout'), { encoding: 'utf8' }).trim().split('\n');
@@ -129,7 +131,7 @@ describe('kernel structures mirrored in TypeScript', () => {
         LaneHeaderField.seq, LaneHeaderField.status, STATUS_BYTES, StatusAreaField.refused, StatusAreaField.ring, STATUS_AREA_BYTES,
       ]);
       const moe = lines.slice(worlds.length + 1).map((l) => l.split(' ').map(Number));
-      assert.deepEqual(moe, worlds.map((W) => [laneEnd(W), scratchBytes(W), planBytes(W)]), 'MoE packets, scratch and plan per world');
+      assert.deepEqual(moe, worlds.map((W) => [laneEnd(W), scratchBytes(W), planBytes(W), sliceIndexOffset(W)]), 'MoE packets, scratch, plan and slice index per world');
       assert.equal(StatusField.seq * 8, 48, 'StatusRecord.seq is word 6 (asserted in config.cuh)');
     } finally {
       rmSync(dir, { recursive: true, force: true });

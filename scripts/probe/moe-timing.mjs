@@ -10,8 +10,8 @@
 // completion alone; results are then wrong by design), A2AV_PROBE_XF_BLOCK0_POLL has block 0 of
 // x_fused alone poll the packets and the other blocks wait on its flag; A2AV_PROBE_ONLY=dg,oneg picks timings,
 // A2AV_PROBE_ITERS fixes the calls per loop, A2AV_MOE_FUSED=0 takes the three-kernel MoE path,
-// A2AV_MOE_GRID=never|always (ranks on one GPU): x_fused for every call, or x_copy_slices (a block a
-// 16 KiB slice) for every call; the default takes x_copy_slices from 16 MiB of output.
+// A2AV_MOE_GRID=never|always (ranks on one GPU): x_fused for every call, or x_copy_slices (two 4 KiB
+// slices a block) for every call; the default takes x_copy_slices from 16 MiB of output.
 import { runRanks } from '../../dist/src/world/threads.js';
 
 const W = Number(process.argv[2] ?? 8);

@@ -43,7 +43,7 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
 }
 
 // Writes struct XParams (kernels/exchange.cuh).
-export const X_PARAMS_BYTES = 176;
+export const X_PARAMS_BYTES = 184;
 
 export interface XParams {
   input: bigint;
@@ -75,6 +75,10 @@ export interface XParams {
   rowBytes2?: number;
   /** int32 [send rows]: each send row's input row (backend.ts GATHER); 0n: the input in send order. */
   gatherRows?: bigint;
+  /** x_copy_slices' index: each entry covers 2 ** this many send bytes (moe.ts sliceSpanLog2). */
+  sliceSpanLog2?: number;
+  /** x_copy_slices: the send bytes its grid was sized for (a dispatch reads its words early up to there). */
+  gridBytes?: number;
 }
 
 export function writeXParams(v: DataView, p: XParams): void {
@@ -98,11 +102,12 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setInt32(128, p.rank, true);
   v.setInt32(132, p.world, true);
   v.setInt32(136, p.splitByPeer, true);
-  v.setInt32(140, 0, true);
+  v.setInt32(140, p.sliceSpanLog2 ?? 0, true);
   v.setBigUint64(144, p.input2 ?? 0n, true);
   v.setBigUint64(152, p.outPeers2 ?? 0n, true);
   v.setBigInt64(160, BigInt(p.rowBytes2 ?? 0), true);
   v.setBigUint64(168, p.gatherRows ?? 0n, true);
+  v.setBigInt64(176, BigInt(p.gridBytes ?? 0), true);
 }
 
 // Writes struct ArParams (kernels/all-reduce.cuh).

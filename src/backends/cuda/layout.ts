@@ -113,6 +113,12 @@ export function scratchBytes(world: number): number {
   return 8 * (8 + world * X1_WORDS + world * MAX_EXPERTS + world * X2_WORDS) + planBytes(world);
 }
 
+/** x_copy_slices' index (kernels/exchange.cuh XS_INDEX_ENTRIES): entries of 16 bytes after two words. */
+export const SLICE_INDEX_ENTRIES = 65536;
+export const SLICE_INDEX_BYTES = 16 + 16 * SLICE_INDEX_ENTRIES;
+/** Where the index starts in a lane's scratch (xs_index_word): past the scratch words, 16-byte aligned. */
+export const sliceIndexOffset = (world: number): number => Math.ceil(scratchBytes(world) / 16) * 16;
+
 /** Byte offset of the current call's plan in a lane's scratch. */
 export function scratchPlanOffset(world: number): number {
   return scratchBytes(world) - planBytes(world);

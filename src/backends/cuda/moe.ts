@@ -12,10 +12,10 @@ import { GRID_MIN_BYTES, laneShares, peerSplitMode } from '../../tune/plan.js';
 import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import type { GpuBuffer } from '../gpu-memory.js';
 import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
-import { probeNumber } from './probe-defines.js';
 import type { CallHost } from './call-host.js';
 import type { CudaLane } from './lane.js';
-import { fusedFits, fusedSharedBytes, planBytes, scratchBytes, scratchPlanOffset } from './layout.js';
+import { fusedFits, fusedSharedBytes, planBytes, scratchBytes, scratchPlanOffset, SLICE_INDEX_BYTES, SLICE_INDEX_ENTRIES, sliceIndexOffset } from './layout.js';
+import { probeNumber } from './probe-defines.js';
 
 /** What the MoE calls need from their communicator. */
 export type MoeHost = CallHost;
@@ -104,10 +104,25 @@ const gridBytes = (payload: Payload): number => {
 
 const EXCHANGE_THREADS = 1024;
 const COPY_THREADS = 512;
-/** x_copy_slices' blocks: XS_THREADS threads of XS_WORDS 16-byte words each (kernels/exchange.cuh). */
+/** x_copy_slices' blocks: XS_THREADS threads of a 16-byte word each (kernels/exchange.cuh). */
 export const SLICE_THREADS = 256;
-export const SLICE_WORDS = probeNumber('A2AV_PROBE_XS_WORDS', 4);
-const SLICE_BYTES = SLICE_THREADS * 16 * SLICE_WORDS;
+const SLICE_BYTES = SLICE_THREADS * 16;
+/**
+ * Slices a block of x_copy_slices copies in one round, a grid's stride apart. Measured at W = 8 on
+ * one H200 (docs/perf.md): a combine, whose source is known only from the index, 1220 -> 1137 µs
+ * at 256 MiB with two; a dispatch 1130 -> 1122 (A2AV_PROBE_DEFINES=A2AV_PROBE_XS_SLICES=n: a probe's).
+ */
+const SLICES_A_BLOCK = probeNumber('A2AV_PROBE_XS_SLICES', 2);
+
+/**
+ * x_copy_slices' index span (kernels/exchange.cuh XS_INDEX_ENTRIES): the least power of two, from
+ * a block's slice up, whose entries cover `bytes` (spans past the index are looked up, slowly).
+ */
+export function sliceSpanLog2(bytes: number): number {
+  let log2 = Math.log2(SLICE_BYTES);
+  while (Math.ceil(bytes / 2 ** log2) > SLICE_INDEX_ENTRIES) log2++;
+  return log2;
+}
 const FUSED_THREADS = 512;
 /** Open exchange plans served from the pool; more are allocated (and freed) as they come and go. */
 export const PLAN_POOL = 8;
@@ -116,7 +131,7 @@ export class MoeCalls {
   readonly #host: MoeHost;
   readonly #module: KernelModule;
   readonly #launcher: StructLauncher;
-  readonly #fns: Record<'check' | 'copy' | 'copyGather' | 'slices' | 'done' | 'fused' | 'fusedGather', KernelFunction>;
+  readonly #fns: Record<'check' | 'copy' | 'copyGather' | 'sliceIndex' | 'slices' | 'done' | 'fused' | 'fusedGather', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
   /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
   readonly #fused = moeFusedOn();
@@ -145,6 +160,7 @@ export class MoeCalls {
       check: module.fn('x_check'),
       copy: module.fn('x_copy'),
       copyGather: module.fn('x_copy_gather'),
+      sliceIndex: module.fn('x_slice_index'),
       slices: module.fn('x_copy_slices'),
       done: module.fn('x_done'),
       fused: module.fn('x_fused'),
@@ -244,7 +260,9 @@ export class MoeCalls {
     }
     for (const lane of lanes) {
       if (this.#scratch.has(lane)) continue;
-      const bytes = scratchBytes(this.#host.worldSize);
+      // x_copy_slices' index past the scratch, where its grid may run.
+      const W = this.#host.worldSize;
+      const bytes = this.#grid !== 'never' && this.#oneGpu() ? sliceIndexOffset(W) + SLICE_INDEX_BYTES : scratchBytes(W);
       const ptr = this.#host.device.alloc(bytes);
       // x_fused's blocks wait there for a word equal to the call's sequence number: none may be there.
       this.#host.device.memsetAsync(ptr, 0, bytes, lane.stream);
@@ -327,23 +345,24 @@ export class MoeCalls {
 
   #queue(stream: CudaStream, params: XParams, steps: ('exchange' | 'check' | 'copy' | 'done')[], payload: Payload): void {
     const launcher = this.#launcher;
-    writeXParams(launcher.view, params);
+    // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
+    const bytes = gridBytes(payload) || 1;
+    const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
+    // x_copy_slices reads its input in send order: a gathered payload takes x_copy_gather.
+    const slices = this.#grid !== 'never' && this.#oneGpu() && aligned && !payload.gather;
+    writeXParams(launcher.view, slices ? { ...params, sliceSpanLog2: sliceSpanLog2(bytes), gridBytes: bytes } : params);
     const device = this.#host.device;
     for (const step of steps) {
       if (step === 'exchange') launcher.launch(1, EXCHANGE_THREADS, stream);
       else if (step === 'check') launcher.launch(1, 32 * Math.min(32, Math.ceil((2 * this.#host.worldSize) / 32)), stream, 0, this.#fns.check);
       else if (step === 'done') launcher.launch(1, Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32)), stream, 0, this.#fns.done);
-      else {
-        // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
-        const bytes = gridBytes(payload) || 1;
-        const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
-        // x_copy_slices reads its input in send order: a gathered payload takes x_copy_gather.
-        if (this.#grid !== 'never' && this.#oneGpu() && aligned && !payload.gather) {
-          // A block a slice of 16 bytes a thread (kernels/exchange.cu x_copy_slices).
-          const blocks = Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / SLICE_BYTES)));
-          launcher.launch(blocks, SLICE_THREADS, stream, 0, this.#fns.slices);
-          continue;
-        }
+      else if (slices) {
+        // The index (a warp a chunk), then a block two slices (kernels/exchange.cu). Launched
+        // early behind the kernel before, they measured the same (docs/perf.md).
+        const chunks = this.#host.worldSize * params.experts;
+        launcher.launch(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(chunks / (SLICE_THREADS / 32)))), SLICE_THREADS, stream, 0, this.#fns.sliceIndex);
+        launcher.launch(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICES_A_BLOCK * SLICE_BYTES)))), SLICE_THREADS, stream, 0, this.#fns.slices);
+      } else {
         const blocks = Math.max(1, Math.min(4 * device.smCount, payload.maxBlocks ?? Infinity, Math.ceil(bytes / (COPY_THREADS * 64))));
         launcher.launch(blocks, COPY_THREADS, stream, 0, payload.gather ? this.#fns.copyGather : this.#fns.copy);
       }
