@@ -24,6 +24,11 @@ export interface HostMapped {
 
 export class CudaStream {
   readonly kind = 'stream' as const;
+  /**
+   * Whether the last kernel queued here lets the next one in early while it still waits on its
+   * peers (jit/module.ts launchEarly: only a single block may then wait beside it).
+   */
+  heldOpen = false;
   constructor(readonly handle: bigint) {}
   synchronize(): void {
     check('cuStreamSynchronize', cu().cuStreamSynchronize(this.handle));

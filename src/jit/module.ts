@@ -116,16 +116,26 @@ export class StructLauncher {
     this.#keep = mem; // the native block must live as long as this object
   }
 
-  /** `fn`: another kernel of the module taking the same struct (the parameters are copied at launch). */
-  launch(grid: number, block: number, stream: CudaStream, smem = 0, fn: KernelFunction = this.fn): void {
+  /**
+   * `fn`: another kernel of the module taking the same struct (the parameters are copied at launch).
+   * `holdsOpen`: the kernel lets the next one in (griddepcontrol.launch_dependents) before its own
+   * waits on peers end (CudaStream.heldOpen).
+   */
+  launch(grid: number, block: number, stream: CudaStream, smem = 0, fn: KernelFunction = this.fn, holdsOpen = false): void {
     check(`cuLaunchKernel(${fn.name})`, cu().cuLaunchKernel(fn.handle, grid, 1, 1, block, 1, 1, smem, stream.handle, this.#params, 0n));
+    stream.heldOpen = holdsOpen;
   }
 
   /**
    * Launches so that the kernel may start while the previous kernel on `stream` is still finishing
    * (programmatic dependent launch); the kernel must wait for it itself (griddepcontrol.wait).
+   * Behind a kernel that holds the stream open (it waits on peers after letting us in), a grid of
+   * more than one block is launched plainly: its waiting blocks could take the slots a peer's
+   * kernel needs to finish that wait (seen as a hang under compute-sanitizer, whose kernels fit
+   * fewer blocks an SM than the occupancy the grids were sized by).
    */
-  launchEarly(grid: number, block: number, stream: CudaStream, smem = 0, fn: KernelFunction = this.fn): void {
+  launchEarly(grid: number, block: number, stream: CudaStream, smem = 0, fn: KernelFunction = this.fn, holdsOpen = false): void {
+    if (stream.heldOpen && grid > 1) return this.launch(grid, block, stream, smem, fn, holdsOpen);
     const c = this.#config;
     c.setUint32(0, grid, true);
     c.setUint32(4, 1, true);
@@ -137,6 +147,7 @@ export class StructLauncher {
     c.setBigUint64(32, stream.handle, true);
     c.setUint32(48, 1, true);
     check(`cuLaunchKernelEx(${fn.name})`, cu().cuLaunchKernelEx(this.#configAddress, fn.handle, this.#params, 0n));
+    stream.heldOpen = holdsOpen;
   }
 }
 

@@ -131,7 +131,7 @@ export class MoeCalls {
   readonly #host: MoeHost;
   readonly #module: KernelModule;
   readonly #launcher: StructLauncher;
-  readonly #fns: Record<'check' | 'copy' | 'copyGather' | 'sliceIndex' | 'slices' | 'done' | 'fused' | 'fusedGather', KernelFunction>;
+  readonly #fns: Record<'exchange' | 'check' | 'copy' | 'copyGather' | 'sliceIndex' | 'slices' | 'done' | 'doneOpen' | 'fused' | 'fusedGather', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
   /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
   readonly #fused = moeFusedOn();
@@ -157,12 +157,14 @@ export class MoeCalls {
     // Looking the functions up loads them now, not at a first launch beside a peer's spinning kernel.
     this.#launcher = new StructLauncher(module.fn('x_exchange'), X_PARAMS_BYTES);
     this.#fns = {
+      exchange: module.fn('x_exchange'),
       check: module.fn('x_check'),
       copy: module.fn('x_copy'),
       copyGather: module.fn('x_copy_gather'),
       sliceIndex: module.fn('x_slice_index'),
       slices: module.fn('x_copy_slices'),
       done: module.fn('x_done'),
+      doneOpen: module.fn('x_done_open'),
       fused: module.fn('x_fused'),
       fusedGather: module.fn('x_fused_gather'),
     };
@@ -352,16 +354,25 @@ export class MoeCalls {
     const slices = this.#grid !== 'never' && this.#oneGpu() && aligned && !payload.gather;
     writeXParams(launcher.view, slices ? { ...params, sliceSpanLog2: sliceSpanLog2(bytes), gridBytes: bytes } : params);
     const device = this.#host.device;
+    // The slice grid's kernels are launched early, each behind the one before, and its x_done lets
+    // the next call's exchange (one block) wait beside it: measured at W = 8 on one H200, 32 MiB
+    // dispatch 198 -> 176 µs (docs/perf.md); the 1-D call's a2av_done does the same.
+    const early = slices && this.#earlyLaunch;
+    const go = (blocks: number, threads: number, fn: KernelFunction) =>
+      early ? launcher.launchEarly(blocks, threads, stream, 0, fn) : launcher.launch(blocks, threads, stream, 0, fn);
     for (const step of steps) {
-      if (step === 'exchange') launcher.launch(1, EXCHANGE_THREADS, stream);
-      else if (step === 'check') launcher.launch(1, 32 * Math.min(32, Math.ceil((2 * this.#host.worldSize) / 32)), stream, 0, this.#fns.check);
-      else if (step === 'done') launcher.launch(1, Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32)), stream, 0, this.#fns.done);
+      if (step === 'exchange') go(1, EXCHANGE_THREADS, this.#fns.exchange);
+      else if (step === 'check') go(1, 32 * Math.min(32, Math.ceil((2 * this.#host.worldSize) / 32)), this.#fns.check);
+      else if (step === 'done') {
+        const threads = Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32));
+        if (early) launcher.launchEarly(1, threads, stream, 0, this.#fns.doneOpen, true);
+        else launcher.launch(1, threads, stream, 0, this.#fns.done);
+      }
       else if (slices) {
-        // The index (a warp a chunk), then a block two slices (kernels/exchange.cu). Launched
-        // early behind the kernel before, they measured the same (docs/perf.md).
+        // The index (a warp a chunk), then a block two slices (kernels/exchange.cu).
         const chunks = this.#host.worldSize * params.experts;
-        launcher.launch(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(chunks / (SLICE_THREADS / 32)))), SLICE_THREADS, stream, 0, this.#fns.sliceIndex);
-        launcher.launch(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICES_A_BLOCK * SLICE_BYTES)))), SLICE_THREADS, stream, 0, this.#fns.slices);
+        go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(chunks / (SLICE_THREADS / 32)))), SLICE_THREADS, this.#fns.sliceIndex);
+        go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICES_A_BLOCK * SLICE_BYTES)))), SLICE_THREADS, this.#fns.slices);
       } else {
         const blocks = Math.max(1, Math.min(4 * device.smCount, payload.maxBlocks ?? Infinity, Math.ceil(bytes / (COPY_THREADS * 64))));
         launcher.launch(blocks, COPY_THREADS, stream, 0, payload.gather ? this.#fns.copyGather : this.#fns.copy);
