@@ -317,16 +317,6 @@ struct XChunks {
   i64 n, rb;
   int E;
 };
-// Chunk k's receiver. Chunks number fewer than 2^31 (W * A2AV_MAX_EXPERTS), so a 32-bit division
-// would serve; a probe (A2AV_PROBE_TILE_INT32) measures what the 64-bit one costs copy_tile, which
-// divides once a word (docs/perf.md has the prediction).
-__host__ __device__ __forceinline__ i64 chunk_peer(i64 k, int E) {
-#ifdef A2AV_PROBE_TILE_INT32
-  return (int)k / E;
-#else
-  return k / E;
-#endif
-}
 
 // Through the gather table (the token group's dispatch reads each row from the tokens themselves,
 // no staging copy in send order): the row of a chunk that holds its byte `off`, then the bytes.
@@ -380,7 +370,7 @@ __device__ void copy_tile(const XChunks& c, const int* gather, i64 lo, i64 hi, b
           }
         }
         const i64 off = x - c.cum[k] * c.rb;
-        d[u] = c.out[chunk_peer(k, c.E)] + c.dst[k] * c.rb + off;
+        d[u] = c.out[k / c.E] + c.dst[k] * c.rb + off;
         if (!Gather || !gather) {
           v[u] = ld_stream((const uint4*)(c.input + c.src[k] * c.rb + off));
         } else {
@@ -409,7 +399,7 @@ __device__ void copy_tile(const XChunks& c, const int* gather, i64 lo, i64 hi, b
     const i64 cs = c.cum[i] * c.rb, ce = cs + clamp0(c.rows[i]) * c.rb;
     const i64 x = cs > lo ? cs : lo, y = ce < hi ? ce : hi;
     if (x >= y) continue;
-    u8* const to = c.out[chunk_peer(i, c.E)] + c.dst[i] * c.rb;
+    u8* const to = c.out[i / c.E] + c.dst[i] * c.rb;
     if (!Gather || !gather) copy_bytes(to + (x - cs), c.input + c.src[i] * c.rb + (x - cs), (u64)(y - x));
     else copy_gathered_bytes(to, c, gather, i, cs, x, y);
   }
