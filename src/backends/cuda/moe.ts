@@ -367,8 +367,7 @@ export class MoeCalls {
         const threads = Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32));
         if (early) launcher.launchEarly(1, threads, stream, 0, this.#fns.doneOpen, true);
         else launcher.launch(1, threads, stream, 0, this.#fns.done);
-      }
-      else if (slices) {
+      } else if (slices) {
         // The index (a warp a chunk), then a block two slices (kernels/exchange.cu).
         const chunks = this.#host.worldSize * params.experts;
         go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(chunks / (SLICE_THREADS / 32)))), SLICE_THREADS, this.#fns.sliceIndex);
