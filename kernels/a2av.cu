@@ -88,14 +88,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
   PROBE_CLOCKS;
   PROBE_CLOCK(0);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched early (programmatic dependent launch): wait here for the previous kernel on this
   // stream, then let the next call's kernel get scheduled while this one runs. No-ops otherwise.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_wait();
   // In grid mode the dependent is the copy grid, which may fill the GPU: it must not be scheduled
   // before every rank's a2av_1d is resident, i.e. before the arrival wait below.
-  if (!p.gridCopy) asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  if (!p.gridCopy) pdl_release();
   PROBE_CLOCK(1);
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
@@ -148,9 +146,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   __syncthreads();
   PROBE_CLOCK(3);
   if (sAbort) return;  // the host marks this communicator aborted
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (p.gridCopy) asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  if (p.gridCopy) pdl_release();
 
   // Validation: each category keeps its first offender (lowest index), then priority decides.
   const i64* pay0 = pay;
@@ -373,10 +369,8 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(cons
   const bool early = ((u64)p.input & 15) == 0 && mine + 16 <= p.inputBytes;
   uint4 word;
   if (early) word = ld_stream((const uint4*)(p.input + mine));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
+  pdl_release();
   const u8* lane = p.pad + p.laneOffset;
   __shared__ int sAbort;
   // Every block reads the same few words: through the read-only path, so each SM's L1 serves them
@@ -407,13 +401,11 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(cons
 
 // Grid mode, step 4: one block signals every peer and waits for their signals.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A2avParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
+  pdl_release();
   u8* lane = p.pad + p.laneOffset;
   // a2av_1d of this call has waited for every packet's flag (it finished before this kernel:
-  // griddepcontrol.wait), and no peer can overwrite the slot before this call completes (see the
+  // pdl_wait), and no peer can overwrite the slot before this call completes (see the
   // parities in a2av_1d), so each peer's announced count can be read here without its flag.
   complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [&](int q, i64 seq) {
     return ll_value(ll_load(lane_payload(lane, p.world, (int)(seq & 1), q) + A2AV_PAY_SIGNALS));

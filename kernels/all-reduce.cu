@@ -204,14 +204,12 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   u8** stages = outs + W;
   __shared__ i64 sSeq, sBase;
   __shared__ int sAbort, sMismatch;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A no-op unless launched early (all-reduce.ts): then it waits for the previous kernel on the
   // stream, whose lane sequence and round count are read next.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_wait();
   // The next kernel (ar_done, or the lane's next call launched early) may be scheduled now and wait
   // beside this one, as a2av_1d's: the host launches early only where twice the blocks fit.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_release();
   PROBE_CLOCK(1);
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
@@ -303,19 +301,15 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
   } else {
     ar_rounds<AR_F32>(c);
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // ar_done or the lane's next kernel (launched early) may be scheduled now; it waits for this grid to finish.
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_release();
 }
 
 // Completion, as x_done: one signal to every peer, then wait for theirs; then the lane's round count
 // takes this call's rounds (only ar_reduce's block 0 knew whether the call was accepted).
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) ar_done(const ArParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
+  pdl_release();
   complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
   if (threadIdx.x == 0) {
     u8* lane = p.pad + p.laneOffset;

@@ -21,6 +21,21 @@ __host__ __device__ inline bool split_wanted(int mode, long long sendBytes) {
   return mode == A2AV_SPLIT_ALWAYS || (mode == A2AV_SPLIT_LARGE && sendBytes >= A2AV_SPLIT_MIN_BYTES);
 }
 
+// Programmatic dependent launch (jit/module.ts launchEarly): pdl_wait() waits until the kernel
+// before this one on the stream has finished and its writes are visible; pdl_release() lets the
+// kernel after this one be scheduled (it then waits in pdl_wait() itself). Both are no-ops where
+// the kernel was launched plainly, and before sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 // Status record codes (StatusRecord below; decoded by src/collectives/status.ts).
 #define A2AV_OK 0
 #define A2AV_ERR_NEGATIVE 1

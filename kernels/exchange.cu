@@ -197,12 +197,10 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
   __shared__ i64 sTotal;
   const int W = p.world;
   const u8* lane = p.pad + p.laneOffset;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched early (moe.ts): the exchange before has finished, so every rank's is past its waits
   // and x_copy_slices' blocks may take slots beside ours and read their first words.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
+  pdl_release();
   if (threadIdx.x == 0) {
     const bool skip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
     sTotal = skip ? -1 : p.plan[8] * p.rowBytes;
@@ -359,10 +357,8 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
   uint4 word, word2;
   if (early) word = ld_stream((const uint4*)(p.input + mine));
   if (early2) word2 = ld_stream((const uint4*)(p.input + mine2));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // x_slice_index has finished
-  asm volatile("griddepcontrol.launch_dependents;");  // x_done may wait in a slot beside us
-#endif
+  pdl_wait();     // x_slice_index has finished
+  pdl_release();  // x_done_open may wait in a slot beside us
   const i64* index = xs_index(p.scratch, p.world);
   // Written by x_slice_index, the kernel before this one: the read-only path serves every block.
   const int shift = p.sliceSpanLog2;
@@ -388,17 +384,16 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
 }
 
 // Completion, as a2av_done: every rank sends each peer one signal per call.
-extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) {
+__device__ __forceinline__ void x_complete(const XParams& p) {
   complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
 }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) { x_complete(p); }
 // The same, launched early behind x_copy_slices, letting the next call's exchange (one block: the
 // host launches nothing larger early behind it, CudaStream.heldOpen) wait in a slot beside it.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done_open(const XParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-  complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
+  pdl_wait();
+  pdl_release();
+  x_complete(p);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -531,11 +526,9 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   u8** outBase2 = outBase + W;
   PROBE_CLOCKS;
   PROBE_CLOCK(0);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Launched early (programmatic dependent launch) when the host found room: as a2av_1d.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
+  pdl_wait();
+  pdl_release();
   PROBE_CLOCK(1);
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;

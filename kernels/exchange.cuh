@@ -99,9 +99,7 @@ struct XBlockState {
 // The call's sequence number and fresh block state; false (and the gate shut, so x_copy moves
 // nothing) when the lane has timed out.
 __device__ __forceinline__ bool x_begin(XBlockState& st, LaneHeader* h, i64* gate) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // launched early (moe.ts): the kernel before has finished
-#endif
+  pdl_wait();  // launched early (moe.ts): the kernel before has finished
   if (threadIdx.x == 0) {
     st.abort = ld_volatile(&h->abort.code) != A2AV_OK;
     if (st.abort) *gate = 1;

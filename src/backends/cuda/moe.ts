@@ -210,6 +210,11 @@ export class MoeCalls {
     return this.#host.worldSize > 1 && this.#host.ranksOnDevice === this.#host.worldSize;
   }
 
+  /** Whether copies may take the slice grid (an aligned, ungathered payload then does): its index lives past each lane's scratch. */
+  #sliceGrid(): boolean {
+    return this.#grid !== 'never' && this.#oneGpu();
+  }
+
   /** Builds an exchange plan on `lane`: the exchange now, moves later. */
   plan(lane: CudaLane, x: ExchangeCall, stream: Stream | undefined, what: string): ExchangePlan {
     this.#host.usable();
@@ -264,7 +269,7 @@ export class MoeCalls {
       if (this.#scratch.has(lane)) continue;
       // x_copy_slices' index past the scratch, where its grid may run.
       const W = this.#host.worldSize;
-      const bytes = this.#grid !== 'never' && this.#oneGpu() ? sliceIndexOffset(W) + SLICE_INDEX_BYTES : scratchBytes(W);
+      const bytes = this.#sliceGrid() ? sliceIndexOffset(W) + SLICE_INDEX_BYTES : scratchBytes(W);
       const ptr = this.#host.device.alloc(bytes);
       // x_fused's blocks wait there for a word equal to the call's sequence number: none may be there.
       this.#host.device.memsetAsync(ptr, 0, bytes, lane.stream);
@@ -351,7 +356,7 @@ export class MoeCalls {
     const bytes = gridBytes(payload) || 1;
     const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
     // x_copy_slices reads its input in send order: a gathered payload takes x_copy_gather.
-    const slices = this.#grid !== 'never' && this.#oneGpu() && aligned && !payload.gather;
+    const slices = this.#sliceGrid() && aligned && !payload.gather;
     writeXParams(launcher.view, slices ? { ...params, sliceSpanLog2: sliceSpanLog2(bytes), gridBytes: bytes } : params);
     const device = this.#host.device;
     // The slice grid's kernels are launched early, each behind the one before, and its x_done lets
