@@ -49,17 +49,34 @@ export class KernelFunction {
   }
 }
 
-/** A module compiled for one architecture and loaded into the current context. */
+/**
+ * A module compiled for one architecture and loaded into the current context, or one borrowed from
+ * another rank of the same process and context (backends/cuda/setup.ts: ranks sharing a GPU run
+ * one copy of the code, not one each), which unload() leaves to its owner.
+ */
 export class KernelModule {
   #handle: bigint;
+  readonly #owned: boolean;
   readonly #functions = new Map<string, KernelFunction>();
 
-  constructor(file: string, arch: number, options: string[] = []) {
+  constructor(file: string, arch: number, options?: string[]);
+  constructor(borrowed: bigint);
+  constructor(file: string | bigint, arch = 0, options: string[] = []) {
+    this.#owned = typeof file === 'string';
+    if (typeof file !== 'string') {
+      this.#handle = file;
+      return;
+    }
     const { source, headers } = loadKernelSources(file);
     const opts = ['--std=c++17', '-default-device', ...options];
     const key = cacheKey([file, source, ...Object.entries(headers).flat(), `sm_${arch}`, ...opts, nvrtcVersion()]);
     const cubin = cached(key, () => compileToCubin({ name: file, source, headers, arch, options: opts }));
     this.#handle = outU64('cuModuleLoadData', (o) => cu().cuModuleLoadData(o, cubin));
+  }
+
+  /** The driver's handle: valid in this context, for every thread of the process. */
+  get handle(): bigint {
+    return this.#handle;
   }
 
   fn(name: string): KernelFunction {
@@ -72,7 +89,7 @@ export class KernelModule {
   }
 
   unload(): void {
-    if (this.#handle === 0n) return;
+    if (this.#handle === 0n || !this.#owned) return;
     check('cuModuleUnload', cu().cuModuleUnload(this.#handle));
     this.#handle = 0n;
   }

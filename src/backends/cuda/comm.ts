@@ -50,6 +50,8 @@ export interface CudaCommInit {
   moeModule: KernelModule;
   /** The allReduce kernels (kernels/all-reduce.cu). */
   allReduceModule: KernelModule;
+  /** Other ranks of this process run these modules too (setup.ts): unloaded only after meeting them. */
+  lendsModules: boolean;
   places: RankPlace[];
   /** Other GPUs of this process, retained for as long as the communicator lives. */
   peerDevices: CudaDevice[];
@@ -78,6 +80,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   readonly #lanes: CudaLane[] = [];
   readonly #symmetric: SymmetricContext;
   readonly #peerDevices: CudaDevice[];
+  readonly #lendsModules: boolean;
   readonly #timer: EventTimer;
   /** Events of record() and of graph replays. */
   readonly #marks: EventRing;
@@ -103,6 +106,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     if (shortfall !== undefined && sharing[0]?.rank === this.rank) process.emitWarning(shortfall, { code: 'A2AV_HARDWARE_QUEUES' });
     this.#device = device;
     this.#peerDevices = init.peerDevices;
+    this.#lendsModules = init.lendsModules;
     this.#store = opts.store;
     this.#timer = new EventTimer(device);
     this.#marks = new EventRing(device);
@@ -421,7 +425,9 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     for (const lane of this.#lanes) lane.release(this.#device);
     this.#marks.destroy();
     this.#timer.destroy();
-    this.#kernels.unload();
+    // Borrowers share this context, so once met, the synchronisation above has seen their last
+    // kernels end too; unmet, one may still be running this code.
+    if (met || !this.#lendsModules) this.#kernels.unload();
     for (const peer of this.#peerDevices) peer.release();
     this.#device.release();
   }

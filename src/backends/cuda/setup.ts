@@ -4,7 +4,7 @@ import { hostname } from 'node:os';
 import type { CommOptions } from '../backend.js';
 import { CudaDevice } from '../../cuda/device.js';
 import { UsageError } from '../../errors.js';
-import { forceSystemScope } from '../../knobs.js';
+import { forceSystemScope, sharedModulesOn } from '../../knobs.js';
 import { KernelModule } from '../../jit/module.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
@@ -12,6 +12,9 @@ import { CudaComm } from './comm.js';
 import { probeDefines } from './probe-defines.js';
 import type { RankPlace } from './symmetric.js';
 
+
+// The cuda backend's modules, in the order CudaCommInit takes them.
+const MODULE_FILES = ['a2av.cu', 'exchange.cu', 'all-reduce.cu'];
 
 export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   const count = CudaDevice.count();
@@ -44,14 +47,27 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   if (opts.rank !== 0) await barrier('a2av/cuda/module');
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && !forceSystemScope();
   const moduleOptions = [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...probeDefines()];
+  // Ranks of one process on one GPU share its context, and so can run one copy of the code: the
+  // first of them loads it and lends the handles. Eight copies of x_fused (137 KB of SASS each)
+  // took turns in the SMs' instruction caches while eight ranks ran it at once (docs/perf.md).
+  const sharers = where.flatMap((w, rank) => (w.pid === process.pid && w.ordinal === device.ordinal ? [rank] : []));
+  const lender = sharedModulesOn() ? sharers[0] : opts.rank;
   // Every module is loaded here, before any rank can launch: loading code onto a GPU waits for the
   // kernels running there, and a peer's kernel that spins waiting for this rank never ends
   // (measured: two ranks on one GPU timed out in their first MoE call when it loaded lazily).
-  const module = new KernelModule('a2av.cu', device.arch, moduleOptions);
-  const moeModule = new KernelModule('exchange.cu', device.arch, moduleOptions);
-  const allReduceModule = new KernelModule('all-reduce.cu', device.arch, moduleOptions);
+  const loaded = lender === opts.rank ? MODULE_FILES.map((file) => new KernelModule(file, device.arch, moduleOptions)) : [];
   if (opts.rank === 0) await barrier('a2av/cuda/module');
-  const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, places: where, peerDevices: [...peerDevices.values()] });
+  const lent = await allGatherJson<string[]>({
+    store: opts.store,
+    key: 'a2av/cuda/modules',
+    rank: opts.rank,
+    worldSize: opts.worldSize,
+    value: loaded.map((m) => m.handle.toString()),
+    timeoutMs: opts.timeoutMs,
+  });
+  const [module, moeModule, allReduceModule] = lender === opts.rank ? loaded : lent[lender].map((h) => new KernelModule(BigInt(h)));
+  const lendsModules = lender === opts.rank && sharedModulesOn() && sharers.length > 1;
+  const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, lendsModules, places: where, peerDevices: [...peerDevices.values()] });
   await comm.init();
   return comm;
 }
