@@ -411,8 +411,13 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done_open(const
 // answers them as x_exchange's receivers do (a round-2 verdict) and completes with one signal.
 // Shared memory (i64 words): hdr[W][XF_HDR], cnt[W][N] (sender's row), glen[W][G] (per receiver:
 // group lengths, then starts), my rows, source rows, running sums, destination rows, where each
-// source lands in my output [N each], outAt[W], total[W], output bases[W], companion bases[W].
+// source lands in my output [N each], outAt[W], total[W], output bases[W], companion bases[W],
+// then the biased chunks of the payload being copied (start, dst, src [N each]).
 #define XF_HDR (A2AV_X1_HEADER + A2AV_XF_EXTRA)
+// The header's words: XF_AGREE that every rank's call must match (kind, row bytes, output, E,
+// alignment), then the sender's own verdict (verdict_word).
+#define XF_AGREE 5
+#define XF_VERDICT_WORDS (A2AV_X1_HEADER - XF_AGREE)
 __host__ __device__ __forceinline__ bool x_fused_fits(int W, int E) {
   return (i64)W * E <= A2AV_MAX_EXPERTS && (i64)W * W * E <= A2AV_XF_MAX_MATRIX;
 }
@@ -463,20 +468,38 @@ __device__ __forceinline__ i64 warp_sum_sat(i64 v) {
 // This rank's send rows (`sent` of them) along the chunks c, then the companion payload's (the
 // same chunks, its own row size and buffers) where there is one.
 template <bool Gather>
-__device__ __forceinline__ void copy_payloads(const XParams& p, XChunks c, u8* const* out2, i64 sent) {
+__device__ __forceinline__ void copy_payloads(const XParams& p, XChunks c, u8* const* out2, i64 sent, const BiasedChunks& biased) {
   const int W = p.world;
   // One call site: the copy inlined once keeps x_fused within its registers (the companion is
   // never gathered: a null table).
   for (int k = 0; k < (p.input2 ? 2 : 1); ++k) {
     if (k == 1) {
-      __syncthreads();  // copy_send_bytes's shared words are the block's again
+      __syncthreads();  // the shared words (for_each_tile's, the biased chunks) are the block's again
       c.out = out2, c.input = p.input2, c.rb = p.rowBytes2;
     }
     const i64 bytes = sent * c.rb;
-    copy_send_bytes<Gather>(c, bytes, chunks_aligned(c.out, W, c.input, c.rb), p.splitByPeer, [&](int q) { return q >= W ? bytes : c.cum[(i64)q * c.E] * c.rb; },
-                            k == 0 ? (i64)blockIdx.x : (i64)gridDim.x - 1 - blockIdx.x, k == 0 ? p.gatherRows : nullptr);
+    const bool aligned = chunks_aligned(c.out, W, c.input, c.rb);
+    const int* gather = k == 0 ? p.gatherRows : nullptr;
+    const auto startOf = [&](int q) { return q >= W ? bytes : c.cum[(i64)q * c.E] * c.rb; };
+    const i64 block = k == 0 ? (i64)blockIdx.x : (i64)gridDim.x - 1 - blockIdx.x;
+    // (x_fused_gather keeps copy_tile alone: the biased path beside it made it spill 200 bytes.)
+    const bool useBiased = !Gather && aligned;
+    if (useBiased) bias_chunks(biased, c);
+    __syncthreads();
+    for_each_tile(bytes, W, p.splitByPeer, startOf, block, [&](i64 lo, i64 hi) {
+      if (useBiased) copy_tile_biased(biased, lo, hi);
+      else copy_tile<Gather>(c, gather, lo, hi, aligned);
+    });
   }
 }
+
+// A probe's switch (A2AV_PROBE_XF_UNROLL1): the layout's member loops not unrolled, a quarter of
+// their code: whether the layout waits on instruction fetch (docs/perf.md).
+#ifdef A2AV_PROBE_XF_UNROLL1
+#define XF_MEMBER_UNROLL _Pragma("unroll 1")
+#else
+#define XF_MEMBER_UNROLL
+#endif
 
 // Up to this many members a group is walked by one thread; past it, by a warp.
 #define XF_THREAD_MEMBERS 8
@@ -524,6 +547,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   i64* total = (i64*)(outAt + W);
   u8** outBase = (u8**)(total + W);
   u8** outBase2 = outBase + W;
+  const BiasedChunks biased{(i64*)(outBase2 + W), (i64*)(outBase2 + W) + N, (i64*)(outBase2 + W) + 2 * N, N};
   PROBE_CLOCKS;
   PROBE_CLOCK(0);
   // Launched early (programmatic dependent launch) when the host found room: as a2av_1d.
@@ -591,7 +615,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
       }
       __syncthreads();
 #ifndef A2AV_PROBE_NO_COPY
-      copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, cum[N - 1] + rows[N - 1]);
+      copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, cum[N - 1] + rows[N - 1], biased);
 #endif
     }
     __syncthreads();
@@ -599,6 +623,19 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     return;
   }
 #endif
+  // Round 1 before this rank's own verdict, so that its peers wait less for it (about 2,000 cycles
+  // at W = 8: docs/perf.md): to every peer the header's agreement words, my whole row, my output
+  // rows and how many completion signals this rank sends (its blocks); the verdict words follow.
+  const int words = A2AV_X1_HEADER + (int)N + A2AV_XF_EXTRA;
+  for (i64 k = tid; blockIdx.x == 0 && k < (i64)W * words; k += nt) {
+    const int r = (int)(k / words), j = (int)(k % words);
+    if (j >= XF_AGREE && j < A2AV_X1_HEADER) continue;
+    i64 v;
+    if (j < XF_AGREE) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
+    else if (j < A2AV_X1_HEADER + N) v = rows[j - A2AV_X1_HEADER];
+    else v = j == A2AV_X1_HEADER + N ? p.outRows : (i64)gridDim.x;
+    ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
+  }
   const i64 sent = block_scan_sat(rows, cum, N, st.scan);
   for (i64 i = tid; i < N; i += nt) {
     if (rows[i] < 0) atomicMin(&st.at, (unsigned long long)i);
@@ -627,28 +664,22 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   __syncthreads();
   PROBE_CLOCK(3);
 
-  // Round 1: to every peer the header, my verdict, my whole row, my output rows and how many
-  // completion signals this rank sends (its blocks).
-  const int words = A2AV_X1_HEADER + (int)N + A2AV_XF_EXTRA;
-  for (i64 k = tid; blockIdx.x == 0 && k < (i64)W * words; k += nt) {
-    const int r = (int)(k / words), j = (int)(k % words);
-    i64 v;
-    if (j < 5) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
-    else if (j < A2AV_X1_HEADER) v = verdict_word(st.v, j - 5);
-    else if (j < A2AV_X1_HEADER + N) v = rows[j - A2AV_X1_HEADER];
-    else v = j == A2AV_X1_HEADER + N ? p.outRows : (i64)gridDim.x;
-    ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
-  }
+  for (int k = tid; blockIdx.x == 0 && k < W * XF_VERDICT_WORDS; k += nt)
+    ll_store(lane_x1(p.padPeers[k / XF_VERDICT_WORDS] + p.laneOffset, W, parity, me) + XF_AGREE + k % XF_VERDICT_WORDS, verdict_word(st.v, k % XF_VERDICT_WORDS), flag);
   const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-  // First the headers (every kind of exchange sends them) ...
-  for (i64 k = tid; k < (i64)W * A2AV_X1_HEADER; k += nt) {
-    const int q = (int)(k / A2AV_X1_HEADER), j = (int)(k % A2AV_X1_HEADER);
-    if (!ll_wait(lane_x1(lane, W, parity, q) + j, flag, deadline, &hdr[q * XF_HDR + j])) {
-      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, hdr[q * XF_HDR + j], me, seq, A2AV_WAIT_ROUND1});
-      st.abort = 1;
-      break;
+  // Header words [from, from + count) of every sender into hdr (a timeout recorded).
+  const auto awaitHeader = [&](int from, int count) {
+    for (int k = tid; k < W * count; k += nt) {
+      const int q = k / count, j = from + k % count;
+      if (!ll_wait(lane_x1(lane, W, parity, q) + j, flag, deadline, &hdr[q * XF_HDR + j])) {
+        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, hdr[q * XF_HDR + j], me, seq, A2AV_WAIT_ROUND1});
+        st.abort = 1;
+        break;
+      }
     }
-  }
+  };
+  // First the agreement words (every kind of exchange sends them) ...
+  awaitHeader(0, XF_AGREE);
   __syncthreads();
   PROBE_CLOCK(4);
   if (st.abort) return;
@@ -678,7 +709,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, W, me, p.timeoutNs}, [](int, i64) { return (i64)1; });
     return;
   }
-  // ... then, the calls matching, every sender's row and extras.
+  // ... then, the calls matching, every sender's row and extras (the verdicts after the layout).
   for (i64 k = tid; k < (i64)W * (N + A2AV_XF_EXTRA); k += nt) {
     const int q = (int)(k / (N + A2AV_XF_EXTRA)), j = (int)(k % (N + A2AV_XF_EXTRA));
     i64* to = j < N ? &cnt[(i64)q * N + j] : &hdr[q * XF_HDR + A2AV_X1_HEADER + (j - (int)N)];
@@ -701,6 +732,13 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   const bool byWarp = M > XF_THREAD_MEMBERS;
   const int lane32 = tid & 31;
   const i64 pairs = (i64)W * G, pairStep = byWarp ? nt >> 5 : nt;
+#ifdef A2AV_PROBE_XF_LENGTHS_TWICE  // the clocks then time the second pass: warm code and data
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      __syncthreads();
+      PROBE_CLOCK(5);
+    }
+#endif
   for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
     const int r = (int)(t / G), g = (int)(t % G);
     i64 len = 0;
@@ -708,17 +746,14 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
       for (int m0 = 0; m0 < M; m0 += 32) len = sat_add(len, member(r, g, m0 + lane32));
       len = warp_sum_sat(len);
     } else {
+      XF_MEMBER_UNROLL
       for (int m = 0; m < M; ++m) len = sat_add(len, member(r, g, m));
     }
     if (!byWarp || lane32 == 0) glen[t] = !byExpert ? len : len == 0 ? p.align : sat_add(len, (p.align - len % p.align) % p.align);
   }
-  if (tid == 0) {
-    i64 key = (i64)X_NONE;
-    int who = -1;
-    for (int q = 0; q < W; ++q)
-      if (hdr[q * XF_HDR + 5] < key) key = hdr[q * XF_HDR + 5], who = q;
-    st.fin = who < 0 ? X_NONE : (unsigned long long)who;
+#ifdef A2AV_PROBE_XF_LENGTHS_TWICE
   }
+#endif
   __syncthreads();
   PROBE_CLOCK(9);
   // ... where each group starts (one warp per receiver) ...
@@ -749,6 +784,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
         pos = sat_add(pos, __shfl_sync(0xffffffffu, upTo, 31));
       }
     } else {
+      XF_MEMBER_UNROLL
       for (int m = 0; m < M; ++m) {
         const i64 c = member(r, g, m);
         place(m, c, pos);
@@ -759,12 +795,22 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
     if (at != (i64)X_NONE) atomicMin(&outAt[r], (unsigned long long)at);
   }
+  // Every sender's verdict words, sent after its row (they have most likely arrived meanwhile).
+  awaitHeader(XF_AGREE, XF_VERDICT_WORDS);
   __syncthreads();
   PROBE_CLOCK(11);
+  if (st.abort) return;
+  if (tid == 0) {
+    i64 key = (i64)X_NONE;
+    int who = -1;
+    for (int q = 0; q < W; ++q)
+      if (hdr[q * XF_HDR + XF_AGREE] < key) key = hdr[q * XF_HDR + XF_AGREE], who = q;
+    st.fin = who < 0 ? X_NONE : (unsigned long long)who;
+  }
   if (tid == 0) {
     // The least verdict: any sender's own, else the lowest receiver's overrun.
     if (st.fin != X_NONE) {
-      st.v = read_verdict(hdr + (int)st.fin * XF_HDR + 5);
+      st.v = read_verdict(hdr + (int)st.fin * XF_HDR + XF_AGREE);
     } else {
       st.v = XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};
       for (int r = 0; r < W; ++r) {
@@ -808,7 +854,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
       p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
     }
 #ifndef A2AV_PROBE_NO_COPY
-    copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, sent);
+    copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, sent, biased);
 #endif
   }
 

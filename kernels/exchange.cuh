@@ -410,10 +410,9 @@ __device__ void copy_tile(const XChunks& c, const int* gather, i64 lo, i64 hi, b
 // from shared memory (x_fused's running sums are there; x_copy stages the W + 1 starts).
 // `block`: this block's place among the grid's (default its index; x_fused gives a second payload
 // the blocks in reverse, so block 0, which waits for the call's completion, takes its last tiles).
-template <bool Gather = false, class StartOf>
-__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split, StartOf startOf, i64 block = blockIdx.x, const int* gather = nullptr) {
+template <class StartOf, class Tile>
+__device__ __forceinline__ void for_each_tile(i64 bytes, int W, int split, StartOf startOf, i64 block, Tile copyTile) {
   const i64 tile = (i64)blockDim.x * 16 * A2AV_COPY_UNROLL;
-  const int W = (int)(c.n / c.E);
   __shared__ int sSplit, sSeg;
   __shared__ i64 sFirst, sQuota;
   if (threadIdx.x == 0)
@@ -425,7 +424,62 @@ __device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, boo
     step = sQuota * tile;
     end = startOf(sSeg + 1);
   }
-  for (i64 lo = start; lo < end; lo += step) copy_tile<Gather>(c, gather, lo, lo + tile < end ? lo + tile : end, aligned);
+  for (i64 lo = start; lo < end; lo += step) copyTile(lo, lo + tile < end ? lo + tile : end);
+}
+template <bool Gather = false, class StartOf>
+__device__ __forceinline__ void copy_send_bytes(const XChunks& c, i64 bytes, bool aligned, int split, StartOf startOf, i64 block = blockIdx.x, const int* gather = nullptr) {
+  for_each_tile(bytes, (int)(c.n / c.E), split, startOf, block, [&](i64 lo, i64 hi) { copy_tile<Gather>(c, gather, lo, hi, aligned); });
+}
+
+// Per chunk, where its bytes start among the send bytes and two address biases: byte x of chunk k
+// goes from src[k] + x to dst[k] + x. Laid out once a payload (x_fused), they spare copy_tile's
+// aligned path a division and three 64-bit products a word (measured at W = 8 on one H200:
+// docs/perf.md).
+struct BiasedChunks {
+  i64 *start, *dst, *src;
+  i64 n;
+};
+__device__ __forceinline__ void bias_chunks(const BiasedChunks& b, const XChunks& c) {
+  for (i64 k = threadIdx.x; k < c.n; k += blockDim.x) {
+    const i64 s = c.cum[k] * c.rb;
+    b.start[k] = s;
+    b.dst[k] = (i64)c.out[k / c.E] + c.dst[k] * c.rb - s;
+    b.src[k] = (i64)c.input + c.src[k] * c.rb - s;
+  }
+}
+// copy_tile's aligned path from biased chunks: every load of the tile before any store.
+__device__ __forceinline__ void copy_tile_biased(const BiasedChunks& b, i64 lo, i64 hi) {
+  i64 k = 0, z = b.n - 1;  // the last chunk starting at or before byte lo
+  while (k < z) {
+    const i64 m = (k + z + 1) >> 1;
+    if (b.start[m] <= lo) k = m;
+    else z = m - 1;
+  }
+  uint4 v[A2AV_COPY_UNROLL];
+  i64 d[A2AV_COPY_UNROLL];
+#pragma unroll
+  for (int u = 0; u < A2AV_COPY_UNROLL; ++u) {
+    const i64 x = lo + ((i64)u * blockDim.x + threadIdx.x) * 16;
+    d[u] = 0;
+    if (x < hi) {
+      // A few steps cover long chunks; past them (many short ones in one tile) a search.
+      int steps = 0;
+      while (k + 1 < b.n && b.start[k + 1] <= x && ++steps <= 8) ++k;
+      if (steps > 8) {
+        i64 z2 = b.n - 1;
+        while (k < z2) {
+          const i64 m = (k + z2 + 1) >> 1;
+          if (b.start[m] <= x) k = m;
+          else z2 = m - 1;
+        }
+      }
+      d[u] = b.dst[k] + x;
+      v[u] = ld_stream((const uint4*)(b.src[k] + x));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < A2AV_COPY_UNROLL; ++u)
+    if (d[u]) *(uint4*)d[u] = v[u];
 }
 
 // Whether copy_tile may take its aligned path: whole 16-byte words per row, every base aligned.

@@ -100,7 +100,7 @@ export function fusedFits(world: number, experts: number): boolean {
 export function fusedSharedBytes(world: number, experts: number, dispatch: boolean): number {
   const n = world * experts;
   const groups = dispatch ? experts : world;
-  return 8 * (world * (X1_HEADER + XF_EXTRA) + world * n + world * groups + 5 * n + 4 * world);
+  return 8 * (world * (X1_HEADER + XF_EXTRA) + world * n + world * groups + 8 * n + 4 * world);
 }
 
 /** Bytes of an exchange plan (plan_words). */
