@@ -493,14 +493,6 @@ __device__ __forceinline__ void copy_payloads(const XParams& p, XChunks c, u8* c
   }
 }
 
-// A probe's switch (A2AV_PROBE_XF_UNROLL1): the layout's member loops not unrolled, a quarter of
-// their code: whether the layout waits on instruction fetch (docs/perf.md).
-#ifdef A2AV_PROBE_XF_UNROLL1
-#define XF_MEMBER_UNROLL _Pragma("unroll 1")
-#else
-#define XF_MEMBER_UNROLL
-#endif
-
 // Up to this many members a group is walked by one thread; past it, by a warp.
 #define XF_THREAD_MEMBERS 8
 
@@ -710,8 +702,11 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     return;
   }
   // ... then, the calls matching, every sender's row and extras (the verdicts after the layout).
-  for (i64 k = tid; k < (i64)W * (N + A2AV_XF_EXTRA); k += nt) {
-    const int q = (int)(k / (N + A2AV_XF_EXTRA)), j = (int)(k % (N + A2AV_XF_EXTRA));
+  // (32-bit indices: 300 cycles less than 64-bit ones at W = 8; reading data already there took
+  // 2,400 cycles, the first pass 3,600: docs/perf.md.)
+  const int per = (int)N + A2AV_XF_EXTRA;
+  for (int k = tid; k < W * per; k += nt) {
+    const int q = k / per, j = k % per;
     i64* to = j < N ? &cnt[(i64)q * N + j] : &hdr[q * XF_HDR + A2AV_X1_HEADER + (j - (int)N)];
     if (!ll_wait(lane_x1(lane, W, parity, q) + A2AV_X1_HEADER + j, flag, deadline, to)) {
       record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, *to, me, seq, A2AV_WAIT_ROUND1});
@@ -732,13 +727,6 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   const bool byWarp = M > XF_THREAD_MEMBERS;
   const int lane32 = tid & 31;
   const i64 pairs = (i64)W * G, pairStep = byWarp ? nt >> 5 : nt;
-#ifdef A2AV_PROBE_XF_LENGTHS_TWICE  // the clocks then time the second pass: warm code and data
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1) {
-      __syncthreads();
-      PROBE_CLOCK(5);
-    }
-#endif
   for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
     const int r = (int)(t / G), g = (int)(t % G);
     i64 len = 0;
@@ -746,14 +734,10 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
       for (int m0 = 0; m0 < M; m0 += 32) len = sat_add(len, member(r, g, m0 + lane32));
       len = warp_sum_sat(len);
     } else {
-      XF_MEMBER_UNROLL
       for (int m = 0; m < M; ++m) len = sat_add(len, member(r, g, m));
     }
     if (!byWarp || lane32 == 0) glen[t] = !byExpert ? len : len == 0 ? p.align : sat_add(len, (p.align - len % p.align) % p.align);
   }
-#ifdef A2AV_PROBE_XF_LENGTHS_TWICE
-  }
-#endif
   __syncthreads();
   PROBE_CLOCK(9);
   // ... where each group starts (one warp per receiver) ...
@@ -784,7 +768,6 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
         pos = sat_add(pos, __shfl_sync(0xffffffffu, upTo, 31));
       }
     } else {
-      XF_MEMBER_UNROLL
       for (int m = 0; m < M; ++m) {
         const i64 c = member(r, g, m);
         place(m, c, pos);

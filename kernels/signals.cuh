@@ -58,18 +58,9 @@ __device__ __forceinline__ u64 global_timer_ns() {
 }
 
 // Spins until *flag >= target; false when deadline (globaltimer ns) passes first.
-// A probe's pause between polls (A2AV_PROBE_SPIN_NS): whether spinning warps slow the work of the
-// blocks beside them on an SM (docs/perf.md).
-#ifdef A2AV_PROBE_SPIN_NS
-#define SPIN_PAUSE() __nanosleep(A2AV_PROBE_SPIN_NS)
-#else
-#define SPIN_PAUSE()
-#endif
-
 __device__ __forceinline__ bool wait_at_least(const i64* flag, i64 target, u64 deadline) {
   int spins = 0;
   while (ld_acquire_peer(flag) < target) {
-    SPIN_PAUSE();
     if (++spins == 64) {
       spins = 0;
       if (global_timer_ns() > deadline) return ld_acquire_peer(flag) >= target;
@@ -88,7 +79,6 @@ __device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, 
       *out = ll_value(v);
       return true;
     }
-    SPIN_PAUSE();
     if (++spins == 64) {
       spins = 0;
       if (global_timer_ns() > deadline) {
