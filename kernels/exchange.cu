@@ -330,15 +330,6 @@ __device__ __noinline__ void xs_copy_rest(const u8* input, u8* const* outPeers, 
   }
 }
 
-// A probe's guess (A2AV_PROBE_XS_COMBINE_EARLY): a combine's sends are its input in order too
-// where its offsets are packed (majorAlign 1), so its words are read before the index as well, and
-// read again where the entry says otherwise (docs/perf.md has the prediction).
-#ifdef A2AV_PROBE_XS_COMBINE_EARLY
-#define XS_GUESS_COMBINE true
-#else
-#define XS_GUESS_COMBINE false
-#endif
-
 // Block b copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, a 16-byte word a
 // thread, and the slice a grid's stride on in the same round when there is one (moe.ts launches
 // a block for two slices: a combine's source is known only from the index, so its blocks live two
@@ -352,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
   // A dispatch's send bytes are its input in order: its words can be read before the index, up to
   // the bytes the grid was sized for (a larger input may hold far more than is sent).
   const i64 readable = p.inRows * p.rowBytes < p.gridBytes ? p.inRows * p.rowBytes : p.gridBytes;
-  const bool inOrder = (p.kind == X_DISPATCH || XS_GUESS_COMBINE) && ((u64)p.input & 15) == 0;
+  const bool inOrder = p.kind == X_DISPATCH && ((u64)p.input & 15) == 0;
   const bool early = inOrder && mine + 16 <= readable, early2 = inOrder && mine2 + 16 <= readable;
   uint4 word, word2;
   if (early) word = ld_stream((const uint4*)(p.input + mine));
@@ -368,15 +359,13 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
   if (first >= total) return;
   // Both slices from the index in one round, or the first alone, or the lookup from the first.
   const bool one = e.x != XS_STRADDLES, two = one && first + step < total && e2.x != XS_STRADDLES;
-  // A guessed word is the right one where the span's source is the input at its send offset.
-  const bool use = early && (!XS_GUESS_COMBINE || e.y == (i64)p.input), use2 = early2 && (!XS_GUESS_COMBINE || e2.y == (i64)p.input);
   if (two) {
-    const uint4 w = use ? word : ld_stream((const uint4*)(e.y + mine));
-    const uint4 w2 = mine2 >= total ? w : use2 ? word2 : ld_stream((const uint4*)(e2.y + mine2));
+    const uint4 w = early ? word : ld_stream((const uint4*)(e.y + mine));
+    const uint4 w2 = mine2 >= total ? w : early2 ? word2 : ld_stream((const uint4*)(e2.y + mine2));
     *(uint4*)(e.x + mine) = w;  // first + slice <= first + step < total
     if (mine2 < total) *(uint4*)(e2.x + mine2) = w2;
   } else if (one && mine < total) {
-    *(uint4*)(e.x + mine) = use ? word : ld_stream((const uint4*)(e.y + mine));
+    *(uint4*)(e.x + mine) = early ? word : ld_stream((const uint4*)(e.y + mine));
   }
   const i64 next = two ? first + 2 * step : one ? first + step : first;
   if (next < total) xs_copy_rest(p.input, p.outPeers, p.plan, p.world, p.experts, p.rowBytes, shift, index, next, total);

@@ -188,11 +188,6 @@ if [[ "$ops" == *" variants "* ]]; then
       echo "A2AV_MOE_GRID=$grid"
       CUDA_VISIBLE_DEVICES=0 A2AV_MOE_GRID=$grid timeout 300 node scripts/probe/moe-timing.mjs 8 "$moe" 2>&1 | tee "$OUT/variant-moe-grid-$grid.txt" | grep '^W=' || rc=1
     done
-    # The slice grid's probe (kernels/exchange.cu, x_copy_slices; docs/perf.md has the prediction).
-    for d in A2AV_PROBE_XS_COMBINE_EARLY; do
-      echo "A2AV_PROBE_DEFINES=$d"
-      CUDA_VISIBLE_DEVICES=0 A2AV_PROBE_DEFINES=$d timeout 300 node scripts/probe/moe-timing.mjs 8 "$moe" 2>&1 | tee "$OUT/variant-moe-grid-$d.txt" | grep '^W=' || rc=1
-    done
     step "variant A2AV_MOE_GRID=always: the MoE and exchange-plan conformance cases (ranks as threads)"
     A2AV_MOE_GRID=always A2AV_TEST_FILES=conformance timeout 600 node scripts/run-tests.mjs --test-reporter=tap --test-name-pattern="MoE|exchange plans" > "$OUT/variant-moe-grid-tests.log" 2>&1 || rc=1
     grep -E '^# (tests|pass|fail)' "$OUT/variant-moe-grid-tests.log"
