@@ -439,22 +439,35 @@ struct BiasedChunks {
   i64 *start, *dst, *src;
   i64 n;
 };
-__device__ __forceinline__ void bias_chunks(const BiasedChunks& b, const XChunks& c) {
-  for (i64 k = threadIdx.x; k < c.n; k += blockDim.x) {
-    const i64 s = c.cum[k] * c.rb;
-    b.start[k] = s;
-    b.dst[k] = (i64)c.out[k / c.E] + c.dst[k] * c.rb - s;
-    b.src[k] = (i64)c.input + c.src[k] * c.rb - s;
+__host__ __device__ inline void bias_chunk(const BiasedChunks& b, const XChunks& c, i64 k) {
+  const i64 s = c.cum[k] * c.rb;
+  b.start[k] = s;
+  b.dst[k] = (i64)c.out[k / c.E] + c.dst[k] * c.rb - s;
+  b.src[k] = (i64)c.input + c.src[k] * c.rb - s;
+}
+// The last chunk starting at or before byte x, searched from chunk k on (k <= it).
+__host__ __device__ inline i64 biased_search(const i64* start, i64 n, i64 k, i64 x) {
+  i64 z = n - 1;
+  while (k < z) {
+    const i64 m = (k + z + 1) >> 1;
+    if (start[m] <= x) k = m;
+    else z = m - 1;
   }
+  return k;
+}
+// From chunk k, at or before byte x, to the chunk holding it: a few steps cover long chunks; past
+// them (many short ones in one tile) a search. tests/chunk-lookup.test.ts checks it on the host.
+__host__ __device__ inline i64 biased_chunk_from(const i64* start, i64 n, i64 k, i64 x) {
+  int steps = 0;
+  while (k + 1 < n && start[k + 1] <= x && ++steps <= 8) ++k;
+  return steps > 8 ? biased_search(start, n, k, x) : k;
+}
+__device__ __forceinline__ void bias_chunks(const BiasedChunks& b, const XChunks& c) {
+  for (i64 k = threadIdx.x; k < c.n; k += blockDim.x) bias_chunk(b, c, k);
 }
 // copy_tile's aligned path from biased chunks: every load of the tile before any store.
 __device__ __forceinline__ void copy_tile_biased(const BiasedChunks& b, i64 lo, i64 hi) {
-  i64 k = 0, z = b.n - 1;  // the last chunk starting at or before byte lo
-  while (k < z) {
-    const i64 m = (k + z + 1) >> 1;
-    if (b.start[m] <= lo) k = m;
-    else z = m - 1;
-  }
+  i64 k = biased_search(b.start, b.n, 0, lo);
   uint4 v[A2AV_COPY_UNROLL];
   i64 d[A2AV_COPY_UNROLL];
 #pragma unroll
@@ -462,17 +475,7 @@ __device__ __forceinline__ void copy_tile_biased(const BiasedChunks& b, i64 lo, 
     const i64 x = lo + ((i64)u * blockDim.x + threadIdx.x) * 16;
     d[u] = 0;
     if (x < hi) {
-      // A few steps cover long chunks; past them (many short ones in one tile) a search.
-      int steps = 0;
-      while (k + 1 < b.n && b.start[k + 1] <= x && ++steps <= 8) ++k;
-      if (steps > 8) {
-        i64 z2 = b.n - 1;
-        while (k < z2) {
-          const i64 m = (k + z2 + 1) >> 1;
-          if (b.start[m] <= x) k = m;
-          else z2 = m - 1;
-        }
-      }
+      k = biased_chunk_from(b.start, b.n, k, x);
       d[u] = b.dst[k] + x;
       v[u] = ld_stream((const uint4*)(b.src[k] + x));
     }

@@ -1,7 +1,7 @@
-// How x_copy_slices finds the chunk of each 16-byte word of its slice (kernels/exchange.cuh):
-// its index entries (xs_chunk_entries), x_chunk_at and x_chunk_from, and the window its spans across
-// chunks take (xs_base, xs_find, x_chunk_at past it), compiled by
-// nvcc for the host and run on fresh random chunk tables (empty chunks, runs of them, one-row
+// How x_copy_slices and x_fused find the chunk of each 16-byte word they copy (kernels/exchange.cuh):
+// x_copy_slices' index entries (xs_chunk_entries), x_chunk_at and x_chunk_from, the window its spans
+// across chunks take (xs_base, xs_find, x_chunk_at past it), and x_fused's biased chunks (bias_chunk,
+// biased_search, biased_chunk_from), compiled by nvcc for the host and run on fresh random chunk tables (empty chunks, runs of them, one-row
 // chunks, a table of one chunk, tables longer than the window) against the chunk computed here:
 // the one whose byte range holds the word. Skipped with a message where nvcc is missing (CI has it).
 import assert from 'node:assert/strict';
@@ -231,6 +231,92 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
       }
     });
     assert.ok(whole > 0 && across > 0, `both kinds of span were checked (${whole} in one chunk, ${across} looked up)`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('x_fused\'s biased chunks (bias_chunk, biased_search, biased_chunk_from): every word of every tile goes from its source to its destination', (t) => {
+  if (nvcc === undefined) return t.skip('nvcc not found: the chunks cannot be compiled here (CI has nvcc)');
+  const rng = new Rng(seed);
+  interface Case extends Table {
+    E: number;
+    src: number[];
+    dst: number[];
+    out: bigint[];
+    threads: number;
+  }
+  const withRoutes = (table: Table, E: number, threads: number): Case => ({
+    ...table,
+    E,
+    threads,
+    // A combine's sources lie anywhere in its input; destinations anywhere in the receiver's output.
+    src: table.rows.map(() => rng.int(5000)),
+    dst: table.rows.map(() => rng.int(5000)),
+    out: Array.from({ length: table.rows.length / E }, (_, q) => BigInt(q + 1) << 36n),
+  });
+  // x_fused's plans (at most 256 chunks), and 2048 one-word chunks, where a thread's words lie 512
+  // chunks apart and every step past the first word takes the search.
+  const cases: Case[] = [withRoutes({ rb: 16, rows: Array.from({ length: 2048 }, () => 1) }, 256, 512)];
+  for (let i = 0; i < 60; i++) {
+    const table = randomTable(rng, 256, rng.int(3) === 0);
+    const n = table.rows.length;
+    const E = rng.pick(Array.from({ length: n }, (_, d) => d + 1).filter((d) => n % d === 0));
+    cases.push(withRoutes(table, E, rng.pick([32, 128, 512])));
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-biased-'));
+  try {
+    // Per case: n rb E threads, rows, src, dst, the output bases. As copy_tile_biased: per tile of
+    // threads x 16 x A2AV_COPY_UNROLL bytes, the chunk at its first byte, then each thread's words
+    // in order, each from the chunk the thread's last word was in. Prints every word's (dst src).
+    writeFileSync(
+      join(dir, 'biased.cu'),
+      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
+        `  long long n, rb, E, nt;\n` +
+        `  while (scanf("%lld %lld %lld %lld", &n, &rb, &E, &nt) == 4) {\n` +
+        `    std::vector<i64> rows(n), src(n), dst(n), cum(n), bs(n), bd(n), bsrc(n); std::vector<u8*> out(n / E); i64 sum = 0;\n` +
+        `    for (auto* v : {&rows, &src, &dst}) for (auto& x : *v) { long long y; scanf("%lld", &y); x = y; }\n` +
+        `    for (auto& o : out) { unsigned long long y; scanf("%llu", &y); o = (u8*)y; }\n` +
+        `    for (i64 k = 0; k < n; ++k) { cum[k] = sum; sum += rows[k]; }\n` +
+        `    const XChunks c{rows.data(), src.data(), dst.data(), cum.data(), out.data(), (const u8*)(1ull << 44), n, rb, (int)E};\n` +
+        `    const BiasedChunks b{bs.data(), bd.data(), bsrc.data(), n};\n` +
+        `    for (i64 k = n - 1; k >= 0; --k) bias_chunk(b, c, k);\n` +
+        `    const i64 total = sum * rb, tile = nt * 16 * A2AV_COPY_UNROLL;\n` +
+        `    std::vector<i64> gd(total / 16, 0), gs(total / 16, 0);\n` +
+        `    for (i64 lo = 0; lo < total; lo += tile) {\n` +
+        `      const i64 hi = lo + tile < total ? lo + tile : total, k0 = biased_search(b.start, n, 0, lo);\n` +
+        `      for (i64 t = 0; t < nt; ++t) {\n` +
+        `        i64 k = k0;\n` +
+        `        for (int u = 0; u < A2AV_COPY_UNROLL; ++u) {\n` +
+        `          const i64 x = lo + (u * nt + t) * 16;\n` +
+        `          if (x >= hi) continue;\n` +
+        `          k = biased_chunk_from(b.start, n, k, x);\n` +
+        `          gd[x / 16] = b.dst[k] + x; gs[x / 16] = b.src[k] + x;\n` +
+        `        }\n` +
+        `      }\n` +
+        `    }\n` +
+        `    for (i64 w = 0; w < total / 16; ++w) printf("%lld %lld ", (long long)gd[w], (long long)gs[w]);\n` +
+        `    printf("\\n");\n` +
+        `  }\n}\n`,
+    );
+    execFileSync(nvcc!, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'biased.cu'), '-o', join(dir, 'biased')]);
+    const input = cases.map((c) => [c.rows.length, c.rb, c.E, c.threads, ...c.rows, ...c.src, ...c.dst, ...c.out].join(' ')).join('\n') + '\n';
+    const lines = execFileSync(join(dir, 'biased'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
+    const INPUT = 1n << 44n;
+    cases.forEach((c, i) => {
+      const label = `${labelOf(c, i)}, E ${c.E}, ${c.threads} threads`;
+      const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
+      let x = 0;
+      c.rows.forEach((r, k) => {
+        const base = x;
+        for (; x < base + r * c.rb; x += 16) {
+          const off = BigInt(x - base);
+          assert.equal(got[x / 8], c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s destination`);
+          assert.equal(got[x / 8 + 1], INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s source`);
+        }
+      });
+      assert.equal(got.length, x / 8, `${label}: a pair a word`);
+    });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
