@@ -58,6 +58,42 @@ function runLookup(perTable: string, tables: readonly Table[]): string[] {
   }
 }
 
+/** A table with its routes: E experts a rank, each chunk's source and destination rows, every rank's output base. */
+interface Routed extends Table {
+  E: number;
+  src: number[];
+  dst: number[];
+  out: bigint[];
+}
+
+/**
+ * Compiles a program that reads each routed case (n, rb, E, one more number `param`, then rows,
+ * src, dst and the output bases) into vectors `rows`, `src`, `dst`, their running sums `cum`, `out`
+ * and `sum` rows, then runs `perCase` (C++ printing one line); returns its lines, a case each.
+ */
+function runRouted<C extends Routed>(param: { name: string; of: (c: C) => number }, perCase: string, cases: readonly C[]): string[] {
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-routed-'));
+  try {
+    writeFileSync(
+      join(dir, 'routed.cu'),
+      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
+        `  long long n, rb, E, ${param.name};\n` +
+        `  while (scanf("%lld %lld %lld %lld", &n, &rb, &E, &${param.name}) == 4) {\n` +
+        `    std::vector<i64> rows(n), src(n), dst(n), cum(n); std::vector<u8*> out(n / E); i64 sum = 0;\n` +
+        `    for (auto* v : {&rows, &src, &dst}) for (auto& x : *v) { long long y; scanf("%lld", &y); x = y; }\n` +
+        `    for (auto& o : out) { unsigned long long y; scanf("%llu", &y); o = (u8*)y; }\n` +
+        `    for (i64 k = 0; k < n; ++k) { cum[k] = sum; sum += rows[k]; }\n` +
+        perCase +
+        `  }\n}\n`,
+    );
+    execFileSync(nvcc!, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'routed.cu'), '-o', join(dir, 'routed')]);
+    const input = cases.map((c) => [c.rows.length, c.rb, c.E, param.of(c), ...c.rows, ...c.src, ...c.dst, ...c.out].join(' ')).join('\n') + '\n';
+    return execFileSync(join(dir, 'routed'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /** Asserts `got` names, word by word, the chunk of `table` that holds each word. */
 function checkChunks(got: number[], table: Table, label: string): void {
   const want: number[] = [];
@@ -138,11 +174,7 @@ test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word 
 test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every byte to its source and destination; a span across chunks is looked up', (t) => {
   if (nvcc === undefined) return t.skip('nvcc not found: the index cannot be compiled here (CI has nvcc)');
   const rng = new Rng(seed);
-  interface Case extends Table {
-    E: number;
-    src: number[];
-    dst: number[];
-    out: bigint[];
+  interface Case extends Routed {
     span: number;
   }
   const cases: Case[] = [];
@@ -165,85 +197,66 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
     const out = Array.from({ length: W }, (_, q) => (BigInt(q + 1) << 32n) + (rng.int(5) === 0 ? 8n : 0n));
     cases.push({ ...table, E, src, dst, out, span: 16 << rng.int(9) });
   }
-  const dir = mkdtempSync(join(tmpdir(), 'a2av-index-'));
-  try {
-    // Per case: n rb E span, rows, src, dst, the W output bases; prints each span's entry (dst src).
-    writeFileSync(
-      join(dir, 'index.cu'),
-      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
-        `  long long n, rb, E, span;\n` +
-        `  while (scanf("%lld %lld %lld %lld", &n, &rb, &E, &span) == 4) {\n` +
-        `    std::vector<i64> rows(n), src(n), dst(n), cum(n); std::vector<u8*> out(n / E); i64 sum = 0;\n` +
-        `    for (auto* v : {&rows, &src, &dst}) for (auto& x : *v) { long long y; scanf("%lld", &y); x = y; }\n` +
-        `    for (auto& o : out) { unsigned long long y; scanf("%llu", &y); o = (u8*)y; }\n` +
-        `    for (i64 k = 0; k < n; ++k) { cum[k] = sum; sum += rows[k]; }\n` +
-        `    const PlanArrays plan{rows.data(), src.data(), dst.data(), cum.data()};\n` +
-        `    const u8* input = (const u8*)(1ull << 44);\n` +
-        `    int shift = 0; while ((1ll << shift) < span) ++shift;\n` +
-        `    const i64 spans = (sum * rb + span - 1) / span;\n` +
-        `    std::vector<XsEntry> got(spans, XsEntry{0, 0}); std::vector<int> writes(spans, 0);\n` +
-        `    // Chunks in reverse and each by 3 \"lanes\": the entries must not depend on the order.\n` +
-        `    for (i64 k = n - 1; k >= 0; --k) for (int t = 0; t < 3; ++t)\n` +
-        `      xs_chunk_entries(plan, k, (int)E, rb, sum * rb, shift, spans, out.data(), input, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
-        `    for (i64 i = 0; i < spans; ++i) printf("%lld %lld %d ", (long long)got[i].dst, (long long)got[i].src, writes[i]);\n` +
-        `    printf("\\n");\n` +
-        `  }\n}\n`,
-    );
-    execFileSync(nvcc!, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'index.cu'), '-o', join(dir, 'index')]);
-    const input = cases.map((c) => [c.rows.length, c.rb, c.E, c.span, ...c.rows, ...c.src, ...c.dst, ...c.out].join(' ')).join('\n') + '\n';
-    const lines = execFileSync(join(dir, 'index'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
-    const INPUT = 1n << 44n;
-    let whole = 0;
-    let across = 0;
-    cases.forEach((c, i) => {
-      const label = `${labelOf(c, i)}, E ${c.E}, span ${c.span}`;
-      const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
-      // Each byte's chunk (16-byte steps: rows are whole words) and where it goes and comes from.
-      const starts: number[] = [];
-      let sum = 0;
-      for (const r of c.rows) starts.push((sum += r) - r);
-      const total = sum * c.rb;
-      const chunkOf = (x: number) => {
-        let k = 0;
-        while (k + 1 < c.rows.length && starts[k + 1]! * c.rb <= x) k++;
-        return k;
-      };
-      assert.equal(got.length, 3 * Math.ceil(total / c.span), `${label}: an entry a span`);
-      for (let s = 0; s * c.span < total; s++) {
-        const [dst, src, writes] = [got[3 * s]!, got[3 * s + 1]!, got[3 * s + 2]!];
-        assert.equal(writes, 1n, `${label}: span ${s}'s entry written once`);
-        const lo = s * c.span;
-        const hi = Math.min(lo + c.span, total);
-        const k = chunkOf(lo);
-        const oneChunk = chunkOf(hi - 16) === k;
-        const aligned = c.out[Math.floor(k / c.E)]! % 16n === 0n;
-        if (!oneChunk || !aligned) {
-          assert.equal(dst, 1n, `${label}: span ${s} (${oneChunk ? 'unaligned output' : 'across chunks'}) is marked XS_STRADDLES`);
-          across++;
-          continue;
-        }
-        whole++;
-        for (let x = lo; x < hi; x += 16) {
-          const off = BigInt(x - starts[k]! * c.rb);
-          assert.equal(dst + BigInt(x), c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x}'s destination`);
-          assert.equal(src + BigInt(x), INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x}'s source`);
-        }
+  // Per case: prints each span's entry (dst src) and how often it was written.
+  const lines = runRouted(
+    { name: 'span', of: (c: Case) => c.span },
+    `    const PlanArrays plan{rows.data(), src.data(), dst.data(), cum.data()};\n` +
+      `    const u8* input = (const u8*)(1ull << 44);\n` +
+      `    int shift = 0; while ((1ll << shift) < span) ++shift;\n` +
+      `    const i64 spans = (sum * rb + span - 1) / span;\n` +
+      `    std::vector<XsEntry> got(spans, XsEntry{0, 0}); std::vector<int> writes(spans, 0);\n` +
+      `    // Chunks in reverse and each by 3 \"lanes\": the entries must not depend on the order.\n` +
+      `    for (i64 k = n - 1; k >= 0; --k) for (int t = 0; t < 3; ++t)\n` +
+      `      xs_chunk_entries(plan, k, (int)E, rb, sum * rb, shift, spans, out.data(), input, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
+      `    for (i64 i = 0; i < spans; ++i) printf("%lld %lld %d ", (long long)got[i].dst, (long long)got[i].src, writes[i]);\n` +
+      `    printf("\\n");\n`,
+    cases,
+  );
+  const INPUT = 1n << 44n;
+  let whole = 0;
+  let across = 0;
+  cases.forEach((c, i) => {
+    const label = `${labelOf(c, i)}, E ${c.E}, span ${c.span}`;
+    const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
+    // Each byte's chunk (16-byte steps: rows are whole words) and where it goes and comes from.
+    const starts: number[] = [];
+    let sum = 0;
+    for (const r of c.rows) starts.push((sum += r) - r);
+    const total = sum * c.rb;
+    const chunkOf = (x: number) => {
+      let k = 0;
+      while (k + 1 < c.rows.length && starts[k + 1]! * c.rb <= x) k++;
+      return k;
+    };
+    assert.equal(got.length, 3 * Math.ceil(total / c.span), `${label}: an entry a span`);
+    for (let s = 0; s * c.span < total; s++) {
+      const [dst, src, writes] = [got[3 * s]!, got[3 * s + 1]!, got[3 * s + 2]!];
+      assert.equal(writes, 1n, `${label}: span ${s}'s entry written once`);
+      const lo = s * c.span;
+      const hi = Math.min(lo + c.span, total);
+      const k = chunkOf(lo);
+      const oneChunk = chunkOf(hi - 16) === k;
+      const aligned = c.out[Math.floor(k / c.E)]! % 16n === 0n;
+      if (!oneChunk || !aligned) {
+        assert.equal(dst, 1n, `${label}: span ${s} (${oneChunk ? 'unaligned output' : 'across chunks'}) is marked XS_STRADDLES`);
+        across++;
+        continue;
       }
-    });
-    assert.ok(whole > 0 && across > 0, `both kinds of span were checked (${whole} in one chunk, ${across} looked up)`);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+      whole++;
+      for (let x = lo; x < hi; x += 16) {
+        const off = BigInt(x - starts[k]! * c.rb);
+        assert.equal(dst + BigInt(x), c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x}'s destination`);
+        assert.equal(src + BigInt(x), INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x}'s source`);
+      }
+    }
+  });
+  assert.ok(whole > 0 && across > 0, `both kinds of span were checked (${whole} in one chunk, ${across} looked up)`);
 });
 
 test('x_fused\'s biased chunks (bias_chunk, biased_search, biased_chunk_from): every word of every tile goes from its source to its destination', (t) => {
   if (nvcc === undefined) return t.skip('nvcc not found: the chunks cannot be compiled here (CI has nvcc)');
   const rng = new Rng(seed);
-  interface Case extends Table {
-    E: number;
-    src: number[];
-    dst: number[];
-    out: bigint[];
+  interface Case extends Routed {
     threads: number;
   }
   const withRoutes = (table: Table, E: number, threads: number): Case => ({
@@ -264,60 +277,46 @@ test('x_fused\'s biased chunks (bias_chunk, biased_search, biased_chunk_from): e
     const E = rng.pick(Array.from({ length: n }, (_, d) => d + 1).filter((d) => n % d === 0));
     cases.push(withRoutes(table, E, rng.pick([32, 128, 512])));
   }
-  const dir = mkdtempSync(join(tmpdir(), 'a2av-biased-'));
-  try {
-    // Per case: n rb E threads, rows, src, dst, the output bases. As copy_tile_biased: per tile of
-    // threads x 16 x A2AV_COPY_UNROLL bytes, the chunk at its first byte, then each thread's words
-    // in order, each from the chunk the thread's last word was in. Prints every word's (dst src).
-    writeFileSync(
-      join(dir, 'biased.cu'),
-      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
-        `  long long n, rb, E, nt;\n` +
-        `  while (scanf("%lld %lld %lld %lld", &n, &rb, &E, &nt) == 4) {\n` +
-        `    std::vector<i64> rows(n), src(n), dst(n), cum(n), bs(n), bd(n), bsrc(n); std::vector<u8*> out(n / E); i64 sum = 0;\n` +
-        `    for (auto* v : {&rows, &src, &dst}) for (auto& x : *v) { long long y; scanf("%lld", &y); x = y; }\n` +
-        `    for (auto& o : out) { unsigned long long y; scanf("%llu", &y); o = (u8*)y; }\n` +
-        `    for (i64 k = 0; k < n; ++k) { cum[k] = sum; sum += rows[k]; }\n` +
-        `    const XChunks c{rows.data(), src.data(), dst.data(), cum.data(), out.data(), (const u8*)(1ull << 44), n, rb, (int)E};\n` +
-        `    const BiasedChunks b{bs.data(), bd.data(), bsrc.data(), n};\n` +
-        `    for (i64 k = n - 1; k >= 0; --k) bias_chunk(b, c, k);\n` +
-        `    const i64 total = sum * rb, tile = nt * 16 * A2AV_COPY_UNROLL;\n` +
-        `    std::vector<i64> gd(total / 16, 0), gs(total / 16, 0);\n` +
-        `    for (i64 lo = 0; lo < total; lo += tile) {\n` +
-        `      const i64 hi = lo + tile < total ? lo + tile : total, k0 = biased_search(b.start, n, 0, lo);\n` +
-        `      for (i64 t = 0; t < nt; ++t) {\n` +
-        `        i64 k = k0;\n` +
-        `        for (int u = 0; u < A2AV_COPY_UNROLL; ++u) {\n` +
-        `          const i64 x = lo + (u * nt + t) * 16;\n` +
-        `          if (x >= hi) continue;\n` +
-        `          k = biased_chunk_from(b.start, n, k, x);\n` +
-        `          gd[x / 16] = b.dst[k] + x; gs[x / 16] = b.src[k] + x;\n` +
-        `        }\n` +
-        `      }\n` +
-        `    }\n` +
-        `    for (i64 w = 0; w < total / 16; ++w) printf("%lld %lld ", (long long)gd[w], (long long)gs[w]);\n` +
-        `    printf("\\n");\n` +
-        `  }\n}\n`,
-    );
-    execFileSync(nvcc!, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'biased.cu'), '-o', join(dir, 'biased')]);
-    const input = cases.map((c) => [c.rows.length, c.rb, c.E, c.threads, ...c.rows, ...c.src, ...c.dst, ...c.out].join(' ')).join('\n') + '\n';
-    const lines = execFileSync(join(dir, 'biased'), { input, encoding: 'utf8', maxBuffer: 1 << 28 }).split('\n');
-    const INPUT = 1n << 44n;
-    cases.forEach((c, i) => {
-      const label = `${labelOf(c, i)}, E ${c.E}, ${c.threads} threads`;
-      const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
-      let x = 0;
-      c.rows.forEach((r, k) => {
-        const base = x;
-        for (; x < base + r * c.rb; x += 16) {
-          const off = BigInt(x - base);
-          assert.equal(got[x / 8], c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s destination`);
-          assert.equal(got[x / 8 + 1], INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s source`);
-        }
-      });
-      assert.equal(got.length, x / 8, `${label}: a pair a word`);
+  // As copy_tile_biased: per tile of threads x 16 x A2AV_COPY_UNROLL bytes, the chunk at its first
+  // byte, then each thread's words in order, each from the chunk the thread's last word was in.
+  // Prints every word's (dst src).
+  const lines = runRouted(
+    { name: 'nt', of: (c: Case) => c.threads },
+    `    std::vector<i64> bs(n), bd(n), bsrc(n);\n` +
+      `    const XChunks c{rows.data(), src.data(), dst.data(), cum.data(), out.data(), (const u8*)(1ull << 44), n, rb, (int)E};\n` +
+      `    const BiasedChunks b{bs.data(), bd.data(), bsrc.data(), n};\n` +
+      `    for (i64 k = n - 1; k >= 0; --k) bias_chunk(b, c, k);\n` +
+      `    const i64 total = sum * rb, tile = nt * 16 * A2AV_COPY_UNROLL;\n` +
+      `    std::vector<i64> gd(total / 16, 0), gs(total / 16, 0);\n` +
+      `    for (i64 lo = 0; lo < total; lo += tile) {\n` +
+      `      const i64 hi = lo + tile < total ? lo + tile : total, k0 = biased_search(b.start, n, 0, lo);\n` +
+      `      for (i64 t = 0; t < nt; ++t) {\n` +
+      `        i64 k = k0;\n` +
+      `        for (int u = 0; u < A2AV_COPY_UNROLL; ++u) {\n` +
+      `          const i64 x = lo + (u * nt + t) * 16;\n` +
+      `          if (x >= hi) continue;\n` +
+      `          k = biased_chunk_from(b.start, n, k, x);\n` +
+      `          gd[x / 16] = b.dst[k] + x; gs[x / 16] = b.src[k] + x;\n` +
+      `        }\n` +
+      `      }\n` +
+      `    }\n` +
+      `    for (i64 w = 0; w < total / 16; ++w) printf("%lld %lld ", (long long)gd[w], (long long)gs[w]);\n` +
+      `    printf("\\n");\n`,
+    cases,
+  );
+  const INPUT = 1n << 44n;
+  cases.forEach((c, i) => {
+    const label = `${labelOf(c, i)}, E ${c.E}, ${c.threads} threads`;
+    const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
+    let x = 0;
+    c.rows.forEach((r, k) => {
+      const base = x;
+      for (; x < base + r * c.rb; x += 16) {
+        const off = BigInt(x - base);
+        assert.equal(got[x / 8], c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s destination`);
+        assert.equal(got[x / 8 + 1], INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s source`);
+      }
     });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+    assert.equal(got.length, x / 8, `${label}: a pair a word`);
+  });
 });
