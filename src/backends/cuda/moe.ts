@@ -123,7 +123,12 @@ export function sliceSpanLog2(bytes: number): number {
   while (Math.ceil(bytes / 2 ** log2) > SLICE_INDEX_ENTRIES) log2++;
   return log2;
 }
-const FUSED_THREADS = 512;
+/**
+ * x_fused's block size. At W = 8 on one H200 the rows wait (W x (W x E + 2) packets, two or three a
+ * thread with 512) is its longest wait; 1024 threads (A2AV_PROBE_DEFINES=A2AV_PROBE_XF_THREADS=1024, a
+ * probe's) would take one or two, in half as many blocks (docs/perf.md has the prediction).
+ */
+const FUSED_THREADS = probeNumber('A2AV_PROBE_XF_THREADS', 512, 32);
 /** Open exchange plans served from the pool; more are allocated (and freed) as they come and go. */
 export const PLAN_POOL = 8;
 
