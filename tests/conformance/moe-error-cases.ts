@@ -169,7 +169,7 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
     { label: `rank ${q} with another E`, call: () => dispatch({ experts: of(me, E - 1, E) }), want: want(E - 1, E) },
     { label: `rank ${q} with another majorAlign`, call: () => dispatch({ align: of(me, 2 * ALIGN, ALIGN) }), want: want(2 * ALIGN, ALIGN) },
     {
-      // On cuda the others' calls fit one fused kernel and rank q's does not (kernels/exchange.cu):
+      // On cuda the others' calls fit one fused kernel and rank q's does not (kernels/exchange-fused.cuh):
       // the two exchanges must still agree on the refusal.
       label: `rank ${q} with ${MANY_EXPERTS} experts (a split matrix too large to fuse)`,
       call: () =>

@@ -96,7 +96,7 @@ export function fusedFits(world: number, experts: number): boolean {
   return world * experts <= MAX_EXPERTS && world * world * experts <= XF_MAX_MATRIX;
 }
 
-/** Dynamic shared memory of x_fused (its layout: kernels/exchange.cu). */
+/** Dynamic shared memory of x_fused (its layout: kernels/exchange-fused.cuh). */
 export function fusedSharedBytes(world: number, experts: number, dispatch: boolean): number {
   const n = world * experts;
   const groups = dispatch ? experts : world;

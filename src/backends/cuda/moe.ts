@@ -378,7 +378,7 @@ export class MoeCalls {
         if (early) launcher.launchEarly(1, threads, stream, 0, this.#fns.doneOpen, true);
         else launcher.launch(1, threads, stream, 0, this.#fns.done);
       } else if (slices) {
-        // The index (a warp a chunk), then a block two slices (kernels/exchange.cu).
+        // The index (a warp a chunk), then a block two slices (kernels/exchange-slices.cuh).
         const chunks = this.#host.worldSize * params.experts;
         go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(chunks / (SLICE_THREADS / 32)))), SLICE_THREADS, this.#fns.sliceIndex);
         go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICES_A_BLOCK * SLICE_BYTES)))), SLICE_THREADS, this.#fns.slices);

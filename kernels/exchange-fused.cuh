@@ -1,0 +1,469 @@
+// A whole MoE call in one launch for small routings: x_fused and x_fused_gather (kernels/exchange.cu
+// has the three-kernel form it stands in for).
+#pragma once
+#include "exchange.cuh"
+#include "probe-clocks.cuh"
+
+// x_fused: a whole dispatch or combine in one launch, for routings small enough that every rank
+// can hold the whole split matrix (x_fused_fits). One round instead of two: every rank sends every
+// peer its whole row of counts (round-1 slots, after the same 11 header words as x_exchange), so
+// block 0 lays out every receiver's output itself and reaches the rules' verdict with no answer
+// round; it leaves this rank's chunks in the lane's scratch and raises a flag there (the call's
+// sequence number), for which the other blocks wait (one word each, not the W * W * E packets:
+// 8 ranks on one GPU were measured slower with every block polling every packet); then every
+// block copies its tiles and signals, as a2av_1d. The grid is sized so that every rank's blocks
+// are resident at once (moe.ts), so block 0 always runs.
+// The choice depends only on W and E, which every rank shares unless the call is refused for a
+// mismatch; so a rank here may meet peers in x_exchange only when the headers differ: it then
+// answers them as x_exchange's receivers do (a round-2 verdict) and completes with one signal.
+// Shared memory (i64 words): hdr[W][XF_HDR], cnt[W][N] (sender's row), glen[W][G] (per receiver:
+// group lengths, then starts), my rows, source rows, running sums, destination rows, where each
+// source lands in my output [N each], outAt[W], total[W], output bases[W], companion bases[W],
+// then the biased chunks of the payload being copied (start, dst, src [N each]).
+#define XF_HDR (A2AV_X1_HEADER + A2AV_XF_EXTRA)
+// The header's words: XF_AGREE that every rank's call must match (kind, row bytes, output, E,
+// alignment), then the sender's own verdict (verdict_word).
+#define XF_AGREE 5
+#define XF_VERDICT_WORDS (A2AV_X1_HEADER - XF_AGREE)
+__host__ __device__ __forceinline__ bool x_fused_fits(int W, int E) {
+  return (i64)W * E <= A2AV_MAX_EXPERTS && (i64)W * W * E <= A2AV_XF_MAX_MATRIX;
+}
+
+struct XFusedState {
+  i64 seq;
+  int abort;
+  unsigned long long at, mis, fin;
+  XVerdict v;
+  i64 scan[33];
+};
+
+// Exclusive running sums of a[0, n) in place (saturating), by one warp; returns the total.
+__device__ __forceinline__ i64 warp_scan_sat(i64* a, int n) {
+  const int lane = threadIdx.x & 31;
+  i64 carry = 0;
+  for (int base = 0; base < n; base += 32) {
+    const int i = base + lane;
+    const i64 x = i < n ? a[i] : 0;
+    i64 v = x;
+    for (int d = 1; d < 32; d <<= 1) {
+      const i64 t = __shfl_up_sync(0xffffffffu, v, d);
+      if (lane >= d) v = sat_add(v, t);
+    }
+    const i64 before = __shfl_up_sync(0xffffffffu, v, 1);
+    if (i < n) a[i] = sat_add(carry, lane == 0 ? 0 : before);
+    carry = sat_add(carry, __shfl_sync(0xffffffffu, v, 31));
+  }
+  return carry;
+}
+
+// Inclusive running sums across a warp (saturating; every lane takes part).
+__device__ __forceinline__ i64 warp_incl_scan_sat(i64 v) {
+  const int lane = threadIdx.x & 31;
+  for (int d = 1; d < 32; d <<= 1) {
+    const i64 t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v = sat_add(v, t);
+  }
+  return v;
+}
+
+// The warp's total of non-negative values (saturating, so the order does not matter), on every lane.
+__device__ __forceinline__ i64 warp_sum_sat(i64 v) {
+  for (int d = 16; d > 0; d >>= 1) v = sat_add(v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
+}
+
+// This rank's send rows (`sent` of them) along the chunks c, then the companion payload's (the
+// same chunks, its own row size and buffers) where there is one.
+template <bool Gather>
+__device__ __forceinline__ void copy_payloads(const XParams& p, XChunks c, u8* const* out2, i64 sent, const BiasedChunks& biased) {
+  const int W = p.world;
+  // One call site: the copy inlined once keeps x_fused within its registers (the companion is
+  // never gathered: a null table).
+  for (int k = 0; k < (p.input2 ? 2 : 1); ++k) {
+    if (k == 1) {
+      __syncthreads();  // the shared words (for_each_tile's, the biased chunks) are the block's again
+      c.out = out2, c.input = p.input2, c.rb = p.rowBytes2;
+    }
+    const i64 bytes = sent * c.rb;
+    const bool aligned = chunks_aligned(c.out, W, c.input, c.rb);
+    const int* gather = k == 0 ? p.gatherRows : nullptr;
+    const auto startOf = [&](int q) { return q >= W ? bytes : c.cum[(i64)q * c.E] * c.rb; };
+    const i64 block = k == 0 ? (i64)blockIdx.x : (i64)gridDim.x - 1 - blockIdx.x;
+    // (x_fused_gather keeps copy_tile alone: the biased path beside it made it spill 200 bytes.)
+    const bool useBiased = !Gather && aligned;
+    if (useBiased) bias_chunks(biased, c);
+    __syncthreads();
+    for_each_tile(bytes, W, p.splitByPeer, startOf, block, [&](i64 lo, i64 hi) {
+      if (useBiased) copy_tile_biased(biased, lo, hi);
+      else copy_tile<Gather>(c, gather, lo, hi, aligned);
+    });
+  }
+}
+
+// Up to this many members a group is walked by one thread; past it, by a warp.
+#define XF_THREAD_MEMBERS 8
+
+// How block 0 decided a call, for the other blocks.
+#define XF_ACCEPTED 1
+#define XF_REFUSED 2
+#define XF_MISMATCH 3
+__device__ __forceinline__ i64 ld_acquire_gpu(const i64* p) {
+  i64 v;
+  asm volatile("ld.acquire.gpu.global.s64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+// By one thread, after its block's writes and a __syncthreads (cumulativity makes them visible
+// to whoever acquires the flag).
+__device__ __forceinline__ void announce(i64* ready, i64 seq, i64 how) {
+  st_volatile(ready + 1, how);
+  __threadfence();
+  asm volatile("st.release.gpu.global.s64 [%0], %1;" ::"l"(ready), "l"(seq) : "memory");
+}
+
+
+#ifdef A2AV_PROBE_CLOCKS
+__device__ unsigned xf_launches;
+#endif
+
+// x_fused_gather: the same, the rows read through p.gatherRows (exchange.cuh copy_tile says why apart).
+template <bool Gather>
+__device__ __forceinline__ void x_fused_run(const XParams& p) {
+  extern __shared__ i64 sm[];
+  __shared__ XFusedState st;
+  const int W = p.world, E = p.experts, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
+  const i64 N = (i64)W * E;
+  const bool byExpert = p.kind == X_DISPATCH;
+  const int G = byExpert ? E : W, M = byExpert ? W : E;
+  i64* hdr = sm;
+  i64* cnt = hdr + W * XF_HDR;
+  i64* glen = cnt + W * N;
+  i64* rows = glen + (i64)W * G;
+  i64* srcRow = rows + N;
+  i64* cum = srcRow + N;
+  i64* dst = cum + N;
+  i64* startsMe = dst + N;
+  unsigned long long* outAt = (unsigned long long*)(startsMe + N);
+  i64* total = (i64*)(outAt + W);
+  u8** outBase = (u8**)(total + W);
+  u8** outBase2 = outBase + W;
+  const BiasedChunks biased{(i64*)(outBase2 + W), (i64*)(outBase2 + W) + N, (i64*)(outBase2 + W) + 2 * N, N};
+  PROBE_CLOCKS;
+  PROBE_CLOCK(0);
+  // Launched early (programmatic dependent launch) when the host found room: as a2av_1d.
+  pdl_wait();
+  pdl_release();
+  PROBE_CLOCK(1);
+  u8* lane = p.pad + p.laneOffset;
+  LaneHeader* h = (LaneHeader*)lane;
+  if (tid == 0) {
+    st.abort = ld_volatile(&h->abort.code) != A2AV_OK;
+    st.seq = ld_volatile(&h->seq) + 1;
+    st.at = st.mis = st.fin = X_NONE;
+    st.v = XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};
+  }
+  for (int r = tid; r < W; r += nt) {
+    outAt[r] = X_NONE;
+    outBase[r] = p.outPeers[r];
+    outBase2[r] = p.input2 ? p.outPeers2[r] : nullptr;
+  }
+  // My row: counts, source rows, running sums.
+  for (i64 i = tid; i < N; i += nt) {
+    const int r = (int)(i / E), e = (int)(i % E);
+    rows[i] = byExpert ? p.splits[i] : p.splits[(i64)e * W + r];
+    if (!byExpert) srcRow[i] = p.splits[N + (i64)e * W + r];
+  }
+  __syncthreads();
+  PROBE_CLOCK(2);
+  if (st.abort) return;
+  const i64 seq = st.seq;
+  const int parity = (int)(seq & 1);
+  const u32 flag = ll_flag(seq);
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
+  i64* const ready = p.scratch + 1;  // [0] the call block 0 has decided, [1] how (XF_*)
+  const PlanArrays left = plan_arrays(p.plan, W);
+#endif
+  // Every block polls every packet and lays out the call itself: no flag hop from block 0 (about
+  // 2 µs faster across GPUs, no slower on one: docs/perf.md). A2AV_PROBE_XF_BLOCK0_POLL (a probe's
+  // define) brings back block 0 polling alone and the others waiting on its flag.
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
+  if (blockIdx.x != 0) {
+    if (tid == 0) {
+      // Block 0 records any timeout (its own wait may start later: this one is twice as long).
+      const u64 deadline = global_timer_ns() + 2 * (u64)p.timeoutNs;
+      int spins = 0;
+      while (ld_acquire_gpu(ready) != seq) {
+        if (++spins == 64) {
+          spins = 0;
+          if (ld_volatile(&h->abort.code) != A2AV_OK || global_timer_ns() > deadline) {
+            st.abort = 1;
+            break;
+          }
+        }
+      }
+      if (!st.abort) st.fin = (unsigned long long)__ldcg(ready + 1);
+    }
+    __syncthreads();
+    if (st.abort || st.fin == XF_MISMATCH) return;
+    if (st.fin == XF_ACCEPTED) {
+      for (i64 i = tid; i < N; i += nt) {
+        const i64 k = (i / E) * A2AV_MAX_EXPERTS + i % E;
+        rows[i] = __ldcg(left.rows + k);
+        srcRow[i] = __ldcg(left.src + k);
+        dst[i] = __ldcg(left.dst + k);
+        cum[i] = __ldcg(left.cum + k);
+      }
+      __syncthreads();
+#ifndef A2AV_PROBE_NO_COPY
+      copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, cum[N - 1] + rows[N - 1], biased);
+#endif
+    }
+    __syncthreads();
+    for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
+    return;
+  }
+#endif
+  // Round 1 before this rank's own verdict, so that its peers wait less for it (about 2,000 cycles
+  // at W = 8: docs/perf.md): to every peer the header's agreement words, my whole row, my output
+  // rows and how many completion signals this rank sends (its blocks); the verdict words follow.
+  const int words = A2AV_X1_HEADER + (int)N + A2AV_XF_EXTRA;
+  for (i64 k = tid; blockIdx.x == 0 && k < (i64)W * words; k += nt) {
+    const int r = (int)(k / words), j = (int)(k % words);
+    if (j >= XF_AGREE && j < A2AV_X1_HEADER) continue;
+    i64 v;
+    if (j < XF_AGREE) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
+    else if (j < A2AV_X1_HEADER + N) v = rows[j - A2AV_X1_HEADER];
+    else v = j == A2AV_X1_HEADER + N ? p.outRows : (i64)gridDim.x;
+    ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
+  }
+  const i64 sent = block_scan_sat(rows, cum, N, st.scan);
+  for (i64 i = tid; i < N; i += nt) {
+    if (rows[i] < 0) atomicMin(&st.at, (unsigned long long)i);
+    if (byExpert) srcRow[i] = cum[i];
+  }
+  __syncthreads();
+  // My own verdict, as x_exchange's (negative split, then input overrun).
+  if (st.at != X_NONE) {
+    if (tid == 0) {
+      const i64 i = (i64)st.at;
+      st.v = XVerdict{x_key(X_PRIO_NEGATIVE, (i64)me * N + i), me, (int)(i / E), (int)(i % E), rows[i], 0};
+    }
+  } else {
+    for (i64 i = tid; i < N; i += nt) {
+      const i64 c = rows[i], s = srcRow[i];
+      const bool out = !byExpert ? (s < 0 || sat_add(s, c) > p.inRows) : c > p.inRows - cum[i];
+      if (out) atomicMin(&st.at, (unsigned long long)i);
+    }
+    __syncthreads();
+    if (tid == 0 && st.at != X_NONE) {
+      const i64 i = (i64)st.at, s = srcRow[i];
+      const i64 needed = !byExpert ? (s < 0 ? s : sat_add(s, rows[i])) : sent;
+      st.v = XVerdict{x_key(X_PRIO_INPUT, (i64)me * N + i), me, (int)(i / E), (int)(i % E), needed, p.inRows};
+    }
+  }
+  __syncthreads();
+  PROBE_CLOCK(3);
+
+  for (int k = tid; blockIdx.x == 0 && k < W * XF_VERDICT_WORDS; k += nt)
+    ll_store(lane_x1(p.padPeers[k / XF_VERDICT_WORDS] + p.laneOffset, W, parity, me) + XF_AGREE + k % XF_VERDICT_WORDS, verdict_word(st.v, k % XF_VERDICT_WORDS), flag);
+  const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
+  // Header words [from, from + count) of every sender into hdr (a timeout recorded).
+  const auto awaitHeader = [&](int from, int count) {
+    for (int k = tid; k < W * count; k += nt) {
+      const int q = k / count, j = from + k % count;
+      if (!ll_wait(lane_x1(lane, W, parity, q) + j, flag, deadline, &hdr[q * XF_HDR + j])) {
+        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, hdr[q * XF_HDR + j], me, seq, A2AV_WAIT_ROUND1});
+        st.abort = 1;
+        break;
+      }
+    }
+  };
+  // First the agreement words (every kind of exchange sends them) ...
+  awaitHeader(0, XF_AGREE);
+  __syncthreads();
+  PROBE_CLOCK(4);
+  if (st.abort) return;
+  for (int q = tid; q < W; q += nt) {
+    const i64* a = hdr + q * XF_HDR;
+    if (a[0] != hdr[0] || a[1] != hdr[1] || a[2] != hdr[2] || a[3] != hdr[3] || a[4] != hdr[4]) atomicMin(&st.mis, (unsigned long long)q);
+  }
+  __syncthreads();
+  if (st.mis != X_NONE) {
+    // The calls differ (peers may even be in x_exchange): x_exchange's receivers' verdict, sent as
+    // their round-2 answer, then completion with one signal, as x_done; the other blocks leave.
+    if (blockIdx.x != 0) return;
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
+    if (tid == 0) announce(ready, seq, XF_MISMATCH);
+#endif
+    if (tid == 0) {
+      const int q = (int)st.mis;
+      int j = 0;
+      while (hdr[q * XF_HDR + j] == hdr[j]) ++j;
+      st.v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, hdr[q * XF_HDR + j], hdr[j]};
+    }
+    __syncthreads();
+    for (int k = tid; k < W * A2AV_X2_HEADER; k += nt)
+      ll_store(lane_x2(p.padPeers[k / A2AV_X2_HEADER] + p.laneOffset, W, parity, me) + k % A2AV_X2_HEADER, verdict_word(st.v, k % A2AV_X2_HEADER), flag);
+    if (tid == 0) record_refusal(h, StatusRecord{A2AV_ERR_MISMATCH, st.v.rank, st.v.peer, st.v.needed, st.v.available, me, seq, st.v.expert});
+    __syncthreads();
+    complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, W, me, p.timeoutNs}, [](int, i64) { return (i64)1; });
+    return;
+  }
+  // ... then, the calls matching, every sender's row and extras (the verdicts after the layout).
+  // (32-bit indices: 300 cycles less than 64-bit ones at W = 8; reading data already there took
+  // 2,400 cycles, the first pass 3,600: docs/perf.md.)
+  const int per = (int)N + A2AV_XF_EXTRA;
+  for (int k = tid; k < W * per; k += nt) {
+    const int q = k / per, j = k % per;
+    i64* to = j < N ? &cnt[(i64)q * N + j] : &hdr[q * XF_HDR + A2AV_X1_HEADER + (j - (int)N)];
+    if (!ll_wait(lane_x1(lane, W, parity, q) + A2AV_X1_HEADER + j, flag, deadline, to)) {
+      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, *to, me, seq, A2AV_WAIT_ROUND1});
+      st.abort = 1;
+      break;
+    }
+  }
+  __syncthreads();
+  PROBE_CLOCK(5);
+  if (st.abort) return;
+
+  // Every receiver's layout, as receiver_verdict lays out its own: block lengths per group ...
+  const auto count = [&](int src, int r, int e) { return clamp0(cnt[(i64)src * N + (i64)r * E + e]); };
+  const auto member = [&](int r, int g, int m) { return m < M ? (byExpert ? count(m, r, g) : count(g, r, m)) : (i64)0; };
+  // A group has M members (dispatch: W sources of an expert; combine: E experts of a source). A
+  // thread walks them where they are few; where they are many (a combine with E = 128 took 12 µs
+  // walking them), a warp takes a group, 32 members a step.
+  const bool byWarp = M > XF_THREAD_MEMBERS;
+  const int lane32 = tid & 31;
+  const i64 pairs = (i64)W * G, pairStep = byWarp ? nt >> 5 : nt;
+  for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
+    const int r = (int)(t / G), g = (int)(t % G);
+    i64 len = 0;
+    if (byWarp) {
+      for (int m0 = 0; m0 < M; m0 += 32) len = sat_add(len, member(r, g, m0 + lane32));
+      len = warp_sum_sat(len);
+    } else {
+      for (int m = 0; m < M; ++m) len = sat_add(len, member(r, g, m));
+    }
+    if (!byWarp || lane32 == 0) glen[t] = !byExpert ? len : len == 0 ? p.align : sat_add(len, (p.align - len % p.align) % p.align);
+  }
+  __syncthreads();
+  PROBE_CLOCK(9);
+  // ... where each group starts (one warp per receiver) ...
+  for (int r = tid >> 5; r < W; r += nt >> 5) {
+    const i64 t = warp_scan_sat(glen + (i64)r * G, G);
+    if ((tid & 31) == 0) total[r] = t;
+  }
+  __syncthreads();
+  PROBE_CLOCK(10);
+  // ... where each chunk lands, and each receiver's first overrun.
+  // (A group's verdict keys grow with its members, so the least key of every overrun is its first.)
+  for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
+    const int r = (int)(t / G), g = (int)(t % G);
+    const i64 cap = hdr[r * XF_HDR + A2AV_X1_HEADER];
+    i64 pos = glen[t], at = (i64)X_NONE;
+    const auto place = [&](int m, i64 c, i64 at_) {
+      const int src = byExpert ? m : g, e = byExpert ? g : m;
+      if (at == (i64)X_NONE && c > cap - at_) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
+      if (src == me) dst[(i64)r * E + e] = at_;
+      if (r == me) startsMe[(i64)src * E + e] = at_;
+    };
+    if (byWarp) {
+      for (int m0 = 0; m0 < M; m0 += 32) {
+        const int m = m0 + lane32;
+        const i64 c = member(r, g, m), upTo = warp_incl_scan_sat(c);
+        const i64 before = __shfl_up_sync(0xffffffffu, upTo, 1);
+        if (m < M) place(m, c, sat_add(pos, lane32 == 0 ? 0 : before));
+        pos = sat_add(pos, __shfl_sync(0xffffffffu, upTo, 31));
+      }
+    } else {
+      for (int m = 0; m < M; ++m) {
+        const i64 c = member(r, g, m);
+        place(m, c, pos);
+        pos = sat_add(pos, c);
+      }
+    }
+    const i64 end = g + 1 < G ? glen[t + 1] : total[r];
+    if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
+    if (at != (i64)X_NONE) atomicMin(&outAt[r], (unsigned long long)at);
+  }
+  // Every sender's verdict words, sent after its row (they have most likely arrived meanwhile).
+  awaitHeader(XF_AGREE, XF_VERDICT_WORDS);
+  __syncthreads();
+  PROBE_CLOCK(11);
+  if (st.abort) return;
+  if (tid == 0) {
+    i64 key = (i64)X_NONE;
+    int who = -1;
+    for (int q = 0; q < W; ++q)
+      if (hdr[q * XF_HDR + XF_AGREE] < key) key = hdr[q * XF_HDR + XF_AGREE], who = q;
+    st.fin = who < 0 ? X_NONE : (unsigned long long)who;
+  }
+  if (tid == 0) {
+    // The least verdict: any sender's own, else the lowest receiver's overrun.
+    if (st.fin != X_NONE) {
+      st.v = read_verdict(hdr + (int)st.fin * XF_HDR + XF_AGREE);
+    } else {
+      st.v = XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};
+      for (int r = 0; r < W; ++r) {
+        if (outAt[r] == X_NONE) continue;
+        const i64 at = (i64)outAt[r];
+        const int peer = byExpert ? (int)(at % (W + 1)) : (int)(at / E), e = byExpert ? (int)(at / (W + 1)) : (int)(at % E);
+        st.v = XVerdict{x_key(X_PRIO_OUTPUT, r), r, peer == W && byExpert ? -1 : peer, e, total[r], hdr[r * XF_HDR + A2AV_X1_HEADER]};
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  PROBE_CLOCK(6);
+  const bool refused = st.v.key != (i64)X_NONE;
+  if (refused) {
+    if (blockIdx.x == 0 && tid == 0) {
+      const int prio = (int)(st.v.key >> 56);
+      const i64 code = prio == X_PRIO_NEGATIVE ? A2AV_ERR_NEGATIVE : prio == X_PRIO_INPUT ? A2AV_ERR_INPUT_OVERFLOW : A2AV_ERR_OUTPUT_OVERFLOW;
+      record_refusal(h, StatusRecord{code, st.v.rank, st.v.peer, st.v.needed, st.v.available, me, seq, st.v.expert});
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
+      announce(ready, seq, XF_REFUSED);
+#endif
+    }
+  } else {
+#ifdef A2AV_PROBE_XF_BLOCK0_POLL
+    // My chunks for the other blocks, then the flag (they wait on it instead of laying out the call).
+    for (i64 i = tid; blockIdx.x == 0 && i < N; i += nt) {
+      const i64 k = (i / E) * A2AV_MAX_EXPERTS + i % E;
+      left.rows[k] = rows[i];
+      left.src[k] = srcRow[i];
+      left.dst[k] = dst[i];
+      left.cum[k] = cum[i];
+    }
+    __syncthreads();
+    if (blockIdx.x == 0 && tid == 0) announce(ready, seq, XF_ACCEPTED);
+#endif
+    // outSplitsOffsets, then my tiles.
+    for (i64 k = tid; blockIdx.x == 0 && k < N; k += nt) {
+      const int src = byExpert ? (int)(k % W) : (int)(k / E), e = byExpert ? (int)(k / W) : (int)(k % E);
+      p.outSplitsOffsets[k] = cnt[(i64)src * N + (i64)me * E + e];
+      p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
+    }
+#ifndef A2AV_PROBE_NO_COPY
+    copy_payloads<Gather>(p, XChunks{rows, srcRow, dst, cum, outBase, p.input, N, p.rowBytes, E}, outBase2, sent, biased);
+#endif
+  }
+
+  // Completion, as a2av_1d: every block tells every peer it has finished (the others above);
+  // block 0 waits for the blocks every peer announced.
+  __syncthreads();
+  PROBE_CLOCK(7);
+  for (int q = tid; q < W; q += nt) red_release_add_peer(lane_done(p.padPeers[q] + p.laneOffset, W) + me, 1);
+  if (blockIdx.x != 0) return;  // with A2AV_PROBE_XF_BLOCK0_POLL the others left above
+  const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return hdr[q * XF_HDR + A2AV_X1_HEADER + 1]; });
+  if (__syncthreads_and(ok) && tid == 0) st_volatile(&h->seq, seq);
+  PROBE_CLOCK(8);
+#ifdef A2AV_PROBE_CLOCKS
+  if (PROBE_CLOCKS_DUE(xf_launches))
+    printf("x_fused%s kind=%d W=%d E=%d rank=%d blocks=%d cycles: pdl-wait %lld row %lld verdict %lld headers %lld rows %lld layout %lld (lengths %lld starts %lld places %lld verdict %lld) copy %lld completion %lld\n",
+           Gather ? "_gather" : "", (int)p.kind, W, E, me, (int)gridDim.x, PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4),
+           PROBE_CYCLES(5), PROBE_CYCLES(6), probeClocks[9] - probeClocks[5], probeClocks[10] - probeClocks[9], probeClocks[11] - probeClocks[10],
+           probeClocks[6] - probeClocks[11], PROBE_CYCLES(7), PROBE_CYCLES(8));
+#endif
+}
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused(const XParams p) { x_fused_run<false>(p); }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_fused_gather(const XParams p) { x_fused_run<true>(p); }

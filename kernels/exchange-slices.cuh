@@ -1,0 +1,204 @@
+// The MoE copy as a grid of short-lived blocks, for ranks that share one GPU: x_slice_index and
+// x_copy_slices (kernels/exchange.cu has the calls they take part in).
+#pragma once
+#include "exchange.cuh"
+
+// Grid mode for calls whose ranks share one GPU (moe.ts, A2AV_MOE_GRID): x_slice_index, then
+// x_copy_slices. The copy is a2av_copy's shape, whose grid of short-lived blocks (256 threads, a
+// 16-byte word each) reaches 0.98 of the copy engine on one GPU where resident sweeps stay at
+// 0.85-0.92, provided a block lives about one memory round trip. A MoE call's send bytes run
+// through up to W * E chunks, too many for every block to search (measured at W = 8 on one H200,
+// 256 MiB: a lookup by every block, in shared memory, held the copy to 0.86-0.87 of the 1-D call).
+// So x_slice_index writes where each span of the send bytes goes once (exchange.cuh
+// xs_chunk_entries), and a block of x_copy_slices reads its spans' entries in the same round as
+// its source words where it can (a dispatch's send bytes are its input in order, so those are read
+// before the plan), then stores. A span whose bytes run across chunks (about one a chunk) takes the
+// lookup, as does a span past the index.
+
+#ifdef A2AV_PROBE_XS_LOOKUPS  // a probe's count of slices that took the lookup, printed by x_slice_index
+#ifndef __CUDACC_RTC__
+#include <cstdio>
+#endif
+__device__ unsigned long long xsLookups;
+#endif
+
+// x_copy_slices' index for this call: a warp a chunk (exchange.cuh xs_chunk_entries), and the
+// bytes to copy (-1: none).
+extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XParams p) {
+  __shared__ i64 sTotal;
+  const int W = p.world;
+  const u8* lane = p.pad + p.laneOffset;
+  // Launched early (moe.ts): the exchange before has finished, so every rank's is past its waits
+  // and x_copy_slices' blocks may take slots beside ours and read their first words.
+  pdl_wait();
+  pdl_release();
+  if (threadIdx.x == 0) {
+    const bool skip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
+    sTotal = skip ? -1 : p.plan[8] * p.rowBytes;
+  }
+  __syncthreads();
+  const i64 total = sTotal;
+  i64* index = xs_index(p.scratch, W);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    index[0] = total;
+#ifdef A2AV_PROBE_XS_LOOKUPS
+    const unsigned long long looked = atomicExch(&xsLookups, 0ull);
+    if (looked != 0) printf("x_copy_slices W=%d rank=%d: %llu slices looked up since the last index\n", W, p.rank, looked);
+#endif
+  }
+  if (total <= 0) return;
+  const int shift = p.sliceSpanLog2;
+  const i64 n = (i64)W * p.experts, spans = (total + ((i64)1 << shift) - 1) >> shift;
+  const i64 entries = spans < XS_INDEX_ENTRIES ? spans : XS_INDEX_ENTRIES;
+  const PlanArrays plan = plan_arrays(p.plan, W);
+  longlong2* out = xs_entries(index);
+  const int lane32 = threadIdx.x & 31;
+  for (i64 k = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; k < n; k += ((i64)gridDim.x * blockDim.x) >> 5)
+    xs_chunk_entries(plan, k, p.experts, p.rowBytes, total, shift, entries, p.outPeers, p.input, lane32, 32,
+                     [&](i64 i, XsEntry e) { out[i] = make_longlong2(e.dst, e.src); });
+}
+
+// A span that runs across chunks (or lies past the index, or is unaligned): each thread finds its
+// words' chunks. Where the plan has at most XS_WINDOW chunks the block reads them all at once
+// into shared memory; else every stride-th running sum first, then XS_WINDOW chunks from the last
+// that starts at or before the slice (exchange.cuh: xs_base, xs_find; a word past the window takes
+// x_chunk_at). Kept out of line: x_copy_slices' usual path does not pay its registers.
+__device__ __noinline__ void xs_copy_lookup(const u8* input, u8* const* outPeers, i64* planWords, int W, int E, i64 rb, i64 lo, i64 hi) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  __shared__ i64 sBase;
+  __shared__ u8* sOut[XS_WINDOW];
+  __shared__ i64 sCum[XS_WINDOW + 1], sSrc[XS_WINDOW], sDst[XS_WINDOW], sSample[XS_WINDOW];
+  const PlanArrays plan = plan_arrays(planWords, W);
+  const i64 n = (i64)W * E;
+  const bool whole = n <= XS_WINDOW, tableShared = W <= XS_WINDOW;
+  const i64 stride = xs_stride(n);
+  // One round of independent loads.
+  bool ok = (rb & 15) == 0 && ((u64)input & 15) == 0;
+  for (int q = tid; q < W; q += nt) {
+    u8* out = outPeers[q];
+    ok = ok && ((u64)out & 15) == 0;
+    if (tableShared) sOut[q] = out;
+  }
+  if (whole) {
+    for (int i = tid; i < n; i += nt) {
+      sCum[i] = __ldg(plan.cum + i);
+      sSrc[i] = __ldg(plan.src + i);
+      sDst[i] = __ldg(plan.dst + i);
+    }
+    if (tid == 0) sCum[n] = xs_sentinel(rb);
+  } else {
+    for (i64 j = tid; j * stride < n; j += nt) sSample[j] = __ldg(plan.cum + j * stride);
+  }
+  const bool aligned = __syncthreads_and(ok);
+  if (!whole) {
+    // The second round: the window of chunks from the slice's sample on.
+    if (tid == 0) sBase = xs_base(sSample, n, rb, lo);
+    __syncthreads();
+    const i64 b = sBase;
+    for (int i = tid; i <= XS_WINDOW; i += nt) {
+      const i64 k = b + i;
+      if (i < XS_WINDOW && k < n) {
+        sCum[i] = __ldg(plan.cum + k);
+        sSrc[i] = __ldg(plan.src + k);
+        sDst[i] = __ldg(plan.dst + k);
+      } else if (i == XS_WINDOW || k == n) {
+        sCum[i] = k < n ? __ldg(plan.cum + k) : xs_sentinel(rb);
+      }
+    }
+    __syncthreads();
+  }
+  const i64 base = whole ? 0 : sBase;
+  const int count = (int)(whole ? n : (n - base < XS_WINDOW ? n - base : XS_WINDOW));
+  // Chunk k's start, source and destination rows: from the window, or the plan past it.
+  auto at = [&](i64 y, i64* src, i64* dst) -> i64 {
+    const int i = xs_find(sCum, count, rb, y);
+    if (i >= 0) {
+      *src = sSrc[i];
+      *dst = sDst[i];
+      return base + i;
+    }
+    const i64 k = x_chunk_at(plan.cum, n, rb, y);
+    *src = __ldg(plan.src + k);
+    *dst = __ldg(plan.dst + k);
+    return k;
+  };
+  auto startOf = [&](i64 k) { return k - base >= 0 && k - base < count ? sCum[k - base] : __ldg(plan.cum + k); };
+  auto outOf = [&](i64 k) { return tableShared ? sOut[k / E] : outPeers[k / E]; };
+  for (i64 x = lo + 16 * (i64)tid; x < hi; x += 16 * (i64)nt) {
+    if (!aligned) {
+      for (i64 y = x; y < x + 16 && y < hi; ++y) {
+        i64 src, dst;
+        const i64 k = at(y, &src, &dst);
+        const i64 off = y - startOf(k) * rb;
+        outOf(k)[dst * rb + off] = input[src * rb + off];
+      }
+    } else {
+      i64 src, dst;
+      const i64 k = at(x, &src, &dst);
+      const i64 off = x - startOf(k) * rb;
+      *(uint4*)(outOf(k) + dst * rb + off) = ld_stream((const uint4*)(input + src * rb + off));
+    }
+  }
+  __syncthreads();  // the shared words are the next span's
+}
+
+// The slices of [lo, total) a grid's stride apart, from the index or the lookup: for the slices
+// past a block's first (a grid sized from a low hint or a budget) and spans across chunks. Out of
+// line, so that x_copy_slices' one-slice path keeps nothing live across a call (no spills).
+__device__ __noinline__ void xs_copy_rest(const u8* input, u8* const* outPeers, i64* plan, int W, int E, i64 rb, int shift, const i64* index, i64 lo, i64 total) {
+  const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice;
+  for (; lo < total; lo += step) {
+    const longlong2 e = xs_entry_at(index, lo >> shift);
+    if (e.x != XS_STRADDLES) {
+      const i64 x = lo + 16 * (i64)threadIdx.x;
+      if (x < total) *(uint4*)(e.x + x) = ld_stream((const uint4*)(e.y + x));
+    } else {
+#ifdef A2AV_PROBE_XS_LOOKUPS
+      if (threadIdx.x == 0) atomicAdd(&xsLookups, 1ull);
+#endif
+      xs_copy_lookup(input, outPeers, plan, W, E, rb, lo, lo + slice < total ? lo + slice : total);
+    }
+  }
+}
+
+// Block b copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, a 16-byte word a
+// thread, and the slice a grid's stride on in the same round when there is one (moe.ts launches
+// a block for two slices: a combine's source is known only from the index, so its blocks live two
+// memory round trips, and two words a thread keep twice the bytes in flight); slices further on
+// (a grid sized from a low hint or a budget) one after another.
+// The host launches it for 16-byte rows and an aligned input only (x_copy takes the others).
+extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const XParams p) {
+  const int tid = threadIdx.x;
+  const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice;
+  const i64 first = (i64)blockIdx.x * slice, mine = first + 16 * (i64)tid, mine2 = mine + step;
+  // A dispatch's send bytes are its input in order: its words can be read before the index, up to
+  // the bytes the grid was sized for (a larger input may hold far more than is sent).
+  const i64 readable = p.inRows * p.rowBytes < p.gridBytes ? p.inRows * p.rowBytes : p.gridBytes;
+  const bool inOrder = p.kind == X_DISPATCH && ((u64)p.input & 15) == 0;
+  const bool early = inOrder && mine + 16 <= readable, early2 = inOrder && mine2 + 16 <= readable;
+  uint4 word, word2;
+  if (early) word = ld_stream((const uint4*)(p.input + mine));
+  if (early2) word2 = ld_stream((const uint4*)(p.input + mine2));
+  pdl_wait();     // x_slice_index has finished
+  pdl_release();  // x_done_open may wait in a slot beside us
+  const i64* index = xs_index(p.scratch, p.world);
+  // Written by x_slice_index, the kernel before this one: the read-only path serves every block.
+  const int shift = p.sliceSpanLog2;
+  const i64 total = __ldg(index);
+  const longlong2 e = xs_entry_at(index, first >> shift), e2 = xs_entry_at(index, (first + step) >> shift);
+#ifndef A2AV_PROBE_NO_COPY
+  if (first >= total) return;
+  // Both slices from the index in one round, or the first alone, or the lookup from the first.
+  const bool one = e.x != XS_STRADDLES, two = one && first + step < total && e2.x != XS_STRADDLES;
+  if (two) {
+    const uint4 w = early ? word : ld_stream((const uint4*)(e.y + mine));
+    const uint4 w2 = mine2 >= total ? w : early2 ? word2 : ld_stream((const uint4*)(e2.y + mine2));
+    *(uint4*)(e.x + mine) = w;  // first + slice <= first + step < total
+    if (mine2 < total) *(uint4*)(e2.x + mine2) = w2;
+  } else if (one && mine < total) {
+    *(uint4*)(e.x + mine) = early ? word : ld_stream((const uint4*)(e.y + mine));
+  }
+  const i64 next = two ? first + 2 * step : one ? first + step : first;
+  if (next < total) xs_copy_rest(p.input, p.outPeers, p.plan, p.world, p.experts, p.rowBytes, shift, index, next, total);
+#endif
+}
