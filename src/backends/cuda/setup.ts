@@ -13,6 +13,17 @@ import { probeDefines } from './probe-defines.js';
 import type { RankPlace } from './symmetric.js';
 
 
+/**
+ * Which rank loads the modules `rank` runs: the first rank of its process on its GPU (they share
+ * the GPU's context), or itself where sharing is off; and whether `rank` lends them to others.
+ */
+export function moduleLender(where: readonly RankPlace[], rank: number, shared: boolean): { lender: number; lends: boolean } {
+  const me = where[rank];
+  const sharers = where.flatMap((w, r) => (w.host === me.host && w.pid === me.pid && w.ordinal === me.ordinal ? [r] : []));
+  const lender = shared ? sharers[0] : rank;
+  return { lender, lends: lender === rank && shared && sharers.length > 1 };
+}
+
 // The cuda backend's modules, in the order CudaCommInit takes them.
 const MODULE_FILES = ['a2av.cu', 'exchange.cu', 'all-reduce.cu'];
 
@@ -50,8 +61,7 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
   // Ranks of one process on one GPU share its context, and so can run one copy of the code: the
   // first of them loads it and lends the handles. Eight copies of x_fused (137 KB of SASS each)
   // took turns in the SMs' instruction caches while eight ranks ran it at once (docs/perf.md).
-  const sharers = where.flatMap((w, rank) => (w.pid === process.pid && w.ordinal === device.ordinal ? [rank] : []));
-  const lender = sharedModulesOn() ? sharers[0] : opts.rank;
+  const { lender, lends } = moduleLender(where, opts.rank, sharedModulesOn());
   // Every module is loaded here, before any rank can launch: loading code onto a GPU waits for the
   // kernels running there, and a peer's kernel that spins waiting for this rank never ends
   // (measured: two ranks on one GPU timed out in their first MoE call when it loaded lazily).
@@ -66,8 +76,7 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
     timeoutMs: opts.timeoutMs,
   });
   const [module, moeModule, allReduceModule] = lender === opts.rank ? loaded : lent[lender].map((h) => new KernelModule(BigInt(h)));
-  const lendsModules = lender === opts.rank && sharedModulesOn() && sharers.length > 1;
-  const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, lendsModules, places: where, peerDevices: [...peerDevices.values()] });
+  const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, lendsModules: lends, places: where, peerDevices: [...peerDevices.values()] });
   await comm.init();
   return comm;
 }
