@@ -39,7 +39,7 @@ import { exchangeCall, MoeCalls, payloadOf, rowsOf } from './moe.js';
 import { CudaLane } from './lane.js';
 import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';
 import { LaneRecords, type LaneCall } from './records.js';
-import { allocSymmetric, type RankPlace, type SymmetricContext } from './symmetric.js';
+import { allocSymmetric, contextSharers, type RankPlace, type SymmetricContext } from './symmetric.js';
 import { waitForEvent } from './wait.js';
 
 export interface CudaCommInit {
@@ -101,9 +101,9 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     if (this.worldSize > MAX_WORLD) throw new UsageError(`cuda backend supports at most ${MAX_WORLD} ranks, got ${this.worldSize}`);
     this.ranksOnDevice = init.places.filter((w) => w.ordinal === device.ordinal).length;
     // Ranks of this process on this GPU share its context and so its hardware queues: said once, by the first.
-    const sharing = init.places.map((w, rank) => ({ ...w, rank })).filter((w) => w.ordinal === device.ordinal && w.pid === process.pid && w.host === init.places[this.rank].host);
+    const sharing = contextSharers(init.places, this.rank);
     const shortfall = queueShortfall(sharing.length * opts.lanes);
-    if (shortfall !== undefined && sharing[0]?.rank === this.rank) process.emitWarning(shortfall, { code: 'A2AV_HARDWARE_QUEUES' });
+    if (shortfall !== undefined && sharing[0] === this.rank) process.emitWarning(shortfall, { code: 'A2AV_HARDWARE_QUEUES' });
     this.#device = device;
     this.#peerDevices = init.peerDevices;
     this.#lendsModules = init.lendsModules;

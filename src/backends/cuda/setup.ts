@@ -10,7 +10,7 @@ import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
 import { CudaComm } from './comm.js';
 import { probeDefines } from './probe-defines.js';
-import type { RankPlace } from './symmetric.js';
+import { contextSharers, type RankPlace } from './symmetric.js';
 
 
 /**
@@ -18,8 +18,7 @@ import type { RankPlace } from './symmetric.js';
  * the GPU's context), or itself where sharing is off; and whether `rank` lends them to others.
  */
 export function moduleLender(where: readonly RankPlace[], rank: number, shared: boolean): { lender: number; lends: boolean } {
-  const me = where[rank];
-  const sharers = where.flatMap((w, r) => (w.host === me.host && w.pid === me.pid && w.ordinal === me.ordinal ? [r] : []));
+  const sharers = contextSharers(where, rank);
   const lender = shared ? sharers[0] : rank;
   return { lender, lends: lender === rank && shared && sharers.length > 1 };
 }

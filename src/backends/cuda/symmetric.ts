@@ -15,6 +15,12 @@ export interface RankPlace {
   ordinal: number;
 }
 
+/** The ranks of `rank`'s process on its GPU, in rank order: they share the GPU's context. */
+export function contextSharers(where: readonly RankPlace[], rank: number): number[] {
+  const me = where[rank]!;
+  return where.flatMap((w, r) => (w.host === me.host && w.pid === me.pid && w.ordinal === me.ordinal ? [r] : []));
+}
+
 export interface SymmetricContext {
   device: CudaDevice;
   store: Store;
