@@ -439,11 +439,20 @@ struct BiasedChunks {
   i64 *start, *dst, *src;
   i64 n;
 };
+// Chunk k's destination and source addresses less its start in the send bytes, so that its byte x
+// goes from src + x to dst + x: x_fused's biased chunks and x_copy_slices' index entries.
+struct ChunkBias {
+  i64 dst, src;
+};
+__host__ __device__ inline ChunkBias chunk_bias(u8* const* out, const u8* input, int E, i64 rb, i64 k, i64 dstRow, i64 srcRow, i64 start) {
+  return ChunkBias{(i64)out[k / E] + dstRow * rb - start, (i64)input + srcRow * rb - start};
+}
 __host__ __device__ inline void bias_chunk(const BiasedChunks& b, const XChunks& c, i64 k) {
   const i64 s = c.cum[k] * c.rb;
+  const ChunkBias a = chunk_bias(c.out, c.input, c.E, c.rb, k, c.dst[k], c.src[k], s);
   b.start[k] = s;
-  b.dst[k] = (i64)c.out[k / c.E] + c.dst[k] * c.rb - s;
-  b.src[k] = (i64)c.input + c.src[k] * c.rb - s;
+  b.dst[k] = a.dst;
+  b.src[k] = a.src;
 }
 // The last chunk starting at or before byte x, searched from chunk k on (k <= it).
 __host__ __device__ inline i64 biased_search(const i64* start, i64 n, i64 k, i64 x) {
@@ -567,9 +576,7 @@ __host__ __device__ __forceinline__ i64 xs_index_word(int W) { return (scratch_w
 __host__ __device__ __forceinline__ i64* xs_index(i64* scratch, int W) { return scratch + xs_index_word(W); }
 __host__ __device__ __forceinline__ const i64* xs_index(const i64* scratch, int W) { return scratch + xs_index_word(W); }
 __host__ __device__ __forceinline__ longlong2* xs_entries(i64* index) { return (longlong2*)(index + 2); }
-struct XsEntry {
-  i64 dst, src;
-};
+using XsEntry = ChunkBias;
 // The entries of the spans that start in chunk k (none if it is empty: every byte below `total`
 // lies in one non-empty chunk, so each entry is written once), at most `entries`: emit(i, entry)
 // for the t-th of every `nt` of them. One round of loads, then stores: x_slice_index gives a chunk
@@ -577,8 +584,8 @@ struct XsEntry {
 template <class Emit>
 __host__ __device__ inline void xs_chunk_entries(const PlanArrays& plan, i64 k, int E, i64 rb, i64 total, int shift, i64 entries, u8* const* out, const u8* input, int t, int nt, Emit emit) {
   const i64 rows = plan_word(plan.rows + k), start = plan_word(plan.cum + k) * rb, end = start + rows * rb;
-  const i64 dst = (i64)out[k / E] + plan_word(plan.dst + k) * rb - start;
-  const i64 src = (i64)input + plan_word(plan.src + k) * rb - start;
+  const ChunkBias bias = chunk_bias(out, input, E, rb, k, plan_word(plan.dst + k), plan_word(plan.src + k), start);
+  const i64 dst = bias.dst, src = bias.src;
   if (rows <= 0) return;
   const i64 span = (i64)1 << shift, last = ((end + span - 1) >> shift) < entries ? (end + span - 1) >> shift : entries;
   const bool aligned = ((dst | src) & 15) == 0;
