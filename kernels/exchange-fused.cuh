@@ -266,19 +266,21 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   for (int k = tid; blockIdx.x == 0 && k < W * XF_VERDICT_WORDS; k += nt)
     ll_store(lane_x1(p.padPeers[k / XF_VERDICT_WORDS] + p.laneOffset, W, parity, me) + XF_AGREE + k % XF_VERDICT_WORDS, verdict_word(st.v, k % XF_VERDICT_WORDS), flag);
   const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
-  // Header words [from, from + count) of every sender into hdr (a timeout recorded).
-  const auto awaitHeader = [&](int from, int count) {
+  // Round-1 words [from, from + count) of every sender q, word j into to(q, j) (a timeout
+  // recorded). 32-bit indices: 300 cycles less than 64-bit ones for the rows at W = 8.
+  const auto await1 = [&](int from, int count, auto to) {
     for (int k = tid; k < W * count; k += nt) {
-      const int q = k / count, j = from + k % count;
-      if (!ll_wait(lane_x1(lane, W, parity, q) + j, flag, deadline, &hdr[q * XF_HDR + j])) {
-        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, hdr[q * XF_HDR + j], me, seq, A2AV_WAIT_ROUND1});
+      const int q = k / count, j = k % count;
+      if (!ll_wait(lane_x1(lane, W, parity, q) + from + j, flag, deadline, to(q, j))) {
+        record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, *to(q, j), me, seq, A2AV_WAIT_ROUND1});
         st.abort = 1;
         break;
       }
     }
   };
+  const auto header = [&](int from) { return [&, from](int q, int j) { return &hdr[q * XF_HDR + from + j]; }; };
   // First the agreement words (every kind of exchange sends them) ...
-  awaitHeader(0, XF_AGREE);
+  await1(0, XF_AGREE, header(0));
   __syncthreads();
   PROBE_CLOCK(4);
   if (st.abort) return;
@@ -309,18 +311,8 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     return;
   }
   // ... then, the calls matching, every sender's row and extras (the verdicts after the layout).
-  // (32-bit indices: 300 cycles less than 64-bit ones at W = 8; reading data already there took
-  // 2,400 cycles, the first pass 3,600: docs/perf.md.)
-  const int per = (int)N + A2AV_XF_EXTRA;
-  for (int k = tid; k < W * per; k += nt) {
-    const int q = k / per, j = k % per;
-    i64* to = j < N ? &cnt[(i64)q * N + j] : &hdr[q * XF_HDR + A2AV_X1_HEADER + (j - (int)N)];
-    if (!ll_wait(lane_x1(lane, W, parity, q) + A2AV_X1_HEADER + j, flag, deadline, to)) {
-      record_abort(h, StatusRecord{A2AV_ERR_TIMEOUT, me, q, seq, *to, me, seq, A2AV_WAIT_ROUND1});
-      st.abort = 1;
-      break;
-    }
-  }
+  // (Reading rows already there took 2,400 cycles at W = 8, the first pass 3,600: docs/perf.md.)
+  await1(A2AV_X1_HEADER, (int)N + A2AV_XF_EXTRA, [&](int q, int j) { return j < N ? &cnt[(i64)q * N + j] : &hdr[q * XF_HDR + A2AV_X1_HEADER + (j - (int)N)]; });
   __syncthreads();
   PROBE_CLOCK(5);
   if (st.abort) return;
@@ -386,7 +378,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     if (at != (i64)X_NONE) atomicMin(&outAt[r], (unsigned long long)at);
   }
   // Every sender's verdict words, sent after its row (they have most likely arrived meanwhile).
-  awaitHeader(XF_AGREE, XF_VERDICT_WORDS);
+  await1(XF_AGREE, XF_VERDICT_WORDS, header(XF_AGREE));
   __syncthreads();
   PROBE_CLOCK(11);
   if (st.abort) return;
