@@ -1,9 +1,9 @@
-// Which rank loads the kernels another runs (backends/cuda/setup.ts moduleLender): ranks of one
+// Which rank loads the kernels another runs (backends/cuda/modules.ts moduleLender): ranks of one
 // process on one GPU share its context and run one copy, loaded by the first of them; ranks in other
 // processes, on other GPUs or other hosts load their own; A2AV_SHARED_MODULES=0 gives each its own.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { moduleLender } from '../src/backends/cuda/setup.js';
+import { moduleLender } from '../src/backends/cuda/modules.js';
 import type { RankPlace } from '../src/backends/cuda/symmetric.js';
 
 const place = (pid: number, ordinal: number, host = 'h'): RankPlace => ({ pid, ordinal, host });

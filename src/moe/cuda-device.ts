@@ -10,6 +10,10 @@ import type { TokenDevice } from './kernel-compute.js';
 import { cudaStream, devicePointer } from '../backends/raw.js';
 import { probeDefines } from '../backends/cuda/probe-defines.js';
 
+/** The token kernels' module, and the options every rank compiles it with. */
+export const TOKEN_MODULE = 'moe-tokens.cu';
+export const tokenModuleOptions = (): string[] => probeDefines();
+
 /** Names this code in the errors of src/backends/raw.ts. */
 const WHO = 'MoE group';
 
@@ -17,13 +21,17 @@ export class CudaTokenDevice implements TokenDevice {
   readonly multiprocessors: number;
   readonly #device: CudaDevice;
   readonly #kernels: KernelSet<TokenKernelName>;
+  /** Whether close() unloads the module (not when the communicator lent it: CudaComm.kernelModule). */
+  readonly #owned: boolean;
   /**
-   * Loads the module: the caller keeps every rank off the GPU meanwhile (loading waits for the
-   * kernels running there, and a peer's kernel waiting for this rank would never end).
+   * `module`: kernels/moe-tokens.cu from the communicator, which keeps it; else this loads its own.
+   * The caller keeps every rank off the GPU meanwhile (loading waits for the kernels running there,
+   * and a peer's kernel waiting for this rank would never end).
    */
-  constructor() {
+  constructor(module?: KernelModule) {
     this.#device = CudaDevice.current();
-    this.#kernels = new KernelSet(new KernelModule('moe-tokens.cu', this.#device.arch, probeDefines()), TOKEN_KERNELS);
+    this.#owned = module === undefined;
+    this.#kernels = new KernelSet(module ?? new KernelModule(TOKEN_MODULE, this.#device.arch, tokenModuleOptions()), TOKEN_KERNELS);
     this.multiprocessors = this.#device.smCount;
   }
 
@@ -40,7 +48,7 @@ export class CudaTokenDevice implements TokenDevice {
   }
 
   close(): void {
-    this.#kernels.unload();
+    if (this.#owned) this.#kernels.unload();
     this.#device.release();
   }
 }

@@ -32,8 +32,11 @@ export async function createMoeGroup(comm: Comm, options: MoeGroupOptions): Prom
 
 async function defaultCompute(comm: Comm): Promise<ComputeFactory> {
   if (comm.backend === 'cpu') return (shape, bufs) => new HostCompute(shape, bufs);
-  const { CudaTokenDevice } = await import('./cuda-device.js');
-  return (shape, bufs) => new KernelCompute(new CudaTokenDevice(), shape, bufs);
+  const { CudaTokenDevice, TOKEN_MODULE, tokenModuleOptions } = await import('./cuda-device.js');
+  // On cuda the communicator loads the kernels once for the ranks sharing a GPU in one process
+  // (backends/cuda/modules.ts) and keeps them; on nccl each rank loads its own.
+  const shared = comm instanceof (await import('../backends/cuda/comm.js')).CudaComm ? await comm.kernelModule(TOKEN_MODULE, tokenModuleOptions()) : undefined;
+  return (shape, bufs) => new KernelCompute(new CudaTokenDevice(shared), shape, bufs);
 }
 
 /** createMoeGroup with the compute given (the tests run the kernels compiled for the host this way). */

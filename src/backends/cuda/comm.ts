@@ -23,6 +23,7 @@ import type {
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import { queueShortfall } from '../../cuda/hardware-queues.js';
 import type { KernelModule } from '../../jit/module.js';
+import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
@@ -50,8 +51,10 @@ export interface CudaCommInit {
   moeModule: KernelModule;
   /** The allReduce kernels (kernels/all-reduce.cu). */
   allReduceModule: KernelModule;
-  /** Other ranks of this process run these modules too (setup.ts): unloaded only after meeting them. */
+  /** Other ranks of this process run these modules too (modules.ts): unloaded only after meeting them. */
   lendsModules: boolean;
+  /** For the modules loaded later (kernelModule). */
+  loads: ModuleLoad;
   places: RankPlace[];
   /** Other GPUs of this process, retained for as long as the communicator lives. */
   peerDevices: CudaDevice[];
@@ -81,6 +84,9 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   readonly #symmetric: SymmetricContext;
   readonly #peerDevices: CudaDevice[];
   readonly #lendsModules: boolean;
+  readonly #loads: ModuleLoad;
+  /** Modules loaded after set-up (kernelModule), by file and options, each with whether it is lent. */
+  readonly #later = new Map<string, Promise<{ modules: KernelModule[]; lends: boolean }>>();
   readonly #timer: EventTimer;
   /** Events of record() and of graph replays. */
   readonly #marks: EventRing;
@@ -107,6 +113,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#device = device;
     this.#peerDevices = init.peerDevices;
     this.#lendsModules = init.lendsModules;
+    this.#loads = init.loads;
     this.#store = opts.store;
     this.#timer = new EventTimer(device);
     this.#marks = new EventRing(device);
@@ -385,6 +392,23 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     return calls.length === 1 ? this.#records.outcome(calls[0]) : this.#records.firstOutcome(calls);
   }
 
+  /**
+   * Collective, between phases of work (loading code waits for the kernels on the GPU): `file`
+   * compiled with `options` and loaded once for the ranks of this process on this GPU, as the
+   * communicator's own kernels are (modules.ts); kept until close(). The token MoE group's kernels
+   * come from here on cuda.
+   */
+  async kernelModule(file: string, options: readonly string[]): Promise<KernelModule> {
+    this.#open();
+    const id = [file, ...options].join(' ');
+    let load = this.#later.get(id);
+    if (!load) {
+      load = loadModules(this.#loads, `a2av/cuda/modules/${this.#later.size}`, [file], options);
+      this.#later.set(id, load);
+    }
+    return (await load).modules[0]!;
+  }
+
   // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
   async barrier(): Promise<void> {
     this.#open();
@@ -428,6 +452,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     // Borrowers share this context, so once met, the synchronisation above has seen their last
     // kernels end too; unmet, one may still be running this code.
     if (met || !this.#lendsModules) this.#kernels.unload();
+    for (const load of this.#later.values()) {
+      const { modules, lends } = await load.catch(() => ({ modules: [], lends: true }));
+      if (met || !lends) for (const m of modules) m.unload();
+    }
     for (const peer of this.#peerDevices) peer.release();
     this.#device.release();
   }

@@ -4,24 +4,13 @@ import { hostname } from 'node:os';
 import type { CommOptions } from '../backend.js';
 import { CudaDevice } from '../../cuda/device.js';
 import { UsageError } from '../../errors.js';
-import { forceSystemScope, sharedModulesOn } from '../../knobs.js';
-import { KernelModule } from '../../jit/module.js';
+import { forceSystemScope } from '../../knobs.js';
 import { allGatherJson } from '../../world/all-gather.js';
-import { storeBarrier } from '../../world/barrier.js';
 import { CudaComm } from './comm.js';
+import { loadModules, type ModuleLoad } from './modules.js';
 import { probeDefines } from './probe-defines.js';
-import { contextSharers, type RankPlace } from './symmetric.js';
+import type { RankPlace } from './symmetric.js';
 
-
-/**
- * Which rank loads the modules `rank` runs: the first rank of its process on its GPU (they share
- * the GPU's context), or itself where sharing is off; and whether `rank` lends them to others.
- */
-export function moduleLender(where: readonly RankPlace[], rank: number, shared: boolean): { lender: number; lends: boolean } {
-  const sharers = contextSharers(where, rank);
-  const lender = shared ? sharers[0] : rank;
-  return { lender, lends: lender === rank && shared && sharers.length > 1 };
-}
 
 // The cuda backend's modules, in the order CudaCommInit takes them.
 const MODULE_FILES = ['a2av.cu', 'exchange.cu', 'all-reduce.cu'];
@@ -52,30 +41,14 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
     device.enablePeerAccess(peer);
   }
   device.makeCurrent();
-  // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
-  const barrier = (name: string) => storeBarrier(opts.store, { name, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs });
-  if (opts.rank !== 0) await barrier('a2av/cuda/module');
   const oneGpu = where.every((w) => w.ordinal === device.ordinal) && !forceSystemScope();
-  const moduleOptions = [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...probeDefines()];
-  // Ranks of one process on one GPU share its context, and so can run one copy of the code: the
-  // first of them loads it and lends the handles. Eight copies of x_fused (137 KB of SASS each)
-  // took turns in the SMs' instruction caches while eight ranks ran it at once (docs/perf.md).
-  const { lender, lends } = moduleLender(where, opts.rank, sharedModulesOn());
   // Every module is loaded here, before any rank can launch: loading code onto a GPU waits for the
   // kernels running there, and a peer's kernel that spins waiting for this rank never ends
   // (measured: two ranks on one GPU timed out in their first MoE call when it loaded lazily).
-  const loaded = lender === opts.rank ? MODULE_FILES.map((file) => new KernelModule(file, device.arch, moduleOptions)) : [];
-  if (opts.rank === 0) await barrier('a2av/cuda/module');
-  const lent = await allGatherJson<string[]>({
-    store: opts.store,
-    key: 'a2av/cuda/modules',
-    rank: opts.rank,
-    worldSize: opts.worldSize,
-    value: loaded.map((m) => m.handle.toString()),
-    timeoutMs: opts.timeoutMs,
-  });
-  const [module, moeModule, allReduceModule] = lender === opts.rank ? loaded : lent[lender].map((h) => new KernelModule(BigInt(h)));
-  const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, lendsModules: lends, places: where, peerDevices: [...peerDevices.values()] });
+  const loads: ModuleLoad = { store: opts.store, rank: opts.rank, worldSize: opts.worldSize, timeoutMs: opts.timeoutMs, where, arch: device.arch };
+  const { modules, lends } = await loadModules(loads, 'a2av/cuda/modules', MODULE_FILES, [`-DA2AV_ONE_GPU=${oneGpu ? 1 : 0}`, ...probeDefines()]);
+  const [module, moeModule, allReduceModule] = modules;
+  const comm = new CudaComm({ opts, device, module, moeModule, allReduceModule, lendsModules: lends, loads, places: where, peerDevices: [...peerDevices.values()] });
   await comm.init();
   return comm;
 }
