@@ -13,7 +13,10 @@
 // xs_chunk_entries), and a block of x_copy_slices reads its spans' entries in the same round as
 // its source words where it can (a dispatch's send bytes are its input in order, so those are read
 // before the plan), then stores. A span whose bytes run across chunks (about one a chunk) takes the
-// lookup, as does a span past the index.
+// lookup, as does a span past the index. x_copy_slices_gather: the same for a dispatch whose rows
+// are read through XParams.gatherRows (the token group's rows, read from its x): a dispatch sends
+// its send rows in order, so send byte x comes from send row x / rowBytes, wherever the plan sends
+// it; the table and the word are both read before the index.
 
 #ifdef A2AV_PROBE_XS_LOOKUPS  // a probe's count of slices that took the lookup, printed by x_slice_index
 #ifndef __CUDACC_RTC__
@@ -58,12 +61,37 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
                      [&](i64 i, XsEntry e) { out[i] = make_longlong2(e.dst, e.src); });
 }
 
+// Send byte x of a gathered dispatch: byte x % rb of input row gather[x / rb]. The host takes this
+// grid only where the table's rows hold under 4 GiB (moe.ts), so the quotient fits 32 bits (a
+// 64-bit one made the copy's short path spill). The table was written before the exchange ahead
+// of this copy had finished (the token group's route), so it can be read before pdl_wait; at gpu
+// scope, past any copy of a line an SM kept from an earlier call.
+__device__ __forceinline__ const u8* gathered_byte(const u8* input, const int* gather, i64 rb, i64 x) {
+  const u32 q = (u32)x / (u32)rb;
+  int row;
+  asm("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(row) : "l"(gather + q));  // not volatile: both slices' tables first
+  return input + (i64)row * rb + (x - (i64)q * rb);
+}
+// The same before the index, where x may lie past the rows this call sends: their entries are not
+// this call's (stale, or never written), so a row outside the input's `rows` is not read (null).
+// Reading only the sent rows' entries would wait for the exchange's count first: every block of
+// the grid asking one word at gpu scope made 128-token dispatches 10-15% slower, 4096-token ones
+// up to 30% (docs/perf.md).
+__device__ __forceinline__ const u8* gathered_byte_early(const u8* input, const int* gather, i64 rows, i64 rb, i64 x) {
+  const u32 q = (u32)x / (u32)rb;
+  int row;
+  asm("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(row) : "l"(gather + q));
+  return row >= 0 && row < rows ? input + (i64)row * rb + (x - (i64)q * rb) : nullptr;
+}
+
 // A span that runs across chunks (or lies past the index, or is unaligned): each thread finds its
 // words' chunks. Where the plan has at most XS_WINDOW chunks the block reads them all at once
 // into shared memory; else every stride-th running sum first, then XS_WINDOW chunks from the last
 // that starts at or before the slice (exchange.cuh: xs_base, xs_find; a word past the window takes
 // x_chunk_at). Kept out of line: x_copy_slices' usual path does not pay its registers.
-__device__ __noinline__ void xs_copy_lookup(const u8* input, u8* const* outPeers, i64* planWords, int W, int E, i64 rb, i64 lo, i64 hi) {
+// Gather: `gather` is a gathered dispatch's table (send byte y's source is gathered_byte(y)).
+template <bool Gather>
+static __device__ __noinline__ void xs_copy_lookup(const u8* input, const int* gather, u8* const* outPeers, i64* planWords, int W, int E, i64 rb, i64 lo, i64 hi) {
   const int tid = threadIdx.x, nt = blockDim.x;
   __shared__ i64 sBase;
   __shared__ u8* sOut[XS_WINDOW];
@@ -130,13 +158,14 @@ __device__ __noinline__ void xs_copy_lookup(const u8* input, u8* const* outPeers
         i64 src, dst;
         const i64 k = at(y, &src, &dst);
         const i64 off = y - startOf(k) * rb;
-        outOf(k)[dst * rb + off] = input[src * rb + off];
+        outOf(k)[dst * rb + off] = Gather ? *gathered_byte(input, gather, rb, y) : input[src * rb + off];
       }
     } else {
       i64 src, dst;
       const i64 k = at(x, &src, &dst);
       const i64 off = x - startOf(k) * rb;
-      *(uint4*)(outOf(k) + dst * rb + off) = ld_stream((const uint4*)(input + src * rb + off));
+      const u8* from = Gather ? gathered_byte(input, gather, rb, x) : input + src * rb + off;
+      *(uint4*)(outOf(k) + dst * rb + off) = ld_stream((const uint4*)from);
     }
   }
   __syncthreads();  // the shared words are the next span's
@@ -145,18 +174,19 @@ __device__ __noinline__ void xs_copy_lookup(const u8* input, u8* const* outPeers
 // The slices of [lo, total) a grid's stride apart, from the index or the lookup: for the slices
 // past a block's first (a grid sized from a low hint or a budget) and spans across chunks. Out of
 // line, so that x_copy_slices' one-slice path keeps nothing live across a call (no spills).
-__device__ __noinline__ void xs_copy_rest(const u8* input, u8* const* outPeers, i64* plan, int W, int E, i64 rb, int shift, const i64* index, i64 lo, i64 total) {
+template <bool Gather>
+static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gather, u8* const* outPeers, i64* plan, int W, int E, i64 rb, int shift, const i64* index, i64 lo, i64 total) {
   const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice;
   for (; lo < total; lo += step) {
     const longlong2 e = xs_entry_at(index, lo >> shift);
     if (e.x != XS_STRADDLES) {
       const i64 x = lo + 16 * (i64)threadIdx.x;
-      if (x < total) *(uint4*)(e.x + x) = ld_stream((const uint4*)(e.y + x));
+      if (x < total) *(uint4*)(e.x + x) = ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : (const u8*)e.y + x));
     } else {
 #ifdef A2AV_PROBE_XS_LOOKUPS
       if (threadIdx.x == 0) atomicAdd(&xsLookups, 1ull);
 #endif
-      xs_copy_lookup(input, outPeers, plan, W, E, rb, lo, lo + slice < total ? lo + slice : total);
+      xs_copy_lookup<Gather>(input, gather, outPeers, plan, W, E, rb, lo, lo + slice < total ? lo + slice : total);
     }
   }
 }
@@ -166,19 +196,34 @@ __device__ __noinline__ void xs_copy_rest(const u8* input, u8* const* outPeers, 
 // a block for two slices: a combine's source is known only from the index, so its blocks live two
 // memory round trips, and two words a thread keep twice the bytes in flight); slices further on
 // (a grid sized from a low hint or a budget) one after another.
-// The host launches it for 16-byte rows and an aligned input only (x_copy takes the others).
-extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const XParams p) {
+// The host launches it for 16-byte rows and an aligned input only (x_copy takes the others), and
+// x_copy_slices_gather for dispatches only.
+template <bool Gather>
+__device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   const int tid = threadIdx.x;
   const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice;
   const i64 first = (i64)blockIdx.x * slice, mine = first + 16 * (i64)tid, mine2 = mine + step;
   // A dispatch's send bytes are its input in order: its words can be read before the index, up to
   // the bytes the grid was sized for (a larger input may hold far more than is sent).
   const i64 readable = p.inRows * p.rowBytes < p.gridBytes ? p.inRows * p.rowBytes : p.gridBytes;
-  const bool inOrder = p.kind == X_DISPATCH && ((u64)p.input & 15) == 0;
-  const bool early = inOrder && mine + 16 <= readable, early2 = inOrder && mine2 + 16 <= readable;
+  const bool inOrder = (Gather || p.kind == X_DISPATCH) && ((u64)p.input & 15) == 0;
+  const int* gather = Gather ? p.gatherRows : nullptr;
+  // Send byte x's source: base + x, base the input or an index entry's source (a gathered
+  // dispatch needs neither).
+  const auto from = [&](const void* base, i64 x) { return (const uint4*)(Gather ? gathered_byte(p.input, gather, p.rowBytes, x) : (const u8*)base + x); };
+  bool early = inOrder && mine + 16 <= readable, early2 = inOrder && mine2 + 16 <= readable;
   uint4 word, word2;
-  if (early) word = ld_stream((const uint4*)(p.input + mine));
-  if (early2) word2 = ld_stream((const uint4*)(p.input + mine2));
+  if constexpr (Gather) {
+    const u8* at = early ? gathered_byte_early(p.input, gather, p.gatherInputRows, p.rowBytes, mine) : nullptr;
+    const u8* at2 = early2 ? gathered_byte_early(p.input, gather, p.gatherInputRows, p.rowBytes, mine2) : nullptr;
+    early = at != nullptr;
+    early2 = at2 != nullptr;
+    if (early) word = ld_stream((const uint4*)at);
+    if (early2) word2 = ld_stream((const uint4*)at2);
+  } else {
+    if (early) word = ld_stream((const uint4*)(p.input + mine));
+    if (early2) word2 = ld_stream((const uint4*)(p.input + mine2));
+  }
   pdl_wait();     // x_slice_index has finished
   pdl_release();  // x_done_open may wait in a slot beside us
   const i64* index = xs_index(p.scratch, p.world);
@@ -191,14 +236,16 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const 
   // Both slices from the index in one round, or the first alone, or the lookup from the first.
   const bool one = e.x != XS_STRADDLES, two = one && first + step < total && e2.x != XS_STRADDLES;
   if (two) {
-    const uint4 w = early ? word : ld_stream((const uint4*)(e.y + mine));
-    const uint4 w2 = mine2 >= total ? w : early2 ? word2 : ld_stream((const uint4*)(e2.y + mine2));
+    const uint4 w = early ? word : ld_stream(from((const void*)e.y, mine));
+    const uint4 w2 = mine2 >= total ? w : early2 ? word2 : ld_stream(from((const void*)e2.y, mine2));
     *(uint4*)(e.x + mine) = w;  // first + slice <= first + step < total
     if (mine2 < total) *(uint4*)(e2.x + mine2) = w2;
   } else if (one && mine < total) {
-    *(uint4*)(e.x + mine) = early ? word : ld_stream((const uint4*)(e.y + mine));
+    *(uint4*)(e.x + mine) = early ? word : ld_stream(from((const void*)e.y, mine));
   }
   const i64 next = two ? first + 2 * step : one ? first + step : first;
-  if (next < total) xs_copy_rest(p.input, p.outPeers, p.plan, p.world, p.experts, p.rowBytes, shift, index, next, total);
+  if (next < total) xs_copy_rest<Gather>(p.input, gather, p.outPeers, p.plan, p.world, p.experts, p.rowBytes, shift, index, next, total);
 #endif
 }
+extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const XParams p) { x_copy_slices_run<false>(p); }
+extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices_gather(const XParams p) { x_copy_slices_run<true>(p); }

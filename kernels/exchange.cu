@@ -114,6 +114,15 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   if (st.abort) return;
   for (i64 i = tid; i < N; i += nt) plan.dst[i] = answers[(i / E) * A2AV_X2_WORDS + A2AV_X2_HEADER + (i % E)];
   accept(p, xin, starts, gate, sent);
+  // A gathered dispatch's table past the rows it sends, up to where x_copy_slices_gather reads
+  // early (its grid is sized for the most the route can send): no row (-1), so the blocks past
+  // the sends read nothing. The route writes only the entries it sends; an older entry naming a
+  // row of x would send a spare block to read it (in bounds: the copy checks, but for nothing).
+  if (p.gatherRows != nullptr && p.gridBytes > 0) {
+    const i64 readable = (p.inRows * p.rowBytes < p.gridBytes ? p.inRows * p.rowBytes : p.gridBytes) / p.rowBytes + 1;
+    const i64 end = readable < p.inRows ? readable : p.inRows;
+    for (i64 r = sent + tid; r < end; r += nt) ((int*)p.gatherRows)[r] = -1;
+  }
 }
 
 // A plan's move: one round of (row size, output buffer) against rank 0's; the plan's own verdict.

@@ -38,6 +38,7 @@ struct XParams {
   i64 rowBytes2;           // 160
   const int* gatherRows;   // 168: send row r is input row gatherRows[r] (moe.ts GATHER); null: input rows in send order
   i64 gridBytes;           // 176: x_copy_slices: the send bytes its grid was sized for (a dispatch reads early up to there)
+  i64 gatherInputRows;     // 184: with gatherRows: the rows the input holds (x_copy_slices_gather's early reads stay below)
 };
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
@@ -49,7 +50,8 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, input2) == 144, "XParams.input2");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, sliceSpanLog2) == 140, "XParams.sliceSpanLog2");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherRows) == 168, "XParams.gatherRows");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gridBytes) == 176, "XParams.gridBytes");
-A2AV_LAYOUT_CHECK(sizeof(XParams) == 184, "XParams: X_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherInputRows) == 184, "XParams.gatherInputRows");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 192, "XParams: X_PARAMS_BYTES");
 
 // Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as
 // overflow (the 1-D kernel's rules use it too).

@@ -88,8 +88,9 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
  * kernels) rather than from a copy in send order (cpu and nccl: always the copy). On cuda unless
  * A2AV_MOE_GATHER=0: a 4096-token dispatch on two H200s took 749 µs against the copy's 876
  * (expanded; compact 240 against 299), at W = 8 on one H200 2655 against 3279; 128 tokens and
- * fewer within 1-2 µs either way, W = 8's 128 tokens 13 µs slower (docs/perf.md). A per-rank
- * choice: the exchange is the same either way.
+ * fewer within 1-2 µs either way, W = 8's 128 tokens 13 µs slower (docs/perf.md; measured before
+ * ranks on one GPU read the rows through x_copy_slices_gather). A per-rank choice: the exchange is
+ * the same either way.
  */
 function gathersRows(comm: Comm): boolean {
   return comm.backend === 'cuda' && moeGatherOn();

@@ -23,6 +23,8 @@ export const moeTokenSuite: Case[] = [
     [2, job('expanded', 3, 3, 12, 4, 7, 5, 5)],
     [3, job('expanded', 2, 4, 10, 8, 40, 2, 5)],
     [4, job('expanded', 2, 3, 8, 2, 1, 3, 5)],
+    // DeepSeek-V3's row (7168 bf16): every 4 KiB span of the copy's index inside one row or across two.
+    [4, job('expanded', 4, 3, 24, 1, 14336, 3, 3)],
   ] as const).map(([W, arg]) => ({
     name: `MoE tokens W=${W}, expanded: E=${arg.experts}, top-${arg.topk}, up to ${arg.maxTokens} tokens, alignment ${arg.align}, rows of ${arg.rowBytes} B; counts, layout, weights, repeat, route reuse, combine bf16/f32/f16 with and without weights and bias`,
     fn: 'moeTokens',

@@ -41,10 +41,12 @@ const picks: Pick[] = [
   { fn: 'allReduce', ranks: 2, arg: { counts: [0, 1, 7, 4099, 300_001] } },
   { fn: 'allReduce', ranks: 3, arg: { counts: [1, 4099, 300_001] } },
   // MoE: x_fused (one kernel, or three launches where the ranks share a GPU), then the token
-  // group's steps around it, its gather kernels reading rows from x.
+  // group's steps around it, its gather kernels reading rows from x (rows of whole 16-byte words,
+  // ranks on one GPU: the slice grid's, x_copy_slices_gather).
   { fn: 'moeExchange', ranks: 2, arg: { calls: 6, budget: 1024 } },
   { fn: 'moeTokens', ranks: 2, named: 'expanded', arg: { calls: 3 } },
   { fn: 'moeTokens', ranks: 2, named: 'compact', arg: { calls: 3 } },
+  { fn: 'moeTokens', ranks: 4, named: 'rows of 14336 B', arg: { calls: 2 } },
 ];
 
 const backend = (process.argv[2] ?? 'cuda') as BackendName;

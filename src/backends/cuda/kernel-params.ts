@@ -43,7 +43,7 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
 }
 
 // Writes struct XParams (kernels/exchange.cuh).
-export const X_PARAMS_BYTES = 184;
+export const X_PARAMS_BYTES = 192;
 
 export interface XParams {
   input: bigint;
@@ -79,6 +79,8 @@ export interface XParams {
   sliceSpanLog2?: number;
   /** x_copy_slices: the send bytes its grid was sized for (a dispatch reads its words early up to there). */
   gridBytes?: number;
+  /** With gatherRows: the rows the input holds (x_copy_slices_gather reads early only below them). */
+  gatherInputRows?: number;
 }
 
 export function writeXParams(v: DataView, p: XParams): void {
@@ -108,6 +110,7 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setBigInt64(160, BigInt(p.rowBytes2 ?? 0), true);
   v.setBigUint64(168, p.gatherRows ?? 0n, true);
   v.setBigInt64(176, BigInt(p.gridBytes ?? 0), true);
+  v.setBigInt64(184, BigInt(p.gatherInputRows ?? 0), true);
 }
 
 // Writes struct ArParams (kernels/all-reduce.cuh).

@@ -136,7 +136,7 @@ export class MoeCalls {
   readonly #host: MoeHost;
   readonly #module: KernelModule;
   readonly #launcher: StructLauncher;
-  readonly #fns: Record<'exchange' | 'check' | 'copy' | 'copyGather' | 'sliceIndex' | 'slices' | 'done' | 'doneOpen' | 'fused' | 'fusedGather', KernelFunction>;
+  readonly #fns: Record<'exchange' | 'check' | 'copy' | 'copyGather' | 'sliceIndex' | 'slices' | 'slicesGather' | 'done' | 'doneOpen' | 'fused' | 'fusedGather', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
   /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
   readonly #fused = moeFusedOn();
@@ -168,6 +168,7 @@ export class MoeCalls {
       copyGather: module.fn('x_copy_gather'),
       sliceIndex: module.fn('x_slice_index'),
       slices: module.fn('x_copy_slices'),
+      slicesGather: module.fn('x_copy_slices_gather'),
       done: module.fn('x_done'),
       doneOpen: module.fn('x_done_open'),
       fused: module.fn('x_fused'),
@@ -328,6 +329,7 @@ export class MoeCalls {
       outPeers2: (payload.companion?.output as GpuBuffer | undefined)?.peerTable ?? 0n,
       rowBytes2: payload.companion?.rowBytes ?? 0,
       gatherRows: payload.gather?.ptr ?? 0n,
+      gatherInputRows: payload.gather && payload.input ? Math.floor(payload.input.bytes / payload.rowBytes) : 0,
     };
   }
 
@@ -360,8 +362,11 @@ export class MoeCalls {
     // Sized from what the input can hold: the counts stay on the device. Blocks loop over tiles.
     const bytes = gridBytes(payload) || 1;
     const aligned = payload.rowBytes % 16 === 0 && (payload.input?.ptr ?? 0n) % 16n === 0n;
-    // x_copy_slices reads its input in send order: a gathered payload takes x_copy_gather.
-    const slices = this.#sliceGrid() && aligned && !payload.gather;
+    // A gathered payload takes the slice grid as a dispatch only (x_copy_slices_gather finds a send
+    // row's source from its place in send order, which is its place in a dispatch's input) and under
+    // 4 GiB of table rows (its quotients are 32-bit); else x_copy_gather.
+    const gathered = payload.gather !== undefined && params.kind === ExchangeKind.dispatch && (payload.gather.bytes / 4) * payload.rowBytes < 2 ** 32;
+    const slices = this.#sliceGrid() && aligned && (!payload.gather || gathered);
     writeXParams(launcher.view, slices ? { ...params, sliceSpanLog2: sliceSpanLog2(bytes), gridBytes: bytes } : params);
     const device = this.#host.device;
     // The slice grid's kernels are launched early, each behind the one before, and its x_done lets
@@ -381,7 +386,7 @@ export class MoeCalls {
         // The index (a warp a chunk), then a block two slices (kernels/exchange-slices.cuh).
         const chunks = this.#host.worldSize * params.experts;
         go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(chunks / (SLICE_THREADS / 32)))), SLICE_THREADS, this.#fns.sliceIndex);
-        go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICES_A_BLOCK * SLICE_BYTES)))), SLICE_THREADS, this.#fns.slices);
+        go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICES_A_BLOCK * SLICE_BYTES)))), SLICE_THREADS, payload.gather ? this.#fns.slicesGather : this.#fns.slices);
       } else {
         const blocks = Math.max(1, Math.min(4 * device.smCount, payload.maxBlocks ?? Infinity, Math.ceil(bytes / (COPY_THREADS * 64))));
         launcher.launch(blocks, COPY_THREADS, stream, 0, payload.gather ? this.#fns.copyGather : this.#fns.copy);
