@@ -15,7 +15,7 @@ import { AR_PARAMS_BYTES, ArDtype, ArOp, writeArParams } from '../src/backends/c
 import { allReduceOffset, AR_HEADER, AR_TILE_BYTES, arOneShotBytes, arRounds, arSharedBytes, arSlots, arStageBytes, laneEnd } from '../src/backends/cuda/layout.js';
 import { kernelsDir } from '../src/jit/module.js';
 import { nvcc } from './support/kernel-source.js';
-import { probeDefines, probeNumber } from '../src/backends/cuda/probe-defines.js';
+import { probeDefines, probeNumber, probeSwitch } from '../src/backends/cuda/probe-defines.js';
 import { UsageError } from '../src/errors.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
@@ -78,6 +78,9 @@ describe('allReduce kernels mirrored in TypeScript', () => {
     assert.deepEqual(probeDefines(''), []);
     assert.throws(() => probeDefines('-DA2AV_PROBE_X'), UsageError);
     assert.equal(probeNumber('A2AV_PROBE_AR_TILE_BYTES', 7, 256, 'A2AV_PROBE_NO_COPY'), 7, 'not given: the default');
+    assert.equal(probeSwitch('A2AV_PROBE_NO_COPY', 'A2AV_PROBE_AR_TILE_BYTES=512 A2AV_PROBE_NO_COPY'), true);
+    assert.equal(probeSwitch('A2AV_PROBE_NO_COPY', 'A2AV_PROBE_NO_COPY_X A2AV_PROBE_NO_COPY=1'), false, 'another name, or a value: not the switch');
+    assert.equal(probeSwitch('A2AV_PROBE_NO_COPY', undefined), false);
     assert.equal(probeNumber('A2AV_PROBE_AR_TILE_BYTES', 7, 256, 'A2AV_PROBE_NO_COPY A2AV_PROBE_AR_TILE_BYTES=512'), 512);
     for (const bad of ['A2AV_PROBE_AR_TILE_BYTES=100', 'A2AV_PROBE_AR_TILE_BYTES=0', 'A2AV_PROBE_AR_TILE_BYTES', 'A2AV_PROBE_AR_TILE_BYTES=1k']) {
       assert.throws(() => probeNumber('A2AV_PROBE_AR_TILE_BYTES', 7, 256, bad), (e: unknown) => e instanceof UsageError && /A2AV_PROBE_AR_TILE_BYTES must be/.test(e.message), bad);

@@ -15,7 +15,7 @@ import { writeXParams, X_PARAMS_BYTES, type XParams } from './kernel-params.js';
 import type { CallHost } from './call-host.js';
 import type { CudaLane } from './lane.js';
 import { fusedFits, fusedSharedBytes, planBytes, scratchBytes, scratchPlanOffset, SLICE_INDEX_BYTES, SLICE_INDEX_ENTRIES, sliceIndexOffset } from './layout.js';
-import { probeNumber } from './probe-defines.js';
+import { probeNumber, probeSwitch } from './probe-defines.js';
 
 /** What the MoE calls need from their communicator. */
 export type MoeHost = CallHost;
@@ -113,6 +113,14 @@ const SLICE_BYTES = SLICE_THREADS * 16;
  * at 256 MiB with two; a dispatch 1130 -> 1122 (A2AV_PROBE_DEFINES=A2AV_PROBE_XS_SLICES=n: a probe's).
  */
 const SLICES_A_BLOCK = probeNumber('A2AV_PROBE_XS_SLICES', 2);
+
+/**
+ * Gathered dispatches on the slice grid (x_copy_slices_gather). A2AV_PROBE_DEFINES=A2AV_PROBE_X_COPY_GATHER
+ * (a probe's) sends them through x_copy_gather as before it, for a same-run comparison: at W = 8 on
+ * one H200 the slice grid took 128-token dispatches from 165 / 137 µs to 111 / 100 (expanded /
+ * compact) but compact 4096-token ones from 0.76 to 0.68 of the 1-D call (docs/perf.md).
+ */
+const GATHER_SLICES = !probeSwitch('A2AV_PROBE_X_COPY_GATHER');
 
 /**
  * x_copy_slices' index span (kernels/exchange.cuh XS_INDEX_ENTRIES): the least power of two, from
@@ -365,7 +373,7 @@ export class MoeCalls {
     // A gathered payload takes the slice grid as a dispatch only (x_copy_slices_gather finds a send
     // row's source from its place in send order, which is its place in a dispatch's input) and under
     // 4 GiB of table rows (its quotients are 32-bit); else x_copy_gather.
-    const gathered = payload.gather !== undefined && params.kind === ExchangeKind.dispatch && (payload.gather.bytes / 4) * payload.rowBytes < 2 ** 32;
+    const gathered = GATHER_SLICES && payload.gather !== undefined && params.kind === ExchangeKind.dispatch && (payload.gather.bytes / 4) * payload.rowBytes < 2 ** 32;
     const slices = this.#sliceGrid() && aligned && (!payload.gather || gathered);
     writeXParams(launcher.view, slices ? { ...params, sliceSpanLog2: sliceSpanLog2(bytes), gridBytes: bytes } : params);
     const device = this.#host.device;

@@ -22,6 +22,11 @@ export function probeDefines(value = process.env.A2AV_PROBE_DEFINES): string[] {
   return parse(value).map(([name, v]) => (v === undefined ? `-D${name}` : `-D${name}=${v}`));
 }
 
+/** Whether switch `name` is among the defines (a switch the host reads too: it picks a kernel). */
+export function probeSwitch(name: string, value = process.env.A2AV_PROBE_DEFINES): boolean {
+  return parse(value).some(([n, v]) => n === name && v === undefined);
+}
+
 /** The value `name` is given (a positive integer, a multiple of `multipleOf`), else `fallback`. */
 export function probeNumber(name: string, fallback: number, multipleOf = 1, value = process.env.A2AV_PROBE_DEFINES): number {
   const found = parse(value).find(([n]) => n === name);
