@@ -52,7 +52,7 @@ export const moeGatherOn = (value = process.env.A2AV_MOE_GATHER): boolean => onO
 export const moeFusedOn = (value = process.env.A2AV_MOE_FUSED): boolean => onOff('A2AV_MOE_FUSED', value, true);
 /** A2AV_EARLY_LAUNCH=0: no programmatic dependent launch (jit/module.ts). */
 export const earlyLaunchOn = (value = process.env.A2AV_EARLY_LAUNCH): boolean => onOff('A2AV_EARLY_LAUNCH', value, true);
-/** A2AV_SHARED_MODULES=0: every rank loads its own copy of the kernels, even beside ranks of its process on its GPU (backends/cuda/setup.ts). */
+/** A2AV_SHARED_MODULES=0: every rank loads its own copy of the kernels, even beside ranks of its process on its GPU (backends/cuda/modules.ts). */
 export const sharedModulesOn = (value = process.env.A2AV_SHARED_MODULES): boolean => onOff('A2AV_SHARED_MODULES', value, true);
 /** A2AV_FORCE_SYSTEM_SCOPE=1: system-scope flags even where every rank is on one GPU (backends/cuda/setup.ts). */
 export const forceSystemScope = (value = process.env.A2AV_FORCE_SYSTEM_SCOPE): boolean => onOff('A2AV_FORCE_SYSTEM_SCOPE', value, false);
