@@ -61,15 +61,21 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
                      [&](i64 i, XsEntry e) { out[i] = make_longlong2(e.dst, e.src); });
 }
 
+// Send byte x's send row (q) and the input row its table entry names.
+__device__ __forceinline__ int gather_entry(const int* gather, i64 rb, i64 x, u32& q) {
+  q = (u32)x / (u32)rb;
+  int row;
+  asm("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(row) : "l"(gather + q));  // not volatile: both slices' tables first
+  return row;
+}
 // Send byte x of a gathered dispatch: byte x % rb of input row gather[x / rb]. The host takes this
 // grid only where the table's rows hold under 4 GiB (moe.ts), so the quotient fits 32 bits (a
 // 64-bit one made the copy's short path spill). The table was written before the exchange ahead
 // of this copy had finished (the token group's route), so it can be read before pdl_wait; at gpu
 // scope, past any copy of a line an SM kept from an earlier call.
 __device__ __forceinline__ const u8* gathered_byte(const u8* input, const int* gather, i64 rb, i64 x) {
-  const u32 q = (u32)x / (u32)rb;
-  int row;
-  asm("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(row) : "l"(gather + q));  // not volatile: both slices' tables first
+  u32 q;
+  const int row = gather_entry(gather, rb, x, q);
   return input + (i64)row * rb + (x - (i64)q * rb);
 }
 // The same before the index, where x may lie past the rows this call sends: their entries are not
@@ -78,9 +84,8 @@ __device__ __forceinline__ const u8* gathered_byte(const u8* input, const int* g
 // the grid asking one word at gpu scope made 128-token dispatches 10-15% slower, 4096-token ones
 // up to 30% (docs/perf.md).
 __device__ __forceinline__ const u8* gathered_byte_early(const u8* input, const int* gather, i64 rows, i64 rb, i64 x) {
-  const u32 q = (u32)x / (u32)rb;
-  int row;
-  asm("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(row) : "l"(gather + q));
+  u32 q;
+  const int row = gather_entry(gather, rb, x, q);
   return row >= 0 && row < rows ? input + (i64)row * rb + (x - (i64)q * rb) : nullptr;
 }
 
@@ -203,9 +208,8 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   const int tid = threadIdx.x;
   const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice;
   const i64 first = (i64)blockIdx.x * slice, mine = first + 16 * (i64)tid, mine2 = mine + step;
-  // A dispatch's send bytes are its input in order: its words can be read before the index, up to
-  // the bytes the grid was sized for (a larger input may hold far more than is sent).
-  const i64 readable = p.inRows * p.rowBytes < p.gridBytes ? p.inRows * p.rowBytes : p.gridBytes;
+  // A dispatch's send bytes are its input in order: its words can be read before the index.
+  const i64 readable = xs_readable_bytes(p);
   const bool inOrder = (Gather || p.kind == X_DISPATCH) && ((u64)p.input & 15) == 0;
   const int* gather = Gather ? p.gatherRows : nullptr;
   // Send byte x's source: base + x, base the input or an index entry's source (a gathered

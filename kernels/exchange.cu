@@ -119,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   // the sends read nothing. The route writes only the entries it sends; an older entry naming a
   // row of x would send a spare block to read it (in bounds: the copy checks, but for nothing).
   if (p.gatherRows != nullptr && p.gridBytes > 0) {
-    const i64 readable = (p.inRows * p.rowBytes < p.gridBytes ? p.inRows * p.rowBytes : p.gridBytes) / p.rowBytes + 1;
+    const i64 readable = xs_readable_bytes(p) / p.rowBytes + 1;
     const i64 end = readable < p.inRows ? readable : p.inRows;
     for (i64 r = sent + tid; r < end; r += nt) ((int*)p.gatherRows)[r] = -1;
   }

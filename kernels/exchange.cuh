@@ -53,6 +53,13 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gridBytes) == 176, "XParams.gridBy
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherInputRows) == 184, "XParams.gatherInputRows");
 A2AV_LAYOUT_CHECK(sizeof(XParams) == 192, "XParams: X_PARAMS_BYTES");
 
+// The send bytes a slice-grid dispatch may read before its index (x_copy_slices): its input, or
+// the bytes its grid was sized for where fewer (a larger input may hold far more than is sent).
+__device__ __forceinline__ i64 xs_readable_bytes(const XParams& p) {
+  const i64 in = p.inRows * p.rowBytes;
+  return in < p.gridBytes ? in : p.gridBytes;
+}
+
 // Row counts summed without wrapping: a sum past int64 reads INT64_MAX, which the host reports as
 // overflow (the 1-D kernel's rules use it too).
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
