@@ -17,6 +17,7 @@ import { caseArg, suite, type Case } from './conformance/suite.js';
 import { buildEmulator } from './moe/emulated-device.js';
 import { checkRouteGather, type RouteCase } from './moe/route-gather-equivalence.js';
 import { SMALL_ENTRIES } from '../src/moe/kernel-args.js';
+import { evenRanksPerToken, tokenShape } from '../src/moe/shape.js';
 import { mulberry32 } from '../src/bench/splits.js';
 import { hostCompiler } from './support/host-kernels.js';
 import { assertCompilesForDevice, assertStructsMatch } from './support/kernel-source.js';
@@ -152,3 +153,32 @@ describe('mt_route_gather (one block) writes what mt_route then mt_gather write,
 function bitsOfF32(x: number): number {
   return new Uint32Array(Float32Array.of(x).buffer)[0];
 }
+
+describe('the token group sizes its exchanges for an even routing', () => {
+  // Every K-subset of N = W·E experts, counted: the ranks it falls on, averaged.
+  function enumerated(world: number, perRank: number, topk: number): number {
+    const n = world * perRank;
+    let subsets = 0;
+    let ranks = 0;
+    const walk = (from: number, left: number, hit: Set<number>): void => {
+      if (left === 0) {
+        subsets++;
+        ranks += hit.size;
+        return;
+      }
+      for (let e = from; e <= n - left; e++) walk(e + 1, left - 1, new Set(hit).add(Math.floor(e / perRank)));
+    };
+    walk(0, topk, new Set());
+    return ranks / subsets;
+  }
+  test('compact: the ranks K distinct experts fall on, against every K-subset counted', () => {
+    for (const [w, e, k] of [[1, 4, 2], [2, 1, 2], [3, 2, 2], [4, 3, 3], [3, 4, 5], [5, 2, 10], [8, 2, 1]] as const) {
+      const got = evenRanksPerToken(w, e, k);
+      assert.ok(Math.abs(got - enumerated(w, e, k)) < 1e-9, `W=${w} E=${e} K=${k}: ${got} against ${enumerated(w, e, k)}`);
+    }
+    const v3 = tokenShape({ world: 8, rank: 0, layout: 'compact', experts: 256, topk: 8, tokenCap: 4096, rowBytes: 14336, combineRowBytes: 14336, align: 1 });
+    assert.ok(v3.evenRowsPerToken > 5.2 && v3.evenRowsPerToken < 5.3 && v3.rowsPerToken === 8, `DeepSeek-V3 on 8 ranks: ${v3.evenRowsPerToken}`);
+    const expanded = tokenShape({ world: 8, rank: 0, layout: 'expanded', experts: 256, topk: 8, tokenCap: 64, rowBytes: 16, combineRowBytes: 16, align: 1 });
+    assert.equal(expanded.evenRowsPerToken, 8);
+  });
+});

@@ -153,8 +153,9 @@ class TokenGroup implements MoeGroup {
     if (reused === undefined) compute.routeAndGather(s, { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap }, gather);
     else compute.gather(s, gather);
     const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
-    // The rows this call sends at most, to size the exchange's launch by (its input holds the worst case).
-    const sends = p.tokenCap * sh.rowsPerToken;
+    // The rows this call sends where the routing is even, to size the exchange's launch by (its
+    // input holds the worst case; blocks past the hint loop).
+    const sends = Math.ceil(p.tokenCap * sh.evenRowsPerToken);
     const exchange = { inSplits: b.inSplits, expertsPerRank: sh.exchangeExperts, majorAlign: sh.exchangeAlign, lane: this.#lane, stream: s };
     const rows = { ...exchange, output: a.recvX, outSplitsOffsets: b.routeOso, rowBytes: sh.rowBytes, sizeHintBytes: sends * sh.rowBytes };
     // The metadata moves with every dispatch, whether or not this rank wants it back (expanded
@@ -189,7 +190,7 @@ class TokenGroup implements MoeGroup {
       lane: this.#lane,
       stream: s,
       // What this rank sent in the dispatch: what it gets back where the routing is even.
-      sizeHintBytes: route.tokenCap * sh.rowsPerToken * sh.combineRowBytes,
+      sizeHintBytes: Math.ceil(route.tokenCap * sh.evenRowsPerToken) * sh.combineRowBytes,
     }, { [ONE_GPU_FUSED]: sh.sendRows * sh.combineRowBytes < COMBINE_FUSED_BELOW }));
     this.#follow([h], s);
     this.#compute.reduce(s, { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden, tokenCap: route.tokenCap });

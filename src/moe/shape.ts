@@ -39,6 +39,15 @@ export interface TokenShape {
   rowsPerToken: number;
   /** Rows a rank sends at most: every (token, k) (expanded), every (token, rank) (compact). */
   sendRows: number;
+  /**
+   * Rows a token sends where the routing is even (its K experts drawn alike from all N): K
+   * (expanded); compact, the ranks its experts fall on, W · (1 - C(N - E, K) / C(N, K)): DeepSeek-V3
+   * on 8 ranks 5.25 of the 8 at most. The exchanges' launches are sized by it (sizeHintBytes): on
+   * one GPU a block of the slice grid copies two slices where the send bytes reach, and with the
+   * grid sized for the most a compact route can send most blocks found their second slice empty
+   * (measured at W = 8 on one H200, 4096 tokens: 1735 µs, 1455 with a third fewer blocks; docs/perf.md).
+   */
+  evenRowsPerToken: number;
   /** Rows a rank receives at most, padding included. */
   recvRows: number;
   /**
@@ -79,10 +88,19 @@ export function tokenShape(o: {
     buckets,
     rowsPerToken: perToken,
     sendRows: o.tokenCap * perToken,
+    evenRowsPerToken: expanded ? o.topk : evenRanksPerToken(o.world, E, o.topk),
     // Each expert's block at most its rows plus its alignment (an empty one takes the alignment).
     recvRows: o.world * o.tokenCap * (expanded ? o.topk : 1) + exchangeExperts * exchangeAlign,
     metaBytes: Math.ceil((expanded ? 4 : 8 * o.topk) / 16) * 16,
     chunks: Math.max(1, Math.ceil(o.tokenCap / chunkTokens)),
     chunkTokens,
   };
+}
+
+/** The ranks K distinct experts of N = W · E, drawn alike, fall on, on average: W · P(a rank is hit). */
+export function evenRanksPerToken(world: number, expertsPerRank: number, topk: number): number {
+  const n = world * expertsPerRank;
+  let missed = 1;  // C(N - E, K) / C(N, K): none of the K on a given rank
+  for (let i = 0; i < topk; i++) missed *= Math.max(0, n - expertsPerRank - i) / (n - i);
+  return world * (1 - missed);
 }
