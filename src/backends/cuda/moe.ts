@@ -118,7 +118,8 @@ const SLICES_A_BLOCK = probeNumber('A2AV_PROBE_XS_SLICES', 2);
  * Gathered dispatches on the slice grid (x_copy_slices_gather). A2AV_PROBE_DEFINES=A2AV_PROBE_X_COPY_GATHER
  * (a probe's) sends them through x_copy_gather as before it, for a same-run comparison: at W = 8 on
  * one H200 the slice grid took 128-token dispatches from 165 / 137 µs to 111 / 100 (expanded /
- * compact) but compact 4096-token ones from 0.76 to 0.68 of the 1-D call (docs/perf.md).
+ * compact), and 4096-token ones from 0.69 / 0.76 of the 1-D call to 0.82 / 0.82 once the token
+ * group sized its grid for an even routing (docs/perf.md).
  */
 const GATHER_SLICES = !probeSwitch('A2AV_PROBE_X_COPY_GATHER');
 
