@@ -197,10 +197,10 @@ static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gat
 }
 
 // Block b copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, a 16-byte word a
-// thread, and the slice a grid's stride on in the same round when there is one (moe.ts launches
-// a block for two slices: a combine's source is known only from the index, so its blocks live two
-// memory round trips, and two words a thread keep twice the bytes in flight); slices further on
-// (a grid sized from a low hint or a budget) one after another.
+// thread, and the slice a grid's stride on in the same round when there is one (moe.ts sizes the
+// grid for two slices a block, a combine's for three: a combine's source is known only from the
+// index, so its blocks live two memory round trips, and two words a thread keep twice the bytes in
+// flight); slices further on (a grid sized for three, from a low hint or a budget) one after another.
 // The host launches it for 16-byte rows and an aligned input only (x_copy takes the others), and
 // x_copy_slices_gather for dispatches only.
 template <bool Gather>

@@ -108,11 +108,15 @@ const COPY_THREADS = 512;
 export const SLICE_THREADS = 256;
 const SLICE_BYTES = SLICE_THREADS * 16;
 /**
- * Slices a block of x_copy_slices copies in one round, a grid's stride apart. Measured at W = 8 on
- * one H200 (docs/perf.md): a combine, whose source is known only from the index, 1220 -> 1137 µs
- * at 256 MiB with two; a dispatch 1130 -> 1122 (A2AV_PROBE_DEFINES=A2AV_PROBE_XS_SLICES=n: a probe's).
+ * Slices the grid of x_copy_slices is sized for a block: a block copies two in one round, a grid's
+ * stride apart, and any further one after another. Measured at W = 8 on one H200 (docs/perf.md): a
+ * combine, whose source is known only from the index, 1220 -> 1137 µs at 256 MiB with two, 1102.7
+ * -> 1098.8 with three (1 GiB 4305 -> 4270: its blocks live two round trips, so fewer of them
+ * gain); a dispatch 1130 -> 1122 with two, and three no faster (512 MiB 2132 -> 2147).
+ * A2AV_PROBE_DEFINES=A2AV_PROBE_XS_SLICES=n and A2AV_PROBE_XS_COMBINE_SLICES=n: a probe's.
  */
 const SLICES_A_BLOCK = probeNumber('A2AV_PROBE_XS_SLICES', 2);
+const COMBINE_SLICES_A_BLOCK = probeNumber('A2AV_PROBE_XS_COMBINE_SLICES', 3);
 
 /**
  * Gathered dispatches on the slice grid (x_copy_slices_gather). A2AV_PROBE_DEFINES=A2AV_PROBE_X_COPY_GATHER
@@ -395,7 +399,8 @@ export class MoeCalls {
         // The index (a warp a chunk), then a block two slices (kernels/exchange-slices.cuh).
         const chunks = this.#host.worldSize * params.experts;
         go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(chunks / (SLICE_THREADS / 32)))), SLICE_THREADS, this.#fns.sliceIndex);
-        go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (SLICES_A_BLOCK * SLICE_BYTES)))), SLICE_THREADS, payload.gather ? this.#fns.slicesGather : this.#fns.slices);
+        const perBlock = params.kind === ExchangeKind.combine ? COMBINE_SLICES_A_BLOCK : SLICES_A_BLOCK;
+        go(Math.max(1, Math.min(payload.maxBlocks ?? Infinity, Math.ceil(bytes / (perBlock * SLICE_BYTES)))), SLICE_THREADS, payload.gather ? this.#fns.slicesGather : this.#fns.slices);
       } else {
         const blocks = Math.max(1, Math.min(4 * device.smCount, payload.maxBlocks ?? Infinity, Math.ceil(bytes / (COPY_THREADS * 64))));
         launcher.launch(blocks, COPY_THREADS, stream, 0, payload.gather ? this.#fns.copyGather : this.#fns.copy);
