@@ -144,6 +144,9 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
   const dispatchArgs: MoeDispatchArgs = { x: inputs.x, topkIdx: inputs.topkIdx, recvX: outputs.recvX, expertCounts: outputs.counts, numTokens: 1 };
   const dispatches: [string, Partial<MoeDispatchArgs>][] = [
     ['recvX not symmetric', { recvX: local }],
+    ['x that is recvX', { x: outputs.recvX }],
+    ['topkIdx that is recvX', { topkIdx: outputs.recvX }],
+    ['expertCounts that is recvX', { expertCounts: outputs.recvX }],
     ['expertCounts short of int64[E]', { expertCounts: comm.alloc(8 * job.experts - 1) }],
     ['numTokens past maxTokensPerRank', { numTokens: job.maxTokens + 1 }],
     ['numTokens 1.5', { numTokens: 1.5 }],
