@@ -60,7 +60,8 @@ export interface AllToAllVArgs {
   stream?: Stream;
   /**
    * Bytes this rank expects to send per call (the splits stay on the device, so the host cannot
-   * know): picks the default launch plan. Default: all of `input`. Any value stays correct.
+   * know): picks the default launch plan. Default: all of `input`. Any number >= 0 stays correct
+   * (NaN or a negative one is a UsageError).
    */
   sizeHintBytes?: number;
   /** Overrides the launch plan (GPU backends; validated, ignored on CPU). */

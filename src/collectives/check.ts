@@ -63,12 +63,21 @@ export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W])', args.outSplitsOffsets, 16 * w);
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
   checkMaxBlocks(ctx, args.maxBlocks);
+  checkSizeHint(ctx, args.sizeHintBytes);
   return checkLane(ctx, args.lane);
 }
 
 function checkMaxBlocks(ctx: CheckContext, maxBlocks: number | undefined): void {
   if (maxBlocks !== undefined && (!Number.isSafeInteger(maxBlocks) || maxBlocks < 1)) {
     throw new UsageError(`rank ${ctx.rank}: maxBlocks must be a positive integer, got ${shown(maxBlocks)}`);
+  }
+}
+
+// The hint picks the launch plan on cuda, where NaN would become a grid of NaN blocks; any other
+// wrong guess stays correct (Infinity: the whole input).
+function checkSizeHint(ctx: CheckContext, bytes: number | undefined): void {
+  if (bytes !== undefined && (typeof bytes !== 'number' || !(bytes >= 0))) {
+    throw new UsageError(`rank ${ctx.rank}: sizeHintBytes must be a number of bytes >= 0, got ${shown(bytes)}`);
   }
 }
 
@@ -81,6 +90,7 @@ export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): numb
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][E*W])', args.outSplitsOffsets, 16 * n);
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
   checkMaxBlocks(ctx, args.maxBlocks);
+  checkSizeHint(ctx, args.sizeHintBytes);
   return checkLane(ctx, args.lane);
 }
 
@@ -92,6 +102,7 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
   checkPayload(ctx, args.input, args.output, args.inSplitsOffsets, args.outSplitsOffsets);
   checkMaxBlocks(ctx, args.maxBlocks);
+  checkSizeHint(ctx, args.sizeHintBytes);
   return checkLane(ctx, args.lane);
 }
 

@@ -25,6 +25,8 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ['dispatch with rowBytes 0', () => comm.allToAllV2d({ ...d, rowBytes: 0 })],
     ...[0, -1, 1.5].map((x): [string, () => unknown] => [`dispatch with maxBlocks ${x}`, () => comm.allToAllV2d({ ...d, maxBlocks: x })]),
     ['combine with maxBlocks NaN', () => comm.allToAllV2dOffset({ ...c, maxBlocks: NaN })],
+    ['dispatch with sizeHintBytes NaN', () => comm.allToAllV2d({ ...d, sizeHintBytes: NaN })],
+    ['combine with sizeHintBytes -1', () => comm.allToAllV2dOffset({ ...c, sizeHintBytes: -1 })],
     ['dispatch with inSplits smaller than int64[W*E]', () => comm.allToAllV2d({ ...d, inSplits: small })],
     ['dispatch with outSplitsOffsets smaller than int64[2][E*W]', () => comm.allToAllV2d({ ...d, outSplitsOffsets: small })],
     ['dispatch into a buffer that is not symmetric', () => comm.allToAllV2d({ ...d, output: local })],
