@@ -181,6 +181,8 @@ export class SplitsError extends A2avError implements SplitsFault {
       case 'negative':
         return `rank ${rank}: negative split ${needed} for ${where} ${at}`;
       case 'input-overflow':
+        // Counts are refused first when negative, so a negative `needed` is a combine's offset.
+        if (needed < 0n) return `rank ${rank}: the chunk for ${where} starts at offset ${needed}, before the input (offsets count rows from its start) ${at}`;
         return needed >= INT64_MAX
           ? `rank ${rank}: splits overflow int64 (their sum passes 2^63-1 rows); the input holds ${available} rows, passed at ${where} ${at}`
           : `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (${where}) ${at}`;

@@ -33,6 +33,15 @@ describe('error classes', () => {
     assert.match(new api.SplitsError(at).message, /^rank 1: call does not match rank 0's/);
   });
 
+  it('a combine chunk at a negative offset is named as one, not as rows needed', () => {
+    const at = { problem: 'input-overflow' as const, rank: 1, peer: 0, expert: 2, available: 256n, reportedBy: 0, op: 'allToAllV2dOffset' };
+    assert.equal(
+      new api.SplitsError({ ...at, needed: -5n }).message,
+      'rank 1: the chunk for peer 0, expert 2 starts at offset -5, before the input (offsets count rows from its start) (reported by rank 0)',
+    );
+    assert.equal(new api.SplitsError({ ...at, needed: 300n }).message, 'rank 1: splits need 300 input rows but the input holds 256 (peer 0, expert 2) (reported by rank 0)');
+  });
+
   it('keep their class and fields across threads', () => {
     const back = reviveError(serializeError(new PeerAccessError(0, 1)));
     assert.ok(back instanceof PeerAccessError);
