@@ -97,6 +97,24 @@ describe('pipeline on cpu', () => {
     }
   });
 
+  test('runPipeline refuses bad options by name, before any step (as the CLI refuses its flags)', async () => {
+    const base = { backend: 'cpu' as const, ranks: 1, shape: 'tiny' as const, arms: ['one-lane' as Arm], warmup: 0, iters: 1, seed: 1, trace: false };
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ arms: ['one-lane', 'sideways'] }, /^rank 0 failed: pipeline: unknown arm 'sideways' \(choose from one-lane, two-lanes, two-lanes-serialized\)$/],
+      [{ arms: [] }, /pipeline: arms must name at least one arm/],
+      [{ arms: undefined }, /pipeline: arms must be an array of arm names, got undefined/],
+      [{ arms: ['one-lane', 'one-lane'] }, /pipeline: arm one-lane is named twice/],
+      [{ iters: 1.5 }, /pipeline: iters must be an integer >= 1, got 1\.5/],
+      [{ iters: '2' }, /pipeline: iters must be an integer >= 1, got '2' \(a string\)/],
+      [{ warmup: -1 }, /pipeline: warmup must be an integer >= 0, got -1/],
+      [{ seed: 0.5 }, /pipeline: seed must be an integer >= 0, got 0\.5/],
+      [{ gemm: 'fast' }, /pipeline: gemm must be 'auto', 'cublas' or 'kernel', got 'fast'/],
+    ];
+    for (const [change, message] of bad) {
+      await assert.rejects(runPipeline({ ...base, ...change } as never), (err: Error) => err.name === 'UsageError' && message.test(err.message), JSON.stringify(change));
+    }
+  });
+
   test('each row against the same backend\'s one lane and against nccl\'s one lane (TorchRec\'s way)', () => {
     const checksums = { loss: 'aa', tables: 'bb', params: 'cc' };
     const arm = (a: Arm, itPerSec: number) => ({ arm: a, itPerSec, checksums, paramsAgree: true }) as unknown as PipelineResult['arms'][number];

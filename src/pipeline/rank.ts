@@ -6,13 +6,13 @@ import type { Comm } from '../backends/backend.js';
 import { Agreement } from '../collectives/agree.js';
 import { median } from '../bench/measure.js';
 import { formatBytes } from '../bench/units.js';
-import { UsageError } from '../errors.js';
+import { shown, UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
 import { createCompute } from './create-compute.js';
 import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
-import { checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';
+import { ARMS, checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';
 import { decodeSpans, encodeSpans, PHASES, type ArmTrace, type Phase } from './trace.js';
 
 /** Allocations must fit free memory with this much to spare. */
@@ -72,6 +72,30 @@ export interface PipelineRankResult {
   traces?: ArmTrace[];
 }
 
+const GEMMS: readonly GemmChoice[] = ['auto', 'cublas', 'kernel'];
+
+/**
+ * What the CLI's flags refuse, refused for library callers too (every rank gets the same arg, so all
+ * refuse alike): else an unknown arm ran as two-lanes, a string iters was concatenated into the
+ * step count, and a fractional one failed as an array length.
+ */
+function checkArg(arg: PipelineArg): void {
+  const fail = (what: string): never => {
+    throw new UsageError(`pipeline: ${what}`);
+  };
+  shapeOf(arg.shape);
+  if (!Array.isArray(arg.arms)) fail(`arms must be an array of arm names, got ${shown(arg.arms)}`);
+  if (arg.arms.length === 0) fail(`arms must name at least one arm (${ARMS.join(', ')})`);
+  arg.arms.forEach((arm, i) => {
+    if (!ARMS.includes(arm)) fail(`unknown arm ${shown(arm, 'string')} (choose from ${ARMS.join(', ')})`);
+    if (arg.arms.indexOf(arm) !== i) fail(`arm ${arm} is named twice`);
+  });
+  for (const [name, value, least] of [['iters', arg.iters, 1], ['warmup', arg.warmup, 0], ['seed', arg.seed, 0]] as const) {
+    if (!Number.isSafeInteger(value) || value < least) fail(`${name} must be an integer >= ${least}, got ${shown(value)}`);
+  }
+  if (arg.gemm !== undefined && !GEMMS.includes(arg.gemm)) fail(`gemm must be 'auto', 'cublas' or 'kernel', got ${shown(arg.gemm, 'string')}`);
+}
+
 /**
  * The pipeline on the ranks of `comm` (collective: every rank calls it): builds the compute and the
  * model, runs every arm of `arg` from the same initial model, and returns rank 0 the rows (other
@@ -80,6 +104,7 @@ export interface PipelineRankResult {
 export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankContext): Promise<PipelineRankResult | undefined> {
   // Ranks started with different options would fail later on a buffer's size: say which option.
   await checkSameOptions(comm, { command: 'bench pipeline', options: arg, flags: { inputDistBlocks: '--input-dist-blocks' } });
+  checkArg(arg);
   const lead = comm.rank === 0;
   const report = (m: PipelineReport) => lead && ctx?.report(m);
   const layout = new Layout(shapeOf(arg.shape), comm.worldSize, comm.rank);
