@@ -56,7 +56,7 @@ export interface MoeDispatchArgs {
   recvTopkIdx?: DeviceBuffer;
   /** f32. expanded: [rows], each row's weight (padding 0); compact: [rows][K], 0 where recvTopkIdx is -1. Needs topkWeights. */
   recvTopkWeights?: DeviceBuffer;
-  /** int64[E]: rows received per local expert (expanded: without padding; compact: tokens that chose it). */
+  /** int64[E]: rows received per local expert (expanded: without padding; compact: tokens that chose it, a token that repeats an id counted once per k). */
   expertCounts: DeviceBuffer;
   /** expanded only: int64[E], where each local expert's block starts in recvX (in rows). */
   expertOffsets?: DeviceBuffer;
