@@ -684,12 +684,15 @@ __device__ __forceinline__ void mt_write(u64 base, i64 i, const float* v) {
   *(uint4*)((u8*)base + i * (DT == MT_DTYPE_F32 ? 4 : 2)) = q;
 }
 
-// Terms a thread loads before it adds them: their loads are in flight together. A probe may set 8
-// (A2AV_PROBE_REDUCE_BATCH=8: top-8's terms in one batch, 105 registers a thread against 69).
+// Terms a thread loads before it adds them: their loads are in flight together. Two, not more:
+// the kernel waits on memory, and registers, not round trips, bound it. Measured at W = 8 on one
+// H200, DeepSeek-V3's combine (docs/perf.md): 4 a batch 69 registers, three blocks an SM; 2 a batch
+// 54, four blocks, 8-10% faster at 128 and 4096 tokens; 8 a batch 105, 14-17% slower. A probe may
+// set another (A2AV_PROBE_REDUCE_BATCH=n).
 #ifdef A2AV_PROBE_REDUCE_BATCH
 #define MT_REDUCE_BATCH A2AV_PROBE_REDUCE_BATCH
 #else
-#define MT_REDUCE_BATCH 4
+#define MT_REDUCE_BATCH 2
 #endif
 
 // out[t][h] = the terms of token t in top-k order, w[t][k] * y (rounded to f32) or y, then the
@@ -738,7 +741,13 @@ __device__ void mt_reduce(const ReduceArgs& p, i64 T) {
 
 // The reduction, then the gate set back to -1 for the next combine's exchange by the last block
 // (every block has read it by then), which saves a memset before each combine.
-extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_combine_reduce(const ReduceArgs p) {
+// Blocks an SM keeps at least (a probe may ask more: A2AV_PROBE_REDUCE_MIN_BLOCKS=n).
+#ifdef A2AV_PROBE_REDUCE_MIN_BLOCKS
+#define MT_REDUCE_MIN_BLOCKS A2AV_PROBE_REDUCE_MIN_BLOCKS
+#else
+#define MT_REDUCE_MIN_BLOCKS 1
+#endif
+extern "C" __global__ void __launch_bounds__(MT_THREADS, MT_REDUCE_MIN_BLOCKS) mt_combine_reduce(const ReduceArgs p) {
   i64* gate = (i64*)p.gate;
   if (gate[0] < 0) return;
   const i64 T = *(const i64*)p.routeTokens;
