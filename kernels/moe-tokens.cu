@@ -138,8 +138,15 @@ struct ReduceArgs {
   i64 hidden;
   i64 dtype;
   i64 buckets;
+  // mt_combine_pull only: the terms read where the experts left them.
+  u64 yPeers;       // u64 [world]: every rank's y (symmetric), rows in its recvX's places
+  u64 osoPeers;     // u64 [world]: every rank's routeOso (symmetric): where my chunks landed in its recvX
+  u64 inSplits;     // int64 [buckets]: the rows each bucket sent (the dispatch's splits), in send order
+  i64 world;
+  i64 rank;
+  i64 exchangeExperts;  // the exchange's experts a rank (1: compact)
 };
-static_assert(sizeof(ReduceArgs) == 12 * 8, "ReduceArgs: 8-byte fields");
+static_assert(sizeof(ReduceArgs) == 18 * 8, "ReduceArgs: 8-byte fields");
 
 // The last block of a grid to get here (after the block's writes): every block's writes are then
 // visible to it, if it reads them past L1 (__ldcg). Every thread of the block calls it.
@@ -698,8 +705,34 @@ __device__ __forceinline__ void mt_write(u64 base, i64 i, const float* v) {
 // out[t][h] = the terms of token t in top-k order, w[t][k] * y (rounded to f32) or y, then the
 // bias: the first as it is, each next one added in f32; rounded once to the output type. A token
 // with no term and no bias gets 0. V consecutive elements a thread (16 bytes where rows allow).
-template <int DT, int V>
-__device__ void mt_reduce(const ReduceArgs& p, i64 T) {
+// Where send row s's term lies: a row of `back` (the exchange brought it), or, pulling, the row of
+// its expert rank's y where the dispatch put it (MtPull: the buckets' starts in send order and
+// where each landed, staged by the block).
+#define MT_PULL_BUCKETS 1024
+struct MtPull {
+  i64 start[MT_PULL_BUCKETS];  // send row where bucket b starts
+  i64 base[MT_PULL_BUCKETS];   // its row in the receiver's y, less start[b]
+  u64 y[MT_PULL_BUCKETS];      // the receiver's y, by bucket
+  int n;
+};
+template <bool Pull>
+__device__ __forceinline__ u64 mt_term_row(const ReduceArgs& p, const MtPull* pull, int s, i64& row) {
+  if (!Pull) {
+    row = s;
+    return p.recv;
+  }
+  int lo = 0, hi = pull->n - 1;  // the last bucket starting at or before s (empty ones share a start)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (pull->start[mid] <= s) lo = mid;
+    else hi = mid - 1;
+  }
+  row = pull->base[lo] + s;
+  return pull->y[lo];
+}
+
+template <int DT, int V, bool Pull>
+__device__ void mt_reduce(const ReduceArgs& p, i64 T, const MtPull* pull) {
   const i64 H = p.hidden, K = p.topk, n = T * H / V;
   const int* slot = (const int*)p.slot;
   const float* w = (const float*)p.weights;
@@ -715,7 +748,11 @@ __device__ void mt_reduce(const ReduceArgs& p, i64 T) {
 #pragma unroll
       for (int j = 0; j < MT_REDUCE_BATCH; j++) {
         s[j] = k0 + j < K ? slot[t * K + k0 + j] : -1;
-        if (s[j] >= 0) mt_read<DT, V>(p.recv, (i64)s[j] * H + h, v[j]);
+        if (s[j] >= 0) {
+          i64 row;
+          const u64 base = mt_term_row<Pull>(p, pull, s[j], row);
+          mt_read<DT, V>(base, row * H + h, v[j]);
+        }
       }
 #pragma unroll
       for (int j = 0; j < MT_REDUCE_BATCH; j++) {
@@ -747,16 +784,59 @@ __device__ void mt_reduce(const ReduceArgs& p, i64 T) {
 #else
 #define MT_REDUCE_MIN_BLOCKS 1
 #endif
-extern "C" __global__ void __launch_bounds__(MT_THREADS, MT_REDUCE_MIN_BLOCKS) mt_combine_reduce(const ReduceArgs p) {
+template <bool Pull>
+__device__ __forceinline__ void mt_combine_run(const ReduceArgs& p, const MtPull* pull, bool wide) {
   i64* gate = (i64*)p.gate;
-  if (gate[0] < 0) return;
   const i64 T = *(const i64*)p.routeTokens;
-  const bool wide = (p.hidden * (p.dtype == MT_DTYPE_F32 ? 4 : 2)) % 16 == 0 && ((p.recv | p.out | p.bias) & 15) == 0;
-  if (p.dtype == MT_DTYPE_F32) wide ? mt_reduce<MT_DTYPE_F32, 4>(p, T) : mt_reduce<MT_DTYPE_F32, 1>(p, T);
-  else if (p.dtype == MT_DTYPE_BF16) wide ? mt_reduce<MT_DTYPE_BF16, 8>(p, T) : mt_reduce<MT_DTYPE_BF16, 1>(p, T);
-  else wide ? mt_reduce<MT_DTYPE_F16, 8>(p, T) : mt_reduce<MT_DTYPE_F16, 1>(p, T);
+  if (p.dtype == MT_DTYPE_F32) wide ? mt_reduce<MT_DTYPE_F32, 4, Pull>(p, T, pull) : mt_reduce<MT_DTYPE_F32, 1, Pull>(p, T, pull);
+  else if (p.dtype == MT_DTYPE_BF16) wide ? mt_reduce<MT_DTYPE_BF16, 8, Pull>(p, T, pull) : mt_reduce<MT_DTYPE_BF16, 1, Pull>(p, T, pull);
+  else wide ? mt_reduce<MT_DTYPE_F16, 8, Pull>(p, T, pull) : mt_reduce<MT_DTYPE_F16, 1, Pull>(p, T, pull);
   if (mt_last_block(p.ticket, gridDim.x)) {
     for (i64 i = threadIdx.x; i < 2 * p.buckets; i += blockDim.x) gate[i] = -1;
     if (threadIdx.x == 0) *(u64*)p.ticket = 0;
   }
+}
+
+extern "C" __global__ void __launch_bounds__(MT_THREADS, MT_REDUCE_MIN_BLOCKS) mt_combine_reduce(const ReduceArgs p) {
+  if (((const i64*)p.gate)[0] < 0) return;
+  const bool wide = (p.hidden * (p.dtype == MT_DTYPE_F32 ? 4 : 2)) % 16 == 0 && ((p.recv | p.out | p.bias) & 15) == 0;
+  mt_combine_run<false>(p, nullptr, wide);
+}
+
+// The combine without the exchange's copy: between the exchange's agreement (every rank has reached
+// its combine, so its y is written) and its completion (no rank goes on, and writes its y again,
+// before every rank has read it), each term is read from its expert rank's y where the dispatch
+// put the row, and reduced as mt_combine_reduce does, in the same order: the same bits, each byte
+// of y moved once instead of twice. The host takes it where y is symmetric memory and the buckets
+// fit MT_PULL_BUCKETS (moe/compute.ts).
+extern "C" __global__ void __launch_bounds__(MT_THREADS, MT_REDUCE_MIN_BLOCKS) mt_combine_pull(const ReduceArgs p) {
+  __shared__ MtPull pull;
+  __shared__ i64 part[MT_THREADS];
+  if (((const i64*)p.gate)[0] < 0) return;
+  const int n = (int)p.buckets, W = (int)p.world, E = (int)p.exchangeExperts, me = (int)p.rank;
+  const i64* splits = (const i64*)p.inSplits;
+  const u64* yPeers = (const u64*)p.yPeers;
+  const u64* osoPeers = (const u64*)p.osoPeers;
+  // Bucket b = (peer, e): my rows for expert e of peer, which landed at the peer's routeOso[1][e*W + me].
+  i64 carry = 0;
+  for (int b0 = 0; b0 < n; b0 += MT_THREADS) {
+    const int b = b0 + threadIdx.x;
+    const i64 rows = b < n ? splits[b] : 0;
+    const i64 before = mt_block_scan(part, rows, MT_THREADS) + carry;
+    if (b < n) {
+      const int peer = b / E, e = b - (b / E) * E;
+      const i64 landed = ((const i64*)osoPeers[peer])[(i64)n + (i64)e * W + me];
+      pull.start[b] = before;
+      pull.base[b] = landed - before;
+      pull.y[b] = yPeers[peer];
+    }
+    carry += part[MT_THREADS - 1];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) pull.n = n;
+  __syncthreads();
+  bool aligned = true;
+  for (int q = 0; q < W; q++) aligned = aligned && (yPeers[q] & 15) == 0;
+  const bool wide = aligned && (p.hidden * (p.dtype == MT_DTYPE_F32 ? 4 : 2)) % 16 == 0 && ((p.out | p.bias) & 15) == 0;
+  mt_combine_run<true>(p, &pull, wide);
 }

@@ -233,6 +233,19 @@ export interface Companion {
  */
 export const GATHER = Symbol('a2av.gather');
 
+/**
+ * Internal, cuda only: a 2-D call whose data the caller moves itself, between the exchange's
+ * agreement (every rank has reached the call, so what it wrote before is there to read) and its
+ * completion (no rank goes on before every rank is done): `launch` queues that work on the call's
+ * stream instead of the copy. `input` is then the symmetric buffer the work reads from every rank,
+ * checked as one allocation on every rank (as an output is). The token MoE group's combine reads
+ * each expert output where it lies this way, and reduces as it reads.
+ */
+export const BETWEEN = Symbol('a2av.between');
+export interface Between {
+  launch(stream: Stream): void;
+}
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */

@@ -90,7 +90,8 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
   comm.write(weights, new Float32Array(maxTokens * arg.topk).fill(0.125));
   const group = await createMoeGroup(comm, { numExperts: arg.numExperts, topk: arg.topk, maxTokensPerRank: maxTokens, rowBytes, layout: arg.layout });
   const recvX = own(await comm.allocSymmetric(group.recvRows * rowBytes));
-  const y = own(comm.alloc(group.recvRows * group.combineRowBytes));
+  // Symmetric, so that the combine reads the expert outputs where they lie (moe/group.ts).
+  const y = own(await comm.allocSymmetric(group.recvRows * group.combineRowBytes));
   const oneDOut = own(await comm.allocSymmetric(group.recvRows * rowBytes));
   comm.write(y, new Uint8Array(group.recvRows * group.combineRowBytes).fill(0x3c));
   const stream = comm.lane(0).stream;

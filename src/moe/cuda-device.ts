@@ -3,6 +3,7 @@
 // whose context is then current; the GPU is that context's (as src/pipeline/compute-cuda.ts finds it).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
 import { CudaDevice } from '../cuda/device.js';
+import type { GpuBuffer } from '../backends/gpu-memory.js';
 import { KernelModule } from '../jit/module.js';
 import { KernelSet } from '../jit/kernel-set.js';
 import { TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
@@ -45,6 +46,11 @@ export class CudaTokenDevice implements TokenDevice {
 
   address(buf: DeviceBuffer): bigint {
     return devicePointer(buf, WHO);
+  }
+
+  peers(buf: DeviceBuffer): bigint {
+    devicePointer(buf, WHO);
+    return (buf as GpuBuffer).peerTable;
   }
 
   close(): void {

@@ -11,9 +11,9 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
-import { moeGatherOn } from '../knobs.js';
+import { moeGatherOn, moePullOn } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch } from './check.js';
 import type { ComputeFactory, TokenBuffers, TokenCompute } from './compute.js';
@@ -69,12 +69,13 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
     routeTicket: local(8),
     reduceTicket: local(8),
     routeTokens: local(8),
-    routeOso: local(16 * n),
     metaOso: local(16 * n),
     combineOso: local(16 * n),
     ...(gathers ? { rowOf: local(4 * s.sendRows) } : { send: local(s.sendRows * s.rowBytes) }),
     sendMeta: local(s.sendRows * s.metaBytes),
     recvMeta: await comm.allocSymmetric(s.recvRows * s.metaBytes),
+    // Symmetric: a pulling combine reads where its rows landed in each peer's (compute.ts pull).
+    routeOso: await comm.allocSymmetric(16 * n),
     back: await comm.allocSymmetric(s.sendRows * s.combineRowBytes),
   };
   // What the kernels leave so after every call (compute.ts), and where they start: device memory starts as anything.
@@ -122,11 +123,14 @@ class TokenGroup implements MoeGroup {
   readonly #lane: Lane;
   readonly #bufs: TokenBuffers;
   readonly #compute: TokenCompute;
+  /** Whether a combine whose y is symmetric reads it in place (cuda only; A2AV_MOE_PULL=0 keeps the copy back). */
+  readonly #pulls: boolean;
   /** Routings worked out so far: only the latest one's route can be used. */
   #generation = 0;
   #closed = false;
 
   constructor(comm: Comm, shape: TokenShape, lane: Lane, bufs: TokenBuffers, compute: TokenCompute) {
+    this.#pulls = comm.backend === 'cuda' && moePullOn();
     this.#comm = comm;
     this.#shape = shape;
     this.#lane = lane;
@@ -179,7 +183,15 @@ class TokenGroup implements MoeGroup {
     this.#usable();
     const route = this.#current(a.route, 'combine');
     const hidden = checkCombine(checkContext(this.#comm), this.#shape, a, route);
-    const [s, b, sh] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape];
+    const [s, b, sh, compute] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#compute];
+    const reduce = { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden, tokenCap: route.tokenCap };
+    // Where y is symmetric, each term is read where its expert rank left it, between the exchange's
+    // agreement and its completion (compute.ts pull); else the exchange brings the rows back and
+    // the reduction reads them there.
+    const pull = this.#pulls && compute.pull !== undefined && compute.pullsFrom?.(a.y) === true ? compute.pull : undefined;
+    const how = pull !== undefined
+      ? { [BETWEEN]: { launch: (stream: Stream) => pull(stream, { ...reduce, y: a.y }) } }
+      : { [ONE_GPU_FUSED]: sh.sendRows * sh.combineRowBytes < COMBINE_FUSED_BELOW };
     const h = this.#comm.allToAllV2dOffset(Object.assign({
       input: a.y,
       output: b.back,
@@ -191,9 +203,9 @@ class TokenGroup implements MoeGroup {
       stream: s,
       // What this rank sent in the dispatch: what it gets back where the routing is even.
       sizeHintBytes: Math.ceil(route.tokenCap * sh.evenRowsPerToken) * sh.combineRowBytes,
-    }, { [ONE_GPU_FUSED]: sh.sendRows * sh.combineRowBytes < COMBINE_FUSED_BELOW }));
+    }, how));
     this.#follow([h], s);
-    this.#compute.reduce(s, { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden, tokenCap: route.tokenCap });
+    if (pull === undefined) compute.reduce(s, reduce);
     return joined([h], this.#comm.record(s), combineError);
   }
 

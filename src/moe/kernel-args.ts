@@ -43,8 +43,13 @@ export const TOKEN_KERNELS = {
   },
   reduce: {
     struct: 'ReduceArgs',
-    kernels: ['mt_combine_reduce'],
-    fields: [...ptrs('gate', 'recv', 'slot', 'routeTokens', 'weights', 'bias', 'out', 'ticket'), ...ints('topk', 'hidden', 'dtype', 'buckets')],
+    kernels: ['mt_combine_reduce', 'mt_combine_pull'],
+    fields: [
+      ...ptrs('gate', 'recv', 'slot', 'routeTokens', 'weights', 'bias', 'out', 'ticket'),
+      ...ints('topk', 'hidden', 'dtype', 'buckets'),
+      ...ptrs('yPeers', 'osoPeers', 'inSplits'),
+      ...ints('world', 'rank', 'exchangeExperts'),
+    ],
   },
 } satisfies Record<string, TokenKernelSpec>;
 
@@ -56,3 +61,5 @@ export const GROUP = 32;
 /** Entries (tokenCap x topk) and buckets mt_route_gather takes at most (MT_SMALL_ENTRIES, MT_SMALL_BUCKETS). */
 export const SMALL_ENTRIES = 2048;
 export const SMALL_BUCKETS = 512;
+/** Buckets mt_combine_pull stages a block (MT_PULL_BUCKETS): a group with more combines through the exchange's copy. */
+export const PULL_BUCKETS = 1024;

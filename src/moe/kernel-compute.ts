@@ -5,8 +5,8 @@
 // the kernels run is a TokenDevice's business (a GPU, cuda-device.ts; the tests also run them
 // compiled for the host).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
-import { DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
-import { GROUP, SMALL_BUCKETS, SMALL_ENTRIES, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
+import { DTYPES, type GatherCall, type LayoutCall, type PullCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
+import { GROUP, PULL_BUCKETS, SMALL_BUCKETS, SMALL_ENTRIES, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenShape } from './shape.js';
 
 /** Rows a one-block mt_route_gather copies at most, where rows are copied (one token's top-8 of 14 KiB rows: 112 KiB). */
@@ -21,11 +21,13 @@ export interface TokenDevice {
   launch(spec: TokenKernelName, kernel: string, grid: number, block: number, stream: Stream): void;
   /** The address kernels use for a buffer. */
   address(buf: DeviceBuffer): bigint;
+  /** A symmetric buffer's table of every rank's address of it (0 where it has none): what lets combine pull. */
+  peers?(buf: DeviceBuffer): bigint;
   close(): void;
 }
 
-/** A field's value: a buffer (its address; absent: 0), a number or a flag. */
-type Value = DeviceBuffer | number | boolean | undefined;
+/** A field's value: a buffer (its address; absent: 0), an address, a number or a flag. */
+type Value = DeviceBuffer | bigint | number | boolean | undefined;
 
 export class KernelCompute implements TokenCompute {
   readonly #device: TokenDevice;
@@ -49,9 +51,20 @@ export class KernelCompute implements TokenCompute {
       rowBytes: s.rowBytes,
       metaBytes: s.metaBytes,
       world: s.world,
+      rank: s.rank,
+      exchangeExperts: s.exchangeExperts,
       align: s.align,
     };
+    // Where combine may pull: the device names peers' buffers and a block stages every bucket.
+    const peers = device.peers;
+    if (peers !== undefined && shape.buckets <= PULL_BUCKETS) {
+      this.pull = (stream, c) => this.#pull(stream, c);
+      this.pullsFrom = (y) => y.symmetric && peers.call(device, y) !== 0n && peers.call(device, bufs.routeOso) !== 0n;
+    }
   }
+
+  readonly pull?: (stream: Stream, c: PullCall) => void;
+  readonly pullsFrom?: (y: DeviceBuffer) => boolean;
 
   /** mt_route: the routing in chunks, a block each, the last block scanning their counts. */
   route(stream: Stream, c: RouteCall): void {
@@ -100,6 +113,15 @@ export class KernelCompute implements TokenCompute {
     this.#launch('reduce', 'mt_combine_reduce', args, this.#blocks((c.tokenCap * c.hidden * dtype.bytes) / 16), THREADS, stream);
   }
 
+  #pull(stream: Stream, c: PullCall): void {
+    const peers = this.#device.peers!;
+    const y = peers.call(this.#device, c.y);
+    const oso = peers.call(this.#device, this.#bufs.routeOso);
+    const dtype = DTYPES[c.dtype];
+    const args = { ...c, y: undefined, gate: this.#bufs.combineOso, recv: undefined, dtype: dtype.code, ticket: this.#bufs.reduceTicket, yPeers: y, osoPeers: oso };
+    this.#launch('reduce', 'mt_combine_pull', args, this.#blocks((c.tokenCap * c.hidden * dtype.bytes) / 16), THREADS, stream);
+  }
+
   close(): void {
     this.#device.close();
   }
@@ -119,7 +141,7 @@ export class KernelCompute implements TokenCompute {
     const common = this.#common;
     for (const [i, [name, kind]] of TOKEN_KERNELS[spec].fields.entries()) {
       const v = name in args ? args[name] : common[name];
-      if (kind === 'ptr') view.setBigUint64(8 * i, v === undefined ? 0n : this.#device.address(v as DeviceBuffer), true);
+      if (kind === 'ptr') view.setBigUint64(8 * i, v === undefined ? 0n : typeof v === 'bigint' ? v : this.#device.address(v as DeviceBuffer), true);
       else view.setBigInt64(8 * i, BigInt(typeof v === 'boolean' ? Number(v) : ((v as number | undefined) ?? 0)), true);
     }
     this.#device.launch(spec, kernel, grid, block, stream);

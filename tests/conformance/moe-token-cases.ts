@@ -21,6 +21,8 @@ export interface TokenJobArg {
   calls: number;
   /** A host build of the kernels to compute with (tests/moe-tokens.test.ts), on cpu. */
   emulator?: string;
+  /** y in symmetric memory: on cuda the combine reads the expert outputs in place. */
+  symmetricY?: boolean;
 }
 
 export const jobOf = (comm: Comm, a: TokenJobArg): TokenJob => ({
@@ -44,7 +46,7 @@ const DTYPES: readonly Dtype[] = ['bf16', 'f32', 'f16'];
  */
 export async function moeTokens(comm: Comm, arg: TokenJobArg): Promise<number> {
   const job = jobOf(comm, arg);
-  const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, emulator: arg.emulator });
+  const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, emulator: arg.emulator, symmetricY: arg.symmetricY });
   const rng = new Rng(arg.seed, 0x7a);
   for (let call = 0; call < arg.calls; call++) {
     const pattern = TOKEN_PATTERNS[call % TOKEN_PATTERNS.length];
@@ -93,7 +95,7 @@ export async function moeTokens(comm: Comm, arg: TokenJobArg): Promise<number> {
 export async function moeTokenReplay(comm: Comm, arg: TokenJobArg): Promise<number> {
   const job = jobOf(comm, arg);
   const lane = comm.lane(comm.laneCount - 1);
-  const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, lane, emulator: arg.emulator });
+  const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, lane, emulator: arg.emulator, symmetricY: arg.symmetricY });
   const fence = await Exchange.create(comm, { inputBytes: 8, outputBytes: 8 });
   fence.writeSplits(new Array<number>(comm.worldSize).fill(0));
   const dtype: Dtype = 'bf16';

@@ -19,6 +19,8 @@ export interface RigOptions {
   lane?: Lane;
   /** A host build of kernels/moe-tokens.cu (tests/moe/emulate.cpp) to compute with, on cpu. */
   emulator?: string;
+  /** y from allocSymmetric: on cuda the combine reads each expert output in place (moe/group.ts). */
+  symmetricY?: boolean;
 }
 
 export interface CallData {
@@ -66,12 +68,13 @@ export class TokenRig {
     const rowOut = 4 * o.hidden;
     const recvRows = o.recvRows ?? group.recvRows;
     const recvX = await comm.allocSymmetric(recvRows * job.rowBytes);
+    const y = o.symmetricY ? await comm.allocSymmetric(recvRows * rowOut) : comm.alloc(recvRows * rowOut);
     const inputs = {
       x: comm.alloc(T * job.rowBytes),
       topkIdx: comm.alloc(T * job.topk * 8),
       weights: comm.alloc(T * job.topk * 4),
       numTokens: comm.alloc(8),
-      y: comm.alloc(recvRows * rowOut),
+      y,
       out: comm.alloc(T * rowOut + CANARY),
       bias: comm.alloc(T * rowOut),
     };

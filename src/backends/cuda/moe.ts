@@ -3,7 +3,7 @@
 // else x_exchange + x_copy + x_done; a plan's exchange x_exchange + x_done, a move x_check +
 // x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
 // replays and timeouts work as for allToAllV.
-import { COMPANION, GATHER, ONE_GPU_FUSED, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
+import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, type Between, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
@@ -61,6 +61,8 @@ export interface Payload {
   companion?: Companion;
   /** int32 [send rows]: where each send row is in the input (backend.ts GATHER). */
   gather?: GpuBuffer;
+  /** The caller's work in place of the copy (backend.ts BETWEEN). */
+  between?: Between;
 }
 
 /** The kernels' view of a call: its kind, split buffers, experts, alignment and capacities in rows. */
@@ -87,13 +89,15 @@ export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes:
   return { inRows: Math.min(own.inRows, other.inRows), outRows: Math.min(own.outRows, other.outRows) };
 }
 
-type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [ONE_GPU_FUSED]?: boolean; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer };
+type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [ONE_GPU_FUSED]?: boolean; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer; [BETWEEN]?: Between };
 export function payloadOf(a: PayloadArgs): Payload {
   const companion = a[COMPANION];
   if (companion !== undefined && (companion.rowBytes < 1 || (companion.output as GpuBuffer).peerTable === 0n)) {
     throw new UsageError('a companion payload needs a row size and a symmetric output');
   }
-  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, oneGpuFused: a[ONE_GPU_FUSED], companion, gather: a[GATHER] as GpuBuffer | undefined };
+  const between = a[BETWEEN];
+  if (between !== undefined && (a.input as GpuBuffer).peerTable === 0n) throw new UsageError('a call whose data the caller moves needs a symmetric input');
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, oneGpuFused: a[ONE_GPU_FUSED], companion, gather: a[GATHER] as GpuBuffer | undefined, between };
 }
 
 /** The bytes a call's data grid is sized for: its input (through a gather table, the table's rows), or the hint when smaller. */
@@ -198,7 +202,13 @@ export class MoeCalls {
     this.#host.follow(lane, stream);
     const plan = scratch + BigInt(scratchPlanOffset(this.#host.worldSize));
     const params = this.#paramsOf(lane, x, payload, plan);
-    if (this.#takesFused(x, payload)) {
+    if (payload.between !== undefined) {
+      // The agreement, the caller's work on the lane, the completion; every rank takes this path
+      // for the same input allocation, else the exchange refuses the call (outId: #paramsOf).
+      this.#queue(lane.stream, params, ['exchange'], payload);
+      payload.between.launch(lane.stream);
+      this.#queue(lane.stream, params, ['done'], payload);
+    } else if (this.#takesFused(x, payload)) {
       this.#queueFused(lane.stream, params, x, payload);
     } else if (payload.companion === undefined) {
       this.#queue(lane.stream, params, ['exchange', 'copy', 'done'], payload);
@@ -328,7 +338,9 @@ export class MoeCalls {
       scratch,
       laneOffset: lane.offset,
       rowBytes: payload.rowBytes,
-      outId: payload.output?.symmetricId ?? -1,
+      // A call whose data the caller moves is checked as one input allocation on every rank (a
+      // rank that copies names its output: that call is refused as a mismatch, on every rank).
+      outId: payload.between !== undefined ? (payload.input?.symmetricId ?? -1) : (payload.output?.symmetricId ?? -1),
       inRows: x.inRows,
       outRows: x.outRows,
       timeoutNs: BigInt(Math.round(host.timeoutMs * 1e6)),
