@@ -47,6 +47,9 @@ const picks: Pick[] = [
   { fn: 'moeTokens', ranks: 2, named: 'expanded', arg: { calls: 3 } },
   { fn: 'moeTokens', ranks: 2, named: 'compact', arg: { calls: 3 } },
   { fn: 'moeTokens', ranks: 4, named: 'rows of 14336 B', arg: { calls: 2 } },
+  // y symmetric: the combine reads every rank's y in place (mt_combine_pull).
+  { fn: 'moeTokens', ranks: 2, named: 'y symmetric', arg: { calls: 3 } },
+  { fn: 'moeTokens', ranks: 3, named: 'y symmetric', arg: { calls: 3 } },
 ];
 
 const backend = (process.argv[2] ?? 'cuda') as BackendName;
