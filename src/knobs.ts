@@ -48,7 +48,7 @@ export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
 export const laneSharesOn = (value = process.env.A2AV_LANE_SHARES): boolean => onOff('A2AV_LANE_SHARES', value, true);
 /** A2AV_MOE_GATHER=0: a token dispatch copies its rows into send order first (moe/group.ts). */
 export const moeGatherOn = (value = process.env.A2AV_MOE_GATHER): boolean => onOff('A2AV_MOE_GATHER', value, true);
-/** A2AV_MOE_PULL=0: a token combine whose y is symmetric still has the exchange copy the rows back (moe/group.ts). */
+/** A2AV_MOE_PULL=0: a token combine whose y is symmetric (ranks on one GPU) still has the exchange copy the rows back (moe/group.ts). */
 export const moePullOn = (value = process.env.A2AV_MOE_PULL): boolean => onOff('A2AV_MOE_PULL', value, true);
 /** A2AV_MOE_FUSED=0: every MoE call as three kernels (backends/cuda/moe.ts). */
 export const moeFusedOn = (value = process.env.A2AV_MOE_FUSED): boolean => onOff('A2AV_MOE_FUSED', value, true);

@@ -123,14 +123,17 @@ class TokenGroup implements MoeGroup {
   readonly #lane: Lane;
   readonly #bufs: TokenBuffers;
   readonly #compute: TokenCompute;
-  /** Whether a combine whose y is symmetric reads it in place (cuda only; A2AV_MOE_PULL=0 keeps the copy back). */
+  /**
+   * Whether a combine whose y is symmetric reads it in place: cuda with every rank on one GPU
+   * (across GPUs the reads cross NVLink, not yet measured there); A2AV_MOE_PULL=0 keeps the copy back.
+   */
   readonly #pulls: boolean;
   /** Routings worked out so far: only the latest one's route can be used. */
   #generation = 0;
   #closed = false;
 
   constructor(comm: Comm, shape: TokenShape, lane: Lane, bufs: TokenBuffers, compute: TokenCompute) {
-    this.#pulls = comm.backend === 'cuda' && moePullOn();
+    this.#pulls = comm.backend === 'cuda' && comm.ranksOnDevice === comm.worldSize && moePullOn();
     this.#comm = comm;
     this.#shape = shape;
     this.#lane = lane;

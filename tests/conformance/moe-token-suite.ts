@@ -55,25 +55,25 @@ export const moeTokenSuite: Case[] = [
     arg: job('compact', 32, 8, 48, 1, 1024, 32, 4),
     only: { backend: 'cuda', why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
   },
-  // y in symmetric memory: on cuda each combine reads the expert outputs where they lie.
+  // y in symmetric memory: on cuda with every rank on one GPU each combine reads the expert outputs where they lie.
   ...([
     [2, job('expanded', 3, 3, 12, 4, 7, 5, 5)],
     [3, job('compact', 2, 3, 10, 1, 5, 3, 5)],
   ] as const).map(([W, arg]) => ({
-    name: `MoE tokens W=${W}, ${arg.layout}, y symmetric (the combine reads it in place): E=${arg.experts}, top-${arg.topk}, up to ${arg.maxTokens} tokens`,
+    name: `MoE tokens W=${W}, ${arg.layout}, y symmetric (on one GPU the combine reads it in place): E=${arg.experts}, top-${arg.topk}, up to ${arg.maxTokens} tokens`,
     fn: 'moeTokens',
     ranks: W,
     arg: { ...arg, symmetricY: true },
   })),
   ...(['expanded', 'compact'] as const).map((layout) => ({
-    name: `MoE tokens W=8 on one GPU, ${layout}, y symmetric (the combine reads it in place): 256 experts, top-8`,
+    name: `MoE tokens W=8 on one GPU, ${layout}, y symmetric (on one GPU the combine reads it in place): 256 experts, top-8`,
     fn: 'moeTokens',
     ranks: 8,
     arg: { ...job(layout, 32, 8, 48, layout === 'expanded' ? 16 : 1, 1024, 32, 4), symmetricY: true },
     only: { backend: 'cuda' as const, why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
   })),
   { name: 'MoE tokens graph replay W=2, expanded: new ids, rows and device token count each launch', fn: 'moeTokenReplay', ranks: 2, arg: job('expanded', 3, 2, 8, 4, 12, 3, 5) },
-  { name: 'MoE tokens graph replay W=2, expanded, y symmetric (the combine reads it in place)', fn: 'moeTokenReplay', ranks: 2, arg: { ...job('expanded', 3, 2, 8, 4, 12, 3, 5), symmetricY: true } },
+  { name: 'MoE tokens graph replay W=2, expanded, y symmetric (on one GPU the combine reads it in place)', fn: 'moeTokenReplay', ranks: 2, arg: { ...job('expanded', 3, 2, 8, 4, 12, 3, 5), symmetricY: true } },
   { name: 'MoE tokens graph replay W=3, compact: new ids, rows and device token count each launch', fn: 'moeTokenReplay', ranks: 3, arg: job('compact', 2, 3, 6, 1, 9, 2, 5) },
   ...([
     [1, job('expanded', 3, 2, 6, 2, 8, 2, 0)],
