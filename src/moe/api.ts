@@ -89,7 +89,8 @@ export interface MoeCombineArgs {
   /**
    * The expert outputs, rows of combineRowBytes in recvX's layout (padding rows are not read):
    * expanded, one per (token, k); compact, one per token, already weighted and summed over this
-   * rank's experts.
+   * rank's experts. From `comm.allocSymmetric` on cuda with every rank on one GPU, it is read in
+   * place by each token's rank (no copy back); any buffer gives the same bits.
    */
   y: DeviceBuffer;
   route: MoeRoute;
