@@ -1,6 +1,7 @@
 // Options that cannot mean what they say on the run asked for are refused before anything runs:
 // --rows-per-expert beside zipf splits, the cuda-only --input-dist-blocks on cpu, a --trace file
-// that cannot be written, and bench allreduce sizes past the cpu backend's largest buffer.
+// that cannot be written, and bench allreduce sizes and MoE token counts past the cpu backend's
+// largest buffer.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
@@ -68,5 +69,18 @@ describe('a2av bench: refusals up front', () => {
     refused(['bench', 'allreduce', '--backend', 'cpu', '--min', String(size), '--max', String(size)],
       `bench allreduce: ${formatBytes(size)} (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs ${size + 256} bytes, ` +
         `past the cpu backend's ${cap} per buffer: lower --max`);
+  });
+
+  // 2^20 tokens of 2^29 bf16 elements from each of 2 ranks, top-8: 2^24 + 128 rows of 1 GiB, past 2^53 bytes.
+  it('bench --op moe-dispatch: a largest --tokens whose recvX passes the cpu backend\'s largest buffer names the flags, before any rank allocates', () => {
+    const started = performance.now();
+    const rows = 2 * 2 ** 20 * 8 + 128;
+    refused(['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--ranks', '2', '--tokens', `1,${2 ** 20}`, '--hidden', String(2 ** 29)],
+      `bench moe-dispatch: ${2 ** 20} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${rows} rows of ${2 ** 30} bytes (--hidden ${2 ** 29} bf16), ` +
+        `${rows * 2 ** 30} bytes, past the cpu backend's ${cap} per buffer: lower --tokens, --topk or --hidden`);
+    refused(['bench', '--op', 'moe-combine', '--backend', 'cpu', '--ranks', '2', '--tokens', String(2 ** 30), '--hidden', String(2 ** 29), '--layout', 'compact'],
+      `bench moe-combine: ${2 ** 30} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${2 ** 31 + 1} rows of ${2 ** 30} bytes (--hidden ${2 ** 29} bf16), ` +
+        `${(2 ** 31 + 1) * 2 ** 30} bytes, past the cpu backend's ${cap} per buffer: lower --tokens or --hidden`);
+    assert.ok(performance.now() - started < 10_000, 'refused before the ranks allocated');
   });
 });

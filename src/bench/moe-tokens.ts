@@ -5,10 +5,12 @@
 // distinct experts uniformly at random (seeded). Each token count is checked first: every rank's
 // expertCounts must equal the histogram of every rank's ids for its experts.
 import type { BackendName, Comm, DeviceBuffer } from '../backends/backend.js';
+import { CPU_MAX_BUFFER_BYTES } from '../backends/cpu/buffer.js';
 import { WrongResultError } from './verify.js';
 import { UsageError } from '../errors.js';
 import { createMoeGroup } from '../moe/group.js';
 import type { MoeLayout } from '../moe/api.js';
+import { tokenShape } from '../moe/shape.js';
 import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
@@ -194,9 +196,27 @@ export interface MoeTokenResult {
   rows: MoeTokenRow[];
 }
 
+/**
+ * The largest buffer, a rank's recvX (every rank's tokens to it), against the cpu backend's largest:
+ * checked here, not by the ranks' allocation, whose error names no flag and comes after seconds of
+ * allocating the smaller buffers.
+ */
+function refuseCpuBuffer(arg: MoeTokenArg, ranks: number): void {
+  const tokens = Math.max(...arg.tokens);
+  if (arg.numExperts % ranks !== 0) return; // the ranks refuse it, by name
+  const rowBytes = 2 * arg.hidden;
+  const s = tokenShape({ world: ranks, rank: 0, layout: arg.layout, experts: arg.numExperts, topk: arg.topk, tokenCap: tokens, rowBytes, combineRowBytes: rowBytes, align: 1 });
+  const bytes = s.recvRows * rowBytes;
+  if (bytes <= CPU_MAX_BUFFER_BYTES) return;
+  const flags = arg.layout === 'expanded' ? '--tokens, --topk or --hidden' : '--tokens or --hidden';
+  throw new UsageError(`bench ${arg.op}: ${tokens} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${s.recvRows} rows ` +
+    `of ${rowBytes} bytes (--hidden ${arg.hidden} bf16), ${bytes} bytes, past the cpu backend's ${CPU_MAX_BUFFER_BYTES} per buffer: lower ${flags}`);
+}
+
 export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendName; ranks: number; timeoutMs?: number }, onRow: (r: MoeTokenReport) => void = () => {}): Promise<MoeTokenResult | undefined> {
   const date = new Date().toISOString();
   const { backend, ranks, timeoutMs, ...arg } = opts;
+  if (backend === 'cpu') refuseCpuBuffer(arg, ranks);
   const { rank, result } = await runJob<MoeTokenArg, { rows: MoeTokenRow[]; device: string }>(
     { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as MoeTokenReport) },
     new URL(import.meta.url),
