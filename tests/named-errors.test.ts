@@ -5,6 +5,7 @@ import { describe, it } from 'node:test';
 import * as api from '../src/index.js';
 import { A2avError, LibraryNotFoundError, PeerAccessError, RankExitedError } from '../src/errors.js';
 import { cudaUnavailableReason } from '../src/cuda/probe.js';
+import { dispatchError } from '../src/moe/errors.js';
 import { loadLibrary } from '../src/native/find-library.js';
 import { reviveError, serializeError } from '../src/world/error-transfer.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
@@ -40,6 +41,15 @@ describe('error classes', () => {
       'rank 1: the chunk for peer 0, expert 2 starts at offset -5, before the input (offsets count rows from its start) (reported by rank 0)',
     );
     assert.equal(new api.SplitsError({ ...at, needed: 300n }).message, 'rank 1: splits need 300 input rows but the input holds 256 (peer 0, expert 2) (reported by rank 0)');
+  });
+
+  it('a bad expert id names its entry and the ids allowed', () => {
+    // The exchange's refusal of rank 1's topkIdx entry 9 (token 1, k 1 of 8): a negative count -1 - 9.
+    const refused = new api.SplitsError({ problem: 'negative', rank: 1, peer: 0, expert: 0, needed: -10n, available: 0n, reportedBy: 0 });
+    const err = dispatchError(refused, { layout: 'expanded', experts: 256, expertsPerRank: 128, topk: 8 });
+    assert.ok(err instanceof api.MoeRoutingError, String(err));
+    assert.deepEqual([err.problem, err.rank, err.token, err.k], ['expert-id', 1, 1, 1]);
+    assert.equal(err.message, 'MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255) (reported by rank 0); nothing was written');
   });
 
   it('keep their class and fields across threads', () => {

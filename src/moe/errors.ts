@@ -35,7 +35,8 @@ export type MoeRoutingProblem = 'expert-id' | 'token-count' | 'route-refused';
 
 /**
  * A routing that cannot run, refused on every rank, nothing written. 'expert-id': rank `rank`'s
- * topkIdx[token][k] is neither -1 nor an expert of the job (the lowest such entry); 'token-count':
+ * topkIdx[token][k] is neither -1 nor an expert of the job (the lowest such entry; the message says
+ * the ids allowed, 0..experts-1, not the id found: only that rank holds it, on the device); 'token-count':
  * rank `rank`'s device token count is negative or past what its buffers hold; 'route-refused': a
  * combine of a route whose dispatch was refused.
  */
@@ -45,9 +46,10 @@ export class MoeRoutingError extends A2avError {
   readonly token: number;
   readonly k: number;
   readonly reportedBy: number;
-  constructor(f: { problem: MoeRoutingProblem; rank: number; token: number; k: number; reportedBy: number }, cause: SplitsError) {
+  constructor(f: { problem: MoeRoutingProblem; rank: number; token: number; k: number; reportedBy: number; experts?: number }, cause: SplitsError) {
+    const ids = f.experts === undefined ? '' : ` (expected -1 or 0..${f.experts - 1})`;
     const what = {
-      'expert-id': `rank ${f.rank}: topkIdx[${f.token}][${f.k}] is neither -1 nor an expert id of the job`,
+      'expert-id': `rank ${f.rank}: topkIdx[${f.token}][${f.k}] is neither -1 nor an expert id of the job${ids}`,
       'token-count': `rank ${f.rank}: the device token count is negative or more than its buffers hold`,
       'route-refused': 'combine of a route whose dispatch was refused',
     }[f.problem];
@@ -61,14 +63,14 @@ export class MoeRoutingError extends A2avError {
 }
 
 /** What the group's dispatch exchange's refusal means; other errors pass as they are. */
-export function dispatchError(err: unknown, g: { layout: MoeLayout; expertsPerRank: number; topk: number }): unknown {
+export function dispatchError(err: unknown, g: { layout: MoeLayout; experts: number; expertsPerRank: number; topk: number }): unknown {
   if (!(err instanceof SplitsError)) return err;
   if (err.problem === 'negative' && err.peer === 0 && err.expert <= 0) {
     const n = Number(err.needed);
     const f = { rank: err.rank, reportedBy: err.reportedBy };
     if (n === BAD_TOKEN_COUNT) return new MoeRoutingError({ ...f, problem: 'token-count', token: -1, k: -1 }, err);
     const entry = -1 - n;
-    return new MoeRoutingError({ ...f, problem: 'expert-id', token: Math.floor(entry / g.topk), k: entry % g.topk }, err);
+    return new MoeRoutingError({ ...f, problem: 'expert-id', token: Math.floor(entry / g.topk), k: entry % g.topk, experts: g.experts }, err);
   }
   if (err.problem === 'output-overflow') {
     const expanded = g.layout === 'expanded';
