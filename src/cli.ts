@@ -14,7 +14,7 @@ import { BENCH_OPS } from './bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
 import type { BenchEvents, BenchOptions } from './bench/run.js';
 import { SPLITS_KINDS } from './bench/splits.js';
-import { formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
+import { counted, formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
 import { formatBytes, parseSize } from './bench/units.js';
 import { UsageError } from './errors.js';
 import { rankEnv } from './world/env.js';
@@ -420,7 +420,7 @@ async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> 
   const results = await eachBackend(names, (backend, label) =>
     runMoeTokenBench(
       { backend, ranks, op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
-      (r) => process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${r.row.tokens} tokens: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBps.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
+      (r) => process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${counted(r.row.tokens, 'token')}: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBps.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
     ),
   );
   if (results.length === 0) return;
@@ -496,13 +496,13 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
     { ranks, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
     (r) => {
       if (r.type === 'start') {
-        process.stderr.write(`a2av tune: ${r.device}, W=${r.shape.world}, ${r.shape.ranksPerGpu} rank(s) per GPU, ${r.sizes.length} sizes\n`);
+        process.stderr.write(`a2av tune: ${r.device}, W=${r.shape.world}, ${counted(r.shape.ranksPerGpu, 'rank')} per GPU, ${counted(r.sizes.length, 'size')}\n`);
         if (process.stderr.isTTY) {
           bar = new SingleBar({ stream: process.stderr, format: 'tune {bar} {value}/{total} sizes | {last}', hideCursor: true, clearOnComplete: true });
           bar.start(r.sizes.length, 0, { last: '' });
         }
       } else {
-        const last = `${formatBytes(r.size.bytes)}: ${r.size.plan.blocks}x${r.size.plan.threads}${r.size.plan.grid ? ' grid' : ''} ${r.size.us.toFixed(2)} µs (heuristic ${r.size.defaultUs.toFixed(2)}, ${r.candidates} plans)`;
+        const last = `${formatBytes(r.size.bytes)}: ${r.size.plan.blocks}x${r.size.plan.threads}${r.size.plan.grid ? ' grid' : ''} ${r.size.us.toFixed(2)} µs (heuristic ${r.size.defaultUs.toFixed(2)}, ${counted(r.candidates, 'plan')})`;
         if (bar) bar.update(r.index + 1, { last });
         else process.stderr.write(`${last}\n`);
       }
@@ -638,7 +638,7 @@ class PipelineProgress implements PipelineEvents {
   onStart({ device, arms, steps }: { device: string; arms: Arm[]; steps: number }): void {
     this.#arms = arms;
     if (!process.stderr.isTTY) {
-      process.stderr.write(`${this.#label}pipeline on ${device}: ${arms.join(', ')}, ${steps} steps each\n`);
+      process.stderr.write(`${this.#label}pipeline on ${device}: ${arms.join(', ')}, ${counted(steps, 'step')} each\n`);
       this.#lineAt = Date.now();
       return;
     }

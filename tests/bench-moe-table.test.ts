@@ -36,6 +36,11 @@ describe('bench table of a MoE op', () => {
     assert.match(table[2], /^\s*256 MiB\s+1000\.0\s+990\.00-1010\.0\s+995\.00\s+268\.4\s+234\.9\s+900\.00\s+0\.90\s+960\.00\s+0\.96\s+955\.00\s+0\.96\s+eager\+graph$/);
   });
 
+  it('one expert a rank and one thread block a call are said in the singular', () => {
+    const one: BenchResult = { ...cuda, ranks: 1, experts: 1, maxBlocks: 1 };
+    assert.match(formatTable(one).split('\n')[0], /^# a2av bench: cuda, 1 rank, dispatch, 1 expert per rank, align 16, at most 1 thread block a call \(--max-blocks\), uniform splits, /);
+  });
+
   it('writes op, experts and align in the JSON, and the 1-D figures in every row', () => {
     const parsed = JSON.parse(formatJson(cuda));
     assert.deepEqual(Object.keys(parsed), ['backend', 'ranks', 'op', 'experts', 'align', 'splits', 'rowBytes', 'device', 'date', 'repeats', 'rows']);

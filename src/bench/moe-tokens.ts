@@ -18,7 +18,7 @@ import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
-import { alignColumns, formatMicros } from './table.js';
+import { alignColumns, counted, formatMicros } from './table.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
 
@@ -230,7 +230,7 @@ export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendNam
 export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string {
   const first = results[0]!;
   const lines = [
-    `# a2av bench ${first.op}: ${results.map((r) => r.backend).join(',')}, ${first.ranks} ranks, ${first.numExperts} experts, top-${first.topk}, hidden ${first.hidden} bf16, ` +
+    `# a2av bench ${first.op}: ${results.map((r) => r.backend).join(',')}, ${counted(first.ranks, 'rank')}, ${counted(first.numExperts, 'expert')}, top-${first.topk}, hidden ${first.hidden} bf16, ` +
       `${first.layout}, ${first.device}, ${first.date}`,
     '# time µs = median of the timed loops (slowest rank in each); bytes = DeepEP\'s count: selections per rank x hidden x 2; GB/s = bytes / time',
     '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',

@@ -187,6 +187,11 @@ function refOf(row: BenchRow): RefKind {
   return row.ref ?? 'copy';
 }
 
+/** `1 rank`, `8 ranks`: a count and its noun, singular for one. */
+export function counted(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
 /** Two decimals below 1000 µs, one above: enough digits to compare runs, no noise digits. '-' for none. */
 export function formatMicros(us: number | null | undefined): string {
   if (typeof us !== 'number' || !Number.isFinite(us)) return '-';
@@ -205,8 +210,8 @@ function formatRatio(x: number | null | undefined): string {
 /** A line describing the run, a line per note on the columns, then the columns right-aligned. */
 export function formatTable(result: BenchResult): string {
   const { rows } = result;
-  const op = result.op === undefined || result.op === 'alltoallv' ? '' : `${result.op}, ${result.experts} experts per rank, align ${result.align}, `;
-  const budget = result.maxBlocks === undefined ? '' : `at most ${result.maxBlocks} thread blocks a call (--max-blocks), `;
+  const op = result.op === undefined || result.op === 'alltoallv' ? '' : `${result.op}, ${counted(result.experts!, 'expert')} per rank, align ${result.align}, `;
+  const budget = result.maxBlocks === undefined ? '' : `at most ${counted(result.maxBlocks, 'thread block')} a call (--max-blocks), `;
   const head = [`# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${op}${budget}${result.splits} splits, ` +
     `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
   const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
