@@ -1,12 +1,15 @@
 // The library refuses, by name, what would otherwise fail late or misleadingly: ranks past the cpu
 // cap, createMoeGroup's options (topk past the experts, none at all, ranks that disagree), a call
-// after close() (ClosedError, exported), and "got X" that shows a string as a string.
+// after close() (ClosedError, exported), "got X" that shows a string as a string, and a buffer too
+// small that says the world size only where the size depends on it.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import * as api from '../src/index.js';
 import { createComm } from '../src/backends/create.js';
 import { MAX_CPU_WORLD } from '../src/backends/cpu/world.js';
 import { MAX_WORLD } from '../src/backends/cuda/layout.js';
+import type { AllReduceArgs, DeviceBuffer } from '../src/backends/backend.js';
+import { checkAllReduce, checkAllToAllV, type CheckContext } from '../src/collectives/check.js';
 import { ClosedError, shown, UsageError } from '../src/errors.js';
 import type { MoeGroupOptions } from '../src/moe/api.js';
 import type { Store } from '../src/world/store.js';
@@ -125,5 +128,30 @@ describe('"got X" shows what was passed', () => {
       name: 'UsageError',
       message: "ranks must be a positive integer, got '2' (a string)",
     });
+  });
+});
+
+describe('a buffer too small', () => {
+  // Rank 1 of 3: every buffer is its own.
+  const ctx: CheckContext = { rank: 1, worldSize: 3, laneCount: 1, owns: () => true, ownsLane: () => true };
+  const buffer = (bytes: number): DeviceBuffer => ({ bytes, symmetric: true, symmetricId: 0, freed: false });
+  const refusal = (call: () => unknown): string => {
+    try {
+      call();
+    } catch (err) {
+      assert.ok(err instanceof UsageError, String(err));
+      return err.message;
+    }
+    return assert.fail('expected a UsageError');
+  };
+
+  test('allReduce: the bytes its count takes, without the world size (it takes the same on any)', () => {
+    const args: AllReduceArgs = { input: buffer(16), output: buffer(12), count: 4, dtype: 'f32', op: 'sum' };
+    assert.equal(refusal(() => checkAllReduce(ctx, args)), 'rank 1: allReduce output holds 12 bytes, needs at least 16');
+  });
+
+  test('allToAllV: the splits\' shape counts ranks, so the world size is said', () => {
+    const args = { input: buffer(64), output: buffer(64), inSplits: buffer(16), outSplitsOffsets: buffer(48), rowBytes: 4 };
+    assert.equal(refusal(() => checkAllToAllV(ctx, args)), 'rank 1: inSplits (int64[W]) holds 16 bytes, needs at least 24 (W = 3)');
   });
 });

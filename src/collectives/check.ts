@@ -39,7 +39,9 @@ export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer |
   if (!ctx.owns(buf)) throw new UsageError(`rank ${ctx.rank}: ${what} was not allocated by this communicator`);
   if (buf.freed) throw new UsageError(`rank ${ctx.rank}: ${what} was freed`);
   if (buf.bytes < minBytes) {
-    throw new UsageError(`rank ${ctx.rank}: ${what} holds ${buf.bytes} bytes, needs at least ${minBytes} (W = ${ctx.worldSize})`);
+    // The world size only where the label's shape counts ranks (int64[W*E]): an allReduce's size does not depend on it.
+    const world = /\bW\b/.test(what) ? ` (W = ${ctx.worldSize})` : '';
+    throw new UsageError(`rank ${ctx.rank}: ${what} holds ${buf.bytes} bytes, needs at least ${minBytes}${world}`);
   }
 }
 
