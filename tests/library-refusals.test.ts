@@ -1,7 +1,7 @@
 // The library refuses, by name, what would otherwise fail late or misleadingly: ranks past the cpu
 // cap, createMoeGroup's options (topk past the experts, none at all, ranks that disagree), a call
-// after close() (ClosedError, exported), "got X" that shows a string as a string, and a buffer too
-// small that says the world size only where the size depends on it.
+// after close() (ClosedError, exported), "got X" that shows a string as a string (allReduce's
+// dtype too), and a buffer too small that says the world size only where the size depends on it.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import * as api from '../src/index.js';
@@ -131,7 +131,7 @@ describe('"got X" shows what was passed', () => {
   });
 });
 
-describe('a buffer too small', () => {
+describe('a call\'s refusal says what matters', () => {
   // Rank 1 of 3: every buffer is its own.
   const ctx: CheckContext = { rank: 1, worldSize: 3, laneCount: 1, owns: () => true, ownsLane: () => true };
   const buffer = (bytes: number): DeviceBuffer => ({ bytes, symmetric: true, symmetricId: 0, freed: false });
@@ -148,6 +148,13 @@ describe('a buffer too small', () => {
   test('allReduce: the bytes its count takes, without the world size (it takes the same on any)', () => {
     const args: AllReduceArgs = { input: buffer(16), output: buffer(12), count: 4, dtype: 'f32', op: 'sum' };
     assert.equal(refusal(() => checkAllReduce(ctx, args)), 'rank 1: allReduce output holds 12 bytes, needs at least 16');
+  });
+
+  test('allReduce: a dtype or op not of the set is shown quoted, as every "got X"', () => {
+    const args: AllReduceArgs = { input: buffer(16), output: buffer(16), count: 4, dtype: 'f32', op: 'sum' };
+    assert.equal(refusal(() => checkAllReduce(ctx, { ...args, dtype: 'f16' as never })), "rank 1: allReduce dtype must be 'f32' or 'bf16', got 'f16'");
+    assert.equal(refusal(() => checkAllReduce(ctx, { ...args, dtype: 4 as never })), "rank 1: allReduce dtype must be 'f32' or 'bf16', got 4");
+    assert.equal(refusal(() => checkAllReduce(ctx, { ...args, op: 'max' as never })), "rank 1: allReduce op must be 'sum', got 'max'");
   });
 
   test('allToAllV: the splits\' shape counts ranks, so the world size is said', () => {

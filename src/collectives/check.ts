@@ -116,8 +116,8 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
 export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
   const { count, dtype, op } = args;
   if (!Number.isSafeInteger(count) || count < 0) throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer, got ${shown(count)}`);
-  if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${String(dtype)}`);
-  if (op !== 'sum') throw new UsageError(`rank ${ctx.rank}: allReduce op must be 'sum', got ${String(op)}`);
+  if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${shown(dtype, 'string')}`);
+  if (op !== 'sum') throw new UsageError(`rank ${ctx.rank}: allReduce op must be 'sum', got ${shown(op, 'string')}`);
   const bytes = count * ELEMENT_BYTES[dtype];
   checkBuffer(ctx, 'allReduce input', args.input, bytes);
   checkBuffer(ctx, 'allReduce output', args.output, bytes);
