@@ -108,9 +108,8 @@ export class CpuLane implements Lane {
     return err;
   }
 
-  /** A plan's move: the ranks' headers must agree (row size, output), then the rows along `routing`. */
-  move(header: RecordHeader, routing: Routing, p: Payload): Error | undefined {
-    const what = 'an exchange plan\'s move';
+  /** A plan's move (`what` names it, and its operation): the ranks' headers must agree (row size, output), then the rows along `routing`. */
+  move(header: RecordHeader, routing: Routing, p: Payload, what: string): Error | undefined {
     const seq = this.#publish(header, undefined, 0);
     const err = this.#arrived(seq, what);
     if (err !== undefined) return err;

@@ -42,7 +42,7 @@ export class CpuPlan implements ExchangePlan {
     checkPlanMove(ctx, capacity, args);
     if (this.#error !== undefined) return track(doneHandle(this.#error));
     const p = { input: args.input, output: args.output, rowBytes: args.rowBytes };
-    return track(doneHandle(lane.move(moveHeader(exchange.header, p), this.#routing, p)));
+    return track(doneHandle(lane.move(moveHeader(exchange.header, p), this.#routing, p, `a move of ${exchange.what}`)));
   }
 
   close(): void {

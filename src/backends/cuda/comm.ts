@@ -225,15 +225,15 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
   planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
     this.#open();
-    return this.#planOf('1d', { ...args, splits: args.inSplits }, 'planAllToAllV');
+    return this.#planOf('1d', { ...args, splits: args.inSplits }, 'the exchange plan of allToAllV');
   }
   planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
     this.#open();
-    return this.#planOf('dispatch', { ...args, splits: args.inSplits }, 'planAllToAllV2d');
+    return this.#planOf('dispatch', { ...args, splits: args.inSplits }, 'the exchange plan of allToAllV2d');
   }
   planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
     this.#open();
-    return this.#planOf('combine', { ...args, splits: args.inSplitsOffsets }, 'planAllToAllV2dOffset');
+    return this.#planOf('combine', { ...args, splits: args.inSplitsOffsets }, 'the exchange plan of allToAllV2dOffset');
   }
 
   #planOf(kind: ExchangeKind, args: PlanCheckArgs & { splits: DeviceBuffer; stream?: Stream }, what: string): ExchangePlan {
