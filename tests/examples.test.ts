@@ -26,10 +26,11 @@ const expected: Record<string, RegExp> = {
   replay: /^rank \d \((\w+)\): 4 replays of one capture, each with new splits, checked$/,
   lanes: /^rank \d \((\w+)\): 3 rounds of two exchanges on lanes 0 and 1 at once, checked$/,
   launch: /^\[rank \d\] rank \d \((\w+)\): 3 steps checked; the last sent/,
+  moe: /^rank \d \((\w+)\): 3 steps of dispatch and combine checked; the last brought \d+ rows to its 2 experts$/,
 };
 
 function runAll(backend: 'cpu' | 'cuda', ranks: number): void {
-  for (const name of ['threads', 'replay', 'lanes']) {
+  for (const name of ['threads', 'replay', 'lanes', 'moe']) {
     it(`${name}.js --backend ${backend} --ranks ${ranks}`, T, () => {
       const lines = run([example(name), '--backend', backend, '--ranks', String(ranks)]);
       assert.equal(lines.length, ranks, lines.join('\n'));
