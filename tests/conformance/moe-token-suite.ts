@@ -57,6 +57,7 @@ export const moeTokenSuite: Case[] = [
   },
   // y in symmetric memory: on cuda with every rank on one GPU each combine reads the expert outputs where they lie.
   ...([
+    [1, job('expanded', 4, 2, 9, 1, 16, 3, 5)],
     [2, job('expanded', 3, 3, 12, 4, 7, 5, 5)],
     [3, job('compact', 2, 3, 10, 1, 5, 3, 5)],
   ] as const).map(([W, arg]) => ({
