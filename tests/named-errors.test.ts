@@ -5,7 +5,7 @@ import { describe, it } from 'node:test';
 import * as api from '../src/index.js';
 import { A2avError, LibraryNotFoundError, PeerAccessError, RankExitedError } from '../src/errors.js';
 import { cudaUnavailableReason } from '../src/cuda/probe.js';
-import { dispatchError } from '../src/moe/errors.js';
+import { combineError, dispatchError } from '../src/moe/errors.js';
 import { loadLibrary } from '../src/native/find-library.js';
 import { reviveError, serializeError } from '../src/world/error-transfer.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
@@ -50,6 +50,16 @@ describe('error classes', () => {
     assert.ok(err instanceof api.MoeRoutingError, String(err));
     assert.deepEqual([err.problem, err.rank, err.token, err.k], ['expert-id', 1, 1, 1]);
     assert.equal(err.message, 'MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255) (reported by rank 0); nothing was written');
+  });
+
+  it('a token combine whose ranks differ says that y must be of one kind on every rank', () => {
+    const refused = new api.SplitsError({ problem: 'mismatch', rank: 2, peer: 0, needed: 7n, available: 5n, reportedBy: 1, op: 'allToAllV2dOffset' });
+    const err = combineError(refused);
+    assert.ok(err instanceof api.UsageError, String(err));
+    assert.match((err as Error).message, /^rank 2: its combine differs from rank 0's: pass y of the same kind on every rank/);
+    assert.match((err as Error).message, /does not match rank 0's/);
+    const other = new api.SplitsError({ problem: 'output-overflow', rank: 2, peer: 0, needed: 7n, available: 5n, reportedBy: 1 });
+    assert.equal(combineError(other), other);
   });
 
   it('keep their class and fields across threads', () => {

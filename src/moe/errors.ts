@@ -2,7 +2,7 @@
 // group's handles say what that means for tokens and experts. Every rank reads the same SplitsError,
 // so every rank throws the same error, with no device read (which could stall behind a peer's
 // spinning kernel).
-import { A2avError, SplitsError } from '../errors.js';
+import { A2avError, SplitsError, UsageError } from '../errors.js';
 import { BAD_TOKEN_COUNT } from './compute.js';
 import type { MoeLayout } from './api.js';
 
@@ -83,6 +83,11 @@ export function dispatchError(err: unknown, g: { layout: MoeLayout; experts: num
 
 /** What the group's combine exchange's refusal means: a negative count is a refused dispatch's route. */
 export function combineError(err: unknown): unknown {
+  // The group's combines agree on all else by construction (its shape, its buffers): only y can
+  // differ, read in place on some ranks (symmetric, ranks on one GPU) and moved back on others.
+  if (err instanceof SplitsError && err.problem === 'mismatch') {
+    return new UsageError(`rank ${err.rank}: its combine differs from rank 0's: pass y of the same kind on every rank (from one comm.allocSymmetric on every rank, or a local buffer on every rank) and the same A2AV_MOE_PULL (${err.message})`);
+  }
   if (!(err instanceof SplitsError) || err.problem !== 'negative') return err;
   return new MoeRoutingError({ problem: 'route-refused', rank: err.rank, token: -1, k: -1, reportedBy: err.reportedBy }, err);
 }
