@@ -11,7 +11,7 @@ import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
 import { checkSameOptions } from './same-options.js';
-import { alignColumns, formatMicros } from './table.js';
+import { alignColumns, counted, formatMicros } from './table.js';
 import { formatBytes } from './units.js';
 
 const GRAPH_CALLS = 20;
@@ -188,7 +188,7 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
   const first = results[0]!;
   const nccl = results.find((r) => r.backend === 'nccl');
   const lines = [
-    `# a2av bench allreduce: ${results.map((r) => r.backend).join(',')}, ${first.ranks} rank${first.ranks === 1 ? '' : 's'}, ${first.dtype}, ${first.device}, ${first.date}`,
+    `# a2av bench allreduce: ${results.map((r) => r.backend).join(',')}, ${counted(first.ranks, 'rank')}, ${first.dtype}, ${first.device}, ${first.date}`,
     '# time µs = median of the timed loops (slowest rank in each), min-max their spread; graph µs = per call in a graph of ' +
       `${GRAPH_CALLS} (cuda, up to ${formatBytes(GRAPH_MAX_BYTES)}); every size checked against the host sum first`,
     '# algbw = bytes per rank / time; busbw = algbw * 2(W-1)/W (NCCL\'s convention); vs nccl = NCCL time / this row\'s time',

@@ -212,11 +212,11 @@ export function formatTable(result: BenchResult): string {
   const { rows } = result;
   const op = result.op === undefined || result.op === 'alltoallv' ? '' : `${result.op}, ${counted(result.experts!, 'expert')} per rank, align ${result.align}, `;
   const budget = result.maxBlocks === undefined ? '' : `at most ${counted(result.maxBlocks, 'thread block')} a call (--max-blocks), `;
-  const head = [`# a2av bench: ${result.backend}, ${result.ranks} rank${result.ranks === 1 ? '' : 's'}, ${op}${budget}${result.splits} splits, ` +
+  const head = [`# a2av bench: ${result.backend}, ${counted(result.ranks, 'rank')}, ${op}${budget}${result.splits} splits, ` +
     `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
   const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
   const shown = (title: string) => columns.some((c) => c.title === title);
-  const loops = result.repeats === undefined ? 'timed loops' : `${result.repeats} timed loop${result.repeats === 1 ? '' : 's'}`;
+  const loops = result.repeats === undefined ? 'timed loops' : counted(result.repeats, 'timed loop');
   if (shown('min-max µs')) head.push(`# time µs = median of ${loops} (slowest rank in each), min-max = the fastest and slowest loop`);
   for (const kind of new Set(rows.map(refOf))) head.push(`# ${REF_NOTES[kind]}`);
   if (shown('checked')) {

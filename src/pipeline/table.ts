@@ -1,6 +1,6 @@
 // `a2av bench pipeline`'s output: one row per (backend, arm), the checks that every arm trained the
 // same model to the same bits, and the JSON form of the same.
-import { formatMicros } from '../bench/table.js';
+import { counted, formatMicros } from '../bench/table.js';
 import type { ArmResult } from './rank.js';
 import type { PipelineResult } from './run.js';
 import { digest } from './synth.js';
@@ -86,8 +86,8 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
   const columns = withNccl ? COLUMNS : COLUMNS.filter((c) => c.title !== VS_NCCL);
   const head = [
     `# a2av bench pipeline: ${s.name} (${s.features} features, dim ${s.dim}, ${s.rows} rows a table, batch ${s.batch} a rank, pooling ${s.pooling}, ` +
-      `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${first.ranks} rank${first.ranks === 1 ? '' : 's'}, ${first.device}, ${first.date}`,
-    `# ${first.iters} timed steps after ${first.warmup} warm-up step${first.warmup === 1 ? '' : 's'}; each step's figure is the slowest rank's; step µs = median, p10-p90 = its spread`,
+      `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${counted(first.ranks, 'rank')}, ${first.device}, ${first.date}`,
+    `# ${first.iters} timed steps after ${counted(first.warmup, 'warm-up step')}; each step's figure is the slowest rank's; step µs = median, p10-p90 = its spread`,
     ...(first.inputDistBlocks === undefined ? [] : [`# input dist: at most ${first.inputDistBlocks} thread blocks per all-to-all (its lane's SM budget; cuda)`]),
     ...results.map((r) => `# ${r.backend} clock: ${r.clock}; GEMMs: ${r.gemm}`),
     ...(withNccl ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),

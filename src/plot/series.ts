@@ -1,6 +1,6 @@
 // Bench results (the JSON `a2av bench --json` writes) as the lines of a bandwidth plot: checked on the
 // way in, so a wrong file is named in one line instead of drawing an empty or broken picture.
-import type { BenchResult, BenchRow } from '../bench/table.js';
+import { counted, type BenchResult, type BenchRow } from '../bench/table.js';
 import { formatBytes } from '../bench/units.js';
 import { UsageError } from '../errors.js';
 
@@ -87,7 +87,7 @@ export function parseResult(text: string, source: string): BenchResult {
  */
 const FIELDS: { name: string; value(r: BenchResult): string }[] = [
   { name: 'device', value: (r) => r.device.replace(/ #\d+/g, '') },
-  { name: 'ranks', value: (r) => `${r.ranks} rank${r.ranks === 1 ? '' : 's'}` },
+  { name: 'ranks', value: (r) => counted(r.ranks, 'rank') },
   { name: 'op', value: (r) => (r.op === undefined || r.op === 'alltoallv' ? 'all-to-all-v' : `${r.op}, ${r.experts} experts per rank`) },
   { name: 'maxBlocks', value: (r) => (r.maxBlocks === undefined ? '' : `at most ${r.maxBlocks} blocks a call`) },
   { name: 'splits', value: (r) => `${r.splits} splits` },
