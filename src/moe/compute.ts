@@ -88,11 +88,6 @@ export interface ReduceCall {
   tokenCap: number;
 }
 
-/** A combine that reads each term from its expert rank's y (symmetric), where the dispatch put the row. */
-export interface PullCall extends ReduceCall {
-  y: DeviceBuffer;
-}
-
 export interface TokenCompute {
   /**
    * A new routing: works it out (inSplits, each entry's send row, the token count; a bad id or count
@@ -106,13 +101,12 @@ export interface TokenCompute {
   /** After combine's exchange: the weighted sum of each token's rows (nothing if refused); sets combineOso back to -1. */
   reduce(stream: Stream, c: ReduceCall): void;
   /**
-   * Where the compute can (kernels on a GPU, y symmetric, the buckets within PULL_BUCKETS): the
-   * reduction of reduce(), its terms read from every rank's y instead of `back`. Launched between
-   * combine's exchange and its completion (backend.ts BETWEEN), on the exchange's stream.
+   * Where the compute can (kernels on a GPU, `y` a symmetric buffer every rank addresses, the
+   * buckets within PULL_BUCKETS): the reduction of reduce(), its terms read from every rank's `y`
+   * instead of `back`, to launch between combine's exchange and its completion (backend.ts
+   * BETWEEN), on the exchange's stream. Else undefined.
    */
-  pull?(stream: Stream, c: PullCall): void;
-  /** Whether pull() can read `y` on every rank (a symmetric buffer every rank addresses). */
-  pullsFrom?(y: DeviceBuffer): boolean;
+  pullFrom?(y: DeviceBuffer): ((stream: Stream, c: ReduceCall) => void) | undefined;
   close(): void;
 }
 

@@ -74,7 +74,7 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
     ...(gathers ? { rowOf: local(4 * s.sendRows) } : { send: local(s.sendRows * s.rowBytes) }),
     sendMeta: local(s.sendRows * s.metaBytes),
     recvMeta: await comm.allocSymmetric(s.recvRows * s.metaBytes),
-    // Symmetric: a pulling combine reads where its rows landed in each peer's (compute.ts pull).
+    // Symmetric: a pulling combine reads where its rows landed in each peer's (compute.ts pullFrom).
     routeOso: await comm.allocSymmetric(16 * n),
     back: await comm.allocSymmetric(s.sendRows * s.combineRowBytes),
   };
@@ -189,11 +189,11 @@ class TokenGroup implements MoeGroup {
     const [s, b, sh, compute] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#compute];
     const reduce = { out: a.out, weights: a.topkWeights, bias: a.bias, dtype: a.dtype, hidden, tokenCap: route.tokenCap };
     // Where y is symmetric, each term is read where its expert rank left it, between the exchange's
-    // agreement and its completion (compute.ts pull); else the exchange brings the rows back and
+    // agreement and its completion (compute.ts pullFrom); else the exchange brings the rows back and
     // the reduction reads them there.
-    const pull = this.#pulls && compute.pull !== undefined && compute.pullsFrom?.(a.y) === true ? compute.pull : undefined;
+    const pull = this.#pulls ? compute.pullFrom?.(a.y) : undefined;
     const how = pull !== undefined
-      ? { [BETWEEN]: { launch: (stream: Stream) => pull(stream, { ...reduce, y: a.y }) } }
+      ? { [BETWEEN]: { launch: (stream: Stream) => pull(stream, reduce) } }
       : { [ONE_GPU_FUSED]: sh.sendRows * sh.combineRowBytes < COMBINE_FUSED_BELOW };
     const h = this.#comm.allToAllV2dOffset(Object.assign({
       input: a.y,

@@ -5,7 +5,7 @@
 // the kernels run is a TokenDevice's business (a GPU, cuda-device.ts; the tests also run them
 // compiled for the host).
 import type { DeviceBuffer, Stream } from '../backends/backend.js';
-import { DTYPES, type GatherCall, type LayoutCall, type PullCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
+import { DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
 import { GROUP, PULL_BUCKETS, SMALL_BUCKETS, SMALL_ENTRIES, THREADS, TOKEN_KERNELS, type TokenKernelName } from './kernel-args.js';
 import type { TokenShape } from './shape.js';
 
@@ -56,15 +56,11 @@ export class KernelCompute implements TokenCompute {
       align: s.align,
     };
     // Where combine may pull: the device names peers' buffers and a block stages every bucket.
-    const peers = device.peers;
-    if (peers !== undefined && shape.buckets <= PULL_BUCKETS) {
-      this.pull = (stream, c) => this.#pull(stream, c);
-      this.pullsFrom = (y) => y.symmetric && peers.call(device, y) !== 0n && peers.call(device, bufs.routeOso) !== 0n;
-    }
+    this.#osoPeers = shape.buckets <= PULL_BUCKETS ? (device.peers?.(bufs.routeOso) ?? 0n) : 0n;
   }
 
-  readonly pull?: (stream: Stream, c: PullCall) => void;
-  readonly pullsFrom?: (y: DeviceBuffer) => boolean;
+  /** Every rank's routeOso (0: combine does not pull). */
+  readonly #osoPeers: bigint;
 
   /** mt_route: the routing in chunks, a block each, the last block scanning their counts. */
   route(stream: Stream, c: RouteCall): void {
@@ -113,13 +109,14 @@ export class KernelCompute implements TokenCompute {
     this.#launch('reduce', 'mt_combine_reduce', args, this.#blocks((c.tokenCap * c.hidden * dtype.bytes) / 16), THREADS, stream);
   }
 
-  #pull(stream: Stream, c: PullCall): void {
-    const peers = this.#device.peers!;
-    const y = peers.call(this.#device, c.y);
-    const oso = peers.call(this.#device, this.#bufs.routeOso);
-    const dtype = DTYPES[c.dtype];
-    const args = { ...c, y: undefined, gate: this.#bufs.combineOso, recv: undefined, dtype: dtype.code, ticket: this.#bufs.reduceTicket, yPeers: y, osoPeers: oso };
-    this.#launch('reduce', 'mt_combine_pull', args, this.#blocks((c.tokenCap * c.hidden * dtype.bytes) / 16), THREADS, stream);
+  pullFrom(y: DeviceBuffer): ((stream: Stream, c: ReduceCall) => void) | undefined {
+    const yPeers = y.symmetric && this.#osoPeers !== 0n ? (this.#device.peers?.(y) ?? 0n) : 0n;
+    if (yPeers === 0n) return undefined;
+    return (stream, c) => {
+      const dtype = DTYPES[c.dtype];
+      const args = { ...c, gate: this.#bufs.combineOso, recv: undefined, dtype: dtype.code, ticket: this.#bufs.reduceTicket, yPeers, osoPeers: this.#osoPeers };
+      this.#launch('reduce', 'mt_combine_pull', args, this.#blocks((c.tokenCap * c.hidden * dtype.bytes) / 16), THREADS, stream);
+    };
   }
 
   close(): void {
