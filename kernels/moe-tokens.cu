@@ -784,6 +784,11 @@ __device__ void mt_reduce(const ReduceArgs& p, i64 T, const MtPull* pull) {
 #else
 #define MT_REDUCE_MIN_BLOCKS 1
 #endif
+// Whether a thread takes 16 bytes of a row: rows of whole 16-byte words, every base (or-ed) aligned.
+__device__ __forceinline__ bool mt_wide(const ReduceArgs& p, u64 bases) {
+  return (p.hidden * (p.dtype == MT_DTYPE_F32 ? 4 : 2)) % 16 == 0 && (bases & 15) == 0;
+}
+
 template <bool Pull>
 __device__ __forceinline__ void mt_combine_run(const ReduceArgs& p, const MtPull* pull, bool wide) {
   i64* gate = (i64*)p.gate;
@@ -799,8 +804,7 @@ __device__ __forceinline__ void mt_combine_run(const ReduceArgs& p, const MtPull
 
 extern "C" __global__ void __launch_bounds__(MT_THREADS, MT_REDUCE_MIN_BLOCKS) mt_combine_reduce(const ReduceArgs p) {
   if (((const i64*)p.gate)[0] < 0) return;
-  const bool wide = (p.hidden * (p.dtype == MT_DTYPE_F32 ? 4 : 2)) % 16 == 0 && ((p.recv | p.out | p.bias) & 15) == 0;
-  mt_combine_run<false>(p, nullptr, wide);
+  mt_combine_run<false>(p, nullptr, mt_wide(p, p.recv | p.out | p.bias));
 }
 
 // The combine without the exchange's copy: between the exchange's agreement (every rank has reached
@@ -835,8 +839,7 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS, MT_REDUCE_MIN_BLOCKS) m
   }
   if (threadIdx.x == 0) pull.n = n;
   __syncthreads();
-  bool aligned = true;
-  for (int q = 0; q < W; q++) aligned = aligned && (yPeers[q] & 15) == 0;
-  const bool wide = aligned && (p.hidden * (p.dtype == MT_DTYPE_F32 ? 4 : 2)) % 16 == 0 && ((p.out | p.bias) & 15) == 0;
-  mt_combine_run<true>(p, &pull, wide);
+  u64 ys = 0;
+  for (int q = 0; q < W; q++) ys |= yPeers[q];
+  mt_combine_run<true>(p, &pull, mt_wide(p, ys | p.out | p.bias));
 }
