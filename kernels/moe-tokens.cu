@@ -655,20 +655,39 @@ __device__ __forceinline__ void mt_store(u64 base, i64 i, float v, i64 dtype) {
   else ((unsigned short*)base)[i] = (unsigned short)(dtype == MT_DTYPE_BF16 ? mt_bf16_round(v) : mt_f16_round(v));
 }
 
-// V elements of type DT at element i of base: one 16-byte load where V > 1.
+// V elements of type DT at element i of base, as loaded: one 16-byte word where V > 1, else the
+// element's value. Kept raw until it is added, so a batch of terms holds 4 registers a term, not V.
+template <int DT, int V>
+struct MtRaw {
+  uint4 q;
+};
+template <int DT>
+struct MtRaw<DT, 1> {
+  float f;
+};
+template <int DT, int V>
+__device__ __forceinline__ MtRaw<DT, V> mt_read_raw(u64 base, i64 i) {
+  MtRaw<DT, V> r;
+  if constexpr (V == 1) r.f = mt_load(base, i, DT);
+  else r.q = *(const uint4*)((const u8*)base + i * (DT == MT_DTYPE_F32 ? 4 : 2));
+  return r;
+}
+template <int DT, int V>
+__device__ __forceinline__ void mt_unpack(const MtRaw<DT, V>& r, float* v) {
+  if constexpr (V == 1) {
+    v[0] = r.f;
+  } else {
+    const u32 u[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+#pragma unroll
+    for (int j = 0; j < V; j++) {
+      const u32 h = (u[j / 2] >> (16 * (j % 2))) & 0xffffu;
+      v[j] = DT == MT_DTYPE_F32 ? __uint_as_float(u[j % 4]) : DT == MT_DTYPE_BF16 ? __uint_as_float(h << 16) : mt_f16_value(h);
+    }
+  }
+}
 template <int DT, int V>
 __device__ __forceinline__ void mt_read(u64 base, i64 i, float* v) {
-  if (V == 1) {
-    v[0] = mt_load(base, i, DT);
-    return;
-  }
-  const uint4 q = *(const uint4*)((const u8*)base + i * (DT == MT_DTYPE_F32 ? 4 : 2));
-  const u32 u[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int j = 0; j < V; j++) {
-    const u32 h = (u[j / 2] >> (16 * (j % 2))) & 0xffffu;
-    v[j] = DT == MT_DTYPE_F32 ? __uint_as_float(u[j % 4]) : DT == MT_DTYPE_BF16 ? __uint_as_float(h << 16) : mt_f16_value(h);
-  }
+  mt_unpack<DT, V>(mt_read_raw<DT, V>(base, i), v);
 }
 
 template <int DT, int V>
@@ -691,15 +710,16 @@ __device__ __forceinline__ void mt_write(u64 base, i64 i, const float* v) {
   *(uint4*)((u8*)base + i * (DT == MT_DTYPE_F32 ? 4 : 2)) = q;
 }
 
-// Terms a thread loads before it adds them: their loads are in flight together. Two, not more:
-// the kernel waits on memory, and registers, not round trips, bound it. Measured at W = 8 on one
-// H200, DeepSeek-V3's combine (docs/perf.md): 4 a batch 69 registers, three blocks an SM; 2 a batch
-// 54, four blocks, 8-10% faster at 128 and 4096 tokens; 8 a batch 105, 14-17% slower. A probe may
-// set another (A2AV_PROBE_REDUCE_BATCH=n).
+// Terms a thread loads before it adds them: their slots, then their loads, in flight together,
+// each term kept as its raw 16-byte word until added. The kernel waits on memory, so loads in
+// flight decide, within the four blocks an SM that 64 registers leave. Measured at W = 8 on one
+// H200, DeepSeek-V3's combine (docs/perf.md): 4 a batch at 64 registers 8-27% faster than 2 a
+// batch (56); 4 at 80 registers (three blocks an SM) and 8 (two) slower. A probe may set others
+// (A2AV_PROBE_REDUCE_BATCH=n, A2AV_PROBE_REDUCE_MIN_BLOCKS=n).
 #ifdef A2AV_PROBE_REDUCE_BATCH
 #define MT_REDUCE_BATCH A2AV_PROBE_REDUCE_BATCH
 #else
-#define MT_REDUCE_BATCH 2
+#define MT_REDUCE_BATCH 4
 #endif
 
 // out[t][h] = the terms of token t in top-k order, w[t][k] * y (rounded to f32) or y, then the
@@ -743,24 +763,32 @@ __device__ void mt_reduce(const ReduceArgs& p, i64 T, const MtPull* pull) {
     for (int e = 0; e < V; e++) acc[e] = 0.f;
     bool any = false;
     for (i64 k0 = 0; k0 < K; k0 += MT_REDUCE_BATCH) {
-      float v[MT_REDUCE_BATCH][V];
+      // The batch's slots and weights, then its rows, then its terms: each kind of load in flight
+      // together rather than a chain of slot, row and term a term.
       int s[MT_REDUCE_BATCH];
+      float wk[MT_REDUCE_BATCH];
 #pragma unroll
       for (int j = 0; j < MT_REDUCE_BATCH; j++) {
         s[j] = k0 + j < K ? slot[t * K + k0 + j] : -1;
+        wk[j] = w && k0 + j < K ? w[t * K + k0 + j] : 0.f;
+      }
+      MtRaw<DT, V> raw[MT_REDUCE_BATCH];
+#pragma unroll
+      for (int j = 0; j < MT_REDUCE_BATCH; j++) {
         if (s[j] >= 0) {
           i64 row;
           const u64 base = mt_term_row<Pull>(p, pull, s[j], row);
-          mt_read<DT, V>(base, row * H + h, v[j]);
+          raw[j] = mt_read_raw<DT, V>(base, row * H + h);
         }
       }
 #pragma unroll
       for (int j = 0; j < MT_REDUCE_BATCH; j++) {
         if (s[j] < 0) continue;
-        const float wk = w ? w[t * K + k0 + j] : 0.f;
+        float v[V];
+        mt_unpack<DT, V>(raw[j], v);
 #pragma unroll
         for (int e = 0; e < V; e++) {
-          const float x = w ? __fmul_rn(wk, v[j][e]) : v[j][e];
+          const float x = w ? __fmul_rn(wk[j], v[e]) : v[e];
           acc[e] = any ? __fadd_rn(acc[e], x) : x;
         }
         any = true;
@@ -778,11 +806,11 @@ __device__ void mt_reduce(const ReduceArgs& p, i64 T, const MtPull* pull) {
 
 // The reduction, then the gate set back to -1 for the next combine's exchange by the last block
 // (every block has read it by then), which saves a memset before each combine.
-// Blocks an SM keeps at least (a probe may ask more: A2AV_PROBE_REDUCE_MIN_BLOCKS=n).
+// Blocks an SM the reduce kernels keep (64 registers a thread; see MT_REDUCE_BATCH).
 #ifdef A2AV_PROBE_REDUCE_MIN_BLOCKS
 #define MT_REDUCE_MIN_BLOCKS A2AV_PROBE_REDUCE_MIN_BLOCKS
 #else
-#define MT_REDUCE_MIN_BLOCKS 1
+#define MT_REDUCE_MIN_BLOCKS 4
 #endif
 // Whether a thread takes 16 bytes of a row: rows of whole 16-byte words, every base (or-ed) aligned.
 __device__ __forceinline__ bool mt_wide(const ReduceArgs& p, u64 bases) {
