@@ -344,15 +344,17 @@ __device__ __forceinline__ void mt_copy_row(u8* dst, const u8* src, i64 bytes, i
 // there, and its metadata: expanded, the entry's weight; compact, the token's local expert ids on
 // that rank (-1 elsewhere) and their weights (0 elsewhere). A group is MT_GROUP threads, or up to
 // a block where the grid has threads to spare (a few tokens: a row's round trips to memory are its
-// copy's latency). Block 0 first sets the exchange's outSplitsOffsets to -1 (the gate of every
+// copy's latency); one thread where the row is not copied but named (rowOf). Block 0 first sets the exchange's outSplitsOffsets to -1 (the gate of every
 // kernel after it), which saves a memset before it.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_gather(const GatherArgs p) {
   const i64 K = p.topk, E = p.expertsPerRank;
   if (blockIdx.x == 0)
     for (i64 i = threadIdx.x; i < 2 * p.buckets; i += blockDim.x) ((i64*)p.oso)[i] = -1;
   const i64 n = *(const i64*)p.routeTokens * K, threads = (i64)gridDim.x * blockDim.x;
-  int lanes = MT_GROUP;
-  while (2 * lanes <= (int)blockDim.x && 2 * lanes * n <= threads) lanes *= 2;
+  // Writing a row's number (rowOf) is one thread's work: a group there left 31 threads in 32 idle
+  // and each thread eight entries in turn, four round trips each, at 4096 tokens (docs/perf.md).
+  int lanes = p.rowOf ? 1 : MT_GROUP;
+  while (!p.rowOf && 2 * lanes <= (int)blockDim.x && 2 * lanes * n <= threads) lanes *= 2;
   const int lane = threadIdx.x & (lanes - 1);
   int* slot = (int*)p.slot;
   const float* w = (const float*)p.weights;

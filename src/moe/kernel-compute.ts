@@ -70,8 +70,9 @@ export class KernelCompute implements TokenCompute {
   }
 
   gather(stream: Stream, c: GatherCall): void {
-    // A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads each).
-    const lanes = this.#bufs.rowOf ? GROUP : Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
+    // A thread per 16 bytes of the rows, up to a block a row (mt_gather gives a few rows more threads
+    // each); a thread an entry where it only names the row (rowOf).
+    const lanes = this.#bufs.rowOf ? 1 : Math.min(Math.max(GROUP, Math.ceil(this.#shape.rowBytes / 16)), THREADS);
     this.#launch('gather', 'mt_gather', this.#gatherArgs(c), this.#blocks(c.tokenCap * this.#shape.topk * lanes), THREADS, stream);
   }
 
