@@ -100,7 +100,8 @@ export class KernelCompute implements TokenCompute {
       return;
     }
     this.#launch('layout', 'mt_dispatch_layout', args, 1, THREADS, stream);
-    this.#launch('layout', 'mt_dispatch_unpack', args, this.#blocks(s.recvRows * s.topk), THREADS, stream);
+    // At most a block an SM: each block adds its counts once (kernels/moe-tokens.cu mt_dispatch_unpack).
+    this.#launch('layout', 'mt_dispatch_unpack', args, Math.min(this.#blocks(s.recvRows * s.topk), this.#device.multiprocessors), THREADS, stream);
   }
 
   reduce(stream: Stream, c: ReduceCall): void {

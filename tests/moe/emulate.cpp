@@ -11,7 +11,7 @@ extern "C" int mt_emulate(const char* kernel, const void* params, unsigned grid,
   KERNEL(mt_gather, GatherArgs, false)
   KERNEL(mt_route_gather, RouteGatherArgs, true)
   KERNEL(mt_dispatch_layout, LayoutArgs, false)
-  KERNEL(mt_dispatch_unpack, LayoutArgs, false)
+  KERNEL(mt_dispatch_unpack, LayoutArgs, true)
   KERNEL(mt_combine_reduce, ReduceArgs, true)
   return -1;
 }
