@@ -100,6 +100,13 @@ __device__ __forceinline__ void copy_payloads(const XParams& p, XChunks c, u8* c
   }
 }
 
+// len (>= 0) rounded up to a multiple of align (>= 1), saturating; a 32-bit remainder where both fit.
+__device__ __forceinline__ i64 round_up_sat(i64 len, i64 align) {
+  if (align == 1) return len;
+  const i64 rem = ((len | align) >> 31) == 0 ? (i64)((u32)len % (u32)align) : len % align;
+  return rem == 0 ? len : sat_add(len, align - rem);
+}
+
 // Up to this many members a group is walked by one thread; past it, by a warp.
 #define XF_THREAD_MEMBERS 8
 
@@ -167,8 +174,10 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     outBase2[r] = p.input2 ? p.outPeers2[r] : nullptr;
   }
   // My row: counts, source rows, running sums.
-  for (i64 i = tid; i < N; i += nt) {
-    const int r = (int)(i / E), e = (int)(i % E);
+  // 32-bit indices on the layout's path (N = W * E fits: x_fused_fits): a 64-bit division is a long
+  // subroutine, and every block runs these loops before its first copy.
+  for (int i = tid; i < (int)N; i += nt) {
+    const int r = i / E, e = i - r * E;
     rows[i] = byExpert ? p.splits[i] : p.splits[(i64)e * W + r];
     if (!byExpert) srcRow[i] = p.splits[N + (i64)e * W + r];
   }
@@ -226,8 +235,8 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   // at W = 8: docs/perf.md): to every peer the header's agreement words, my whole row, my output
   // rows and how many completion signals this rank sends (its blocks); the verdict words follow.
   const int words = A2AV_X1_HEADER + (int)N + A2AV_XF_EXTRA;
-  for (i64 k = tid; blockIdx.x == 0 && k < (i64)W * words; k += nt) {
-    const int r = (int)(k / words), j = (int)(k % words);
+  for (int k = tid; blockIdx.x == 0 && k < W * words; k += nt) {
+    const int r = k / words, j = k - r * words;
     if (j >= XF_AGREE && j < A2AV_X1_HEADER) continue;
     i64 v;
     if (j < XF_AGREE) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
@@ -325,9 +334,9 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   // walking them), a warp takes a group, 32 members a step.
   const bool byWarp = M > XF_THREAD_MEMBERS;
   const int lane32 = tid & 31;
-  const i64 pairs = (i64)W * G, pairStep = byWarp ? nt >> 5 : nt;
-  for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
-    const int r = (int)(t / G), g = (int)(t % G);
+  const int pairs = W * G, pairStep = byWarp ? nt >> 5 : nt;
+  for (int t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
+    const int r = t / G, g = t - r * G;
     i64 len = 0;
     if (byWarp) {
       for (int m0 = 0; m0 < M; m0 += 32) len = sat_add(len, member(r, g, m0 + lane32));
@@ -335,7 +344,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     } else {
       for (int m = 0; m < M; ++m) len = sat_add(len, member(r, g, m));
     }
-    if (!byWarp || lane32 == 0) glen[t] = !byExpert ? len : len == 0 ? p.align : sat_add(len, (p.align - len % p.align) % p.align);
+    if (!byWarp || lane32 == 0) glen[t] = !byExpert ? len : len == 0 ? p.align : round_up_sat(len, p.align);
   }
   __syncthreads();
   PROBE_CLOCK(9);
@@ -348,8 +357,8 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   PROBE_CLOCK(10);
   // ... where each chunk lands, and each receiver's first overrun.
   // (A group's verdict keys grow with its members, so the least key of every overrun is its first.)
-  for (i64 t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
-    const int r = (int)(t / G), g = (int)(t % G);
+  for (int t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
+    const int r = t / G, g = t - r * G;
     const i64 cap = hdr[r * XF_HDR + A2AV_X1_HEADER];
     i64 pos = glen[t], at = (i64)X_NONE;
     const auto place = [&](int m, i64 c, i64 at_) {
@@ -430,8 +439,8 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     if (blockIdx.x == 0 && tid == 0) announce(ready, seq, XF_ACCEPTED);
 #endif
     // outSplitsOffsets, then my tiles.
-    for (i64 k = tid; blockIdx.x == 0 && k < N; k += nt) {
-      const int src = byExpert ? (int)(k % W) : (int)(k / E), e = byExpert ? (int)(k / W) : (int)(k % E);
+    for (int k = tid; blockIdx.x == 0 && k < (int)N; k += nt) {
+      const int src = byExpert ? k % W : k / E, e = byExpert ? k / W : k % E;
       p.outSplitsOffsets[k] = cnt[(i64)src * N + (i64)me * E + e];
       p.outSplitsOffsets[N + k] = startsMe[(i64)src * E + e];
     }
