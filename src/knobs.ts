@@ -48,8 +48,15 @@ export function moeGridFromEnv(value = process.env.A2AV_MOE_GRID): MoeGrid {
 export const laneSharesOn = (value = process.env.A2AV_LANE_SHARES): boolean => onOff('A2AV_LANE_SHARES', value, true);
 /** A2AV_MOE_GATHER=0: a token dispatch copies its rows into send order first (moe/group.ts). */
 export const moeGatherOn = (value = process.env.A2AV_MOE_GATHER): boolean => onOff('A2AV_MOE_GATHER', value, true);
-/** A2AV_MOE_PULL=0: a token combine whose y is symmetric (ranks on one GPU) still has the exchange copy the rows back (moe/group.ts). */
-export const moePullOn = (value = process.env.A2AV_MOE_PULL): boolean => onOff('A2AV_MOE_PULL', value, true);
+export type MoePull = 'auto' | 'always' | 'never';
+/**
+ * A2AV_MOE_PULL: where a token combine whose y is symmetric reads y in place (moe/group.ts): 'auto'
+ * where every rank shares one GPU, 'never' (the exchange copies the rows back first), 'always'
+ * (across GPUs too, reading over NVLink: not yet measured there, so not the default).
+ */
+export function moePullFromEnv(value = process.env.A2AV_MOE_PULL): MoePull {
+  return choice('A2AV_MOE_PULL', value, ['auto', 'always', 'never'], 'auto');
+}
 /** A2AV_MOE_FUSED=0: every MoE call as three kernels (backends/cuda/moe.ts). */
 export const moeFusedOn = (value = process.env.A2AV_MOE_FUSED): boolean => onOff('A2AV_MOE_FUSED', value, true);
 /** A2AV_EARLY_LAUNCH=0: no programmatic dependent launch (jit/module.ts). */
@@ -66,7 +73,7 @@ export function checkKnobs(): void {
   moeGridFromEnv();
   laneSharesOn();
   moeGatherOn();
-  moePullOn();
+  moePullFromEnv();
   moeFusedOn();
   earlyLaunchOn();
   sharedModulesOn();

@@ -11,7 +11,7 @@ const SWITCHES: Record<string, { good: string[]; bad: string; says: string }> = 
   A2AV_MOE_GRID: { good: ['never', 'auto', 'always'], bad: 'sometimes', says: "A2AV_MOE_GRID must be never, auto or always, got 'sometimes'" },
   A2AV_LANE_SHARES: { good: ['0', '1'], bad: 'x', says: "A2AV_LANE_SHARES must be 0 or 1, got 'x'" },
   A2AV_MOE_GATHER: { good: ['0', '1'], bad: 'yes', says: "A2AV_MOE_GATHER must be 0 or 1, got 'yes'" },
-  A2AV_MOE_PULL: { good: ['0', '1'], bad: 'on', says: "A2AV_MOE_PULL must be 0 or 1, got 'on'" },
+  A2AV_MOE_PULL: { good: ['auto', 'always', 'never'], bad: '0', says: "A2AV_MOE_PULL must be auto, always or never, got '0'" },
   A2AV_MOE_FUSED: { good: ['0', '1'], bad: 'no', says: "A2AV_MOE_FUSED must be 0 or 1, got 'no'" },
   A2AV_EARLY_LAUNCH: { good: ['0', '1'], bad: 'off', says: "A2AV_EARLY_LAUNCH must be 0 or 1, got 'off'" },
   A2AV_SHARED_MODULES: { good: ['0', '1'], bad: 'on', says: "A2AV_SHARED_MODULES must be 0 or 1, got 'on'" },

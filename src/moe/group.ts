@@ -13,7 +13,7 @@
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
 import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { CommAbortedError, UsageError } from '../errors.js';
-import { moeGatherOn, moePullOn } from '../knobs.js';
+import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch } from './check.js';
 import type { ComputeFactory, TokenBuffers, TokenCompute } from './compute.js';
@@ -125,7 +125,9 @@ class TokenGroup implements MoeGroup {
   readonly #compute: TokenCompute;
   /**
    * Whether a combine whose y is symmetric reads it in place: cuda with every rank on one GPU
-   * (across GPUs the reads cross NVLink, not yet measured there); A2AV_MOE_PULL=0 keeps the copy back.
+   * (across GPUs the reads cross NVLink, not yet measured there: A2AV_MOE_PULL=always takes them);
+   * A2AV_MOE_PULL=never keeps the copy back. The same on every rank: every rank of a job on one GPU
+   * sees ranksOnDevice === worldSize, and the launcher gives every rank the same environment.
    */
   readonly #pulls: boolean;
   /** Routings worked out so far: only the latest one's route can be used. */
@@ -133,7 +135,8 @@ class TokenGroup implements MoeGroup {
   #closed = false;
 
   constructor(comm: Comm, shape: TokenShape, lane: Lane, bufs: TokenBuffers, compute: TokenCompute) {
-    this.#pulls = comm.backend === 'cuda' && comm.ranksOnDevice === comm.worldSize && moePullOn();
+    const pull = moePullFromEnv();
+    this.#pulls = comm.backend === 'cuda' && (pull === 'always' || (pull === 'auto' && comm.ranksOnDevice === comm.worldSize));
     this.#comm = comm;
     this.#shape = shape;
     this.#lane = lane;
