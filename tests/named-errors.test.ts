@@ -49,7 +49,7 @@ describe('error classes', () => {
     const err = dispatchError(refused, { layout: 'expanded', experts: 256, expertsPerRank: 128, topk: 8 });
     assert.ok(err instanceof api.MoeRoutingError, String(err));
     assert.deepEqual([err.problem, err.rank, err.token, err.k], ['expert-id', 1, 1, 1]);
-    assert.equal(err.message, 'MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255) (reported by rank 0); nothing was written');
+    assert.equal(err.message, "MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255); ids are read as int64 unless dispatch is given topkIdxType: 'int32' (reported by rank 0); nothing was written");
   });
 
   it('a token combine whose ranks differ says that y must be of one kind on every rank', () => {

@@ -183,9 +183,10 @@ export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs
   if (dtype === undefined || !Object.hasOwn(DTYPES, a.dtype)) fail(`dtype must be 'bf16', 'f16' or 'f32', got ${shown(a.dtype, 'string')}`);
   if (s.combineRowBytes % dtype.bytes !== 0) fail(`combineRowBytes ${s.combineRowBytes} is not a whole number of ${a.dtype} elements`);
   const rowOut = s.combineRowBytes;
-  checkBuffer(ctx, 'y', a.y, route.recvCap * rowOut);
-  checkBuffer(ctx, 'out', a.out, route.tokenCap * rowOut);
-  if (a.bias !== undefined) checkBuffer(ctx, 'bias', a.bias, route.tokenCap * rowOut);
+  // With their shapes, as dispatch's labels: the sizes come from the route (its recvX and T), not from this call.
+  checkBuffer(ctx, 'y ([recvX rows][combineRowBytes])', a.y, route.recvCap * rowOut);
+  checkBuffer(ctx, `out (${a.dtype}[T][H], T the route's tokens)`, a.out, route.tokenCap * rowOut);
+  if (a.bias !== undefined) checkBuffer(ctx, `bias (${a.dtype}[T][H])`, a.bias, route.tokenCap * rowOut);
   if (a.topkWeights !== undefined) {
     if (s.layout === 'compact') fail('topkWeights is for the expanded layout (compact rows arrive weighted and summed by their rank)');
     checkBuffer(ctx, 'topkWeights (f32[T][K])', a.topkWeights, route.tokenCap * s.topk * 4);

@@ -49,7 +49,9 @@ export class MoeRoutingError extends A2avError {
   constructor(f: { problem: MoeRoutingProblem; rank: number; token: number; k: number; reportedBy: number; experts?: number }, cause: SplitsError) {
     const ids = f.experts === undefined ? '' : ` (expected -1 or 0..${f.experts - 1})`;
     const what = {
-      'expert-id': `rank ${f.rank}: topkIdx[${f.token}][${f.k}] is neither -1 nor an expert id of the job${ids}`,
+      // The usual cause of a huge or odd id: int32 ids read as int64 (the default), which may also
+      // misroute silently where an odd int32 is 0, so the hint is always given.
+      'expert-id': `rank ${f.rank}: topkIdx[${f.token}][${f.k}] is neither -1 nor an expert id of the job${ids}; ids are read as int64 unless dispatch is given topkIdxType: 'int32'`,
       'token-count': `rank ${f.rank}: the device token count is negative or more than its buffers hold`,
       'route-refused': 'combine of a route whose dispatch was refused',
     }[f.problem];
@@ -85,8 +87,10 @@ export function dispatchError(err: unknown, g: { layout: MoeLayout; experts: num
 export function combineError(err: unknown): unknown {
   // The group's combines agree on all else by construction (its shape, its buffers): only y can
   // differ, read in place on some ranks (symmetric, ranks on one GPU) and moved back on others.
+  // A rank that made another call here (its own combine refused on the host, then the next call)
+  // is refused the same way, and on cpu (y never read in place) it is the only cause.
   if (err instanceof SplitsError && err.problem === 'mismatch') {
-    return new UsageError(`rank ${err.rank}: its combine differs from rank 0's: pass y of the same kind on every rank (from one comm.allocSymmetric on every rank, or a local buffer on every rank) and the same A2AV_MOE_PULL (${err.message})`);
+    return new UsageError(`rank ${err.rank}: its combine differs from rank 0's: pass y of the same kind on every rank (from one comm.allocSymmetric on every rank, or a local buffer on every rank) and the same A2AV_MOE_PULL, and make the same calls in the same order on every rank (a rank whose own combine was refused, or that called something else here, differs too) (${err.message})`);
   }
   if (!(err instanceof SplitsError) || err.problem !== 'negative') return err;
   return new MoeRoutingError({ problem: 'route-refused', rank: err.rank, token: -1, k: -1, reportedBy: err.reportedBy }, err);

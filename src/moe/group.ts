@@ -12,7 +12,7 @@
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
 import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
-import { CommAbortedError, UsageError } from '../errors.js';
+import { CommAbortedError, shown, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch } from './check.js';
@@ -154,7 +154,7 @@ class TokenGroup implements MoeGroup {
   }
 
   dispatch(a: MoeDispatchArgs): MoeDispatchResult {
-    this.#usable();
+    this.#usable('dispatch', a);
     const reused = a.route === undefined ? undefined : this.#current(a.route, 'dispatch');
     const p = checkDispatch(checkContext(this.#comm), this.#shape, a, reused);
     const [s, b, sh, comm] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#comm];
@@ -186,7 +186,7 @@ class TokenGroup implements MoeGroup {
   }
 
   combine(a: MoeCombineArgs): Handle {
-    this.#usable();
+    this.#usable('combine', a);
     const route = this.#current(a.route, 'combine');
     const hidden = checkCombine(checkContext(this.#comm), this.#shape, a, route);
     const [s, b, sh, compute] = [a.stream ?? this.#lane.stream, this.#bufs, this.#shape, this.#compute];
@@ -231,13 +231,16 @@ class TokenGroup implements MoeGroup {
   }
 
   #current(route: MoeRoute, what: string): TokenRoute {
+    if (route === undefined) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: route is missing (pass the route of this group's latest dispatch)`);
     if (!(route instanceof TokenRoute) || route.group !== this) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: the route is not one of this group's`);
     if (route.generation !== this.#generation) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: the route was replaced by a later dispatch (a group keeps one routing)`);
     return route;
   }
 
-  #usable(): void {
+  #usable(what: string, args: unknown): void {
     if (this.#closed) throw new UsageError(`rank ${this.#comm.rank}: this MoE group is closed`);
+    // Before any field is read: no arguments is the caller's mistake, not a TypeError.
+    if (typeof args !== 'object' || args === null) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what} takes an object of arguments, got ${shown(args)}`);
   }
 }
 

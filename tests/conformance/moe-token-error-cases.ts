@@ -175,6 +175,9 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
   ];
   for (const [label, change] of combines) expectUsageError(() => group.combine({ ...combineArgs, ...change }), `combine with ${label}`);
   expectUsageError(() => group.combine({ ...combineArgs, route: old.route }), 'combine along an old route');
+  // No arguments at all: a UsageError, not a TypeError from reading a field of undefined.
+  expectUsageError(() => group.dispatch(undefined as never), 'dispatch with no arguments');
+  expectUsageError(() => group.combine(undefined as never), 'combine with no arguments');
   good('good round trip after misuse');
   return options.length + dispatches.length + combines.length;
 }
