@@ -14,7 +14,7 @@ import { BENCH_OPS } from './bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
 import type { BenchEvents, BenchOptions } from './bench/run.js';
 import { SPLITS_KINDS } from './bench/splits.js';
-import { counted, formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
+import { counted, formatGBps, formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
 import { formatBytes, parseSize } from './bench/units.js';
 import { UsageError } from './errors.js';
 import { rankEnv } from './world/env.js';
@@ -178,6 +178,17 @@ const benchCommand = program
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
   .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does; not the moe-* ops)')
+  // `bench help pipeline`: without it, bench's own action takes `help` as an argument and refuses it.
+  .helpCommand(true)
+  // `bench --ranks 4 pipeline`: options before a sub-command are bench's own, which the sub-command
+  // never reads; it would run with its defaults, as if they had not been given.
+  .hook('preSubcommand', (cmd, sub) => {
+    const before = cmd.options.filter((o) => cmd.getOptionValueSource(o.attributeName()) === 'cli').map((o) => o.long!);
+    if (before.length > 0) {
+      fail(`${before.join(', ')} ${before.length > 1 ? 'are' : 'is'} given before '${sub.name()}', where a2av bench ${sub.name()} does not read ` +
+        `${before.length > 1 ? 'them' : 'it'}: give its options after its name (a2av bench ${sub.name()} --help lists them)`);
+    }
+  })
   .action((flags: BenchFlags, cmd: Command) => bench(flags, cmd));
 
 benchCommand
@@ -420,7 +431,7 @@ async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> 
   const results = await eachBackend(names, (backend, label) =>
     runMoeTokenBench(
       { backend, ranks, op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats, timeoutMs: flags.timeoutMs },
-      (r) => process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${counted(r.row.tokens, 'token')}: ${formatMicros(r.row.timeUs)} µs, ${r.row.GBps.toFixed(1)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
+      (r) => process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${counted(r.row.tokens, 'token')}: ${formatMicros(r.row.timeUs)} µs, ${formatGBps(r.row.GBps)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked\n`),
     ),
   );
   if (results.length === 0) return;
@@ -453,7 +464,7 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
       process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
-        `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${r.row.busbwGBps.toFixed(1)} GB/s, checked\n`);
+        `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${formatGBps(r.row.busbwGBps)} GB/s, checked\n`);
     }),
   );
   if (results.length === 0) return;
@@ -588,7 +599,12 @@ class Progress implements BenchEvents {
 
   onPlan({ sizes, note }: PlanReport): void {
     if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
-    if (!process.stderr.isTTY) return;
+    if (!process.stderr.isTTY) {
+      // Off a terminal the first line would otherwise come when the first size is done: 20 s at 2 GiB on cpu.
+      const range = sizes.length > 1 ? `, ${formatBytes(sizes[0])} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0])}`;
+      process.stderr.write(`${this.#label}bench: ${counted(sizes.length, 'size')}${range}, each checked then timed\n`);
+      return;
+    }
     this.#bar = new SingleBar({
       stream: process.stderr,
       format: `${this.#label}bench {bar} {value}/{total} sizes | {size} {stage} | {last}`,
@@ -606,7 +622,7 @@ class Progress implements BenchEvents {
     const line = `${this.#label}${formatBytes(row.bytes)}: ${formatMicros(row.timeUs)} µs ` +
       `(${formatMicros(row.timeMinUs)}-${formatMicros(row.timeMaxUs)}), ` +
       (Number.isFinite(row.graphUs) ? `graph ${formatMicros(row.graphUs)} µs, ` : '') +
-      `${row.algbwGBps.toFixed(1)} GB/s` +
+      `${formatGBps(row.algbwGBps)} GB/s` +
       (row.ref === 'none' ? '' : `, ${row.refRatio.toFixed(2)}× the ${row.ref}`) +
       (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
       (row.vsOneD === undefined ? '' : `, ${row.vsOneD.toFixed(2)}× the 1-D call`) +

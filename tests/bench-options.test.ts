@@ -63,6 +63,16 @@ describe('a2av bench: values refused up front', () => {
     assert.match(help, /a2av bench pipeline/);
   });
 
+  it("options before a sub-command, which it would not read, are refused; 'bench help <sub>' shows its help", () => {
+    // bench() gives --backend cpu before the arguments: bench's own option, not the sub-command's.
+    refused(['--ranks', '4', 'allreduce', '--max', '8K'],
+      "--backend, --ranks are given before 'allreduce', where a2av bench allreduce does not read them: give its options after its name (a2av bench allreduce --help lists them)");
+    refused(['pipeline'], "--backend is given before 'pipeline', where a2av bench pipeline does not read it: give its options after its name (a2av bench pipeline --help lists them)");
+    const help = a2av('bench', 'help', 'pipeline');
+    assert.equal(help.status, 0, help.stderr);
+    assert.match(help.stdout, /^Usage: a2av bench pipeline /);
+  });
+
   it('--plot into a missing folder or not .svg is refused before the sweep', () => {
     refused(['--plot', '/nonexistent/x.svg', '--max', '1M'], '/nonexistent/x.svg: cannot write (ENOENT on /nonexistent)');
     refused(['--plot', 'x.png', '--max', '1M'], 'x.png: plots are written as SVG; name the file *.svg');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { spread } from '../src/bench/measure.js';
-import { formatJson, formatTable, makeRow, type BenchResult, type RefKind } from '../src/bench/table.js';
+import { formatGBps, formatJson, formatTable, makeRow, type BenchResult, type RefKind } from '../src/bench/table.js';
 
 const t = (medianUs: number, minUs = medianUs, maxUs = medianUs) => ({ medianUs, minUs, maxUs });
 
@@ -73,7 +73,7 @@ describe('bench table', () => {
   it('names the peer-copy reference across GPUs in the header and the JSON', () => {
     const multi = single('cuda', 'peer-copy');
     const head = formatTable(multi).split('\n').filter((l) => l.startsWith('#'));
-    assert.ok(head.some((l) => /^# ref = peer-copy: every rank at once copying what it sends to ranks on other GPUs .*bound of the exchange$/.test(l)), head.join('\n'));
+    assert.ok(head.some((l) => /^# ref = peer-copy: every rank at once copying what it sends to ranks on other GPUs .*bound of the exchange; ref ratio = ref µs \/ time µs \(>= 1: faster than the reference\)$/.test(l)), head.join('\n'));
     assert.ok(!head.some((l) => /ref = copy/.test(l)));
     assert.equal(JSON.parse(formatJson(multi)).rows[0].ref, 'peer-copy');
   });
@@ -85,6 +85,17 @@ describe('bench table', () => {
     assert.match(lines.at(-1)!, /\s+-\s+-\s+eager$/);
     const row = JSON.parse(formatJson(none)).rows[0];
     assert.deepEqual([row.ref, row.refUs, row.refRatio], ['none', null, null]);
+  });
+
+  it('GB/s below 1 keeps two significant digits rather than reading 0.0', () => {
+    assert.deepEqual([0.0096, 0.48, 0, 1.04, 377.04].map(formatGBps), ['0.0096', '0.48', '0.0', '1.0', '377.0']);
+  });
+
+  it('zipf results carry their seed, in the header and the JSON; uniform ones have none', () => {
+    const zipf: BenchResult = { ...result, splits: 'zipf', seed: 7 };
+    assert.match(formatTable(zipf).split('\n')[0], /^# a2av bench: cuda, 4 ranks, zipf splits \(seed 7\), 1024-byte rows/);
+    assert.equal(JSON.parse(formatJson(zipf)).seed, 7);
+    assert.equal(JSON.parse(formatJson(result)).seed, undefined);
   });
 
   it('a table mixing references gets a ref column', () => {

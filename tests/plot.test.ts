@@ -109,6 +109,12 @@ describe('a2av plot', () => {
       'cuda (uniform splits)', 'nccl (uniform splits)', 'peer-copy ref (uniform splits)',
       'cuda (zipf splits)', 'nccl (zipf splits)', 'peer-copy ref (zipf splits)',
     ]);
+    // zipf's seed and the dispatch's alignment tell runs apart too.
+    const seeds = chartOf([{ source: 'a.json', result: { ...zipf, seed: 1 } }, { source: 'b.json', result: { ...zipf, seed: 2 } }]);
+    assert.deepEqual(seeds.series.slice(0, 1).concat(seeds.series.slice(3, 4)).map((s) => s.label), ['cuda (zipf splits (seed 1))', 'cuda (zipf splits (seed 2))']);
+    const dispatch = { ...synthetic(), op: 'dispatch' as const, experts: 16, align: 1 };
+    const aligns = chartOf([{ source: 'a.json', result: dispatch }, { source: 'b.json', result: { ...dispatch, align: 128 } }]);
+    assert.deepEqual([aligns.series[0].label, aligns.series[3].label], ['cuda (dispatch, 16 experts per rank)', 'cuda (dispatch, 16 experts per rank, align 128)']);
     const same = chartOf([{ source: 'dir/a.json', result: synthetic() }, { source: 'dir/b.json', result: synthetic() }]);
     assert.equal(same.series[0].label, 'cuda (a)');
   });

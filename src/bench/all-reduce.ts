@@ -11,7 +11,7 @@ import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
 import { checkSameOptions } from './same-options.js';
-import { alignColumns, counted, formatMicros } from './table.js';
+import { alignColumns, counted, formatGBps, formatMicros } from './table.js';
 import { formatBytes } from './units.js';
 
 const GRAPH_CALLS = 20;
@@ -206,8 +206,8 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
         formatMicros(x.timeUs),
         `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`,
         formatMicros(x.graphUs),
-        x.algbwGBps.toFixed(1),
-        x.busbwGBps.toFixed(1),
+        formatGBps(x.algbwGBps),
+        formatGBps(x.busbwGBps),
         ref && r.backend !== 'nccl' ? (ref.timeUs / x.timeUs).toFixed(2) : '-',
       ]);
     }

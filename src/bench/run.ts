@@ -85,7 +85,9 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   // The 1-D call's results keep the keys they always had.
   const moe = opts.op !== undefined && opts.op !== 'alltoallv' ? { op: opts.op, experts: opts.experts ?? 1, align: opts.align ?? 1 } : {};
   const budget = opts.maxBlocks === undefined ? {} : { maxBlocks: opts.maxBlocks };
-  return { backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: result.rows };
+  // zipf's layouts come from the seed: without it a result could not be rerun or told from another seed's.
+  const seed = opts.splits === 'zipf' ? { seed: opts.seed } : {};
+  return { backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, ...seed, rowBytes: opts.rowBytes, device, date, repeats: opts.repeats, rows: result.rows };
 }
 
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */

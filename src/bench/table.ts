@@ -72,6 +72,8 @@ export interface BenchResult {
   /** The calls' SM budget (--max-blocks), when the sweep had one. */
   maxBlocks?: number;
   splits: string;
+  /** zipf: the seed its layouts came from (--seed); absent for uniform splits, which have none. */
+  seed?: number;
   rowBytes: number;
   device: string;
   /** ISO 8601, when the sweep started. */
@@ -149,8 +151,8 @@ const COLUMNS: Column[] = [
   { title: 'min-max µs', cell: (r) => formatRange(r.timeMinUs, r.timeMaxUs), shown: hasNumber('timeMinUs') },
   { title: 'graph µs', cell: (r) => formatMicros(r.graphUs), shown: hasNumber('graphUs') },
   { title: 'sync µs', cell: (r) => formatMicros(r.hostSyncUs), shown: has('hostSyncUs') },
-  { title: 'algbw GB/s', cell: (r) => r.algbwGBps.toFixed(1) },
-  { title: 'busbw GB/s', cell: (r) => r.busbwGBps.toFixed(1) },
+  { title: 'algbw GB/s', cell: (r) => formatGBps(r.algbwGBps) },
+  { title: 'busbw GB/s', cell: (r) => formatGBps(r.busbwGBps) },
   // Only a table mixing references (several backends) needs to say it per row.
   { title: 'ref', cell: (r) => refOf(r), shown: (rows) => new Set(rows.map(refOf)).size > 1 },
   { title: 'ref µs', cell: (r) => formatMicros(r.refUs) },
@@ -187,9 +189,22 @@ function refOf(row: BenchRow): RefKind {
   return row.ref ?? 'copy';
 }
 
+/** `uniform splits`, `zipf splits (seed 7)`: the seed where it picked the layouts. */
+export function splitsOf(result: Pick<BenchResult, 'splits' | 'seed'>): string {
+  return `${result.splits} splits${result.seed === undefined ? '' : ` (seed ${result.seed})`}`;
+}
+
 /** `1 rank`, `8 ranks`: a count and its noun, singular for one. */
 export function counted(n: number, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * GB/s with one decimal, and two significant digits below 1 GB/s: small sizes (and the cpu backend)
+ * would otherwise all read 0.0, hiding a tenfold difference between them.
+ */
+export function formatGBps(gbps: number): string {
+  return gbps > 0 && gbps < 1 ? gbps.toPrecision(2) : gbps.toFixed(1);
 }
 
 /** Two decimals below 1000 µs, one above: enough digits to compare runs, no noise digits. '-' for none. */
@@ -212,13 +227,15 @@ export function formatTable(result: BenchResult): string {
   const { rows } = result;
   const op = result.op === undefined || result.op === 'alltoallv' ? '' : `${result.op}, ${counted(result.experts!, 'expert')} per rank, align ${result.align}, `;
   const budget = result.maxBlocks === undefined ? '' : `at most ${counted(result.maxBlocks, 'thread block')} a call (--max-blocks), `;
-  const head = [`# a2av bench: ${result.backend}, ${counted(result.ranks, 'rank')}, ${op}${budget}${result.splits} splits, ` +
+  const head = [`# a2av bench: ${result.backend}, ${counted(result.ranks, 'rank')}, ${op}${budget}${splitsOf(result)}, ` +
     `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
   const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
   const shown = (title: string) => columns.some((c) => c.title === title);
   const loops = result.repeats === undefined ? 'timed loops' : counted(result.repeats, 'timed loop');
   if (shown('min-max µs')) head.push(`# time µs = median of ${loops} (slowest rank in each), min-max = the fastest and slowest loop`);
-  for (const kind of new Set(rows.map(refOf))) head.push(`# ${REF_NOTES[kind]}`);
+  // The ratio's direction is said where its column is: ref µs over the row's, as vs 1d and vs nccl are.
+  const ratio = '; ref ratio = ref µs / time µs (>= 1: faster than the reference)';
+  for (const kind of new Set(rows.map(refOf))) head.push(`# ${REF_NOTES[kind]}${kind === 'none' ? '' : ratio}`);
   if (shown('checked')) {
     head.push('# checked = calls whose result matched a host reference before timing (outSplitsOffsets, sampled rows from ' +
       'every source, a canary past the end); a wrong result ends the run with exit status 1 and names the first wrong byte');

@@ -1,6 +1,6 @@
 // Bench results (the JSON `a2av bench --json` writes) as the lines of a bandwidth plot: checked on the
 // way in, so a wrong file is named in one line instead of drawing an empty or broken picture.
-import { counted, type BenchResult, type BenchRow } from '../bench/table.js';
+import { counted, splitsOf, type BenchResult, type BenchRow } from '../bench/table.js';
 import { formatBytes } from '../bench/units.js';
 import { UsageError } from '../errors.js';
 
@@ -88,9 +88,9 @@ export function parseResult(text: string, source: string): BenchResult {
 const FIELDS: { name: string; value(r: BenchResult): string }[] = [
   { name: 'device', value: (r) => r.device.replace(/ #\d+/g, '') },
   { name: 'ranks', value: (r) => counted(r.ranks, 'rank') },
-  { name: 'op', value: (r) => (r.op === undefined || r.op === 'alltoallv' ? 'all-to-all-v' : `${r.op}, ${r.experts} experts per rank`) },
+  { name: 'op', value: (r) => (r.op === undefined || r.op === 'alltoallv' ? 'all-to-all-v' : `${r.op}, ${r.experts} experts per rank${(r.align ?? 1) > 1 ? `, align ${r.align}` : ''}`) },
   { name: 'maxBlocks', value: (r) => (r.maxBlocks === undefined ? '' : `at most ${r.maxBlocks} blocks a call`) },
-  { name: 'splits', value: (r) => `${r.splits} splits` },
+  { name: 'splits', value: (r) => splitsOf(r) },
   { name: 'rowBytes', value: (r) => `${formatBytes(r.rowBytes)} rows` },
   { name: 'date', value: (r) => (r.date ?? '').slice(0, 10) },
 ];
