@@ -33,7 +33,7 @@ test('cpu, 2 ranks: dispatch and combine rows for every token count, expanded an
 
 test('one rank, one expert, one token: the header and the progress line say them in the singular', { timeout: 60_000 }, () => {
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
-  const args = ['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--ranks', '1', '--num-experts', '1', '--topk', '1', '--tokens', '1', '--hidden', '8', '--repeats', '1'];
+  const args = ['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--ranks', '1', '--num-experts', '1', '--topk', '1', '--tokens', '1', '--hidden', '8', '--repeats', '1', '--seed', '1'];
   const run = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
   assert.equal(run.status, 0, run.stderr);
   assert.match(run.stdout, /^# a2av bench moe-dispatch: cpu, 1 rank, 1 expert, top-1, hidden 8 bf16, /);
@@ -43,6 +43,8 @@ test('one rank, one expert, one token: the header and the progress line say them
   assert.equal(json.status, 0, json.stderr);
   const result = JSON.parse(json.stdout);
   assert.deepEqual([result.ranks, result.numExperts, result.rows[0].tokens], [1, 1, 1]);
+  // What a rerun needs: the routing's seed and the timed loops.
+  assert.deepEqual([result.seed, result.repeats], [1, 1]);
 });
 
 test('the CLI refuses experts that are not a multiple of the ranks, in one line', { timeout: 60_000 }, () => {

@@ -191,6 +191,9 @@ export interface MoeTokenResult {
   topk: number;
   hidden: number;
   layout: MoeLayout;
+  /** The routing's seed (--seed) and the timed loops (--repeats): what a rerun needs. */
+  seed: number;
+  repeats: number;
   device: string;
   date: string;
   rows: MoeTokenRow[];
@@ -224,7 +227,7 @@ export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendNam
     arg,
   );
   if (rank !== 0) return undefined;
-  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, device: result.device, date, rows: result.rows };
+  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, seed: arg.seed, repeats: arg.repeats, device: result.device, date, rows: result.rows };
 }
 
 export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string {

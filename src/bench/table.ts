@@ -167,7 +167,7 @@ const COLUMNS: Column[] = [
 
 const REF_NOTES: Record<RefKind, string> = {
   copy: 'ref = copy: the device copying the bytes all its ranks send (cuMemcpyDtoD), same run',
-  'rank-copy': 'ref = rank-copy: every rank at once copying the bytes it sends, each in its own thread (cpu: the ranks run on the ' +
+  'rank-copy': 'ref = rank-copy: every rank at once copying the bytes it sends, each on its own (a thread, or its process under a2av launch; cpu: the ranks run on the ' +
     "host's cores, as the exchange does), same run",
   'peer-copy': 'ref = peer-copy: every rank at once copying what it sends to ranks on other GPUs into their buffers ' +
     '(copy engine, cuMemcpyAsync), same run: the bound of the exchange',

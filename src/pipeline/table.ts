@@ -94,7 +94,7 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
     '# vs one-lane = it/s over the same backend\'s one-lane it/s; compute µs = the compute stream busy per step (median); ' +
       'exposed comm µs = median of (step − compute): the compute waiting, mostly for collectives',
     '# input dist µs = the input dist of the next batch (lengths, then ids), median per step on its lane: on a GPU, about the most a second lane can take off a step (on cpu the ranks\' own threads do the exchange, so lanes change more than that)',
-    '# host blocked µs = per step, the host inside collective calls (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself)',
+    '# host blocked µs = the host inside collective calls, mean per step of the slowest rank (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself): a mean, so a few long waits can put it past the median step µs',
     ...notes.map((n) => `# note: ${n}`),
     problems.length === 0
       ? `# checksums: every row ended with the same loss, tables and parameters (loss ${rows[0].checksums.loss}, tables ${rows[0].checksums.tables}, params ${rows[0].checksums.params})`
