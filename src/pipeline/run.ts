@@ -41,7 +41,8 @@ export interface PipelineEvents {
 /** Runs every arm on `opts.backend`; rank 0's result (undefined on a launched job's other ranks). */
 export async function runPipeline(opts: PipelineOptions, events: PipelineEvents = {}): Promise<PipelineResult | undefined> {
   const date = new Date().toISOString();
-  const arg: PipelineArg = opts;
+  // The ranks get the rank program's options only (they refuse keys it does not know).
+  const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...arg } = opts;
   const onReport = (_rank: number, message: unknown) => {
     const m = message as PipelineReport;
     if (m.type === 'start') events.onStart?.(m);

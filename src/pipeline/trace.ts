@@ -70,9 +70,12 @@ export function decodeSpans(words: ArrayLike<number>): Span[] {
  */
 export function chromeTrace(arms: readonly ArmTrace[], clock: string): object {
   const events: object[] = [];
+  // pid = arm * stride + rank: 1000, or more where an arm has 1000 ranks or more (else its ranks would share the next arm's pids).
+  const most = Math.max(0, ...arms.flatMap((arm) => arm.ranks.map((r) => r.rank)));
+  const stride = 10 ** Math.max(3, String(most).length);
   arms.forEach((arm, a) => {
     for (const { rank, spans } of arm.ranks) {
-      const pid = a * 1000 + rank;
+      const pid = a * stride + rank;
       events.push({ ph: 'M', pid, name: 'process_name', args: { name: `${arm.backend} ${arm.arm} · rank ${rank}` } });
       events.push({ ph: 'M', pid, name: 'process_sort_index', args: { sort_index: pid } });
       const tracks = [...new Set(spans.map((s) => s.track))].sort((x, y) => trackCode(x) - trackCode(y));

@@ -1,0 +1,52 @@
+// The pipeline's library entry points refuse what would otherwise run something else than asked,
+// by name and before any step: a misspelt option, a seed past the kernels' 32 bits, a two-lane arm
+// on a one-lane communicator. And the trace gives every (arm, rank) its own process, past 1000 ranks.
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { pipelineRank, type PipelineArg } from '../src/pipeline/rank.js';
+import { runPipeline } from '../src/pipeline/run.js';
+import { chromeTrace, type ArmTrace } from '../src/pipeline/trace.js';
+import type { Arm } from '../src/pipeline/train.js';
+import { runRanks } from '../src/world/threads.js';
+
+const base = { backend: 'cpu' as const, ranks: 1, shape: 'tiny' as const, arms: ['one-lane' as Arm], warmup: 0, iters: 1, seed: 1, trace: false };
+
+describe('pipeline options', () => {
+  test('runPipeline refuses unknown keys, a seed past 2^32 - 1, a non-boolean trace and a bad inputDistBlocks', async () => {
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ inputDistBlock: 4 }, /pipeline: unknown option 'inputDistBlock' \(known: shape, arms, warmup, iters, seed, trace, inputDistBlocks, gemm\)$/],
+      [{ itres: 5, gemms: 'kernel' }, /pipeline: unknown options 'itres', 'gemms' /],
+      [{ seed: 2 ** 32 }, /pipeline: seed must be at most 4294967295 \(the kernels draw from a 32-bit seed: 4294967296 would train as 0\), got 4294967296$/],
+      [{ trace: 'yes' }, /pipeline: trace must be true or false, got 'yes' \(a string\)$/],
+      [{ inputDistBlocks: -1 }, /pipeline: inputDistBlocks must be an integer >= 1, got -1$/],
+      [{ inputDistBlocks: 2.5 }, /pipeline: inputDistBlocks must be an integer >= 1, got 2\.5$/],
+    ];
+    for (const [change, message] of bad) {
+      await assert.rejects(runPipeline({ ...base, ...change } as never), (err: Error) => err.name === 'UsageError' && message.test(err.message), JSON.stringify(change));
+    }
+    // The largest seed runs; runPipeline's own keys (backend, ranks, timeoutMs) are not the ranks' unknown keys.
+    const r = await runPipeline({ ...base, seed: 2 ** 32 - 1, timeoutMs: 30_000 });
+    assert.equal(r?.seed, 2 ** 32 - 1);
+  });
+
+  test('pipelineRank on a one-lane communicator refuses a two-lane arm before any arm runs', async () => {
+    const reports: unknown[] = [];
+    const arg: PipelineArg = { shape: 'tiny', arms: ['one-lane', 'two-lanes'], warmup: 0, iters: 1, seed: 1, trace: false };
+    await assert.rejects(
+      runRanks({ backend: 'cpu', ranks: 2, lanes: 1, timeoutMs: 30_000, onReport: (_r, m) => reports.push(m) }, new URL('../src/pipeline/rank.js', import.meta.url), 'pipelineRank', arg),
+      (err: Error) => err.name === 'UsageError' && /pipeline arm two-lanes needs 2 lanes; the communicator has 1$/.test(err.message),
+    );
+    assert.deepEqual(reports, [], 'no arm started (no start or step report)');
+    assert.equal(typeof pipelineRank, 'function');
+  });
+
+  test('chromeTrace: distinct pids for every (arm, rank), also past 1000 ranks', () => {
+    const arms = (w: number): ArmTrace[] => ['one-lane', 'two-lanes'].map((arm) => ({ backend: 'cpu', arm, ranks: Array.from({ length: w }, (_, rank) => ({ rank, spans: [] })) }));
+    for (const w of [2, 1001]) {
+      const events = (chromeTrace(arms(w), 'test') as { traceEvents: Array<{ name: string; pid: number }> }).traceEvents;
+      const pids = events.filter((e) => e.name === 'process_name').map((e) => e.pid);
+      assert.equal(new Set(pids).size, 2 * w, `${w} ranks`);
+      if (w === 2) assert.deepEqual(pids, [0, 1, 1000, 1001], 'under 1000 ranks: arm * 1000 + rank');
+    }
+  });
+});
