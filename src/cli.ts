@@ -397,9 +397,9 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
   const { formatPipelineJson, formatPipelineTable, pipelineRows } = await import('./pipeline/table.js');
   process.stdout.write(flags.json ? formatPipelineJson(results) : formatPipelineTable(results));
   if (flags.trace !== undefined) {
-    const { chromeTrace } = await import('./pipeline/trace.js');
+    const { chromeTrace, writeChromeTrace } = await import('./pipeline/trace.js');
     const clocks = results.map((r) => `${r.backend}: ${r.clock}`).join('; ');
-    writeFileSync(flags.trace, JSON.stringify(chromeTrace(results.flatMap((r) => r.traces ?? []), clocks)));
+    writeChromeTrace(flags.trace, chromeTrace(results.flatMap((r) => r.traces ?? []), clocks));
     process.stderr.write(`a2av: trace of ${results.length * flags.arms.length} arm${results.length * flags.arms.length > 1 ? 's' : ''} written to ${flags.trace}\n`);
   }
   const { problems } = pipelineRows(results);

@@ -2,10 +2,13 @@
 // by name and before any step: a misspelt option, a seed past the kernels' 32 bits, a two-lane arm
 // on a one-lane communicator. And the trace gives every (arm, rank) its own process, past 1000 ranks.
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { pipelineRank, type PipelineArg } from '../src/pipeline/rank.js';
 import { runPipeline } from '../src/pipeline/run.js';
-import { chromeTrace, type ArmTrace } from '../src/pipeline/trace.js';
+import { chromeTrace, writeChromeTrace, type ArmTrace, type Span } from '../src/pipeline/trace.js';
 import type { Arm } from '../src/pipeline/train.js';
 import { runRanks } from '../src/world/threads.js';
 
@@ -43,10 +46,26 @@ describe('pipeline options', () => {
   test('chromeTrace: distinct pids for every (arm, rank), also past 1000 ranks', () => {
     const arms = (w: number): ArmTrace[] => ['one-lane', 'two-lanes'].map((arm) => ({ backend: 'cpu', arm, ranks: Array.from({ length: w }, (_, rank) => ({ rank, spans: [] })) }));
     for (const w of [2, 1001]) {
-      const events = (chromeTrace(arms(w), 'test') as { traceEvents: Array<{ name: string; pid: number }> }).traceEvents;
+      const events = (chromeTrace(arms(w), 'test').traceEvents as Array<{ name: string; pid: number }>);
       const pids = events.filter((e) => e.name === 'process_name').map((e) => e.pid);
       assert.equal(new Set(pids).size, 2 * w, `${w} ranks`);
       if (w === 2) assert.deepEqual(pids, [0, 1, 1000, 1001], 'under 1000 ranks: arm * 1000 + rank');
+    }
+  });
+
+  test('writeChromeTrace: the file parses back to the trace, across its write batches', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'a2av-trace-'));
+    try {
+      // 2 ranks x 5000 spans: events past one 4096-event batch, and a batch boundary mid-rank.
+      const spans = (rank: number): Span[] => Array.from({ length: 5000 }, (_, i) => ({ track: 'compute', name: 'lookup', step: i, startUs: i * 10 + rank, endUs: i * 10 + rank + 4 }));
+      const trace = chromeTrace([{ backend: 'cpu', arm: 'one-lane', ranks: [0, 1].map((rank) => ({ rank, spans: spans(rank) })) }], 'test clock');
+      for (const events of [trace.traceEvents, trace.traceEvents.slice(0, 4096), []]) {
+        const file = join(dir, `t${events.length}.json`);
+        writeChromeTrace(file, { ...trace, traceEvents: events });
+        assert.deepEqual(JSON.parse(readFileSync(file, 'utf8')), { ...trace, traceEvents: events }, `${events.length} events`);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
