@@ -9,10 +9,11 @@ import { createComm } from '../src/backends/create.js';
 import { MAX_CPU_WORLD } from '../src/backends/cpu/world.js';
 import { MAX_WORLD } from '../src/backends/cuda/layout.js';
 import type { AllReduceArgs, DeviceBuffer } from '../src/backends/backend.js';
-import { checkAllReduce, checkAllToAllV, type CheckContext } from '../src/collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkPlan, checkPlanMove, type CheckContext } from '../src/collectives/check.js';
 import { ClosedError, shown, UsageError } from '../src/errors.js';
 import type { MoeGroupOptions } from '../src/moe/api.js';
 import type { Store } from '../src/world/store.js';
+import { init } from '../src/world/init.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
 import type { Caught } from './library-refusals/programs.js';
 
@@ -160,5 +161,53 @@ describe('a call\'s refusal says what matters', () => {
   test('allToAllV: the splits\' shape counts ranks, so the world size is said', () => {
     const args = { input: buffer(64), output: buffer(64), inSplits: buffer(16), outSplitsOffsets: buffer(48), rowBytes: 4 };
     assert.equal(refusal(() => checkAllToAllV(ctx, args)), 'rank 1: inSplits (int64[W]) holds 16 bytes, needs at least 24 (W = 3)');
+  });
+});
+
+describe('misuse is a UsageError that names it, never a TypeError', () => {
+  const ctx: CheckContext = { rank: 1, worldSize: 2, laneCount: 1, owns: () => true, ownsLane: () => true };
+  const refusal = (call: () => unknown): string => {
+    try {
+      call();
+    } catch (err) {
+      assert.ok(err instanceof UsageError, String(err));
+      return err.message;
+    }
+    return assert.fail('expected a UsageError');
+  };
+
+  test('a call without its object of arguments names the call', () => {
+    assert.equal(refusal(() => checkAllToAllV(ctx, undefined as never)), 'rank 1: allToAllV takes one object of named arguments, got undefined');
+    assert.equal(refusal(() => checkAllReduce(ctx, null as never)), 'rank 1: allReduce takes one object of named arguments, got null');
+    assert.equal(refusal(() => checkPlan(ctx, 'dispatch', undefined as never)), 'rank 1: planAllToAllV2d takes one object of named arguments, got undefined');
+    assert.equal(refusal(() => checkPlanMove(ctx, { inputRows: 1, outputRows: 1 }, 4 as never)), 'rank 1: plan.move takes one object of named arguments, got 4');
+  });
+
+  test('cpu: no arguments, capture without a function, a closed replay, a write of a plain array', async () => {
+    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend: 'cpu', ranks: 1 }, programs, 'cpuMisuse', {});
+    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+      'UsageError: rank 0: allToAllV takes one object of named arguments, got undefined',
+      'UsageError: rank 0: capture takes the function that makes the calls to record, got undefined',
+      'UsageError: rank 0: this replay is closed',
+      'UsageError: rank 0: write takes a typed array or DataView of the bytes, got an array',
+    ]);
+  });
+
+  test('runRanks refuses an unknown option or a bad timeout before starting a thread', async () => {
+    for (const [opts, message] of [
+      [{ ranks: 2, timeoutMS: 100 }, "runRanks: unknown option 'timeoutMS' (the options are backend, ranks, timeoutMs, lanes, onReport)"],
+      [{ ranks: 2, timeoutMs: -1 }, 'runRanks: timeoutMs must be positive, got -1'],
+      [{ ranks: 2, lanes: 1.5 }, 'runRanks: lanes must be a positive integer, got 1.5'],
+    ] as const) {
+      const err = await runRanks({ backend: 'cpu', ...opts } as never, programs, 'cpuMisuse', {}).catch((e: unknown) => e);
+      assert.ok(err instanceof UsageError, String(err));
+      assert.equal(err.message, message);
+      assert.equal((err as Partial<RankFailure>).failedRank, undefined, 'refused by runRanks, not by a rank');
+    }
+  });
+
+  test('init refuses its options before reaching the store: a typo is not ignored, a bad timeout is not a StoreError', async () => {
+    await assert.rejects(init({ timeoutMS: 100 } as never), { name: 'UsageError', message: "init(): unknown option 'timeoutMS' (the options are backend, timeoutMs, lanes)" });
+    await assert.rejects(init({ timeoutMs: -5 }), { name: 'UsageError', message: 'init(): timeoutMs must be positive, got -5' });
   });
 });

@@ -56,8 +56,19 @@ export function checkLane(ctx: CheckContext, lane: Lane | undefined): number {
   return index;
 }
 
+/**
+ * A call takes one object of named arguments: without it, reading the first field would be a bare
+ * TypeError rather than a refusal that names the call.
+ */
+export function checkArgsObject(ctx: CheckContext, call: string, args: unknown): void {
+  if (args === null || typeof args !== 'object') {
+    throw new UsageError(`rank ${ctx.rank}: ${call} takes one object of named arguments, got ${shown(args)}`);
+  }
+}
+
 /** Checks an allToAllV call; returns the lane index to run it on. */
 export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
+  checkArgsObject(ctx, 'allToAllV', args);
   checkRowBytes(ctx, args.rowBytes);
   const w = ctx.worldSize;
   // Constant labels: this runs on every call and must not build strings unless it throws.
@@ -85,6 +96,7 @@ function checkSizeHint(ctx: CheckContext, bytes: number | undefined): void {
 
 /** Checks an allToAllV2d (dispatch) call; returns the lane index to run it on. */
 export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): number {
+  checkArgsObject(ctx, 'allToAllV2d', args);
   checkRowBytes(ctx, args.rowBytes);
   const n = ctx.worldSize * checkExperts(ctx, args.expertsPerRank);
   checkMajorAlign(ctx, args.majorAlign);
@@ -98,6 +110,7 @@ export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): numb
 
 /** Checks an allToAllV2dOffset (combine) call; returns the lane index to run it on. */
 export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffsetArgs): number {
+  checkArgsObject(ctx, 'allToAllV2dOffset', args);
   checkRowBytes(ctx, args.rowBytes);
   const n = ctx.worldSize * checkExperts(ctx, args.expertsPerRank);
   checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
@@ -114,6 +127,7 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
  * only its own call).
  */
 export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
+  checkArgsObject(ctx, 'allReduce', args);
   const { count, dtype, op } = args;
   if (!Number.isSafeInteger(count) || count < 0) throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer, got ${shown(count)}`);
   if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${shown(dtype, 'string')}`);
@@ -136,6 +150,7 @@ export interface PlanCheckArgs extends PlanCapacity {
 
 /** Checks the creation of an exchange plan of `kind`; returns the lane index to run it on. */
 export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheckArgs): number {
+  checkArgsObject(ctx, kind === '1d' ? 'planAllToAllV' : kind === 'dispatch' ? 'planAllToAllV2d' : 'planAllToAllV2dOffset', args);
   for (const [what, rows] of [['inputRows', args.inputRows], ['outputRows', args.outputRows]] as const) {
     if (!Number.isSafeInteger(rows) || rows < 0) throw new UsageError(`rank ${ctx.rank}: plan ${what} must be a non-negative integer, got ${shown(rows)}`);
   }
@@ -149,6 +164,7 @@ export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheck
 
 /** Checks one payload of an exchange plan against the plan's capacity. */
 export function checkPlanMove(ctx: CheckContext, capacity: PlanCapacity, args: PlanMoveArgs): void {
+  checkArgsObject(ctx, 'plan.move', args);
   checkRowBytes(ctx, args.rowBytes);
   checkPayload(ctx, args.input, args.output);
   checkRows(ctx, 'input', args.input, capacity.inputRows, args.rowBytes);

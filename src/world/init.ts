@@ -6,6 +6,7 @@ import { createComm, defaultBackend } from '../backends/create.js';
 import { UsageError } from '../errors.js';
 import { rankEnv, STORE_TOKEN_ENV } from './env.js';
 import { recordUncaughtErrors } from './exit-record.js';
+import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
 import { TcpStoreClient } from './tcp-store.js';
 
@@ -27,6 +28,7 @@ export interface InitOptions {
  * UsageError when no launcher started this process.
  */
 export async function init(options: InitOptions = {}): Promise<Comm> {
+  checkRankOptions('init()', options, ['backend', 'timeoutMs', 'lanes']);
   const place = rankEnv();
   if (place === undefined) {
     throw new UsageError('init(): this process was not started as a rank (no RANK/WORLD_SIZE, Slurm or Open MPI variables); ' +

@@ -7,6 +7,7 @@ import { useEveryHardwareQueue } from '../cuda/hardware-queues.js';
 import { checkCpuWorld } from '../backends/cpu/world.js';
 import { RankExitedError, shown, UsageError } from '../errors.js';
 import { reviveError } from './error-transfer.js';
+import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
 import type { RankThreadInit, RankThreadMessage } from './thread-worker.js';
@@ -27,6 +28,7 @@ export type RankFailure = Error & { failedRank: number };
  * message starting "rank R failed: ", `failedRank` set) once every thread has ended.
  */
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
+  checkRankOptions('runRanks', opts, ['backend', 'ranks', 'timeoutMs', 'lanes', 'onReport']);
   const ranks = opts.ranks;
   if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${shown(ranks)}`);
   // Ranks sharing a GPU each drive their own streams (hardware-queues.ts says why they need a queue

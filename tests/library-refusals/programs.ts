@@ -43,3 +43,17 @@ export async function throwsAfterClose(comm: Comm): Promise<void> {
   await comm.close();
   await comm.barrier();
 }
+
+/** Host-side misuse on the cpu backend that once surfaced as a TypeError, or not at all. */
+export async function cpuMisuse(comm: Comm): Promise<(Caught | 'no error')[]> {
+  const lane = comm.lane(0);
+  const buf = comm.alloc(16);
+  const replay = comm.capture(lane.stream, () => {});
+  replay.close();
+  return [
+    await caught(async () => (comm.allToAllV as (a?: unknown) => unknown)()),
+    await caught(async () => comm.capture(lane.stream, undefined as never)),
+    await caught(async () => replay.launch()),
+    await caught(async () => comm.write(buf, [1, 2, 3] as never)),
+  ];
+}

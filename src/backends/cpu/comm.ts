@@ -136,6 +136,8 @@ class CpuComm implements Comm, CheckContext {
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
     this.#open();
     checkBuffer(this, 'write target', buf);
+    // An array or ArrayBuffer has no byteLength to check: the range check would say "undefined bytes".
+    if (!ArrayBuffer.isView(data)) throw new UsageError(`rank ${this.rank}: write takes a typed array or DataView of the bytes, got ${shown(data)}`);
     checkRange(buf, offsetBytes, data.byteLength, 'write');
     copyBytes((buf as CpuBuffer).u8, offsetBytes, Buffer.from(data.buffer, data.byteOffset, data.byteLength), 0, data.byteLength);
   }
@@ -194,8 +196,8 @@ class CpuComm implements Comm, CheckContext {
 
   allReduce(args: AllReduceArgs): Handle {
     this.#usable();
-    const { input, output, count, dtype } = args;
     const reducer = this.#reducers[checkAllReduce(this, args)];
+    const { input, output, count, dtype } = args;
     return this.#track(doneHandle(reducer.run({ input: input as CpuBuffer, output: output as CpuBuffer, count, dtype })));
   }
 
@@ -226,11 +228,16 @@ class CpuComm implements Comm, CheckContext {
 
   capture(_stream: Stream, fn: () => void): Replay {
     this.#usable();
+    // Checked now, as a capture on cuda runs it now: not as a TypeError at the first launch.
+    if (typeof fn !== 'function') throw new UsageError(`rank ${this.rank}: capture takes the function that makes the calls to record, got ${shown(fn)}`);
+    let closed = false;
     // Nothing to record on CPU: replaying is calling the closure again, which re-reads the splits.
     // The replay's handle reports the first refused call of the closure, as a graph's would.
     return {
       launch: () => {
         this.#usable();
+        // A closed graph is gone on cuda: code tried here must not come to rely on launching one.
+        if (closed) throw new UsageError(`rank ${this.rank}: this replay is closed`);
         const calls: Handle[] = [];
         this.#replayed = calls;
         try {
@@ -240,7 +247,9 @@ class CpuComm implements Comm, CheckContext {
         }
         return { wait: () => calls.forEach((h) => h.wait()), waitOn: () => {} };
       },
-      close: () => {},
+      close: () => {
+        closed = true;
+      },
     };
   }
 

@@ -1,0 +1,24 @@
+// The options runRanks and init take, checked before anything starts (threads, the store
+// connection): a typo such as `timeoutMS` would otherwise be ignored silently, and a bad timeout
+// would surface as a store error ("cannot reach the store after -5 ms") instead of as itself.
+import { shown, UsageError } from '../errors.js';
+
+/** Refuses keys outside `known`, and a timeoutMs, lanes or backend that no communicator takes. */
+export function checkRankOptions(call: string, options: unknown, known: readonly string[]): void {
+  if (options === null || typeof options !== 'object') throw new UsageError(`${call}: options must be an object, got ${shown(options)}`);
+  const o = options as Record<string, unknown>;
+  const unknown = Object.keys(o).filter((k) => !known.includes(k));
+  if (unknown.length > 0) {
+    throw new UsageError(`${call}: unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (the options are ${known.join(', ')})`);
+  }
+  // The same rules as createComm's, said once here rather than by every rank after it started.
+  if (o.timeoutMs !== undefined && (typeof o.timeoutMs !== 'number' || !(o.timeoutMs > 0))) {
+    throw new UsageError(`${call}: timeoutMs must be positive, got ${shown(o.timeoutMs)}`);
+  }
+  if (o.lanes !== undefined && (!Number.isInteger(o.lanes) || (o.lanes as number) < 1)) {
+    throw new UsageError(`${call}: lanes must be a positive integer, got ${shown(o.lanes)}`);
+  }
+  if (o.backend !== undefined && o.backend !== 'cpu' && o.backend !== 'cuda' && o.backend !== 'nccl') {
+    throw new UsageError(`${call}: unknown backend ${shown(o.backend, 'string')} (expected 'cpu', 'cuda' or 'nccl')`);
+  }
+}
