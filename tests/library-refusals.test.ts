@@ -132,19 +132,21 @@ describe('"got X" shows what was passed', () => {
   });
 });
 
+/** The message of the UsageError `call` throws (anything else fails the test). */
+function refusal(call: () => unknown): string {
+  try {
+    call();
+  } catch (err) {
+    assert.ok(err instanceof UsageError, String(err));
+    return err.message;
+  }
+  return assert.fail('expected a UsageError');
+}
+
 describe('a call\'s refusal says what matters', () => {
   // Rank 1 of 3: every buffer is its own.
   const ctx: CheckContext = { rank: 1, worldSize: 3, laneCount: 1, owns: () => true, ownsLane: () => true };
   const buffer = (bytes: number): DeviceBuffer => ({ bytes, symmetric: true, symmetricId: 0, freed: false });
-  const refusal = (call: () => unknown): string => {
-    try {
-      call();
-    } catch (err) {
-      assert.ok(err instanceof UsageError, String(err));
-      return err.message;
-    }
-    return assert.fail('expected a UsageError');
-  };
 
   test('allReduce: the bytes its count takes, without the world size (it takes the same on any)', () => {
     const args: AllReduceArgs = { input: buffer(16), output: buffer(12), count: 4, dtype: 'f32', op: 'sum' };
@@ -166,15 +168,6 @@ describe('a call\'s refusal says what matters', () => {
 
 describe('misuse is a UsageError that names it, never a TypeError', () => {
   const ctx: CheckContext = { rank: 1, worldSize: 2, laneCount: 1, owns: () => true, ownsLane: () => true };
-  const refusal = (call: () => unknown): string => {
-    try {
-      call();
-    } catch (err) {
-      assert.ok(err instanceof UsageError, String(err));
-      return err.message;
-    }
-    return assert.fail('expected a UsageError');
-  };
 
   test('a call without its object of arguments names the call', () => {
     assert.equal(refusal(() => checkAllToAllV(ctx, undefined as never)), 'rank 1: allToAllV takes one object of named arguments, got undefined');

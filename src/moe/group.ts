@@ -12,7 +12,8 @@
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
 import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
-import { CommAbortedError, shown, UsageError } from '../errors.js';
+import { checkArgsObject } from '../collectives/check.js';
+import { CommAbortedError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch } from './check.js';
@@ -239,8 +240,7 @@ class TokenGroup implements MoeGroup {
 
   #usable(what: string, args: unknown): void {
     if (this.#closed) throw new UsageError(`rank ${this.#comm.rank}: this MoE group is closed`);
-    // Before any field is read: no arguments is the caller's mistake, not a TypeError.
-    if (typeof args !== 'object' || args === null) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what} takes an object of arguments, got ${shown(args)}`);
+    checkArgsObject(checkContext(this.#comm), `MoE ${what}`, args);
   }
 }
 
