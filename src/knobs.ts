@@ -66,6 +66,9 @@ export const sharedModulesOn = (value = process.env.A2AV_SHARED_MODULES): boolea
 /** A2AV_FORCE_SYSTEM_SCOPE=1: system-scope flags even where every rank is on one GPU (backends/cuda/setup.ts). */
 export const forceSystemScope = (value = process.env.A2AV_FORCE_SYSTEM_SCOPE): boolean => onOff('A2AV_FORCE_SYSTEM_SCOPE', value, false);
 
+/** A2AV_DRIVER_TRACE=1: ranks as threads note their driver calls, printed when a rank fails (cuda/driver-trace.ts). */
+export const driverTraceOn = (value = process.env.A2AV_DRIVER_TRACE): boolean => onOff('A2AV_DRIVER_TRACE', value, false);
+
 /** Reads every switch above: the first bad value is a UsageError naming it. */
 export function checkKnobs(): void {
   gridCopyFromEnv();
@@ -78,4 +81,5 @@ export function checkKnobs(): void {
   earlyLaunchOn();
   sharedModulesOn();
   forceSystemScope();
+  driverTraceOn();
 }

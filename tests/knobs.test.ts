@@ -16,6 +16,7 @@ const SWITCHES: Record<string, { good: string[]; bad: string; says: string }> = 
   A2AV_EARLY_LAUNCH: { good: ['0', '1'], bad: 'off', says: "A2AV_EARLY_LAUNCH must be 0 or 1, got 'off'" },
   A2AV_SHARED_MODULES: { good: ['0', '1'], bad: 'on', says: "A2AV_SHARED_MODULES must be 0 or 1, got 'on'" },
   A2AV_FORCE_SYSTEM_SCOPE: { good: ['0', '1'], bad: 'true', says: "A2AV_FORCE_SYSTEM_SCOPE must be 0 or 1, got 'true'" },
+  A2AV_DRIVER_TRACE: { good: ['0', '1'], bad: 'yes', says: "A2AV_DRIVER_TRACE must be 0 or 1, got 'yes'" },
 };
 
 function withEnv(name: string, value: string, fn: () => void): void {

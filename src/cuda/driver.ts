@@ -4,6 +4,7 @@
 import koffi from 'koffi';
 import { CudaError } from '../errors.js';
 import { shareHardwareQueues } from './hardware-queues.js';
+import { traced } from './driver-trace.js';
 import { loadLibrary, systemLibFolders, wheelFolders } from '../native/find-library.js';
 
 const signatures = {
@@ -86,6 +87,9 @@ export const attr = {
 
 let driver: Driver | undefined;
 
+/** The driver's functions in declaration order (driver-trace.ts names them by index). */
+export const driverFunctionNames: readonly string[] = Object.keys(signatures);
+
 /** The driver, loaded and initialised once per thread. Throws LibraryNotFoundError when absent. */
 export function cu(): Driver {
   if (driver) return driver;
@@ -98,7 +102,7 @@ export function cu(): Driver {
   });
   koffi.struct('CUipcMemHandle', { reserved: koffi.array('uint8_t', 64) });
   const d = {} as Driver;
-  for (const [key, sig] of Object.entries(signatures)) (d as Record<string, Fn>)[key] = lib.func(sig) as Fn;
+  for (const [i, [key, sig]] of Object.entries(signatures).entries()) (d as Record<string, Fn>)[key] = traced(i, lib.func(sig) as Fn);
   driver = d;
   shareHardwareQueues();
   check('cuInit', d.cuInit(0));

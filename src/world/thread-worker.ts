@@ -7,6 +7,7 @@ import { UsageError } from '../errors.js';
 import { serializeError } from './error-transfer.js';
 import type { RankContext, RankFn } from './ranks.js';
 import { ThreadStoreClient } from './thread-store.js';
+import { traceThisRank, type DriverTraceBuffer } from '../cuda/driver-trace.js';
 
 /** workerData of a rank thread. */
 export interface RankThreadInit {
@@ -19,6 +20,8 @@ export interface RankThreadInit {
   exportName: string;
   arg: unknown;
   storePort: MessagePort;
+  /** A2AV_DRIVER_TRACE: where this rank notes its driver calls. */
+  driverTrace?: DriverTraceBuffer;
 }
 
 /** Messages a rank thread posts to the main thread. */
@@ -38,6 +41,7 @@ async function main(): Promise<void> {
     const fn = mod[init.exportName];
     if (typeof fn !== 'function') throw new UsageError(`${init.moduleUrl} has no exported function '${init.exportName}'`);
     const { backend, rank, worldSize, timeoutMs, lanes } = init;
+    if (init.driverTrace) traceThisRank(init.driverTrace, rank);
     const comm = await createComm({ backend, rank, worldSize, timeoutMs, lanes, store });
     const value = await runAndClose(comm, fn as RankFn);
     post({ type: 'result', value });

@@ -10,6 +10,8 @@ import { reviveError } from './error-transfer.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
+import { createDriverTrace, describeDriverTrace } from '../cuda/driver-trace.js';
+import { driverTraceOn } from '../knobs.js';
 import type { RankThreadInit, RankThreadMessage } from './thread-worker.js';
 
 /**
@@ -38,7 +40,11 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
   // Before any thread starts: past the cap each thread would fail (or exhaust memory) on its own.
   if (backend === 'cpu') checkCpuWorld(ranks);
   const broker = new ThreadStoreBroker();
-  const run = new RankRun<R>(ranks, opts.onReport);
+  const driverTrace = backend === 'cuda' && driverTraceOn() ? createDriverTrace(ranks) : undefined;
+  // Loaded only here: the driver's binding is not needed to run ranks on the cpu backend.
+  const names = driverTrace ? (await import('../cuda/driver.js')).driverFunctionNames : [];
+  const printTrace = driverTrace && (() => void process.stderr.write(`a2av: each rank's driver calls when the first rank failed (A2AV_DRIVER_TRACE):\n${describeDriverTrace(driverTrace, names)}\n`));
+  const run = new RankRun<R>(ranks, opts.onReport, printTrace);
   const workers: Worker[] = [];
   try {
     for (let rank = 0; rank < ranks; rank++) {
@@ -54,6 +60,7 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
         exportName,
         arg,
         storePort: channel.port2,
+        driverTrace,
       };
       const worker = new Worker(new URL('./thread-worker.js', import.meta.url), { workerData: init, transferList: [channel.port2] });
       workers.push(worker);
@@ -82,7 +89,10 @@ class RankRun<R> {
   /** Every rank has ended, or one has failed: the outcome is known. */
   readonly decided: Promise<void>;
 
-  constructor(ranks: number, onReport: RunRanksOptions['onReport']) {
+  readonly #onFailure: (() => void) | undefined;
+
+  constructor(ranks: number, onReport: RunRanksOptions['onReport'], onFailure?: () => void) {
+    this.#onFailure = onFailure;
     this.#results = new Array<R>(ranks);
     this.#pending = ranks;
     this.#onReport = onReport;
@@ -117,12 +127,17 @@ class RankRun<R> {
   }
 
   fail(rank: number, err: Error): void {
-    if (this.#failure !== undefined) return;
+    if (this.#failure !== undefined) {
+      // Under A2AV_DRIVER_TRACE the later failures too: where each rank's own wait ended.
+      if (this.#onFailure) process.stderr.write(`a2av: rank ${rank} failed too: ${err.message}\n`);
+      return;
+    }
     const failure = err as RankFailure;
     // Named once: errors of the rank's own communicator already start with "rank R: ".
     if (rank >= 0) failure.message = `rank ${rank} failed: ${failure.message.replace(new RegExp(`^rank ${rank}: `), '')}`;
     failure.failedRank = rank;
     this.#failure = failure;
+    this.#onFailure?.();
     this.#decide();
   }
 

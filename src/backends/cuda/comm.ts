@@ -22,6 +22,7 @@ import type {
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import { queueShortfall } from '../../cuda/hardware-queues.js';
+import { noteLaneCall } from '../../cuda/driver-trace.js';
 import type { KernelModule } from '../../jit/module.js';
 import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
@@ -323,6 +324,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       });
     }
     const call: LaneCall = { lane, seq: ++lane.seq, what };
+    noteLaneCall(call.seq);
     lane.pacer.mark(lane.stream, lane.seq, false);
     return lane.finish(this, `${what} on lane ${lane.index}, call ${call.seq}`, () => this.#outcome([call]));
   }
@@ -355,6 +357,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
         graph.launch(target);
         const calls: LaneCall[] = capture.calls.map(({ lane, what }) => ({ lane, seq: ++lane.seq, what }));
+        noteLaneCall(-(calls.at(-1)?.seq ?? 0));
         // The graph ends joined on `target`: one checkpoint there covers its calls on every lane.
         for (const [i, n] of perLane.entries()) if (n > 0) this.#lanes[i].pacer.mark(target, this.#lanes[i].seq, true);
         return this.#marks.handle(this, target, `a graph replay of ${calls.length} calls`, () => this.#outcome(calls));

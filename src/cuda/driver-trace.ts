@@ -1,0 +1,63 @@
+// A2AV_DRIVER_TRACE=1, ranks as threads of one process: each rank thread notes in shared memory the
+// driver call it is in, its last few, and the last call it queued on a lane; when a rank fails,
+// runRanks prints every rank's notes. A peer's timeout names the rank it waited for; these say
+// where that rank stood meanwhile: blocked inside the driver, or waiting on its own stream.
+
+/** Int32 slots a rank: the call in progress (index + 1, 0: none), calls made, the last lane call queued, ring position, ring. */
+const RING = 12;
+const SLOTS = 4 + RING;
+
+export interface DriverTraceBuffer {
+  buffer: SharedArrayBuffer;
+  ranks: number;
+}
+
+export function createDriverTrace(ranks: number): DriverTraceBuffer {
+  return { buffer: new SharedArrayBuffer(4 * SLOTS * ranks), ranks };
+}
+
+let mine: { view: Int32Array; base: number } | undefined;
+
+/** In a rank thread, before its communicator starts the driver. */
+export function traceThisRank(trace: DriverTraceBuffer, rank: number): void {
+  mine = { view: new Int32Array(trace.buffer), base: rank * SLOTS };
+}
+
+/** `fn` wrapped to note its calls where this thread traces (else `fn` itself). */
+export function traced<F extends (...args: any[]) => number>(index: number, fn: F): F {
+  const t = mine;
+  if (t === undefined) return fn;
+  const { view, base } = t;
+  return ((...args: unknown[]) => {
+    const pos = view[base + 3]!;
+    view[base + 4 + (pos % RING)] = index;
+    view[base + 3] = pos + 1;
+    view[base + 1]!++;
+    Atomics.store(view, base, index + 1);
+    try {
+      return fn(...args);
+    } finally {
+      Atomics.store(view, base, 0);
+    }
+  }) as F;
+}
+
+/** Where this thread traces: the lane call it just queued (negative: the last of a graph replay). */
+export function noteLaneCall(seq: number): void {
+  if (mine !== undefined) Atomics.store(mine.view, mine.base + 2, seq);
+}
+
+/** Every rank's notes, a line each, with the driver's function names. */
+export function describeDriverTrace(trace: DriverTraceBuffer, names: readonly string[]): string {
+  const view = new Int32Array(trace.buffer);
+  const lines: string[] = [];
+  for (let r = 0; r < trace.ranks; r++) {
+    const base = r * SLOTS;
+    const now = Atomics.load(view, base);
+    const pos = view[base + 3]!;
+    const last: string[] = [];
+    for (let i = Math.max(0, pos - RING); i < pos; i++) last.push(names[view[base + 4 + (i % RING)]!] ?? '?');
+    lines.push(`rank ${r}: ${now === 0 ? 'not in the driver' : `inside ${names[now - 1]}`}; last lane call queued ${view[base + 2]! < 0 ? `${-view[base + 2]!} (a replay)` : view[base + 2]}; ${view[base + 1]} driver calls, the last: ${last.join(' ')}`);
+  }
+  return lines.join('\n');
+}
