@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import * as api from '../src/index.js';
 import { createComm } from '../src/backends/create.js';
+import { cudaUnavailableReason } from '../src/cuda/probe.js';
 import { MAX_CPU_WORLD } from '../src/backends/cpu/world.js';
 import { MAX_WORLD } from '../src/backends/cuda/layout.js';
 import type { AllReduceArgs, DeviceBuffer } from '../src/backends/backend.js';
@@ -176,10 +177,13 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     assert.equal(refusal(() => checkPlanMove(ctx, { inputRows: 1, outputRows: 1 }, 4 as never)), 'rank 1: plan.move takes one object of named arguments, got 4');
   });
 
-  test('cpu: no arguments, capture without a function, a closed replay, a write of a plain array', async () => {
-    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend: 'cpu', ranks: 1 }, programs, 'cpuMisuse', {});
+  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: no arguments, capture without a function, a closed replay, a write of a plain array`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
+    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1 }, programs, 'misuse', {});
     assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
       'UsageError: rank 0: allToAllV takes one object of named arguments, got undefined',
+      'UsageError: rank 0: planAllToAllV takes one object of named arguments, got undefined',
+      'UsageError: rank 0: planAllToAllV2d takes one object of named arguments, got undefined',
+      'UsageError: rank 0: planAllToAllV2dOffset takes one object of named arguments, got undefined',
       'UsageError: rank 0: capture takes the function that makes the calls to record, got undefined',
       'UsageError: rank 0: this replay is closed',
       'UsageError: rank 0: write takes a typed array or DataView of the bytes, got an array',
@@ -192,7 +196,7 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
       [{ ranks: 2, timeoutMs: -1 }, 'runRanks: timeoutMs must be positive, got -1'],
       [{ ranks: 2, lanes: 1.5 }, 'runRanks: lanes must be a positive integer, got 1.5'],
     ] as const) {
-      const err = await runRanks({ backend: 'cpu', ...opts } as never, programs, 'cpuMisuse', {}).catch((e: unknown) => e);
+      const err = await runRanks({ backend: 'cpu', ...opts } as never, programs, 'misuse', {}).catch((e: unknown) => e);
       assert.ok(err instanceof UsageError, String(err));
       assert.equal(err.message, message);
       assert.equal((err as Partial<RankFailure>).failedRank, undefined, 'refused by runRanks, not by a rank');

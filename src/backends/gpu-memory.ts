@@ -1,7 +1,7 @@
 // One rank's GPU buffers, for the backends that keep data in CUDA device memory (cuda, nccl): the
 // registry that tells its own buffers from others', range checks, and host <-> device copies.
 import type { DeviceBuffer, PeerCopyArgs, Stream } from './backend.js';
-import { checkBuffer, type CheckContext } from '../collectives/check.js';
+import { checkBuffer, checkWriteData, type CheckContext } from '../collectives/check.js';
 import type { CudaDevice, CudaStream } from '../cuda/device.js';
 import { closeIpcMapping } from '../cuda/ipc.js';
 import { UsageError } from '../errors.js';
@@ -73,6 +73,8 @@ export class GpuMemory {
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
+    checkBuffer(this.ctx, 'write target', buf);
+    checkWriteData(this.ctx, data);
     this.checkRange(buf, offsetBytes, data.byteLength, 'write');
     this.device.upload((buf as GpuBuffer).ptr + BigInt(offsetBytes), new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
   }

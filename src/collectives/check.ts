@@ -31,6 +31,11 @@ export interface CheckContext {
   ownsLane(lane: Lane): boolean;
 }
 
+/** The bytes of a write: an array or ArrayBuffer has no byteLength, and the range check would say "undefined bytes". */
+export function checkWriteData(ctx: CheckContext, data: unknown): asserts data is ArrayBufferView {
+  if (!ArrayBuffer.isView(data)) throw new UsageError(`rank ${ctx.rank}: write takes a typed array or DataView of the bytes, got ${shown(data)}`);
+}
+
 /** Checks one buffer argument: present, ours, not freed, at least `minBytes` long. */
 export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer | undefined, minBytes = 0): void {
   if (buf === undefined || buf === null || typeof buf !== 'object') {

@@ -45,13 +45,18 @@ export async function throwsAfterClose(comm: Comm): Promise<void> {
 }
 
 /** Host-side misuse on the cpu backend that once surfaced as a TypeError, or not at all. */
-export async function cpuMisuse(comm: Comm): Promise<(Caught | 'no error')[]> {
+/** Calls without their arguments, capture without a function, a closed replay, a plain array written: on any backend that captures. */
+export async function misuse(comm: Comm): Promise<(Caught | 'no error')[]> {
   const lane = comm.lane(0);
   const buf = comm.alloc(16);
   const replay = comm.capture(lane.stream, () => {});
   replay.close();
+  const bare = (call: unknown) => caught(async () => (call as (a?: unknown) => unknown).call(comm));
   return [
-    await caught(async () => (comm.allToAllV as (a?: unknown) => unknown)()),
+    await bare(comm.allToAllV),
+    await bare(comm.planAllToAllV),
+    await bare(comm.planAllToAllV2d),
+    await bare(comm.planAllToAllV2dOffset),
     await caught(async () => comm.capture(lane.stream, undefined as never)),
     await caught(async () => replay.launch()),
     await caught(async () => comm.write(buf, [1, 2, 3] as never)),

@@ -20,7 +20,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkPlan, type CheckContext } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkPlan, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -136,8 +136,7 @@ class CpuComm implements Comm, CheckContext {
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
     this.#open();
     checkBuffer(this, 'write target', buf);
-    // An array or ArrayBuffer has no byteLength to check: the range check would say "undefined bytes".
-    if (!ArrayBuffer.isView(data)) throw new UsageError(`rank ${this.rank}: write takes a typed array or DataView of the bytes, got ${shown(data)}`);
+    checkWriteData(this, data);
     checkRange(buf, offsetBytes, data.byteLength, 'write');
     copyBytes((buf as CpuBuffer).u8, offsetBytes, Buffer.from(data.buffer, data.byteOffset, data.byteLength), 0, data.byteLength);
   }

@@ -28,9 +28,9 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkAllReduce, checkArgsObject, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
-import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
+import { ClosedError, CommAbortedError, shown, TimeoutError, UsageError } from '../../errors.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
@@ -226,14 +226,17 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
   planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
     this.#open();
+    checkArgsObject(this, 'planAllToAllV', args);
     return this.#planOf('1d', { ...args, splits: args.inSplits }, 'the exchange plan of allToAllV');
   }
   planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
     this.#open();
+    checkArgsObject(this, 'planAllToAllV2d', args);
     return this.#planOf('dispatch', { ...args, splits: args.inSplits }, 'the exchange plan of allToAllV2d');
   }
   planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
     this.#open();
+    checkArgsObject(this, 'planAllToAllV2dOffset', args);
     return this.#planOf('combine', { ...args, splits: args.inSplitsOffsets }, 'the exchange plan of allToAllV2dOffset');
   }
 
@@ -333,6 +336,8 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#open();
     const s = stream as CudaStream;
     if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
+    // As on cpu: a missing function is a refusal that names the call, not a TypeError mid-capture.
+    if (typeof fn !== 'function') throw new UsageError(`rank ${this.rank}: capture takes the function that makes the calls to record, got ${shown(fn)}`);
     const capture: Capture = { stream: s, calls: [] };
     this.#capture = capture;
     let graph: CudaGraph;
@@ -350,8 +355,11 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       graph.destroy();
       throw new UsageError(`rank ${this.rank}: a graph may hold at most ${STATUS_RING} calls per lane (each call's outcome is kept that long); this one has ${most}`);
     }
+    let closed = false;
     return {
       launch: (on?: Stream) => {
+        // Before anything is queued: a destroyed graph would fail in the driver, a lane's counters already moved.
+        if (closed) throw new UsageError(`rank ${this.rank}: this replay is closed`);
         if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
         const target = (on as CudaStream | undefined) ?? s;
         for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
@@ -362,7 +370,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         for (const [i, n] of perLane.entries()) if (n > 0) this.#lanes[i].pacer.mark(target, this.#lanes[i].seq, true);
         return this.#marks.handle(this, target, `a graph replay of ${calls.length} calls`, () => this.#outcome(calls));
       },
-      close: () => graph.destroy(),
+      close: () => {
+        closed = true;
+        graph.destroy();
+      },
     };
   }
 
