@@ -176,7 +176,7 @@ class TokenGroup implements MoeGroup {
     if (comm.backend === 'cuda') {
       // The metadata rides along the rows' exchange (one launch); the rows from x through rowOf, or from send.
       const from = b.rowOf ? { input: a.x, [GATHER]: b.rowOf } : { input: b.send! };
-      parts.push(comm.allToAllV2d(Object.assign({ ...rows, ...from }, { [COMPANION]: meta, [ONE_GPU_FUSED]: false })));
+      parts.push(comm.allToAllV2d(Object.assign({ ...rows, ...from }, { [COMPANION]: meta, [ONE_GPU_FUSED]: sh.sendRows * sh.rowBytes < DISPATCH_FUSED_BELOW })));
     } else {
       parts.push(comm.allToAllV2d({ ...rows, input: b.send! }));
       parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));
@@ -286,8 +286,11 @@ function joined(parts: Handle[], after: Handle, explain: (err: unknown) => unkno
  * Where every rank is on one GPU, whether the exchanges stay in the cuda backend's one-kernel path
  * (backend.ts ONE_GPU_FUSED; the same on every rank: from the group's shape). Measured at W = 8 on one
  * H200, DeepSeek-V3 shape, graph µs at 1 / 128 / 4096 tokens (docs/perf.md): dispatch in one kernel
- * 85 / 225 / 4428 against three launches 52 / 209 / 3279, so never; combine 35 / 223 / 5044 against
+ * 85 / 225 / 4428 against three launches 52 / 209 / 3279; since x_fused lost 10 µs of its path, at
+ * 1 / 8 / 32 / 128 tokens 28 / 30 / 49 / 143 (expanded) against 38 / 41 / 53 / 110, so while a rank's
+ * rows out at most are under 4 MiB (32 tokens: 3.5 MiB; 64, not measured, 7 MiB); combine 35 / 223 / 5044 against
  * 42 / 202 / 3767, so while a rank's rows back at most (maxTokensPerRank's) are under 1 MiB: between
  * 1 token's 112 KiB and 128 tokens' 14 MiB, not measured in between.
  */
 const COMBINE_FUSED_BELOW = 1 << 20;
+const DISPATCH_FUSED_BELOW = 4 << 20;

@@ -25,6 +25,8 @@ export const moeTokenSuite: Case[] = [
     [4, job('expanded', 2, 3, 8, 2, 1, 3, 5)],
     // DeepSeek-V3's row (7168 bf16): every 4 KiB span of the copy's index inside one row or across two.
     [4, job('expanded', 4, 3, 24, 1, 14336, 3, 3)],
+    // Rows out past 4 MiB a rank: on one GPU the dispatch takes three launches, not x_fused (moe/group.ts).
+    [4, job('expanded', 4, 3, 100, 1, 14336, 3, 2)],
   ] as const).map(([W, arg]) => ({
     name: `MoE tokens W=${W}, expanded: E=${arg.experts}, top-${arg.topk}, up to ${arg.maxTokens} tokens, alignment ${arg.align}, rows of ${arg.rowBytes} B; counts, layout, weights, repeat, route reuse, combine bf16/f32/f16 with and without weights and bias`,
     fn: 'moeTokens',
@@ -35,6 +37,7 @@ export const moeTokenSuite: Case[] = [
     [2, job('compact', 3, 4, 12, 1, 24, 4, 5)],
     [3, job('compact', 2, 3, 10, 1, 5, 3, 5)],
     [4, job('compact', 2, 2, 8, 1, 1000, 2, 4)],
+    [4, job('compact', 2, 3, 100, 1, 14336, 3, 2)],
   ] as const).map(([W, arg]) => ({
     name: `MoE tokens W=${W}, compact: E=${arg.experts}, top-${arg.topk}, up to ${arg.maxTokens} tokens, rows of ${arg.rowBytes} B; ids and weights per received token, combine over ranks`,
     fn: 'moeTokens',
