@@ -100,6 +100,16 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   // Every receiver's verdict; then, if all accept, where my chunks land.
   const auto round2 = [&](int r) { return lane_x2(lane, W, parity, r); };
   receive(st, wait, round2, XInbox{answers, A2AV_X2_WORDS, 0, A2AV_X2_HEADER, A2AV_WAIT_ROUND2});
+#ifdef A2AV_PROBE_WAIT_PRINT
+  // A round-2 timeout: are this rank's round-1 packets where its peers wait for them? (Seen at W = 8
+  // on one H200: this rank reads them back at the very addresses where every peer still sees its
+  // packets of two calls before; docs/perf.md.)
+  for (int r = tid; st.abort && r < W; r += nt) {
+    const uint4* at = lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me);
+    const uint4 v = ll_load(at), a = probe_ld_acquire(at);
+    printf("x round 2 timeout: rank %d seq %lld: my round-1 header at rank %d (%p): flags %u %u, acquired %u %u (mine %u)\n", me, seq, r, (const void*)at, v.y, v.w, a.y, a.w, flag);
+  }
+#endif
   if (st.abort) return;
   for (int r = tid; r < W; r += nt) atomicMin(&st.fin, (unsigned long long)answers[(i64)r * A2AV_X2_WORDS]);
   __syncthreads();
@@ -190,8 +200,9 @@ __device__ __forceinline__ void x_complete(const XParams& p) {
   complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
 }
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) { x_complete(p); }
-// The same, launched early behind x_copy_slices, letting the next call's exchange (one block: the
-// host launches nothing larger early behind it, CudaStream.heldOpen) wait in a slot beside it.
+// The same, launched early behind x_copy_slices (a probe's: moe.ts SLICES_EARLY), letting the next
+// call's exchange (one block: the host launches nothing larger early behind it,
+// CudaStream.heldOpen) wait in a slot beside it.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done_open(const XParams p) {
   pdl_wait();
   pdl_release();

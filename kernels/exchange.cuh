@@ -4,6 +4,16 @@
 #include "config.cuh"
 #include "copy.cuh"
 #include "signals.cuh"
+#if defined(A2AV_PROBE_WAIT_PRINT) && !defined(__CUDACC_RTC__)
+#include <cstdio>
+#endif
+#ifdef A2AV_PROBE_WAIT_PRINT
+__device__ __forceinline__ uint4 probe_ld_acquire(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.acquire.gpu.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
+#endif
 
 // Call kinds, as src/collectives/exchange-rules.ts numbers them.
 #define X_1D 1
@@ -185,6 +195,14 @@ __device__ void receive(XBlockState& st, const XWait& w, Slot slot, const XInbox
     }
     i64 v;
     if (!ll_wait(slot(src) + j, w.flag, w.deadline, &v)) {
+#ifdef A2AV_PROBE_WAIT_PRINT
+      // What a timed-out wait saw: the whole packet (both flags) and where it lies; then the same
+      // word through an acquire at gpu scope (which also drops this SM's L1 copies), to tell a
+      // stale copy here from a packet that never came.
+      const uint4 seen = ll_load(slot(src) + j), fresh = probe_ld_acquire(slot(src) + j);
+      printf("x wait timeout: rank %d seq %lld site %d src %d word %d at %p: data %08x%08x flags %u %u (want %u), acquired flags %u %u, lane seq %lld\n", w.me, w.seq,
+             in.site, src, j, (const void*)(slot(src) + j), seen.z, seen.x, seen.y, seen.w, w.flag, fresh.y, fresh.w, ld_volatile(&w.h->seq));
+#endif
       record_abort(w.h, StatusRecord{A2AV_ERR_TIMEOUT, w.me, src, w.seq, v, w.me, w.seq, in.site});
       st.abort = 1;
       break;

@@ -44,9 +44,18 @@ __device__ __forceinline__ void ll_store(uint4* p, i64 v, u32 flag) {
                "r"(flag)
                : "memory");
 }
+// A2AV_PROBE_LL_ACQUIRE or A2AV_PROBE_LL_RELAXED: the packets read as ld.acquire or ld.relaxed at
+// the flags' scope instead of ld.volatile (probes of the one-GPU exchange's stall, docs/perf.md).
+#if defined(A2AV_PROBE_LL_ACQUIRE)
+#define A2AV_LL_LOAD "ld.acquire." A2AV_SCOPE ".global.v4.u32"
+#elif defined(A2AV_PROBE_LL_RELAXED)
+#define A2AV_LL_LOAD "ld.relaxed." A2AV_SCOPE ".global.v4.u32"
+#else
+#define A2AV_LL_LOAD "ld.volatile.global.v4.u32"
+#endif
 __device__ __forceinline__ uint4 ll_load(const uint4* p) {
   uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  asm volatile(A2AV_LL_LOAD " {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
   return v;
 }
 __device__ __forceinline__ i64 ll_value(uint4 v) { return (i64)(((u64)v.z << 32) | v.x); }
