@@ -197,8 +197,8 @@ __device__ void receive(XBlockState& st, const XWait& w, Slot slot, const XInbox
     if (!ll_wait(slot(src) + j, w.flag, w.deadline, &v)) {
 #ifdef A2AV_PROBE_WAIT_PRINT
       // What a timed-out wait saw: the whole packet (both flags) and where it lies; then the same
-      // word through an acquire at gpu scope (which also drops this SM's L1 copies), to tell a
-      // stale copy here from a packet that never came.
+      // word through an acquire at gpu scope, to tell a stale copy near this SM (its L1?) from a
+      // packet that never came.
       const uint4 seen = ll_load(slot(src) + j), fresh = probe_ld_acquire(slot(src) + j);
       printf("x wait timeout: rank %d seq %lld site %d src %d word %d at %p: data %08x%08x flags %u %u (want %u), acquired flags %u %u, lane seq %lld\n", w.me, w.seq,
              in.site, src, j, (const void*)(slot(src) + j), seen.z, seen.x, seen.y, seen.w, w.flag, fresh.y, fresh.w, ld_volatile(&w.h->seq));

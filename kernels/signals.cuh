@@ -90,6 +90,16 @@ __device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, 
     }
     if (++spins == 64) {
       spins = 0;
+#ifdef A2AV_PROBE_LL_HEAL
+      // A probe of the one-GPU exchange's stall (docs/perf.md): every 64th poll also through an
+      // acquire, in case the volatile loads are served a stale copy (an SM's L1) that it is not.
+      uint4 a;
+      asm volatile("ld.acquire." A2AV_SCOPE ".global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(p) : "memory");
+      if (a.y == flag && a.w == flag) {
+        *out = ll_value(a);
+        return true;
+      }
+#endif
       if (global_timer_ns() > deadline) {
         *out = v.y == 0 ? 0 : (i64)v.y - 1;
         return false;
