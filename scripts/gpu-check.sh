@@ -5,11 +5,12 @@
 #      for the same rank counts (the measured plan table, $OUT/plans.json),
 #   3. compute-sanitizer (memcheck, then synccheck) around a short conformance run on cuda
 #      (tests/conformance/short-run.ts: 1 to 4 ranks as threads, small sizes),
-#   4. the soak on cuda (scripts/soak.mjs, $A2AV_SOAK_CALLS calls, default 20000, 4 ranks).
+#   4. the soak on cuda (scripts/soak.mjs, $A2AV_SOAK_CALLS calls, default 20000, 4 ranks),
+#   5. the one-GPU MoE stall check (scripts/probe/stall-repro.sh, $A2AV_STALL_RUNS runs, default 4).
 # Full logs and JSON go to $OUT (default ./gpu-out); the summaries are printed last. Steps 3 and 4
 # are recorded in docs/soak.md.
 #   scripts/gpu-check.sh [RANKS...]      default: 2 4 8 ranks on the visible GPUs (the sweep)
-# Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, tune, sanitizers, soak), so the
+# Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, tune, sanitizers, soak, stall), so the
 # steps can run as separate commands; A2AV_SANITIZERS="memcheck synccheck" (the tools to run),
 # A2AV_SANITIZER_TIMEOUT_S=540 (each), A2AV_SANITIZER_CASES=moe (only the short run's cases named
 # so), COMPUTE_SANITIZER=path; A2AV_SOAK_CALLS=20000.
@@ -94,5 +95,13 @@ if runs soak; then
   node scripts/soak.mjs --backend cuda --ranks 4 --calls "$calls" --json "$OUT/soak-cuda.json" \
     > "$OUT/soak-cuda.txt" 2> "$OUT/soak-cuda.err" || rc=1
   tail -1 "$OUT/soak-cuda.txt"
+fi
+
+if runs stall; then
+  # The one-GPU MoE exchange's stall (docs/perf.md): the W = 8 token dispatch loop, $A2AV_STALL_RUNS
+  # times (default 4; about one in two stalled with the slice grid launched early).
+  echo "== stall check"
+  OUT="$OUT/stall" scripts/probe/stall-repro.sh "${A2AV_STALL_RUNS:-4}" | tee "$OUT/stall.txt" | tail -1
+  grep -q '^0 of ' "$OUT/stall.txt" || rc=1
 fi
 exit $rc

@@ -4,8 +4,9 @@
 # (its graph µs per token count, or the first rank's timeout), then how many stalled. Logs in $OUT
 # (default ./stall-out), a file a run.
 #   [A2AV_...=...] scripts/probe/stall-repro.sh [runs=8] [more bench flags, e.g. --layout expanded]
-# Seen at c529d9f with the default environment: about one run in two stalls (a timeout after
-# --timeout-ms); with A2AV_EARLY_LAUNCH=0 none of six did.
+# Exit status 0 (stalled runs are counted, not failed on: gpu-check.sh reads the count), 2 when a
+# run failed otherwise. Seen at c529d9f with the default environment: about one run in two stalled
+# (a TimeoutError after --timeout-ms); with A2AV_EARLY_LAUNCH=0 none of six did.
 set -uo pipefail
 OUT=${OUT:-./stall-out}
 mkdir -p "$OUT"
@@ -21,6 +22,13 @@ for i in $(seq 1 "$runs"); do
   rc=$?
   if [ $rc -eq 0 ]; then
     echo "run $i: passed; graph µs $(grep -E '^ +[0-9]+ +cuda' "$log" | awk '{printf "%s:%s ", $1, $5}')"
+  elif [ $rc -eq 124 ]; then
+    stalled=$((stalled + 1))
+    echo "run $i: killed after 60 s with no TimeoutError: a hang"
+  elif ! grep -q 'timed out after' "$log"; then
+    # Not the stall (no GPU, a bad flag, a wrong result): say so and stop.
+    echo "run $i: failed, not a timeout: $(grep -m1 -E 'a2av|Error' "$log" | cut -c1-240)" >&2
+    exit 2
   else
     stalled=$((stalled + 1))
     echo "run $i: rc $rc: $(grep -m1 -E 'failed: ' "$log" | cut -c1-240)"
