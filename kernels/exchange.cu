@@ -106,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   // packets of two calls before; docs/perf.md.)
   for (int r = tid; st.abort && r < W; r += nt) {
     const uint4* at = lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me);
-    const uint4 v = ll_load(at), a = probe_ld_acquire(at);
+    const uint4 v = ll_load(at), a = ll_load_acquire(at);
     printf("x round 2 timeout: rank %d seq %lld: my round-1 header at rank %d (%p): flags %u %u, acquired %u %u (mine %u)\n", me, seq, r, (const void*)at, v.y, v.w, a.y, a.w, flag);
   }
 #endif

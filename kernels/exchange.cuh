@@ -7,13 +7,6 @@
 #if defined(A2AV_PROBE_WAIT_PRINT) && !defined(__CUDACC_RTC__)
 #include <cstdio>
 #endif
-#ifdef A2AV_PROBE_WAIT_PRINT
-__device__ __forceinline__ uint4 probe_ld_acquire(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.acquire.gpu.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-  return v;
-}
-#endif
 
 // Call kinds, as src/collectives/exchange-rules.ts numbers them.
 #define X_1D 1
@@ -197,9 +190,9 @@ __device__ void receive(XBlockState& st, const XWait& w, Slot slot, const XInbox
     if (!ll_wait(slot(src) + j, w.flag, w.deadline, &v)) {
 #ifdef A2AV_PROBE_WAIT_PRINT
       // What a timed-out wait saw: the whole packet (both flags) and where it lies; then the same
-      // word through an acquire at gpu scope, to tell a stale copy near this SM (its L1?) from a
+      // word through an acquire (ll_load_acquire), to tell a stale copy near this SM (its L1?) from a
       // packet that never came.
-      const uint4 seen = ll_load(slot(src) + j), fresh = probe_ld_acquire(slot(src) + j);
+      const uint4 seen = ll_load(slot(src) + j), fresh = ll_load_acquire(slot(src) + j);
       printf("x wait timeout: rank %d seq %lld site %d src %d word %d at %p: data %08x%08x flags %u %u (want %u), acquired flags %u %u, lane seq %lld\n", w.me, w.seq,
              in.site, src, j, (const void*)(slot(src) + j), seen.z, seen.x, seen.y, seen.w, w.flag, fresh.y, fresh.w, ld_volatile(&w.h->seq));
 #endif

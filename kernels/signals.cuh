@@ -44,19 +44,26 @@ __device__ __forceinline__ void ll_store(uint4* p, i64 v, u32 flag) {
                "r"(flag)
                : "memory");
 }
-// A2AV_PROBE_LL_ACQUIRE or A2AV_PROBE_LL_RELAXED: the packets read as ld.acquire or ld.relaxed at
-// the flags' scope instead of ld.volatile (probes of the one-GPU exchange's stall, docs/perf.md).
-#if defined(A2AV_PROBE_LL_ACQUIRE)
-#define A2AV_LL_LOAD "ld.acquire." A2AV_SCOPE ".global.v4.u32"
-#elif defined(A2AV_PROBE_LL_RELAXED)
-#define A2AV_LL_LOAD "ld.relaxed." A2AV_SCOPE ".global.v4.u32"
-#else
-#define A2AV_LL_LOAD "ld.volatile.global.v4.u32"
-#endif
-__device__ __forceinline__ uint4 ll_load(const uint4* p) {
+// A packet through an acquire at the flags' scope: the probes of the one-GPU exchange's stall
+// (docs/perf.md) compare it with a volatile load, which may be served a stale copy.
+__device__ __forceinline__ uint4 ll_load_acquire(const uint4* p) {
   uint4 v;
-  asm volatile(A2AV_LL_LOAD " {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  asm volatile("ld.acquire." A2AV_SCOPE ".global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
   return v;
+}
+// A2AV_PROBE_LL_ACQUIRE: every packet read so; A2AV_PROBE_LL_RELAXED: as ld.relaxed at that scope.
+__device__ __forceinline__ uint4 ll_load(const uint4* p) {
+#if defined(A2AV_PROBE_LL_ACQUIRE)
+  return ll_load_acquire(p);
+#else
+  uint4 v;
+#if defined(A2AV_PROBE_LL_RELAXED)
+  asm volatile("ld.relaxed." A2AV_SCOPE ".global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+#else
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+#endif
+  return v;
+#endif
 }
 __device__ __forceinline__ i64 ll_value(uint4 v) { return (i64)(((u64)v.z << 32) | v.x); }
 
@@ -93,8 +100,7 @@ __device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, 
 #ifdef A2AV_PROBE_LL_HEAL
       // A probe of the one-GPU exchange's stall (docs/perf.md): every 64th poll also through an
       // acquire, in case the volatile loads are served a stale copy (an SM's L1) that it is not.
-      uint4 a;
-      asm volatile("ld.acquire." A2AV_SCOPE ".global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a.x), "=r"(a.y), "=r"(a.z), "=r"(a.w) : "l"(p) : "memory");
+      const uint4 a = ll_load_acquire(p);
       if (a.y == flag && a.w == flag) {
         *out = ll_value(a);
         return true;

@@ -31,6 +31,11 @@ export interface CheckContext {
   ownsLane(lane: Lane): boolean;
 }
 
+/** capture()'s function, checked before capturing: on cuda it runs at once, on cpu at each launch. */
+export function checkCaptureFn(ctx: CheckContext, fn: unknown): void {
+  if (typeof fn !== 'function') throw new UsageError(`rank ${ctx.rank}: capture takes the function that makes the calls to record, got ${shown(fn)}`);
+}
+
 /** The bytes of a write: an array or ArrayBuffer has no byteLength, and the range check would say "undefined bytes". */
 export function checkWriteData(ctx: CheckContext, data: unknown): asserts data is ArrayBufferView {
   if (!ArrayBuffer.isView(data)) throw new UsageError(`rank ${ctx.rank}: write takes a typed array or DataView of the bytes, got ${shown(data)}`);

@@ -28,9 +28,9 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkAllReduce, checkArgsObject, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkCaptureFn, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
-import { ClosedError, CommAbortedError, shown, TimeoutError, UsageError } from '../../errors.js';
+import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { storeBarrier } from '../../world/barrier.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
@@ -226,23 +226,22 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
   planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
     this.#open();
-    checkArgsObject(this, 'planAllToAllV', args);
-    return this.#planOf('1d', { ...args, splits: args.inSplits }, 'the exchange plan of allToAllV');
+    return this.#planOf('1d', args, 'the exchange plan of allToAllV');
   }
   planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
     this.#open();
-    checkArgsObject(this, 'planAllToAllV2d', args);
-    return this.#planOf('dispatch', { ...args, splits: args.inSplits }, 'the exchange plan of allToAllV2d');
+    return this.#planOf('dispatch', args, 'the exchange plan of allToAllV2d');
   }
   planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
     this.#open();
-    checkArgsObject(this, 'planAllToAllV2dOffset', args);
-    return this.#planOf('combine', { ...args, splits: args.inSplitsOffsets }, 'the exchange plan of allToAllV2dOffset');
+    return this.#planOf('combine', args, 'the exchange plan of allToAllV2dOffset');
   }
 
-  #planOf(kind: ExchangeKind, args: PlanCheckArgs & { splits: DeviceBuffer; stream?: Stream }, what: string): ExchangePlan {
+  #planOf(kind: ExchangeKind, args: PlanCheckArgs & { stream?: Stream }, what: string): ExchangePlan {
+    // Checked before any field is read (checkPlan refuses a missing argument object by name).
     const lane = this.#lanes[checkPlan(this, kind, args)];
-    const plan = this.#moe.plan(lane, exchangeCall(kind, args, { inRows: args.inputRows, outRows: args.outputRows }), args.stream, what);
+    const splits = (kind === 'combine' ? args.inSplitsOffsets : args.inSplits) as DeviceBuffer;
+    const plan = this.#moe.plan(lane, exchangeCall(kind, { ...args, splits }, { inRows: args.inputRows, outRows: args.outputRows }), args.stream, what);
     return {
       ready: plan.ready,
       move: (m) => {
@@ -336,8 +335,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#open();
     const s = stream as CudaStream;
     if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
-    // As on cpu: a missing function is a refusal that names the call, not a TypeError mid-capture.
-    if (typeof fn !== 'function') throw new UsageError(`rank ${this.rank}: capture takes the function that makes the calls to record, got ${shown(fn)}`);
+    checkCaptureFn(this, fn);
     const capture: Capture = { stream: s, calls: [] };
     this.#capture = capture;
     let graph: CudaGraph;

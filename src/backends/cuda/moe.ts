@@ -410,10 +410,10 @@ export class MoeCalls {
     // launched early, each behind the one before, and its x_done lets the next call's exchange (one
     // block) wait beside it.
     const early = slices && this.#earlyLaunch && SLICES_EARLY;
-    const go = (blocks: number, threads: number, fn: KernelFunction) =>
-      early ? launcher.launchEarly(blocks, threads, stream, 0, fn) : launcher.launch(blocks, threads, stream, 0, fn);
+    const go = (blocks: number, threads: number, fn: KernelFunction, earlyHere = early) =>
+      earlyHere ? launcher.launchEarly(blocks, threads, stream, 0, fn) : launcher.launch(blocks, threads, stream, 0, fn);
     for (const step of steps) {
-      if (step === 'exchange') (EXCHANGE_PLAIN ? launcher.launch(1, EXCHANGE_THREADS, stream, 0, this.#fns.exchange) : go(1, EXCHANGE_THREADS, this.#fns.exchange));
+      if (step === 'exchange') go(1, EXCHANGE_THREADS, this.#fns.exchange, early && !EXCHANGE_PLAIN);
       else if (step === 'check') go(1, 32 * Math.min(32, Math.ceil((2 * this.#host.worldSize) / 32)), this.#fns.check);
       else if (step === 'done') {
         const threads = Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32));
