@@ -2,7 +2,7 @@
 // and the lines runRanks prints from them when a rank fails. No driver needed: any function traces.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createDriverTrace, describeDriverTrace, noteLaneCall, traced, traceThisRank } from '../src/cuda/driver-trace.js';
+import { createDriverTrace, describeDriverTrace, noteLaneCall, traced, traceThisRank, watchDriverTrace } from '../src/cuda/driver-trace.js';
 
 const NAMES = ['cuInit', 'cuLaunchKernel', 'cuStreamSynchronize'];
 
@@ -38,4 +38,40 @@ test('a call that throws leaves the thread out of the driver', () => {
   });
   assert.throws(() => failing(), /boom/);
   assert.match(describeDriverTrace(trace, NAMES), /^rank 0: not in the driver; .*1 driver calls, the last: cuInit$/);
+});
+
+test('the watch tells once of a rank that stays inside one driver call, and not of one that moves on', async () => {
+  const trace = createDriverTrace(2);
+  const slots = new Int32Array(trace.buffer);
+  const perRank = slots.length / 2;
+  const told: string[] = [];
+  const stop = watchDriverTrace(trace, NAMES, (text) => told.push(text), 300);
+  const until = async (done: () => boolean, ms = 5000) => {
+    for (const end = Date.now() + ms; !done() && Date.now() < end; ) {
+      slots[1]!++; // rank 0 keeps making calls
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  try {
+    // Rank 1 enters cuStreamSynchronize (the slot holds the call's index + 1) and stays there;
+    // rank 0 is inside cuLaunchKernel, a new call each time.
+    Atomics.store(slots, 0, 2);
+    Atomics.store(slots, perRank, 3);
+    slots[perRank + 1] = 7;
+    await until(() => told.length > 0);
+    await until(() => told.length > 1, 700); // rank 0, moving on, is never told of
+    assert.equal(told.length, 1, told.join('\n'));
+    assert.match(told[0]!, /^a2av: rank 1 has been inside cuStreamSynchronize for \d+ ms/);
+    assert.match(told[0]!, /\nrank 0: inside cuLaunchKernel; .*\nrank 1: inside cuStreamSynchronize; .*7 driver calls/);
+    // Rank 1 leaves and comes back in: a new stretch, told again.
+    Atomics.store(slots, perRank, 0);
+    await new Promise((r) => setTimeout(r, 100));
+    Atomics.store(slots, perRank, 3);
+    slots[perRank + 1] = 8;
+    await until(() => told.length > 1);
+    assert.equal(told.length, 2);
+    assert.match(told[1]!, /rank 1: inside cuStreamSynchronize; .*8 driver calls/);
+  } finally {
+    stop();
+  }
 });

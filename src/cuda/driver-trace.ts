@@ -61,3 +61,32 @@ export function describeDriverTrace(trace: DriverTraceBuffer, names: readonly st
   }
   return lines.join('\n');
 }
+
+/**
+ * Watches the notes while the ranks run: when a rank has been inside one driver call for `stuckMs`
+ * (its count of calls unchanged), writes every rank's notes once for that stretch. Shows a rank
+ * blocked in the driver while its peers wait for it (a failure's notes come after the fact).
+ * Returns the function that stops the watch.
+ */
+export function watchDriverTrace(trace: DriverTraceBuffer, names: readonly string[], write: (text: string) => void, stuckMs = 2000): () => void {
+  const view = new Int32Array(trace.buffer);
+  const since = new Array<{ calls: number; at: number; told: boolean } | undefined>(trace.ranks);
+  const timer = setInterval(() => {
+    const now = Date.now();
+    for (let r = 0; r < trace.ranks; r++) {
+      const inside = Atomics.load(view, r * SLOTS);
+      const calls = view[r * SLOTS + 1]!;
+      const s = since[r];
+      if (inside === 0 || s === undefined || s.calls !== calls) {
+        since[r] = inside === 0 ? undefined : { calls, at: now, told: false };
+        continue;
+      }
+      if (!s.told && now - s.at >= stuckMs) {
+        s.told = true;
+        write(`a2av: rank ${r} has been inside ${names[inside - 1] ?? '?'} for ${now - s.at} ms (A2AV_DRIVER_TRACE); every rank now:\n${describeDriverTrace(trace, names)}\n`);
+      }
+    }
+  }, Math.max(50, stuckMs / 8));
+  timer.unref();
+  return () => clearInterval(timer);
+}

@@ -10,7 +10,7 @@ import { reviveError } from './error-transfer.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
-import { createDriverTrace, describeDriverTrace } from '../cuda/driver-trace.js';
+import { createDriverTrace, describeDriverTrace, watchDriverTrace } from '../cuda/driver-trace.js';
 import { driverTraceOn } from '../knobs.js';
 import type { RankThreadInit, RankThreadMessage } from './thread-worker.js';
 
@@ -45,6 +45,7 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
   const names = driverTrace ? (await import('../cuda/driver.js')).driverFunctionNames : [];
   const printTrace = driverTrace && (() => void process.stderr.write(`a2av: each rank's driver calls when the first rank failed (A2AV_DRIVER_TRACE):\n${describeDriverTrace(driverTrace, names)}\n`));
   const run = new RankRun<R>(ranks, opts.onReport, printTrace);
+  const stopWatch = driverTrace && watchDriverTrace(driverTrace, names, (text) => void process.stderr.write(text));
   const workers: Worker[] = [];
   try {
     for (let rank = 0; rank < ranks; rank++) {
@@ -70,6 +71,7 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
   } catch (err) {
     run.fail(-1, err as Error);
   } finally {
+    stopWatch?.();
     await run.finish(workers);
     broker.close();
   }
