@@ -299,9 +299,13 @@ export interface Comm {
   /** Collective: every rank calls it in the same order with the same size. */
   allocSymmetric(bytes: number): Promise<DeviceBuffer>;
   free(buf: DeviceBuffer): void;
-  /** Synchronous host -> buffer copy (waits for nothing: order it after collectives with Handle.wait). */
+  /**
+   * Synchronous host -> buffer copy (waits for nothing: order it after collectives with Handle.wait).
+   * On GPUs it never queues behind other streams' work (cuda/host-copies.ts), and a copy the device
+   * has not finished within the timeout is a TimeoutError.
+   */
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes?: number): void;
-  /** Synchronous buffer -> host copy. */
+  /** Synchronous buffer -> host copy (as write: never behind other streams' work, bounded). */
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array;
   /** Stream-ordered device copy (the benchmark's reference). */
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void;

@@ -1,8 +1,10 @@
 // One rank's GPU buffers, for the backends that keep data in CUDA device memory (cuda, nccl): the
-// registry that tells its own buffers from others', range checks, and host <-> device copies.
+// registry that tells its own buffers from others', range checks, and host <-> device copies (through
+// cuda/host-copies.ts: bounded, and never behind other streams' work).
 import type { DeviceBuffer, PeerCopyArgs, Stream } from './backend.js';
 import { checkBuffer, checkWriteData, type CheckContext } from '../collectives/check.js';
 import type { CudaDevice, CudaStream } from '../cuda/device.js';
+import { HostCopies } from '../cuda/host-copies.js';
 import { closeIpcMapping } from '../cuda/ipc.js';
 import { UsageError } from '../errors.js';
 
@@ -26,11 +28,18 @@ export class GpuBuffer implements DeviceBuffer {
 
 export class GpuMemory {
   readonly #buffers = new Set<GpuBuffer>();
-  /** `ctx` answers checkBuffer's questions (rank, ownership) for the owning communicator. */
+  readonly #copies: HostCopies;
+  /**
+   * `ctx` answers checkBuffer's questions (rank, ownership) for the owning communicator; a read or
+   * write that the device has not finished within `timeoutMs` is a TimeoutError.
+   */
   constructor(
     readonly device: CudaDevice,
     readonly ctx: CheckContext,
-  ) {}
+    timeoutMs: number,
+  ) {
+    this.#copies = new HostCopies(device, ctx.rank, timeoutMs);
+  }
 
   owns(buf: DeviceBuffer): boolean {
     return buf instanceof GpuBuffer && this.#buffers.has(buf);
@@ -68,21 +77,23 @@ export class GpuMemory {
     for (const m of b.mappings) closeIpcMapping(m);
   }
 
+  /** Frees every buffer and the copies' staging memory (once no copy can be in flight). */
   freeAll(): void {
     for (const b of [...this.#buffers]) this.free(b);
+    this.#copies.close();
   }
 
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes = 0): void {
     checkBuffer(this.ctx, 'write target', buf);
     checkWriteData(this.ctx, data);
     this.checkRange(buf, offsetBytes, data.byteLength, 'write');
-    this.device.upload((buf as GpuBuffer).ptr + BigInt(offsetBytes), new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+    this.#copies.upload((buf as GpuBuffer).ptr + BigInt(offsetBytes), new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
   }
 
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
     this.checkRange(buf, offsetBytes, bytes, 'read');
     const out = new Uint8Array(bytes);
-    if (bytes > 0) this.device.download(out, (buf as GpuBuffer).ptr + BigInt(offsetBytes));
+    if (bytes > 0) this.#copies.download(out, (buf as GpuBuffer).ptr + BigInt(offsetBytes));
     return out;
   }
 
@@ -106,7 +117,7 @@ export class GpuMemory {
     // The table was uploaded synchronously when the buffer was made; one read, then reuse.
     if (target.peerAddresses === undefined) {
       const table = new Uint8Array(8 * worldSize);
-      this.device.download(table, target.peerTable);
+      this.#copies.download(table, target.peerTable);
       target.peerAddresses = new BigUint64Array(table.buffer);
     }
     if (bytes === 0) return;

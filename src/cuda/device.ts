@@ -18,6 +18,8 @@ import { PeerAccessError, UnsupportedDeviceError } from '../errors.js';
 /** Pinned host memory mapped for the GPU: `view` on the host, `device` the GPU's address of it. */
 export interface HostMapped {
   readonly view: ArrayBuffer;
+  /** Its address on the host (pinned: the copy engines reach it directly). */
+  readonly host: bigint;
   readonly device: bigint;
   release(): void;
 }
@@ -163,6 +165,7 @@ export class CudaDevice {
     let registered = true;
     return {
       view,
+      host,
       device,
       release: () => {
         if (!registered) return;
@@ -186,6 +189,13 @@ export class CudaDevice {
   }
   download(dst: ArrayBufferView, src: bigint): void {
     check('cuMemcpyDtoH', cu().cuMemcpyDtoH(dst, src, BigInt(dst.byteLength)));
+  }
+  /** Stream-ordered copies between device memory and pinned host memory (hostMapped's `host`). */
+  uploadAsync(dst: bigint, srcHost: bigint, bytes: number, stream: CudaStream): void {
+    check('cuMemcpyHtoDAsync', cu().cuMemcpyHtoDAsync(dst, srcHost, BigInt(bytes), stream.handle));
+  }
+  downloadAsync(dstHost: bigint, src: bigint, bytes: number, stream: CudaStream): void {
+    check('cuMemcpyDtoHAsync', cu().cuMemcpyDtoHAsync(dstHost, src, BigInt(bytes), stream.handle));
   }
   copyAsync(dst: bigint, src: bigint, bytes: number, stream: CudaStream): void {
     check('cuMemcpyDtoDAsync', cu().cuMemcpyDtoDAsync(dst, src, BigInt(bytes), stream.handle));

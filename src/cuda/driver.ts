@@ -28,6 +28,8 @@ const signatures = {
   cuMemGetInfo: 'int cuMemGetInfo_v2(_Out_ size_t *free, _Out_ size_t *total)',
   cuMemcpyHtoD: 'int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes)',
   cuMemcpyDtoH: 'int cuMemcpyDtoH_v2(_Out_ void *dst, uint64_t src, size_t bytes)',
+  cuMemcpyHtoDAsync: 'int cuMemcpyHtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
+  cuMemcpyDtoHAsync: 'int cuMemcpyDtoHAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
   cuMemcpyDtoDAsync: 'int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',
   // Unified addressing: the driver infers each pointer's device, so this copies to a peer GPU's memory too.
   cuMemcpyAsync: 'int cuMemcpyAsync(uint64_t dst, uint64_t src, size_t bytes, uint64_t stream)',

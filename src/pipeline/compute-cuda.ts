@@ -2,7 +2,7 @@
 // through the kernel cache, launched on the rank's streams. Built in the rank's thread after its
 // communicator, whose context is then current; the GPU is that context's.
 import type { Stream } from '../backends/backend.js';
-import { CudaDevice, type CudaEvent, type CudaStream } from '../cuda/device.js';
+import { CudaDevice, type CudaEvent, type CudaStream, type HostMapped } from '../cuda/device.js';
 import { KernelModule } from '../jit/module.js';
 import { KernelSet } from '../jit/kernel-set.js';
 import type { Clock, Ref } from './compute.js';
@@ -58,6 +58,8 @@ class CudaKernelDevice implements KernelDevice {
   readonly clock: EventClock;
   readonly multiprocessors: number;
   readonly scratch: bigint;
+  /** Where readScratch lands the scratch: pinned, so the copy stays on its stream (host-copies.ts says why). */
+  readonly #scratchHost: HostMapped;
   readonly #device: CudaDevice;
   readonly #kernels: KernelSet<KernelName>;
 
@@ -69,6 +71,7 @@ class CudaKernelDevice implements KernelDevice {
     this.clock = new EventClock(this.#device);
     this.multiprocessors = this.#device.smCount;
     this.scratch = this.#device.alloc(8);
+    this.#scratchHost = this.#device.hostMapped(8);
     try {
       this.blas = openBlas(gemm);
     } catch (err) {
@@ -95,10 +98,10 @@ class CudaKernelDevice implements KernelDevice {
     this.#device.memsetAsync(address, 0, bytes, cudaStream(stream, WHO));
   }
   readScratch(stream: Stream): Uint32Array {
-    cudaStream(stream, WHO).synchronize();
-    const out = new Uint32Array(2);
-    this.#device.download(out, this.scratch);
-    return out;
+    const s = cudaStream(stream, WHO);
+    this.#device.downloadAsync(this.#scratchHost.host, this.scratch, 8, s);
+    s.synchronize();
+    return new Uint32Array(this.#scratchHost.view.slice(0, 8));
   }
   sync(stream: Stream): void {
     cudaStream(stream, WHO).synchronize();
@@ -110,6 +113,7 @@ class CudaKernelDevice implements KernelDevice {
     this.blas?.close();
     this.clock.destroy();
     this.#device.free(this.scratch);
+    this.#scratchHost.release();
     for (const s of [this.compute, this.data]) this.#device.destroyStream(s);
     this.#kernels.unload();
     this.#device.release();

@@ -119,7 +119,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#timer = new EventTimer(device);
     this.#marks = new EventRing(device);
     this.deviceName = `${device.name} #${device.ordinal}`;
-    this.#memory = new GpuMemory(device, this);
+    this.#memory = new GpuMemory(device, this, opts.timeoutMs);
     const gpus = new Set(init.places.map((w) => `${w.host}/${w.ordinal}`)).size;
     this.#kernels = new A2avKernels({ module: init.module, device, worldSize: this.worldSize, ranksOnDevice: this.ranksOnDevice, gpus, laneCount: this.laneCount });
     const host: CallHost = {

@@ -79,7 +79,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     this.#device = device;
     this.#timer = new EventTimer(device);
     this.#marks = new EventRing(device);
-    this.#memory = new GpuMemory(device, this);
+    this.#memory = new GpuMemory(device, this, opts.timeoutMs);
     this.#store = opts.store;
     this.#key = key;
     this.#lanes = lanes;
