@@ -21,6 +21,20 @@
 #include "exchange.cuh"
 #include "probe-clocks.cuh"
 
+#ifdef A2AV_PROBE_WAIT_PRINT
+// When each rank's exchange kernels ran (globaltimer ns), for the timeout prints: a rank whose
+// packets went unseen, late or not? [rank][0: x_exchange entered, 1: its round 1 stored, 2: x_done
+// ended, 3: that x_done's call]. Ranks of one process share the module. (It told the one-GPU stall
+// of docs/perf.md: the unseen rank entered x_exchange 3 ms after its peers had timed out.)
+__device__ unsigned long long g_x_when[1024][4];
+__device__ __forceinline__ void note_done(const XParams& p) {
+  if (threadIdx.x == 0) {
+    g_x_when[p.rank][3] = (u64)ld_volatile(&((LaneHeader*)(p.pad + p.laneOffset))->seq);
+    g_x_when[p.rank][2] = global_timer_ns();
+  }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   __shared__ XBlockState st;
   const int W = p.world, E = p.experts, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
@@ -36,6 +50,10 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
+#ifdef A2AV_PROBE_WAIT_PRINT
+  const u64 entered = global_timer_ns();
+  if (tid == 0) g_x_when[me][0] = entered;
+#endif
 
   // My row: counts, source rows, running sums; my own verdict (negative split, input overrun).
   for (i64 i = tid; i < N; i += nt) {
@@ -81,6 +99,9 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
   }
   const XWait wait{h, flag, global_timer_ns() + (u64)p.timeoutNs, me, W, seq};
+#ifdef A2AV_PROBE_WAIT_PRINT
+  if (tid == 0) g_x_when[me][1] = wait.deadline - (u64)p.timeoutNs;
+#endif
   // Headers first: a sender's count of experts says how many packets it sent.
   const auto round1 = [&](int src) { return lane_x1(lane, W, parity, src); };
   receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, 0, A2AV_X1_HEADER, A2AV_WAIT_ROUND1});
@@ -101,13 +122,17 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   const auto round2 = [&](int r) { return lane_x2(lane, W, parity, r); };
   receive(st, wait, round2, XInbox{answers, A2AV_X2_WORDS, 0, A2AV_X2_HEADER, A2AV_WAIT_ROUND2});
 #ifdef A2AV_PROBE_WAIT_PRINT
-  // A round-2 timeout: are this rank's round-1 packets where its peers wait for them? (Seen at W = 8
-  // on one H200: this rank reads them back at the very addresses where every peer still sees its
-  // packets of two calls before; docs/perf.md.)
+  // A round-2 timeout: are this rank's round-1 packets where its peers wait for them, and when did
+  // this rank get here?
   for (int r = tid; st.abort && r < W; r += nt) {
     const uint4* at = lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me);
     const uint4 v = ll_load(at), a = ll_load_acquire(at);
     printf("x round 2 timeout: rank %d seq %lld: my round-1 header at rank %d (%p): flags %u %u, acquired %u %u (mine %u)\n", me, seq, r, (const void*)at, v.y, v.w, a.y, a.w, flag);
+  if (st.abort && tid == 0) {
+    const u64 now = global_timer_ns();
+    printf("x round 2 timeout: rank %d seq %lld: entered at %llu, round 1 stored at %llu, now %llu; my last x_done (call %llu) ended at %llu\n", me, seq, entered,
+           g_x_when[me][1], now, g_x_when[me][3], g_x_when[me][2]);
+  }
   }
 #endif
   if (st.abort) return;
@@ -199,7 +224,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy_gather(con
 __device__ __forceinline__ void x_complete(const XParams& p) {
   complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
 }
-extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) { x_complete(p); }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) {
+  x_complete(p);
+#ifdef A2AV_PROBE_WAIT_PRINT
+  note_done(p);
+#endif
+}
 // The same, launched early behind x_copy_slices (a probe's: moe.ts SLICES_EARLY), letting the next
 // call's exchange (one block: the host launches nothing larger early behind it,
 // CudaStream.heldOpen) wait in a slot beside it.
@@ -207,6 +237,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done_open(const
   pdl_wait();
   pdl_release();
   x_complete(p);
+#ifdef A2AV_PROBE_WAIT_PRINT
+  note_done(p);
+#endif
 }
 
 #include "exchange-fused.cuh"

@@ -189,12 +189,12 @@ __device__ void receive(XBlockState& st, const XWait& w, Slot slot, const XInbox
     i64 v;
     if (!ll_wait(slot(src) + j, w.flag, w.deadline, &v)) {
 #ifdef A2AV_PROBE_WAIT_PRINT
-      // What a timed-out wait saw: the whole packet (both flags) and where it lies; then the same
-      // word through an acquire (ll_load_acquire), to tell a stale copy near this SM (its L1?) from a
-      // packet that never came.
+      // What a timed-out wait saw: the whole packet (both flags) and where it lies, the same word
+      // through an acquire (a stale copy near this SM, or a packet that never came?), and when.
       const uint4 seen = ll_load(slot(src) + j), fresh = ll_load_acquire(slot(src) + j);
       printf("x wait timeout: rank %d seq %lld site %d src %d word %d at %p: data %08x%08x flags %u %u (want %u), acquired flags %u %u, lane seq %lld\n", w.me, w.seq,
              in.site, src, j, (const void*)(slot(src) + j), seen.z, seen.x, seen.y, seen.w, w.flag, fresh.y, fresh.w, ld_volatile(&w.h->seq));
+      if (j == 0) printf("x wait timeout: rank %d seq %lld site %d src %d: deadline %llu (the wait's start + the timeout), now %llu\n", w.me, w.seq, in.site, src, w.deadline, global_timer_ns());
 #endif
       record_abort(w.h, StatusRecord{A2AV_ERR_TIMEOUT, w.me, src, w.seq, v, w.me, w.seq, in.site});
       st.abort = 1;

@@ -44,26 +44,16 @@ __device__ __forceinline__ void ll_store(uint4* p, i64 v, u32 flag) {
                "r"(flag)
                : "memory");
 }
-// A packet through an acquire at the flags' scope: the probes of the one-GPU exchange's stall
-// (docs/perf.md) compare it with a volatile load, which may be served a stale copy.
+// A packet through an acquire at the flags' scope (the WAIT_PRINT probe's second look).
 __device__ __forceinline__ uint4 ll_load_acquire(const uint4* p) {
   uint4 v;
   asm volatile("ld.acquire." A2AV_SCOPE ".global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
   return v;
 }
-// A2AV_PROBE_LL_ACQUIRE: every packet read so; A2AV_PROBE_LL_RELAXED: as ld.relaxed at that scope.
 __device__ __forceinline__ uint4 ll_load(const uint4* p) {
-#if defined(A2AV_PROBE_LL_ACQUIRE)
-  return ll_load_acquire(p);
-#else
   uint4 v;
-#if defined(A2AV_PROBE_LL_RELAXED)
-  asm volatile("ld.relaxed." A2AV_SCOPE ".global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-#else
   asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-#endif
   return v;
-#endif
 }
 __device__ __forceinline__ i64 ll_value(uint4 v) { return (i64)(((u64)v.z << 32) | v.x); }
 
@@ -97,15 +87,6 @@ __device__ __forceinline__ bool ll_wait(const uint4* p, u32 flag, u64 deadline, 
     }
     if (++spins == 64) {
       spins = 0;
-#ifdef A2AV_PROBE_LL_HEAL
-      // A probe of the one-GPU exchange's stall (docs/perf.md): every 64th poll also through an
-      // acquire, in case the volatile loads are served a stale copy (an SM's L1) that it is not.
-      const uint4 a = ll_load_acquire(p);
-      if (a.y == flag && a.w == flag) {
-        *out = ll_value(a);
-        return true;
-      }
-#endif
       if (global_timer_ns() > deadline) {
         *out = v.y == 0 ? 0 : (i64)v.y - 1;
         return false;

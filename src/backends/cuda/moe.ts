@@ -131,17 +131,11 @@ const COMBINE_SLICES_A_BLOCK = probeNumber('A2AV_PROBE_XS_COMBINE_SLICES', 3);
  */
 const GATHER_SLICES = !probeSwitch('A2AV_PROBE_X_COPY_GATHER');
 /**
- * The slice grid's kernels (one GPU) are launched plainly: launched early (programmatic dependent
- * launch), about one run in two of the W = 8 token dispatch bench at c529d9f stalled until the
- * timeout, one rank's round-1 packets unseen by every peer (docs/perf.md, "A stall in the one-GPU
- * MoE exchange"); with early launch off, none of six. A2AV_PROBE_DEFINES=A2AV_PROBE_X_EARLY
- * launches them early again (32 MiB dispatch 198 -> 176 µs, 128-token compact dispatch 103 -> 95
- * in a graph), to find the cause; A2AV_PROBE_X_EXCHANGE_PLAIN and A2AV_PROBE_X_DONE_PLAIN then
- * keep one of the exchange and the completion plain.
+ * The slice grid's kernels (one GPU) are launched early, each behind the one before (32 MiB dispatch
+ * 198 -> 176 µs, 128-token compact dispatch 103 -> 95 in a graph, W = 8 on one H200).
+ * A2AV_PROBE_DEFINES=A2AV_PROBE_X_PLAIN (a probe's) launches them plainly, for a same-run comparison.
  */
-const SLICES_EARLY = probeSwitch('A2AV_PROBE_X_EARLY');
-const EXCHANGE_PLAIN = probeSwitch('A2AV_PROBE_X_EXCHANGE_PLAIN');
-const DONE_PLAIN = probeSwitch('A2AV_PROBE_X_DONE_PLAIN');
+const SLICES_EARLY = !probeSwitch('A2AV_PROBE_X_PLAIN');
 
 /**
  * x_copy_slices' index span (kernels/exchange.cuh XS_INDEX_ENTRIES): the least power of two, from
@@ -406,18 +400,17 @@ export class MoeCalls {
     const slices = this.#sliceGrid() && aligned && (!payload.gather || gathered);
     writeXParams(launcher.view, slices ? { ...params, sliceSpanLog2: sliceSpanLog2(bytes), gridBytes: bytes } : params);
     const device = this.#host.device;
-    // Under A2AV_PROBE_X_EARLY (SLICES_EARLY says why not by default) the slice grid's kernels are
-    // launched early, each behind the one before, and its x_done lets the next call's exchange (one
-    // block) wait beside it.
+    // The slice grid's kernels are launched early, each behind the one before, and its x_done lets
+    // the next call's exchange (one block) wait beside it.
     const early = slices && this.#earlyLaunch && SLICES_EARLY;
-    const go = (blocks: number, threads: number, fn: KernelFunction, earlyHere = early) =>
-      earlyHere ? launcher.launchEarly(blocks, threads, stream, 0, fn) : launcher.launch(blocks, threads, stream, 0, fn);
+    const go = (blocks: number, threads: number, fn: KernelFunction) =>
+      early ? launcher.launchEarly(blocks, threads, stream, 0, fn) : launcher.launch(blocks, threads, stream, 0, fn);
     for (const step of steps) {
-      if (step === 'exchange') go(1, EXCHANGE_THREADS, this.#fns.exchange, early && !EXCHANGE_PLAIN);
+      if (step === 'exchange') go(1, EXCHANGE_THREADS, this.#fns.exchange);
       else if (step === 'check') go(1, 32 * Math.min(32, Math.ceil((2 * this.#host.worldSize) / 32)), this.#fns.check);
       else if (step === 'done') {
         const threads = Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32));
-        if (early && !DONE_PLAIN) launcher.launchEarly(1, threads, stream, 0, this.#fns.doneOpen, true);
+        if (early) launcher.launchEarly(1, threads, stream, 0, this.#fns.doneOpen, true);
         else launcher.launch(1, threads, stream, 0, this.#fns.done);
       } else if (slices) {
         // The index (a warp a chunk), then a block two slices (kernels/exchange-slices.cuh).
