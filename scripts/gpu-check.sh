@@ -99,7 +99,7 @@ fi
 
 if runs stall; then
   # The one-GPU MoE exchange's stall (docs/perf.md): the W = 8 token dispatch loop, $A2AV_STALL_RUNS
-  # times (default 4; about one in two stalled with the slice grid launched early).
+  # times (default 4; 6 of 14 stalled before the bounded host copies, none of 14 since).
   echo "== stall check"
   OUT="$OUT/stall" scripts/probe/stall-repro.sh "${A2AV_STALL_RUNS:-4}" | tee "$OUT/stall.txt" | tail -1
   grep -q '^0 of ' "$OUT/stall.txt" || rc=1

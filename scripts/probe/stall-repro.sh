@@ -5,8 +5,9 @@
 # (default ./stall-out), a file a run.
 #   [A2AV_...=...] scripts/probe/stall-repro.sh [runs=8] [more bench flags, e.g. --layout expanded]
 # Exit status 0 (stalled runs are counted, not failed on: gpu-check.sh reads the count), 2 when a
-# run failed otherwise. Seen at c529d9f with the default environment: about one run in two stalled
-# (a TimeoutError after --timeout-ms); with A2AV_EARLY_LAUNCH=0 none of six did.
+# run failed otherwise. Before the bounded host copies (src/cuda/host-copies.ts) 6 of 14 runs with
+# the slice grid launched early stalled (a TimeoutError after --timeout-ms): a rank's read of device
+# memory waited for its peers' kernels, which waited for that rank. Since: 0 of 14.
 set -uo pipefail
 OUT=${OUT:-./stall-out}
 mkdir -p "$OUT"
