@@ -128,12 +128,10 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     const uint4* at = lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me);
     const uint4 v = ll_load(at), a = ll_load_acquire(at);
     printf("x round 2 timeout: rank %d seq %lld: my round-1 header at rank %d (%p): flags %u %u, acquired %u %u (mine %u)\n", me, seq, r, (const void*)at, v.y, v.w, a.y, a.w, flag);
-  if (st.abort && tid == 0) {
-    const u64 now = global_timer_ns();
+  }
+  if (st.abort && tid == 0)
     printf("x round 2 timeout: rank %d seq %lld: entered at %llu, round 1 stored at %llu, now %llu; my last x_done (call %llu) ended at %llu\n", me, seq, entered,
-           g_x_when[me][1], now, g_x_when[me][3], g_x_when[me][2]);
-  }
-  }
+           g_x_when[me][1], global_timer_ns(), g_x_when[me][3], g_x_when[me][2]);
 #endif
   if (st.abort) return;
   for (int r = tid; r < W; r += nt) atomicMin(&st.fin, (unsigned long long)answers[(i64)r * A2AV_X2_WORDS]);
@@ -230,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XPar
   note_done(p);
 #endif
 }
-// The same, launched early behind x_copy_slices (a probe's: moe.ts SLICES_EARLY), letting the next
+// The same, launched early behind x_copy_slices (moe.ts SLICES_EARLY), letting the next
 // call's exchange (one block: the host launches nothing larger early behind it,
 // CudaStream.heldOpen) wait in a slot beside it.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done_open(const XParams p) {

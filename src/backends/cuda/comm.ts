@@ -42,7 +42,7 @@ import { CudaLane } from './lane.js';
 import { laneBytes, LaneHeaderField, MAX_WORLD, STATUS_AREA_BYTES, STATUS_RING } from './layout.js';
 import { LaneRecords, type LaneCall } from './records.js';
 import { allocSymmetric, contextSharers, type RankPlace, type SymmetricContext } from './symmetric.js';
-import { waitForEvent } from './wait.js';
+import { waitForEvent } from '../../cuda/wait.js';
 
 export interface CudaCommInit {
   opts: CommOptions;

@@ -1,7 +1,8 @@
-// The stream-ordered host -> device copy the nccl backend needs and src/cuda/driver.ts does not bind
-// (yet): a small header and outSplitsOffsets must land in stream order, which cuMemcpyHtoD (legacy
-// stream, may return before the DMA lands) does not give. Bound from the libcuda that cu() already
-// loaded and initialised: dlopen of its soname returns that same library.
+// The stream-ordered host -> device copy the nccl backend needs: a small header and outSplitsOffsets
+// must land in stream order, which cuMemcpyHtoD (legacy stream, may return before the DMA lands) does
+// not give. From pageable memory (a typed array), so bound here with a `const void *` source:
+// src/cuda/driver.ts binds the same call for pinned addresses (CudaDevice.uploadAsync). Bound from
+// the libcuda that cu() already loaded and initialised: dlopen of its soname returns that same library.
 import koffi from 'koffi';
 import { check, cu } from '../../cuda/driver.js';
 import type { CudaStream } from '../../cuda/device.js';

@@ -1,6 +1,6 @@
 // Host-side bounded wait for a device event: spin briefly (short collectives finish in microseconds),
 // then sleep in small steps so a long wait costs no CPU.
-import type { CudaEvent } from '../../cuda/device.js';
+import type { CudaEvent } from './device.js';
 
 const nap = new Int32Array(new SharedArrayBuffer(4));
 
