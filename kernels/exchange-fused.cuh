@@ -326,24 +326,44 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   PROBE_CLOCK(5);
   if (st.abort) return;
 
-  // Every receiver's layout, as receiver_verdict lays out its own: block lengths per group ...
+  // Every receiver's layout, as receiver_verdict lays out its own, in one walk of each group's
+  // members: its block length, and where this rank's chunks and the chunks it receives lie in
+  // their group (made absolute once the groups' starts are known). A second walk, to find the
+  // first chunk past a receiver's output, only for a group that ends past it (a refused call).
   const auto count = [&](int src, int r, int e) { return clamp0(cnt[(i64)src * N + (i64)r * E + e]); };
   const auto member = [&](int r, int g, int m) { return m < M ? (byExpert ? count(m, r, g) : count(g, r, m)) : (i64)0; };
   // A group has M members (dispatch: W sources of an expert; combine: E experts of a source). A
   // thread walks them where they are few; where they are many (a combine with E = 128 took 12 µs
-  // walking them), a warp takes a group, 32 members a step.
+  // walking them), a warp takes a group, 32 members a step. `visit(m, c, at)`: member m, its
+  // count c, its place at (from `pos`); returns the group's length.
   const bool byWarp = M > XF_THREAD_MEMBERS;
   const int lane32 = tid & 31;
   const int pairs = W * G, pairStep = byWarp ? nt >> 5 : nt;
+  const auto walk = [&](int r, int g, i64 pos, auto visit) {
+    if (byWarp) {
+      for (int m0 = 0; m0 < M; m0 += 32) {
+        const int m = m0 + lane32;
+        const i64 c = member(r, g, m), upTo = warp_incl_scan_sat(c);
+        const i64 before = __shfl_up_sync(0xffffffffu, upTo, 1);
+        if (m < M) visit(m, c, sat_add(pos, lane32 == 0 ? 0 : before));
+        pos = sat_add(pos, __shfl_sync(0xffffffffu, upTo, 31));
+      }
+    } else {
+      for (int m = 0; m < M; ++m) {
+        const i64 c = member(r, g, m);
+        visit(m, c, pos);
+        pos = sat_add(pos, c);
+      }
+    }
+    return pos;
+  };
   for (int t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
     const int r = t / G, g = t - r * G;
-    i64 len = 0;
-    if (byWarp) {
-      for (int m0 = 0; m0 < M; m0 += 32) len = sat_add(len, member(r, g, m0 + lane32));
-      len = warp_sum_sat(len);
-    } else {
-      for (int m = 0; m < M; ++m) len = sat_add(len, member(r, g, m));
-    }
+    const i64 len = walk(r, g, 0, [&](int m, i64, i64 at_) {
+      const int src = byExpert ? m : g, e = byExpert ? g : m;
+      if (src == me) dst[r * E + e] = at_;
+      if (r == me) startsMe[src * E + e] = at_;
+    });
     if (!byWarp || lane32 == 0) glen[t] = !byExpert ? len : len == 0 ? p.align : round_up_sat(len, p.align);
   }
   __syncthreads();
@@ -355,35 +375,27 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   }
   __syncthreads();
   PROBE_CLOCK(10);
-  // ... where each chunk lands, and each receiver's first overrun.
-  // (A group's verdict keys grow with its members, so the least key of every overrun is its first.)
+  // ... the places made absolute (entry i: receiver or source i / E, expert i % E) ...
+  for (int i = tid; i < (int)N; i += nt) {
+    const int q = i / E, e = i - q * E;
+    dst[i] = sat_add(dst[i], glen[q * G + (byExpert ? e : me)]);
+    startsMe[i] = sat_add(startsMe[i], glen[me * G + (byExpert ? e : q)]);
+  }
+  // ... and each receiver's first overrun, walked for the groups that end past its output.
+  // (A group's verdict keys grow with its members, so the least key of every overrun is its first;
+  // a group that ends within the output has every chunk within it: counts are not negative.)
   for (int t = byWarp ? tid >> 5 : tid; t < pairs; t += pairStep) {
     const int r = t / G, g = t - r * G;
     const i64 cap = hdr[r * XF_HDR + A2AV_X1_HEADER];
-    i64 pos = glen[t], at = (i64)X_NONE;
-    const auto place = [&](int m, i64 c, i64 at_) {
+    const i64 end = g + 1 < G ? glen[t + 1] : total[r];
+    if (end <= cap) continue;
+    i64 at = (i64)X_NONE;
+    walk(r, g, glen[t], [&](int m, i64 c, i64 at_) {
       const int src = byExpert ? m : g, e = byExpert ? g : m;
       if (at == (i64)X_NONE && c > cap - at_) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
-      if (src == me) dst[(i64)r * E + e] = at_;
-      if (r == me) startsMe[(i64)src * E + e] = at_;
-    };
-    if (byWarp) {
-      for (int m0 = 0; m0 < M; m0 += 32) {
-        const int m = m0 + lane32;
-        const i64 c = member(r, g, m), upTo = warp_incl_scan_sat(c);
-        const i64 before = __shfl_up_sync(0xffffffffu, upTo, 1);
-        if (m < M) place(m, c, sat_add(pos, lane32 == 0 ? 0 : before));
-        pos = sat_add(pos, __shfl_sync(0xffffffffu, upTo, 31));
-      }
-    } else {
-      for (int m = 0; m < M; ++m) {
-        const i64 c = member(r, g, m);
-        place(m, c, pos);
-        pos = sat_add(pos, c);
-      }
-    }
-    const i64 end = g + 1 < G ? glen[t + 1] : total[r];
-    if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
+    });
+    // (By warp, each lane keeps its members' first; the padding's key is above every member's.)
+    if (byExpert && at == (i64)X_NONE) at = (i64)g * (W + 1) + W;  // the padding passes
     if (at != (i64)X_NONE) atomicMin(&outAt[r], (unsigned long long)at);
   }
   // Every sender's verdict words, sent after its row (they have most likely arrived meanwhile).
@@ -391,25 +403,34 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   __syncthreads();
   PROBE_CLOCK(11);
   if (st.abort) return;
-  if (tid == 0) {
+  // The least verdict: any sender's own (the least key, then the lowest sender), else the lowest
+  // receiver's overrun; found by one warp, a lane per sender.
+  if (tid < 32) {
     i64 key = (i64)X_NONE;
-    int who = -1;
-    for (int q = 0; q < W; ++q)
-      if (hdr[q * XF_HDR + XF_AGREE] < key) key = hdr[q * XF_HDR + XF_AGREE], who = q;
-    st.fin = who < 0 ? X_NONE : (unsigned long long)who;
-  }
-  if (tid == 0) {
-    // The least verdict: any sender's own, else the lowest receiver's overrun.
-    if (st.fin != X_NONE) {
-      st.v = read_verdict(hdr + (int)st.fin * XF_HDR + XF_AGREE);
-    } else {
-      st.v = XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};
-      for (int r = 0; r < W; ++r) {
-        if (outAt[r] == X_NONE) continue;
+    int who = W, over = W;
+    for (int q0 = 0; q0 < W; q0 += 32) {
+      const int q = q0 + tid;
+      const unsigned bits = __ballot_sync(0xffffffffu, q < W && outAt[q] != X_NONE);
+      if (over == W && bits != 0) over = q0 + __ffs(bits) - 1;
+      const i64 k = q < W ? hdr[q * XF_HDR + XF_AGREE] : (i64)X_NONE;
+      if (k < key) key = k, who = q;
+    }
+    for (int d = 16; d > 0; d >>= 1) {
+      const i64 k = __shfl_xor_sync(0xffffffffu, key, d);
+      const int w = __shfl_xor_sync(0xffffffffu, who, d);
+      if (k < key || (k == key && w < who)) key = k, who = w;
+    }
+    if (tid == 0) {
+      st.fin = key == (i64)X_NONE ? X_NONE : (unsigned long long)who;
+      if (st.fin != X_NONE) {
+        st.v = read_verdict(hdr + who * XF_HDR + XF_AGREE);
+      } else if (over < W) {
+        const int r = over;
         const i64 at = (i64)outAt[r];
         const int peer = byExpert ? (int)(at % (W + 1)) : (int)(at / E), e = byExpert ? (int)(at / (W + 1)) : (int)(at % E);
         st.v = XVerdict{x_key(X_PRIO_OUTPUT, r), r, peer == W && byExpert ? -1 : peer, e, total[r], hdr[r * XF_HDR + A2AV_X1_HEADER]};
-        break;
+      } else {
+        st.v = XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};
       }
     }
   }

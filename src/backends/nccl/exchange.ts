@@ -45,7 +45,7 @@ export function exchangeRecords(host: NcclHost, lane: NcclLane, x: DeviceRecord,
   return gather(host, lane, RECORD_HEADER_WORDS + x.words, what) ?? lane.records;
 }
 
-/** One ncclAllGather of `words` words a rank, waited for and copied to the host. */
+/** One ncclAllGather of `words` words a rank and its copy to the host, on the lane's stream, waited for. */
 function gather(host: NcclHost, lane: NcclLane, words: number, what: string): Error | undefined {
   const gathered = lane.gathered(host.device, words);
   try {
@@ -53,11 +53,9 @@ function gather(host: NcclHost, lane: NcclLane, words: number, what: string): Er
   } catch (err) {
     return host.fail(err as Error);
   }
+  lane.download(host.device, gathered, words);
   lane.exchanged.record(lane.stream);
-  const err = host.waitFor(lane.exchanged, `${what} on lane ${lane.index}: split exchange`);
-  if (err) return err;
-  host.device.download(lane.gatheredHost(words), gathered);
-  return undefined;
+  return host.waitFor(lane.exchanged, `${what} on lane ${lane.index}: split exchange`);
 }
 
 /** Device addresses of one call's rows. */

@@ -3,7 +3,7 @@
 // and the device and host buffers of the split exchange and of the rows' scratch. Buffers grow on
 // demand: a 1-D call gathers W + 7 words a rank, a MoE call up to 2·W·256 + 7, so a 1-D job never
 // holds the MoE sizes. They grow only while the lane's stream is idle (after a host wait).
-import type { CudaDevice, CudaEvent } from '../../cuda/device.js';
+import type { CudaDevice, CudaEvent, HostMapped } from '../../cuda/device.js';
 import type { NcclCommunicator } from '../../nccl/communicator.js';
 import { RECORD_HEADER_WORDS, Records, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
 import { Routing } from '../../collectives/exchange-routing.js';
@@ -45,8 +45,13 @@ export class NcclLane extends StreamLane {
   readonly header = new BigInt64Array(RECORD_HEADER_WORDS);
   readonly #headerWords = new Int32Array(this.header.buffer);
   readonly #uploaded = new BigInt64Array(RECORD_HEADER_WORDS).fill(-2n);
-  /** Host: the gathered records, as int32 pairs for Records. */
-  #gatheredHost = new Int32Array(0);
+  /**
+   * Host: the gathered records, as int32 pairs for Records, in pinned memory so the copy from the
+   * device is queued on the lane's stream behind the gather (a legacy-stream cuMemcpyDtoH can wait
+   * for other ranks' kernels: src/cuda/host-copies.ts).
+   */
+  #gatheredHost: HostMapped | undefined;
+  #gatheredView = new Int32Array(0);
   /** Every rank's record, over the gathered host copy. */
   readonly records: Records;
   /** The current direct call's routing (reused). */
@@ -86,15 +91,25 @@ export class NcclLane extends StreamLane {
     return false;
   }
 
-  /** Host copy for every rank's `words`-word record; `records` is pointed at it. */
-  gatheredHost(words: number): Int32Array {
+  /**
+   * Queues the copy of every rank's `words`-word record (at device `gathered`) to the host on the
+   * lane's stream and points `records` at it; read it only after the stream has passed this point.
+   * Grows the pinned buffer, which no copy in flight uses: each gather's copy is waited for.
+   */
+  download(device: CudaDevice, gathered: bigint, words: number): void {
     const n = 2 * this.world * words;
-    if (this.#gatheredHost.length < n) this.#gatheredHost = new Int32Array(n);
+    if (this.#gatheredView.length < n) {
+      this.#gatheredHost?.release();
+      this.#gatheredHost = undefined;
+      const mem = device.hostMapped(4 * n);
+      this.#gatheredHost = mem;
+      this.#gatheredView = new Int32Array(mem.view);
+    }
     for (let q = 0; q < this.world; q++) {
-      this.records.words[q] = this.#gatheredHost;
+      this.records.words[q] = this.#gatheredView;
       this.records.base[q] = 2 * q * words;
     }
-    return this.#gatheredHost.subarray(0, n);
+    device.downloadAsync(this.#gatheredHost!.host, gathered, 4 * n, this.stream);
   }
 
   /** Host outSplitsOffsets of `routing`, ready to upload. */
@@ -111,6 +126,8 @@ export class NcclLane extends StreamLane {
     device.free(this.payload);
     this.#gathered.release(device);
     this.#scratch.release(device);
+    this.#gatheredHost?.release();
+    this.#gatheredHost = undefined;
     super.release(device);
   }
 }
