@@ -35,6 +35,13 @@ export class CudaStream {
   synchronize(): void {
     check('cuStreamSynchronize', cu().cuStreamSynchronize(this.handle));
   }
+  /** true when everything queued here has finished. */
+  query(): boolean {
+    const s = cu().cuStreamQuery(this.handle);
+    if (s === CUDA_ERROR_NOT_READY) return false;
+    check('cuStreamQuery', s);
+    return true;
+  }
   waitEvent(event: CudaEvent): void {
     check('cuStreamWaitEvent', cu().cuStreamWaitEvent(this.handle, event.handle, 0));
   }

@@ -234,6 +234,10 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     return this.#abort(cause);
   }
 
+  lanesIdle(): boolean {
+    return this.#lanes.every((lane) => lane.stream.query());
+  }
+
   capture(_stream: Stream, _fn: () => void): Replay {
     // A graph replays what was queued at capture. NCCL's calls carry the byte counts as host values,
     // read from the splits before queueing, so a replay would move the captured call's sizes

@@ -20,6 +20,8 @@ export interface NcclHost {
   waitFor(event: CudaEvent, what: string, limitMs?: number): Error | undefined;
   /** Aborts the communicator after `cause`; returns it. */
   fail(cause: Error): Error;
+  /** Whether nothing is queued on any lane: an outgrown buffer can then be freed (growing-buffer.ts). */
+  lanesIdle(): boolean;
 }
 
 /** This rank's record: its header, and `words` int64 of splits at device address `splits`. */
@@ -47,7 +49,7 @@ export function exchangeRecords(host: NcclHost, lane: NcclLane, x: DeviceRecord,
 
 /** One ncclAllGather of `words` words a rank and its copy to the host, on the lane's stream, waited for. */
 function gather(host: NcclHost, lane: NcclLane, words: number, what: string): Error | undefined {
-  const gathered = lane.gathered(host.device, words);
+  const gathered = lane.gathered(host.device, words, () => host.lanesIdle());
   try {
     lane.nccl.settle('ncclAllGather', lane.nccl.allGather(lane.payload, gathered, words, NcclType.int64, lane.stream.handle), host.timeoutMs);
   } catch (err) {
@@ -74,7 +76,7 @@ export function deliver(host: NcclHost, lane: NcclLane, routing: Routing, p: Dev
   const s = lane.stream;
   if (outSplitsOffsets !== undefined) uploadAsync(outSplitsOffsets, lane.offsetsOf(routing), s);
   const t = transfers(routing, p.rowBytes);
-  const scratch = t.scratchBytes > 0 ? lane.scratch(device, t.scratchBytes) : 0n;
+  const scratch = t.scratchBytes > 0 ? lane.scratch(device, t.scratchBytes, () => host.lanesIdle()) : 0n;
   for (const c of t.gather) device.copyAsync(scratch + BigInt(c.dst), p.input + BigInt(c.src), c.bytes, s);
   for (const c of t.local) device.copyAsync(p.output + BigInt(c.dst), p.input + BigInt(c.src), c.bytes, s);
   let status = 0;
@@ -106,7 +108,7 @@ export function warmUp(host: NcclHost, lanes: readonly NcclLane[], timeoutMs: nu
   for (const lane of lanes) {
     const s = lane.stream.handle;
     const words = firstGatherWords('1d', lane.world);
-    const gathered = lane.gathered(host.device, words);
+    const gathered = lane.gathered(host.device, words, () => true);
     lane.nccl.settle('ncclAllGather', lane.nccl.allGather(lane.payload, gathered, words, NcclType.int64, s), timeoutMs);
     groupStart();
     for (let peer = 0; peer < lane.world; peer++) {

@@ -9,27 +9,7 @@ import { RECORD_HEADER_WORDS, Records, writeHeader, type RecordHeader } from '..
 import { Routing } from '../../collectives/exchange-routing.js';
 import { StreamLane } from '../stream-lane.js';
 import { firstGatherWords, maxRecordWords } from './transfers.js';
-
-/** A device allocation that grows (freeing the old one) when asked for more. */
-class Growing {
-  ptr = 0n;
-  bytes = 0;
-  reserve(device: CudaDevice, bytes: number): bigint {
-    if (bytes > this.bytes) {
-      if (this.ptr !== 0n) device.free(this.ptr);
-      this.ptr = 0n;
-      this.bytes = 0;
-      this.ptr = device.alloc(bytes);
-      this.bytes = bytes;
-    }
-    return this.ptr;
-  }
-  release(device: CudaDevice): void {
-    if (this.ptr !== 0n) device.free(this.ptr);
-    this.ptr = 0n;
-    this.bytes = 0;
-  }
-}
+import { GrowingBuffer } from './growing-buffer.js';
 
 export class NcclLane extends StreamLane {
   readonly nccl: NcclCommunicator;
@@ -38,9 +18,9 @@ export class NcclLane extends StreamLane {
   readonly exchanged: CudaEvent;
   /** Device: this rank's record (sized for the largest), and every rank's, gathered. */
   readonly payload: bigint;
-  readonly #gathered = new Growing();
+  readonly #gathered = new GrowingBuffer();
   /** Device: rows between the input and a send, or a receive and the output (transfers.ts). */
-  readonly #scratch = new Growing();
+  readonly #scratch = new GrowingBuffer();
   /** Host: the header to publish, and the one last uploaded (skipped when unchanged). */
   readonly header = new BigInt64Array(RECORD_HEADER_WORDS);
   readonly #headerWords = new Int32Array(this.header.buffer);
@@ -65,18 +45,23 @@ export class NcclLane extends StreamLane {
     this.world = world;
     this.exchanged = device.createEvent();
     this.payload = device.alloc(8 * maxRecordWords(world));
-    this.#gathered.reserve(device, 8 * world * firstGatherWords('1d', world));
+    this.#gathered.reserve(device, 8 * world * firstGatherWords('1d', world), () => true);
     this.records = new Records(world);
     this.routing = new Routing(rank, world);
   }
 
-  /** Device buffer for every rank's `words`-word record, grown if need be (the lane's stream must be idle). */
-  gathered(device: CudaDevice, words: number): bigint {
-    return this.#gathered.reserve(device, 8 * this.world * words);
+  /**
+   * Device buffer for every rank's `words`-word record, grown if need be: no gather queued on the
+   * lane may still be using it (each is waited for). `idle`: whether every lane of the
+   * communicator is (growing-buffer.ts).
+   */
+  gathered(device: CudaDevice, words: number, idle: () => boolean): bigint {
+    return this.#gathered.reserve(device, 8 * this.world * words, idle);
   }
 
-  scratch(device: CudaDevice, bytes: number): bigint {
-    return this.#scratch.reserve(device, bytes);
+  /** Device scratch for the rows, grown if need be: the lane's stream must be idle. */
+  scratch(device: CudaDevice, bytes: number, idle: () => boolean): bigint {
+    return this.#scratch.reserve(device, bytes, idle);
   }
 
   /** Writes `h` as the header to publish; true when it differs from the one on the device. */
