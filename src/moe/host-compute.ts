@@ -6,7 +6,7 @@ import { Buffer } from 'node:buffer';
 import type { DeviceBuffer } from '../backends/backend.js';
 import { copyBytes } from '../backends/cpu/memcpy.js';
 import { BAD_TOKEN_COUNT, DTYPES, type GatherCall, type LayoutCall, type ReduceCall, type RouteCall, type TokenBuffers, type TokenCompute } from './compute.js';
-import { loader, storer } from './dtype.js';
+import { F32Row, rowDecoder, rowEncoder } from './dtype.js';
 import { hostBytes } from '../backends/raw.js';
 import type { TokenShape } from './shape.js';
 
@@ -49,6 +49,9 @@ export class HostCompute implements TokenCompute {
   readonly #bufs: TokenBuffers;
   /** Rows per bucket, then the next row of each, while a routing is worked out. */
   readonly #cursor: Float64Array;
+  /** The combine's running sums and its term, a row each (reused while the hidden size stays). */
+  #acc: F32Row | undefined;
+  #term: F32Row | undefined;
 
   constructor(shape: TokenShape, bufs: TokenBuffers) {
     this.#shape = shape;
@@ -170,6 +173,11 @@ export class HostCompute implements TokenCompute {
     }
   }
 
+  /**
+   * out[t] = the sum over k, in order, of w[t, k] x y[slot of (t, k)] (plus the bias), in f32: row by
+   * row (a term's whole row, then the next), each element's sum in the same order and with the
+   * same roundings as one element at a time.
+   */
   reduce(_s: unknown, c: ReduceCall): void {
     const K = this.#shape.topk;
     const H = c.hidden;
@@ -177,24 +185,35 @@ export class HostCompute implements TokenCompute {
     if (int64At(gate, 0) < 0) return;
     const T = int64At(i32(this.#bufs.routeTokens), 0);
     const slot = i32(this.#bufs.slot);
-    const y = loader(c.dtype, hostBytes(this.#bufs.back, WHO));
-    const bias = c.bias ? loader(c.dtype, hostBytes(c.bias, WHO)) : undefined;
+    const readY = rowDecoder(c.dtype, hostBytes(this.#bufs.back, WHO));
+    const readBias = c.bias ? rowDecoder(c.dtype, hostBytes(c.bias, WHO)) : undefined;
     const w = c.weights ? f32(c.weights) : undefined;
-    const out = storer(c.dtype, hostBytes(c.out, WHO).subarray(0, T * H * DTYPES[c.dtype].bytes));
+    const write = rowEncoder(c.dtype, hostBytes(c.out, WHO).subarray(0, T * H * DTYPES[c.dtype].bytes));
+    if (this.#acc?.length !== H) [this.#acc, this.#term] = [new F32Row(H), new F32Row(H)];
+    const [acc, term] = [this.#acc, this.#term!];
+    const [a, v] = [acc.f, term.f];
     for (let t = 0; t < T; t++) {
-      for (let h = 0; h < H; h++) {
-        let acc = 0;
-        let any = false;
-        for (let k = 0; k < K; k++) {
-          const s = slot[t * K + k];
-          if (s < 0) continue;
-          const v = w ? Math.fround(w[t * K + k] * y(s * H + h)) : y(s * H + h);
-          acc = any ? Math.fround(acc + v) : v;
-          any = true;
+      let any = false;
+      for (let k = 0; k < K; k++) {
+        const s = slot[t * K + k];
+        if (s < 0) continue;
+        readY(s * H, term);
+        if (w) {
+          const wk = w[t * K + k];
+          for (let h = 0; h < H; h++) v[h] = wk * v[h]; // a Float32Array store rounds: fround(w * y)
         }
-        if (bias) acc = any ? Math.fround(acc + bias(t * H + h)) : bias(t * H + h);
-        out(t * H + h, acc);
+        if (any) for (let h = 0; h < H; h++) a[h] = a[h] + v[h];
+        else a.set(v);
+        any = true;
       }
+      if (readBias) {
+        readBias(t * H, term);
+        if (any) for (let h = 0; h < H; h++) a[h] = a[h] + v[h];
+        else a.set(v);
+      } else if (!any) {
+        a.fill(0);
+      }
+      write(t * H, acc);
     }
     gate.fill(-1);
   }
