@@ -46,6 +46,7 @@ export class NcclLane extends StreamLane {
     this.exchanged = device.createEvent();
     this.payload = device.alloc(8 * maxRecordWords(world));
     this.#gathered.reserve(device, 8 * world * firstGatherWords('1d', world), () => true);
+    this.#reserveHost(device, 2 * world * firstGatherWords('1d', world));
     this.records = new Records(world);
     this.routing = new Routing(rank, world);
   }
@@ -83,18 +84,22 @@ export class NcclLane extends StreamLane {
    */
   download(device: CudaDevice, gathered: bigint, words: number): void {
     const n = 2 * this.world * words;
-    if (this.#gatheredView.length < n) {
-      this.#gatheredHost?.release();
-      this.#gatheredHost = undefined;
-      const mem = device.hostMapped(4 * n);
-      this.#gatheredHost = mem;
-      this.#gatheredView = new Int32Array(mem.view);
-    }
+    this.#reserveHost(device, n);
     for (let q = 0; q < this.world; q++) {
       this.records.words[q] = this.#gatheredView;
       this.records.base[q] = 2 * q * words;
     }
     device.downloadAsync(this.#gatheredHost!.host, gathered, 4 * n, this.stream);
+  }
+
+  /** At least `n` int32 of pinned memory for the gathered records (a 1-D job's from the start). */
+  #reserveHost(device: CudaDevice, n: number): void {
+    if (this.#gatheredView.length >= n) return;
+    this.#gatheredHost?.release();
+    this.#gatheredHost = undefined;
+    const mem = device.hostMapped(4 * n);
+    this.#gatheredHost = mem;
+    this.#gatheredView = new Int32Array(mem.view);
   }
 
   /** Host outSplitsOffsets of `routing`, ready to upload. */
