@@ -2,7 +2,8 @@
 // communicator's operations in issue order, so independent lanes need independent communicators),
 // and the device and host buffers of the split exchange and of the rows' scratch. Buffers grow on
 // demand: a 1-D call gathers W + 7 words a rank, a MoE call up to 2·W·256 + 7, so a 1-D job never
-// holds the MoE sizes. They grow only while the lane's stream is idle (after a host wait).
+// holds the MoE sizes. They grow only while the lane's own stream no longer uses them (after a host
+// wait); an outgrown device buffer is freed later, once every lane is idle (growing-buffer.ts).
 import type { CudaDevice, CudaEvent, HostMapped } from '../../cuda/device.js';
 import type { NcclCommunicator } from '../../nccl/communicator.js';
 import { RECORD_HEADER_WORDS, Records, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
@@ -95,9 +96,8 @@ export class NcclLane extends StreamLane {
   /** At least `n` int32 of pinned memory for the gathered records (a 1-D job's from the start). */
   #reserveHost(device: CudaDevice, n: number): void {
     if (this.#gatheredView.length >= n) return;
-    this.#gatheredHost?.release();
-    this.#gatheredHost = undefined;
     const mem = device.hostMapped(4 * n);
+    this.#gatheredHost?.release();
     this.#gatheredHost = mem;
     this.#gatheredView = new Int32Array(mem.view);
   }
