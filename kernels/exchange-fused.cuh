@@ -339,14 +339,11 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   // thread walks them where they are few; where they are many (a combine with E = 128 took 12 µs
   // walking them), a warp takes a group, 32 members a step. `visit(m, c, at)`: member m, its
   // count c, its place at (from `pos`); returns the group's length.
-#ifdef A2AV_PROBE_XF_WALK_COST
-  // The combine's walk by the cheaper of the two, a warp's step taken as 8 of a thread's (a probe:
-  // docs/perf.md, "one walk of the groups"; the dispatch keeps its rule).
+  // Combine: the cheaper of the two, a warp's step costing about 8 of a thread's (measured: the
+  // small W = 8 combine 21.8 -> 20.3 µs, docs/perf.md "the combine's walk by cost"). The dispatch
+  // keeps the member count: the same rule there cost it 0.3-0.5 µs through code generation.
   const int warps = nt >> 5;
   const bool byWarp = byExpert ? M > XF_THREAD_MEMBERS : ((W * G + warps - 1) / warps) * ((M + 31) / 32) * 8 < ((W * G + nt - 1) / nt) * M;
-#else
-  const bool byWarp = M > XF_THREAD_MEMBERS;
-#endif
   const int lane32 = tid & 31;
   const int pairs = W * G, pairStep = byWarp ? nt >> 5 : nt;
   const auto walk = [&](int r, int g, i64 pos, auto visit) {
