@@ -32,6 +32,14 @@ export async function allGather(a: AllGatherArgs): Promise<Uint8Array[]> {
   return out;
 }
 
+/**
+ * Every rank reaches `key` (a host barrier). Unlike storeBarrier's shared counter, each rank has
+ * its own key, so a timeout names the first rank that did not come.
+ */
+export async function meet(a: Omit<AllGatherArgs, 'value'>): Promise<void> {
+  await allGather({ ...a, value: new Uint8Array(0) });
+}
+
 /** allGather of JSON values. */
 export async function allGatherJson<T>(a: Omit<AllGatherArgs, 'value'> & { value: T }): Promise<T[]> {
   return (await allGather({ ...a, value: encodeJson(a.value) })).map((b) => decodeJson<T>(b));

@@ -1,7 +1,7 @@
 // Rank programs for the failure semantics: bad splits are refused with a named error and nothing
 // written, a missing peer ends in a timeout naming it, host-side misuse throws at once.
 import type { AllToAllVArgs, Comm, DeviceBuffer } from '../../src/backends/backend.js';
-import { ClosedError } from '../../src/errors.js';
+import { ClosedError, CommAbortedError, TimeoutError } from '../../src/errors.js';
 import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
 import { Exchange } from './harness.js';
 import { colSum, makeSplits, rowSum, Rng } from './reference.js';
@@ -140,6 +140,57 @@ export async function timeout(comm: Comm, arg: TimeoutArg): Promise<number> {
   const waited = performance.now() - started;
   if (waited < arg.timeoutMs / 2) throw new Error(`gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms (${err.message})`);
   ex.verifyUntouched(`rank ${arg.absent} absent`);
+  return Math.round(waited);
+}
+
+export interface SetUpTimeoutArg extends TimeoutArg {
+  /** The set-up call the absent rank misses. */
+  first: 'barrier' | 'allocSymmetric';
+}
+
+/**
+ * Rank `absent` misses a set-up call (barrier or allocSymmetric): every other rank's ends in a
+ * TimeoutError naming it, and the communicator is ended: a retry, another set-up call and a
+ * collective all throw CommAbortedError carrying that timeout (a retry that waited again would pair
+ * with the late rank's first attempt, and every later set-up call would be off by one).
+ */
+export async function setUpTimeout(comm: Comm, arg: SetUpTimeoutArg): Promise<number> {
+  const W = comm.worldSize;
+  const ex = await Exchange.create(comm, sizes(4));
+  await comm.barrier();
+  if (comm.rank === arg.absent) return 0;
+  const label = `rank ${arg.absent} absent from ${arg.first}()`;
+  const started = performance.now();
+  const first = arg.first === 'barrier' ? comm.barrier() : comm.allocSymmetric(64);
+  const err = await first.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  const waited = performance.now() - started;
+  if (!(err instanceof TimeoutError)) throw new Error(`${label}: expected TimeoutError, got ${String(err)}`);
+  if (err.missingRank !== arg.absent || err.rank !== comm.rank) {
+    throw new Error(`${label}: TimeoutError names rank ${err.rank} waiting for ${err.missingRank}, expected ${comm.rank} waiting for ${arg.absent}`);
+  }
+  if (waited < arg.timeoutMs / 2) throw new Error(`${label}: gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms`);
+  const aborted = (what: string, e: unknown): void => {
+    if (!(e instanceof CommAbortedError) || e.cause !== err) throw new Error(`${label}: ${what} afterwards gave ${String(e)}, not CommAbortedError caused by the timeout`);
+  };
+  for (const [what, again] of [
+    ['barrier()', () => comm.barrier()],
+    ['allocSymmetric()', () => comm.allocSymmetric(64)],
+  ] as const) {
+    aborted(what, await again().then(() => undefined, (e: unknown) => e));
+  }
+  const S = makeSplits(new Rng(arg.seed, 5000), W, 'random', 2);
+  ex.prepare(arg.seed, 5000, S, 4);
+  let call: unknown;
+  try {
+    ex.call(4).wait();
+  } catch (e) {
+    call = e;
+  }
+  aborted('allToAllV', call);
+  ex.verifyUntouched(label);
   return Math.round(waited);
 }
 

@@ -40,6 +40,13 @@ export const suite: Case[] = [
     arg: { absent: -1, timeoutMs: TIMEOUT_CASE_MS },
     timeoutMs: TIMEOUT_CASE_MS,
   },
+  ...(['barrier', 'allocSymmetric'] as const).map((first) => ({
+    name: `set-up timeout W=3: a rank that misses ${first}() is named, and the communicator is ended (${TIMEOUT_CASE_MS} ms)`,
+    fn: 'setUpTimeout',
+    ranks: 3,
+    arg: { absent: -1, timeoutMs: TIMEOUT_CASE_MS, first },
+    timeoutMs: TIMEOUT_CASE_MS,
+  })),
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: a second lane works while the first holds an error`, fn: 'lanes', ranks: W, arg: { budget: 4096 } })),
   // W = 3 puts two ranks on one GPU where two are visible: the grids of both lanes of both exceed it.
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: large calls on both lanes at once, each grid all its lane may hold`, fn: 'lanesLarge', ranks: W, arg: { budget: 16 << 20, rounds: 3 } })),
@@ -97,6 +104,6 @@ export function notFor(backend: BackendName, c: Case): string | undefined {
 /** The argument a case's rank program gets: the suite's, the run's seed, and the absent rank of the timeout case. */
 export function caseArg(c: Case, seed: number): Record<string, unknown> {
   const arg: Record<string, unknown> = { ...c.arg, seed };
-  if (c.fn === 'timeout' || c.fn === 'allReduceTimeout' || c.fn === 'moeTokenTimeout') arg.absent = seed % c.ranks;
+  if (c.fn === 'timeout' || c.fn === 'setUpTimeout' || c.fn === 'allReduceTimeout' || c.fn === 'moeTokenTimeout') arg.absent = seed % c.ranks;
   return arg;
 }

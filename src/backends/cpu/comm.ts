@@ -23,7 +23,7 @@ import type {
 import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCaptureFn, checkPlan, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
-import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
+import { ClosedError, CommAbortedError, shown, TimeoutError, UsageError } from '../../errors.js';
 import { CpuReducer } from './all-reduce.js';
 import { checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
@@ -118,7 +118,7 @@ class CpuComm implements Comm, CheckContext {
     this.#usable();
     checkSize(bytes);
     const id = this.#nextSymmetricId++;
-    const regions = await this.#exchange.share(`sym/${id}`, bytes, this.timeoutMs);
+    const regions = await this.#setUp(this.#exchange.share(`sym/${id}`, bytes, this.timeoutMs, `allocSymmetric #${id}`));
     if (this.#broken !== undefined) {
       closeAll(regions); // closed while the peers were being mapped
       this.#usable();
@@ -268,7 +268,21 @@ class CpuComm implements Comm, CheckContext {
 
   async barrier(): Promise<void> {
     this.#usable();
-    await this.#exchange.meet(`barrier/${this.#barriers++}`, this.timeoutMs);
+    await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, this.timeoutMs));
+  }
+
+  /**
+   * A set-up wait (barrier, allocSymmetric) that timed out ends the communicator, as a lane's
+   * timeout does: ranks pair these calls by their order, so a retry here would pair with the late
+   * rank's first attempt and every later one would be off by one.
+   */
+  async #setUp<T>(wait: Promise<T>): Promise<T> {
+    try {
+      return await wait;
+    } catch (err) {
+      if (err instanceof TimeoutError) this.#broken ??= new CommAbortedError(this.rank, { cause: err });
+      throw err;
+    }
   }
 
   freeMemory(): number {

@@ -25,7 +25,7 @@ export class Rendezvous {
    * order (this rank's own region included). Named memory is unpublished once every peer has
    * mapped it. On failure nothing stays allocated or mapped here.
    */
-  async share(name: string, bytes: number, timeoutMs: number): Promise<SharedRegion[]> {
+  async share(name: string, bytes: number, timeoutMs: number, what = name): Promise<SharedRegion[]> {
     const own = this.memory.allocate(bytes);
     const regions: SharedRegion[] = [];
     try {
@@ -34,7 +34,7 @@ export class Rendezvous {
         const region = p === this.#rank ? own : this.memory.map(handle, p);
         regions.push(region);
         if (region.bytes !== bytes) {
-          throw new UsageError(`rank ${this.#rank}: ${name} is ${bytes} bytes here but ${region.bytes} on rank ${p} (every rank must ask for the same size)`);
+          throw new UsageError(`${what}: rank ${this.#rank} asked for ${bytes} bytes but rank ${p} for ${region.bytes} (every rank must ask for the same size)`);
         }
       }
       if (this.memory.named) {

@@ -31,7 +31,7 @@ import { EventRing, type HostWaiter } from '../stream-lane.js';
 import { checkAllReduce, checkAllToAllV, checkCaptureFn, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
-import { storeBarrier } from '../../world/barrier.js';
+import { meet } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
@@ -135,10 +135,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         lane.follow((stream as CudaStream | undefined) ?? this.#capture?.stream);
       },
       finish: (lane, what) => this.#finish(lane, what),
-      usable: () => {
-        this.#open();
-        if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
-      },
+      usable: () => this.#usable(),
     };
     this.#moe = new MoeCalls(host, init.moeModule);
     this.#allReduce = new AllReduceCalls(host, init.allReduceModule);
@@ -176,9 +173,9 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   async allocSymmetric(bytes: number): Promise<DeviceBuffer> {
-    this.#open();
+    this.#usable();
     this.#memory.checkBytes(bytes);
-    return this.#memory.adopt(await allocSymmetric(this.#symmetric, bytes, this.#symmetricCount++));
+    return this.#memory.adopt(await this.#setUp(allocSymmetric(this.#symmetric, bytes, this.#symmetricCount++)));
   }
 
   free(buf: DeviceBuffer): void {
@@ -423,12 +420,31 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
 
   // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
   async barrier(): Promise<void> {
-    this.#open();
-    return this.#meet();
+    this.#usable();
+    return this.#setUp(this.#meet());
   }
 
   #meet(): Promise<void> {
-    return storeBarrier(this.#store, { name: `a2av/cuda/comm/${this.#barriers++}`, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
+    return meet({ store: this.#store, key: `a2av/cuda/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
+  }
+
+  /**
+   * A set-up wait (barrier, allocSymmetric) that timed out ends the communicator, as a lane's
+   * timeout does: ranks pair these calls by their order, so a retry here would pair with the late
+   * rank's first attempt and every later one would be off by one.
+   */
+  async #setUp<T>(wait: Promise<T>): Promise<T> {
+    try {
+      return await wait;
+    } catch (err) {
+      if (err instanceof TimeoutError) this.#aborted ??= err;
+      throw err;
+    }
+  }
+
+  #usable(): void {
+    this.#open();
+    if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
   }
 
   freeMemory(): number {

@@ -36,8 +36,7 @@ import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { napMs } from '../../nccl/communicator.js';
-import { allGatherJson } from '../../world/all-gather.js';
-import { storeBarrier } from '../../world/barrier.js';
+import { allGatherJson, meet } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
@@ -108,7 +107,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     this.#usable();
     this.#memory.checkBytes(bytes);
     const id = this.#symmetricCount++;
-    const sizes = await allGatherJson({ store: this.#store, key: `${this.#key}/sym/${id}`, rank: this.rank, worldSize: this.worldSize, value: bytes, timeoutMs: this.timeoutMs });
+    const sizes = await this.#setUp(allGatherJson({ store: this.#store, key: `${this.#key}/sym/${id}`, rank: this.rank, worldSize: this.worldSize, value: bytes, timeoutMs: this.timeoutMs }));
     const odd = sizes.findIndex((n) => n !== bytes);
     if (odd >= 0) throw new UsageError(`allocSymmetric #${id}: rank ${this.rank} asked for ${bytes} bytes but rank ${odd} for ${sizes[odd]}`);
     return this.#memory.alloc(bytes, id);
@@ -304,12 +303,26 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
 
   // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
   async barrier(): Promise<void> {
-    this.#open();
-    return this.#meet();
+    this.#usable();
+    return this.#setUp(this.#meet());
   }
 
   #meet(): Promise<void> {
-    return storeBarrier(this.#store, { name: `${this.#key}/comm/${this.#barriers++}`, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
+    return meet({ store: this.#store, key: `${this.#key}/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
+  }
+
+  /**
+   * A set-up wait (barrier, allocSymmetric) that timed out ends the communicator, as a lane's
+   * timeout does: ranks pair these calls by their order, so a retry here would pair with the late
+   * rank's first attempt and every later one would be off by one.
+   */
+  async #setUp<T>(wait: Promise<T>): Promise<T> {
+    try {
+      return await wait;
+    } catch (err) {
+      if (err instanceof TimeoutError) this.#abort(err);
+      throw err;
+    }
   }
 
   freeMemory(): number {
