@@ -6,7 +6,7 @@ import { checkBuffer, checkWriteData, type CheckContext } from '../collectives/c
 import type { CudaDevice, CudaStream } from '../cuda/device.js';
 import { HostCopies } from '../cuda/host-copies.js';
 import { closeIpcMapping } from '../cuda/ipc.js';
-import { UsageError } from '../errors.js';
+import { shown, UsageError } from '../errors.js';
 
 export class GpuBuffer implements DeviceBuffer {
   freed = false;
@@ -52,7 +52,9 @@ export class GpuMemory {
 
   checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
     checkBuffer(this.ctx, `${what} buffer`, buf);
-    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(bytes) || offset < 0 || bytes < 0 || offset + bytes > buf.bytes)
+    if (!Number.isSafeInteger(offset) || offset < 0) throw new UsageError(`rank ${this.ctx.rank}: ${what}: offset must be a non-negative integer, got ${shown(offset)}`);
+    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${this.ctx.rank}: ${what}: byte count must be a non-negative integer, got ${shown(bytes)}`);
+    if (offset + bytes > buf.bytes)
       throw new UsageError(`rank ${this.ctx.rank}: ${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
   }
 

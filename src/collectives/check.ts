@@ -11,11 +11,16 @@ import {
   type DeviceBuffer,
   type Lane,
   type PlanCapacity,
+  type PeerCopyArgs,
+  type PlanAllToAllV2dArgs,
+  type PlanAllToAllV2dOffsetArgs,
+  type PlanAllToAllVArgs,
   type PlanMoveArgs,
 } from '../backends/backend.js';
 import { shown, UsageError } from '../errors.js';
 import type { ExchangeKind } from './exchange-rules.js';
 import { ELEMENT_BYTES } from './reduce.js';
+import { checkPlanShape } from '../tune/plan.js';
 
 /** majorAlign at most: 2^20 rows per expert block, far past any GEMM tile, keeps padding sums small. */
 export const MAX_MAJOR_ALIGN = 1 << 20;
@@ -66,19 +71,49 @@ export function checkLane(ctx: CheckContext, lane: Lane | undefined): number {
   return index;
 }
 
+/** Names whose list must hold every key of T: a key added to the type and not here fails to compile. */
+type Complete<T, K extends readonly string[]> = [Exclude<keyof T & string, K[number]>] extends [never] ? K : never;
+
+/** The names a call takes, as a set, checked complete against the call's argument type. */
+export function argNames<T>(): <const K extends readonly (keyof T & string)[]>(names: Complete<T, K>) => ReadonlySet<string> {
+  return (names) => new Set<string>(names);
+}
+
+export const ALL_TO_ALL_V_ARGS = argNames<AllToAllVArgs>()(['input', 'output', 'inSplits', 'outSplitsOffsets', 'rowBytes', 'lane', 'stream', 'sizeHintBytes', 'plan', 'maxBlocks']);
+export const ALL_TO_ALL_V2D_ARGS = argNames<AllToAllV2dArgs>()(['input', 'output', 'inSplits', 'outSplitsOffsets', 'expertsPerRank', 'rowBytes', 'majorAlign', 'lane', 'stream', 'sizeHintBytes', 'maxBlocks']);
+export const ALL_TO_ALL_V2D_OFFSET_ARGS = argNames<AllToAllV2dOffsetArgs>()(['input', 'output', 'inSplitsOffsets', 'outSplitsOffsets', 'expertsPerRank', 'rowBytes', 'lane', 'stream', 'sizeHintBytes', 'maxBlocks']);
+export const ALL_REDUCE_ARGS = argNames<AllReduceArgs>()(['input', 'output', 'count', 'dtype', 'op', 'lane', 'stream']);
+export const PLAN_MOVE_ARGS = argNames<PlanMoveArgs>()(['input', 'output', 'rowBytes', 'stream']);
+export const PEER_COPY_ARGS = argNames<PeerCopyArgs>()(['dst', 'dstOffset', 'peer', 'src', 'srcOffset', 'bytes', 'stream']);
+const PLAN_ARGS: Record<ExchangeKind, ReadonlySet<string>> = {
+  '1d': argNames<PlanAllToAllVArgs>()(['inSplits', 'outSplitsOffsets', 'lane', 'stream', 'maxBlocks', 'inputRows', 'outputRows']),
+  dispatch: argNames<PlanAllToAllV2dArgs>()(['inSplits', 'outSplitsOffsets', 'expertsPerRank', 'majorAlign', 'lane', 'stream', 'maxBlocks', 'inputRows', 'outputRows']),
+  combine: argNames<PlanAllToAllV2dOffsetArgs>()(['inSplitsOffsets', 'outSplitsOffsets', 'expertsPerRank', 'lane', 'stream', 'maxBlocks', 'inputRows', 'outputRows']),
+};
+
 /**
  * A call takes one object of named arguments: without it, reading the first field would be a bare
- * TypeError rather than a refusal that names the call.
+ * TypeError rather than a refusal that names the call. With `names`, a key it does not take is
+ * refused too: a misspelt option (`majoralign`) would otherwise be dropped and the call run
+ * without it.
  */
-export function checkArgsObject(ctx: CheckContext, call: string, args: unknown): void {
+export function checkArgsObject(ctx: CheckContext, call: string, args: unknown, names?: ReadonlySet<string>): void {
   if (args === null || typeof args !== 'object') {
     throw new UsageError(`rank ${ctx.rank}: ${call} takes one object of named arguments, got ${shown(args)}`);
   }
+  if (names === undefined) return;
+  for (const key in args) if (Object.hasOwn(args, key) && !names.has(key)) unknownArg(ctx, call, key, names);
+}
+
+function unknownArg(ctx: CheckContext, call: string, key: string, names: ReadonlySet<string>): never {
+  const near = [...names].find((n) => n.toLowerCase() === key.toLowerCase() || n.toLowerCase().startsWith(key.toLowerCase()) || key.toLowerCase().startsWith(n.toLowerCase()));
+  const hint = near === undefined ? '' : ` (did you mean '${near}'?)`;
+  throw new UsageError(`rank ${ctx.rank}: ${call} has no argument '${key}'${hint}; it takes ${[...names].join(', ')}`);
 }
 
 /** Checks an allToAllV call; returns the lane index to run it on. */
 export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
-  checkArgsObject(ctx, 'allToAllV', args);
+  checkArgsObject(ctx, 'allToAllV', args, ALL_TO_ALL_V_ARGS);
   checkRowBytes(ctx, args.rowBytes);
   const w = ctx.worldSize;
   // Constant labels: this runs on every call and must not build strings unless it throws.
@@ -87,6 +122,7 @@ export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
   checkMaxBlocks(ctx, args.maxBlocks);
   checkSizeHint(ctx, args.sizeHintBytes);
+  if (args.plan !== undefined) checkPlanShape(args.plan);
   return checkLane(ctx, args.lane);
 }
 
@@ -106,7 +142,7 @@ function checkSizeHint(ctx: CheckContext, bytes: number | undefined): void {
 
 /** Checks an allToAllV2d (dispatch) call; returns the lane index to run it on. */
 export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): number {
-  checkArgsObject(ctx, 'allToAllV2d', args);
+  checkArgsObject(ctx, 'allToAllV2d', args, ALL_TO_ALL_V2D_ARGS);
   checkRowBytes(ctx, args.rowBytes);
   const n = ctx.worldSize * checkExperts(ctx, args.expertsPerRank);
   checkMajorAlign(ctx, args.majorAlign);
@@ -120,7 +156,7 @@ export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): numb
 
 /** Checks an allToAllV2dOffset (combine) call; returns the lane index to run it on. */
 export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffsetArgs): number {
-  checkArgsObject(ctx, 'allToAllV2dOffset', args);
+  checkArgsObject(ctx, 'allToAllV2dOffset', args, ALL_TO_ALL_V2D_OFFSET_ARGS);
   checkRowBytes(ctx, args.rowBytes);
   const n = ctx.worldSize * checkExperts(ctx, args.expertsPerRank);
   checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
@@ -137,7 +173,7 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
  * only its own call).
  */
 export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
-  checkArgsObject(ctx, 'allReduce', args);
+  checkArgsObject(ctx, 'allReduce', args, ALL_REDUCE_ARGS);
   const { count, dtype, op } = args;
   if (!Number.isSafeInteger(count) || count < 0) throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer, got ${shown(count)}`);
   if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${shown(dtype, 'string')}`);
@@ -160,7 +196,7 @@ export interface PlanCheckArgs extends PlanCapacity {
 
 /** Checks the creation of an exchange plan of `kind`; returns the lane index to run it on. */
 export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheckArgs): number {
-  checkArgsObject(ctx, kind === '1d' ? 'planAllToAllV' : kind === 'dispatch' ? 'planAllToAllV2d' : 'planAllToAllV2dOffset', args);
+  checkArgsObject(ctx, kind === '1d' ? 'planAllToAllV' : kind === 'dispatch' ? 'planAllToAllV2d' : 'planAllToAllV2dOffset', args, PLAN_ARGS[kind]);
   for (const [what, rows] of [['inputRows', args.inputRows], ['outputRows', args.outputRows]] as const) {
     if (!Number.isSafeInteger(rows) || rows < 0) throw new UsageError(`rank ${ctx.rank}: plan ${what} must be a non-negative integer, got ${shown(rows)}`);
   }
@@ -174,7 +210,7 @@ export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheck
 
 /** Checks one payload of an exchange plan against the plan's capacity. */
 export function checkPlanMove(ctx: CheckContext, capacity: PlanCapacity, args: PlanMoveArgs): void {
-  checkArgsObject(ctx, 'plan.move', args);
+  checkArgsObject(ctx, 'plan.move', args, PLAN_MOVE_ARGS);
   checkRowBytes(ctx, args.rowBytes);
   checkPayload(ctx, args.input, args.output);
   checkRows(ctx, 'input', args.input, capacity.inputRows, args.rowBytes);

@@ -3,7 +3,7 @@
 // Buffers are checked as the communicator's own calls check them (ours, not freed, large enough),
 // then against the group's sizes.
 import { MAX_EXPERTS_PER_RANK, type Comm, type DeviceBuffer } from '../backends/backend.js';
-import { checkBuffer, checkLane, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
+import { argNames, checkArgsObject, checkBuffer, checkLane, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
 import { gatherOnce } from '../collectives/agree.js';
 import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
@@ -26,9 +26,16 @@ const optionsFail = (ctx: CheckContext) => (what: string): never => {
   throw new UsageError(`rank ${ctx.rank}: createMoeGroup: ${what}`);
 };
 
+export const MOE_GROUP_OPTIONS = argNames<MoeGroupOptions>()(['numExperts', 'topk', 'maxTokensPerRank', 'rowBytes', 'layout', 'expertAlignment', 'combineRowBytes', 'lane']);
+export const MOE_DISPATCH_ARGS = argNames<MoeDispatchArgs>()([
+  'x', 'topkIdx', 'topkIdxType', 'topkWeights', 'numTokens', 'recvX', 'recvTopkIdx', 'recvTopkWeights', 'expertCounts', 'expertOffsets', 'route', 'stream',
+]);
+export const MOE_COMBINE_ARGS = argNames<MoeCombineArgs>()(['y', 'route', 'out', 'topkWeights', 'dtype', 'bias', 'stream']);
+
 export function checkOptions(ctx: CheckContext, o: MoeGroupOptions): TokenShape {
   const fail = optionsFail(ctx);
   if (typeof o !== 'object' || o === null) fail(`options must be an object { numExperts, topk, maxTokensPerRank, rowBytes, layout }, got ${shown(o)}`);
+  checkArgsObject(ctx, 'createMoeGroup', o, MOE_GROUP_OPTIONS);
   const W = ctx.worldSize;
   if (o.layout !== 'expanded' && o.layout !== 'compact') fail(`layout must be 'expanded' or 'compact', got ${shown(o.layout, 'string')}`);
   if (!isInt(o.numExperts, W, W * MAX_EXPERTS_PER_RANK) || o.numExperts % W !== 0)

@@ -16,7 +16,7 @@ import { checkArgsObject } from '../collectives/check.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
-import { checkAgreedOptions, checkCombine, checkContext, checkDispatch } from './check.js';
+import { checkAgreedOptions, checkCombine, checkContext, checkDispatch, MOE_COMBINE_ARGS, MOE_DISPATCH_ARGS } from './check.js';
 import type { ComputeFactory, TokenBuffers, TokenCompute } from './compute.js';
 import { combineError, dispatchError } from './errors.js';
 import { HostCompute } from './host-compute.js';
@@ -238,9 +238,9 @@ class TokenGroup implements MoeGroup {
     return route;
   }
 
-  #usable(what: string, args: unknown): void {
+  #usable(what: 'dispatch' | 'combine', args: unknown): void {
     if (this.#closed) throw new UsageError(`rank ${this.#comm.rank}: this MoE group is closed`);
-    checkArgsObject(checkContext(this.#comm), `MoE ${what}`, args);
+    checkArgsObject(checkContext(this.#comm), `MoE ${what}`, args, what === 'dispatch' ? MOE_DISPATCH_ARGS : MOE_COMBINE_ARGS);
   }
 }
 

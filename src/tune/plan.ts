@@ -132,7 +132,12 @@ const checkThreads = (name: string, threads: unknown): void => {
     throw new UsageError(`${name} must be a multiple of 32 in [32, 1024], got ${shown(threads)}`);
 };
 
-export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
+/**
+ * What a plan must be on any backend (cpu runs no kernel, but takes the plans a GPU run would, so
+ * a plan refused there is refused here too): the residency check is validatePlan's, on the device.
+ */
+export function checkPlanShape(plan: LaunchPlan): void {
+  if (plan === null || typeof plan !== 'object') throw new UsageError(`plan must be { blocks, threads, grid? }, got ${shown(plan)}`);
   const { blocks, threads, grid } = plan;
   checkThreads('plan.threads', threads);
   if (grid !== undefined) {
@@ -140,6 +145,11 @@ export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
     checkThreads('plan.grid.threads', grid.threads);
   }
   if (!Number.isInteger(blocks) || blocks < 1) throw new UsageError(`plan.blocks must be a positive integer, got ${shown(blocks)}`);
+}
+
+export function validatePlan(plan: LaunchPlan, ctx: PlanContext): LaunchPlan {
+  checkPlanShape(plan);
+  const { blocks, threads, grid } = plan;
   const fair = Math.floor(ctx.residentBlocks(threads) / ctx.ranksOnDevice);
   if (blocks > fair)
     throw new UsageError(

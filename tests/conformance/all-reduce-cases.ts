@@ -122,6 +122,7 @@ function misuse(comm: Comm, b: ReduceBuffers): void {
     ['freed input', { input: freed }],
     ['lane past the last', { lane: { index: comm.laneCount, stream } }],
     ['negative lane', { lane: { index: -1, stream } }],
+    ['dType (misspelt dtype) beside dtype', { dType: 'bf16' }],
   ];
   // On cuda peers write the sum into every rank's output: it must be symmetric.
   if (comm.backend === 'cuda') cases.push(['output not symmetric', { output: comm.alloc(b.output.bytes) }]);

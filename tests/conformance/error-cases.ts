@@ -224,6 +224,9 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
     ['sizeHintBytes NaN', { sizeHintBytes: NaN }],
     ['sizeHintBytes -1', { sizeHintBytes: -1 }],
     ["sizeHintBytes '4096'", { sizeHintBytes: '4096' as never }],
+    ['sizehintbytes (misspelt)', { sizehintbytes: 4096 } as never],
+    ['plan of -1 blocks', { plan: { blocks: -1, threads: 256 } }],
+    ['plan of 7 threads', { plan: { blocks: 1, threads: 7 } }],
   ];
   ex.poison(1);
   for (const [label, change] of misuse) {

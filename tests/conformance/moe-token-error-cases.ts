@@ -134,6 +134,7 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
     ['expertAlignment 0', { expertAlignment: 0 }],
     ['expertAlignment with the compact layout', { layout: 'compact', expertAlignment: 4 }],
     ['a lane past the last', { lane: { index: comm.laneCount, stream: comm.lane(0).stream } }],
+    ['expertAlign (misspelt expertAlignment)', { expertAlign: 16 }],
   ];
   for (const [label, change] of options) await expectRejected(() => createMoeGroup(comm, { ...base, ...change } as never), `createMoeGroup with ${label}`);
 
@@ -155,6 +156,7 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
     ['recvTopkWeights without topkWeights', { recvTopkWeights: outputs.recvWeights }],
     [expanded ? 'recvTopkIdx with the expanded layout' : 'expertOffsets with the compact layout', expanded ? { recvTopkIdx: outputs.recvIdx } : { expertOffsets: outputs.offsets }],
     ['a route that is not the group\'s', { route: { layout: job.layout } as MoeRoute }],
+    ['numToken (misspelt numTokens)', { numToken: 1 } as never],
   ];
   for (const [label, change] of dispatches) expectUsageError(() => group.dispatch({ ...dispatchArgs, ...change }), `dispatch with ${label}`);
   const old = d({ count: 'host', idx64: true, weights: false, tokens: 0 });
@@ -171,6 +173,7 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
     ['out short of the tokens', { out: comm.alloc(1) }],
     ['y short of recvX', { y: comm.alloc(1) }],
     ['a route a later dispatch replaced', { route: old.route }],
+    ['weights (misspelt topkWeights)', { weights: inputs.weights } as never],
     ...(expanded ? [] : [['topkWeights with the compact layout', { topkWeights: inputs.weights }] as [string, Partial<MoeCombineArgs>]]),
   ];
   for (const [label, change] of combines) expectUsageError(() => group.combine({ ...combineArgs, ...change }), `combine with ${label}`);

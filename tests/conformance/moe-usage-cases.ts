@@ -40,6 +40,11 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ['plan with outputRows 1.5', () => comm.planAllToAllV2d({ ...p, outputRows: 1.5 })],
     ['plan with expertsPerRank 300', () => comm.planAllToAllV2d({ ...p, expertsPerRank: 300 })],
     ['1-D plan with inSplits smaller than int64[W]', () => comm.planAllToAllV({ inSplits: comm.alloc(8 * W - 1), outSplitsOffsets: moe.midOffsets, inputRows: 1, outputRows: 1 })],
+    // A misspelt option would otherwise be dropped and the call run without it (majorAlign 1 here).
+    ['dispatch with majoralign (misspelt)', () => comm.allToAllV2d({ ...d, majoralign: 2 } as never)],
+    ['combine with rowbytes beside rowBytes', () => comm.allToAllV2dOffset({ ...c, rowbytes: ROW_BYTES } as never)],
+    ['plan with majoralign (misspelt)', () => comm.planAllToAllV2d({ ...p, majoralign: 2 } as never)],
+    ['1-D plan with sizeHintBytes (not a plan option)', () => comm.planAllToAllV({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, inputRows: 1, outputRows: 1, sizeHintBytes: 8 } as never)],
     ['combine plan with inSplitsOffsets smaller than int64[2][E*W]', () => comm.planAllToAllV2dOffset({ inSplitsOffsets: small, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, inputRows: 1, outputRows: 1 })],
   ];
   moe.poison(1);
@@ -59,6 +64,7 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ['move with an input smaller than the plan\'s rows', () => plan.move({ ...m, rowBytes: ROW_BYTES + 1 })],
     ['move into a buffer that is not symmetric', () => plan.move({ ...m, output: local })],
     ['move with rowBytes -1', () => plan.move({ ...m, rowBytes: -1 })],
+    ['move with lane (a plan moves on its own lane)', () => plan.move({ ...m, lane: comm.lane(0) } as never)],
   ];
   for (const [label, fn] of moves) expectUsageError(fn, label);
   plan.close();

@@ -332,7 +332,9 @@ function checkSize(bytes: number): void {
 }
 
 function checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
-  if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(bytes) || offset < 0 || bytes < 0 || offset + bytes > buf.bytes) {
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new UsageError(`${what}: offset must be a non-negative integer, got ${shown(offset)}`);
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`${what}: byte count must be a non-negative integer, got ${shown(bytes)}`);
+  if (offset + bytes > buf.bytes) {
     throw new UsageError(`${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
   }
 }

@@ -28,7 +28,7 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkAllReduce, checkAllToAllV, checkCaptureFn, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkArgsObject, checkCaptureFn, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { meet } from '../../world/all-gather.js';
@@ -200,6 +200,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
 
   copyToPeer(args: PeerCopyArgs): void {
     this.#open();
+    checkArgsObject(this, 'copyToPeer', args, PEER_COPY_ARGS);
     this.#memory.copyToPeer(args, args.stream ?? this.#lanes[0].stream);
   }
 
