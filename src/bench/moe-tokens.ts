@@ -18,7 +18,7 @@ import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
-import { alignColumns, counted, formatGBps, formatMicros } from './table.js';
+import { alignColumns, counted, formatGBps, formatMicros, formatRatio } from './table.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
 
@@ -245,7 +245,7 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
       const x = r.rows[i];
       if (!x) return [];
       const g = (us: number | undefined) => (us === undefined ? '-' : formatMicros(us));
-      return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, g(x.graphUs), String(Math.round(x.bytes)), formatGBps(x.GBps), formatMicros(x.oneDUs), g(x.oneDGraphUs), x.vsOneD.toFixed(2)]];
+      return [[String(x.tokens), r.backend, formatMicros(x.timeUs), `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`, g(x.graphUs), String(Math.round(x.bytes)), formatGBps(x.GBps), formatMicros(x.oneDUs), g(x.oneDGraphUs), formatRatio(x.vsOneD)]];
     }),
   );
   return [...lines, ...alignColumns([head, ...table], [1])].join('\n') + '\n';

@@ -218,8 +218,10 @@ function formatRange(min: number | null | undefined, max: number | null | undefi
   return lo === '-' || hi === '-' ? '-' : `${lo}-${hi}`;
 }
 
-function formatRatio(x: number | null | undefined): string {
-  return typeof x === 'number' && Number.isFinite(x) ? x.toFixed(2) : '-';
+/** Two decimals, or two significant digits below 0.1, where two decimals would read 0.00 or 0.01. */
+export function formatRatio(x: number | null | undefined): string {
+  if (typeof x !== 'number' || !Number.isFinite(x)) return '-';
+  return x !== 0 && Math.abs(x) < 0.1 ? x.toPrecision(2) : x.toFixed(2);
 }
 
 /** A line describing the run, a line per note on the columns, then the columns right-aligned. */

@@ -8,7 +8,7 @@ import { makeSplits, PATTERNS, ROW_SIZES, Rng } from './reference.js';
 
 export { allReduce, allReduceLanes, allReduceMismatch, allReduceReplay, allReduceTimeout } from './all-reduce-cases.js';
 export { closedCalls, setUpTimeout, splitsErrors, timeout, usage } from './error-cases.js';
-export { lanes, lanesLarge } from './lane-cases.js';
+export { lanes, lanesCrossed, lanesLarge } from './lane-cases.js';
 export { ownOutcomes } from './outcome-cases.js';
 export { callerStream } from './stream-cases.js';
 export { captureRefused } from './nccl-cases.js';

@@ -49,6 +49,29 @@ export async function lanes(comm: Comm, arg: LanesArg): Promise<number> {
   return call - 5000;
 }
 
+/**
+ * Ranks issue their calls across lanes in different orders: odd ranks lane 1 first, even ranks lane
+ * 0 first, small and large calls. Lanes are independent channels, so each lane's calls pair by their
+ * order on that lane alone (cuda: the calls are queued and both lanes' kernels are resident at once).
+ */
+export async function lanesCrossed(comm: Comm, arg: LanesArg & { rounds: number }): Promise<number> {
+  const W = comm.worldSize;
+  const [l0, l1] = [comm.lane(0), comm.lane(1)];
+  const a = await Exchange.create(comm, sizesFor(W, arg.budget));
+  const b = await Exchange.create(comm, sizesFor(W, arg.budget));
+  const rng = new Rng(arg.seed, 0xe6);
+  let call = 7000;
+  for (let round = 0; round < arg.rounds; round++) {
+    const rowBytes = rng.pick([16, 1000, 4096]);
+    const rows = round % 2 === 0 ? 2 : maxRowsFor(arg.budget, rowBytes);
+    const onA = { ex: a, lane: l0, rowBytes, splits: makeSplits(new Rng(arg.seed, ++call), W, 'random', rows), call };
+    const onB = { ex: b, lane: l1, rowBytes, splits: makeSplits(new Rng(arg.seed, ++call), W, 'skew', rows), call };
+    const [first, second] = comm.rank % 2 === 1 ? [onB, onA] : [onA, onB];
+    bothLanes(arg.seed, first, second, round % 2 === 0 ? 'queued' : 'reverse', `issued lane ${first.lane.index} first on rank ${comm.rank} (round ${round})`);
+  }
+  return call - 7000;
+}
+
 /** One call on each of two lanes. */
 interface LaneCall {
   ex: Exchange;

@@ -50,6 +50,13 @@ export const suite: Case[] = [
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: a second lane works while the first holds an error`, fn: 'lanes', ranks: W, arg: { budget: 4096 } })),
   // W = 3 puts two ranks on one GPU where two are visible: the grids of both lanes of both exceed it.
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: large calls on both lanes at once, each grid all its lane may hold`, fn: 'lanesLarge', ranks: W, arg: { budget: 16 << 20, rounds: 3 } })),
+  ...[2, 3].map((W) => ({
+    name: `lanes crossed W=${W}: ranks issue their two lanes' calls in different orders, small and large calls`,
+    fn: 'lanesCrossed',
+    ranks: W,
+    arg: { budget: 1 << 20, rounds: 4 },
+    only: { backend: 'cuda' as const, why: 'cpu runs a call when it is made and nccl waits on the host for its peers\' splits: there ranks issue calls across lanes in one order (README, "Handles and ordering")' },
+  })),
   { name: 'usage W=2: host-side misuse throws UsageError at once', fn: 'usage', ranks: 2, arg: {} },
   { name: 'caller stream W=2: a call on the caller\'s stream runs after the copies queued there, launched early or not', fn: 'callerStream', ranks: 2, arg: { calls: 6, budget: 4096 } },
   { name: 'closed W=2: every call after close() throws ClosedError; close() again is a no-op', fn: 'closedCalls', ranks: 2, arg: {} },
