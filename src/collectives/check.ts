@@ -205,6 +205,9 @@ export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheck
   if (kind === 'combine') checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
   else checkBuffer(ctx, kind === '1d' ? 'inSplits (int64[W])' : 'inSplits (int64[W*E])', args.inSplits, 8 * n);
   checkBuffer(ctx, kind === 'dispatch' ? 'outSplitsOffsets (int64[2][E*W])' : 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
+  if ((kind === 'combine' ? args.inSplitsOffsets : args.inSplits) === args.outSplitsOffsets) {
+    throw new UsageError(`rank ${ctx.rank}: the plan's splits in and outSplitsOffsets are the same buffer (give each its own)`);
+  }
   return checkLane(ctx, args.lane);
 }
 
@@ -252,4 +255,7 @@ function checkPayload(ctx: CheckContext, input: DeviceBuffer, output: DeviceBuff
   }
   if (output === input) throw new UsageError(`rank ${ctx.rank}: output and input are the same buffer`);
   if (output === splitsA || output === splitsB) throw new UsageError(`rank ${ctx.rank}: output must not also hold splits`);
+  // The call writes the offsets it receives while its own kernels (and a graph's next replay) may
+  // still read the splits: one buffer for both would read half-overwritten splits.
+  if (splitsA !== undefined && splitsA === splitsB) throw new UsageError(`rank ${ctx.rank}: the splits in and outSplitsOffsets are the same buffer (give each its own)`);
 }

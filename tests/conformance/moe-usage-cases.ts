@@ -35,6 +35,8 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ['combine with inSplitsOffsets smaller than int64[2][E*W]', () => comm.allToAllV2dOffset({ ...c, inSplitsOffsets: small })],
     ['combine with outSplitsOffsets smaller than int64[2][W*E]', () => comm.allToAllV2dOffset({ ...c, outSplitsOffsets: small })],
     ['combine with output = input', () => comm.allToAllV2dOffset({ ...c, output: moe.mid })],
+    ['dispatch with inSplits = outSplitsOffsets', () => comm.allToAllV2d({ ...d, inSplits: moe.midOffsets })],
+    ['combine with inSplitsOffsets = outSplitsOffsets', () => comm.allToAllV2dOffset({ ...c, inSplitsOffsets: moe.backOffsets })],
     ['combine on a lane past the last', () => comm.allToAllV2dOffset({ ...c, lane: { index: comm.laneCount, stream: comm.lane(0).stream } })],
     ['plan with negative inputRows', () => comm.planAllToAllV2d({ ...p, inputRows: -1 })],
     ['plan with outputRows 1.5', () => comm.planAllToAllV2d({ ...p, outputRows: 1.5 })],
@@ -43,6 +45,7 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     // A misspelt option would otherwise be dropped and the call run without it (majorAlign 1 here).
     ['dispatch with majoralign (misspelt)', () => comm.allToAllV2d({ ...d, majoralign: 2 } as never)],
     ['combine with rowbytes beside rowBytes', () => comm.allToAllV2dOffset({ ...c, rowbytes: ROW_BYTES } as never)],
+    ['plan with inSplits = outSplitsOffsets', () => comm.planAllToAllV2d({ ...p, inSplits: moe.midOffsets })],
     ['plan with majoralign (misspelt)', () => comm.planAllToAllV2d({ ...p, majoralign: 2 } as never)],
     ['1-D plan with sizeHintBytes (not a plan option)', () => comm.planAllToAllV({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, inputRows: 1, outputRows: 1, sizeHintBytes: 8 } as never)],
     ['combine plan with inSplitsOffsets smaller than int64[2][E*W]', () => comm.planAllToAllV2dOffset({ inSplitsOffsets: small, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, inputRows: 1, outputRows: 1 })],
