@@ -112,13 +112,17 @@ interface LaunchFlags {
 
 const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
-function integer(min: number) {
+function integer(min: number, max = Number.MAX_SAFE_INTEGER, why = '') {
   return (text: string): number => {
     const n = Number(text);
     if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(n) || n < min) throw new InvalidArgumentError(`expected an integer >= ${min}`);
+    if (n > max) throw new InvalidArgumentError(`expected an integer <= ${max}${why}`);
     return n;
   };
 }
+
+/** Seeds: the split layouts and the pipeline's data are drawn from 32 bits, so a larger seed would repeat a smaller one's. */
+const seedInteger = integer(0, 2 ** 32 - 1, ' (layouts and data are drawn from a 32-bit seed)');
 
 function size(text: string): number {
   try {
@@ -172,7 +176,7 @@ const benchCommand = program
     '(the small MoE step: --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096; its graph µs is µs per dispatch in a CUDA graph)', integer(1))
   .option('--max-blocks <n>', 'cuda: every call at most this many thread blocks (its maxBlocks, an SM budget that leaves the rest to compute beside it); ' +
     'run once per budget and plot the results together to see bandwidth against SMs used', integer(1))
-  .option('--seed <n>', 'seed of the split layouts', integer(0), 1)
+  .option('--seed <n>', 'seed of the split layouts', seedInteger, 1)
   .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
@@ -204,7 +208,7 @@ benchCommand
   .addOption(new Option('--arms <list>', 'arms to run, in this order').argParser(armList).default([...ARMS], ARMS.join(',')))
   .option('--iters <n>', 'timed steps per arm: the median and spread are over them (default 200; 100 with cpu)', integer(1))
   .option('--warmup <n>', 'untimed steps before them (default 20)', integer(0))
-  .option('--seed <n>', 'seed of the synthetic batches and the initial weights', integer(0), 1)
+  .option('--seed <n>', 'seed of the synthetic batches and the initial weights', seedInteger, 1)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--input-dist-blocks <n>', 'at most this many thread blocks for each input-dist all-to-all on cuda: the SM budget of the lane that ' +
     'overlaps the compute (default: the launch plan\'s)', integer(1))
@@ -385,7 +389,9 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     try {
       return await runPipeline(
         { backend, ranks, shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
-          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, inputDistBlocks: flags.inputDistBlocks, gemm },
+          seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, gemm,
+          // cuda's budget only: nccl and cpu refuse one.
+          inputDistBlocks: backend === 'cuda' ? flags.inputDistBlocks : undefined },
         progress,
       );
     } finally {

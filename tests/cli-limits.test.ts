@@ -142,6 +142,14 @@ describe('a2av: rank and expert counts the run cannot take, before a rank starts
   });
 });
 
+describe('a2av: --seed past 32 bits, which would repeat a smaller seed\'s layouts', () => {
+  it('bench and bench pipeline', () => {
+    const why = "option '--seed <n>' argument '4294967297' is invalid. expected an integer <= 4294967295 (layouts and data are drawn from a 32-bit seed)";
+    refused(['bench', '--backend', 'cpu', '--splits', 'zipf', '--seed', '4294967297'], why);
+    refused(['bench', 'pipeline', '--backend', 'cpu', '--seed', '4294967297'], why);
+  });
+});
+
 describe('a2av: a bad A2AV_* switch, before any rank starts', () => {
   const withSwitch = (name: string, value: string, args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 20_000, env: { ...process.env, [name]: value } });
   it('bench on cpu refuses a switch only the cuda backend reads; launch refuses it for its ranks', () => {

@@ -97,6 +97,12 @@ describe('pipeline on cpu', () => {
     }
   });
 
+  test('runPipeline: each step\'s figures are one rank\'s, so with one step exposed = step - compute', async () => {
+    const result = await runPipeline({ backend: 'cpu', ranks: 2, shape: 'tiny', arms: [...ARMS], warmup: 1, iters: 1, seed: 5, trace: false });
+    assert.ok(result);
+    for (const a of result.arms) assert.equal(a.exposedUs, a.steps.medianUs - a.computeUs, `${a.arm}: ${JSON.stringify({ step: a.steps.medianUs, compute: a.computeUs, exposed: a.exposedUs })}`);
+  });
+
   test('runPipeline refuses bad options by name, before any step (as the CLI refuses its flags)', async () => {
     const base = { backend: 'cpu' as const, ranks: 1, shape: 'tiny' as const, arms: ['one-lane' as Arm], warmup: 0, iters: 1, seed: 1, trace: false };
     const bad: [Record<string, unknown>, RegExp][] = [
@@ -109,6 +115,8 @@ describe('pipeline on cpu', () => {
       [{ warmup: -1 }, /pipeline: warmup must be an integer >= 0, got -1/],
       [{ seed: 0.5 }, /pipeline: seed must be an integer >= 0, got 0\.5/],
       [{ gemm: 'fast' }, /pipeline: gemm must be 'auto', 'cublas' or 'kernel', got 'fast'/],
+      [{ gemm: 'cublas' }, /pipeline: gemm 'cublas' is for cuda and nccl/],
+      [{ inputDistBlocks: 4 }, /pipeline: inputDistBlocks is the cuda backend's SM budget .*; cpu has none/],
     ];
     for (const [change, message] of bad) {
       await assert.rejects(runPipeline({ ...base, ...change } as never), (err: Error) => err.name === 'UsageError' && message.test(err.message), JSON.stringify(change));

@@ -122,6 +122,10 @@ export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankConte
   // Said before any arm runs: else every arm before the first two-lane one runs to its end first.
   const twoLane = arg.arms.find((arm) => arm !== 'one-lane');
   if (twoLane !== undefined && comm.laneCount < 2) throw new UsageError(`pipeline arm ${twoLane} needs 2 lanes; the communicator has ${comm.laneCount}`);
+  // As the CLI: cuBLAS sums in its own order (cpu's GEMMs are host loops, and would run unsaid), and
+  // the budget binds cuda's kernels only (echoed in the result, it would name a budget nothing kept).
+  if (arg.gemm === 'cublas' && comm.backend === 'cpu') throw new UsageError("pipeline: gemm 'cublas' is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel)");
+  if (arg.inputDistBlocks !== undefined && comm.backend !== 'cuda') throw new UsageError(`pipeline: inputDistBlocks is the cuda backend's SM budget (the input dist's maxBlocks); ${comm.backend} has none`);
   const lead = comm.rank === 0;
   const report = (m: PipelineReport) => lead && ctx?.report(m);
   const layout = new Layout(shapeOf(arg.shape), comm.worldSize, comm.rank);
@@ -164,8 +168,10 @@ export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankConte
 
 function armResult(ranks: ArmRun[]): ArmResult {
   const iters = ranks[0].stepUs.length;
-  const slowest = (f: (r: ArmRun, i: number) => number) => Array.from({ length: iters }, (_, i) => Math.max(...ranks.map((r) => f(r, i))));
-  const stepUs = slowest((r, i) => r.stepUs[i]);
+  // Each step's figures come from one rank, the slowest in that step (it sets the pace): taking each
+  // column's maximum over ranks apart mixed ranks, so exposed + compute could pass the step.
+  const pacer = Array.from({ length: iters }, (_, i) => ranks.reduce((b, r) => (r.stepUs[i] > b.stepUs[i] ? r : b)));
+  const stepUs = pacer.map((r, i) => r.stepUs[i]);
   const sorted = [...stepUs].sort((a, b) => a - b);
   const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
   const phases = Object.fromEntries(PHASES.map((p) => [p, Math.max(...ranks.map((r) => medianOr0(r.spans.filter((s) => s.name === p).map((s) => s.endUs - s.startUs))))]));
@@ -175,8 +181,8 @@ function armResult(ranks: ArmRun[]): ArmResult {
     arm: ranks[0].arm,
     steps: { medianUs: med, p10Us: pct(0.1), p90Us: pct(0.9), minUs: sorted[0], maxUs: sorted[sorted.length - 1] },
     itPerSec: 1e6 / med,
-    computeUs: median(slowest((r, i) => r.computeUs[i])),
-    exposedUs: median(slowest((r, i) => r.stepUs[i] - r.computeUs[i])),
+    computeUs: median(pacer.map((r, i) => r.computeUs[i])),
+    exposedUs: median(pacer.map((r, i) => r.stepUs[i] - r.computeUs[i])),
     hostBlockedUs: Math.max(...ranks.map((r) => r.hostBlockedUs)),
     hostIssueUs: Math.max(...ranks.map((r) => r.hostIssueUs)),
     phases: phases as Record<Phase, number>,

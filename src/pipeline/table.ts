@@ -80,6 +80,7 @@ export function inputDistUs(r: Pick<ArmResult, 'phases'>): number {
 
 export function formatPipelineTable(results: readonly PipelineResult[]): string {
   const first = results[0];
+  const budget = results.find((r) => r.inputDistBlocks !== undefined)?.inputDistBlocks;
   const s = first.shape;
   const { rows, problems, notes } = pipelineRows(results);
   const withNccl = rows.some((r) => r.vsNcclOneLane !== null);
@@ -87,8 +88,8 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
   const head = [
     `# a2av bench pipeline: ${s.name} (${s.features} features, dim ${s.dim}, ${s.rows} rows a table, batch ${s.batch} a rank, pooling ${s.pooling}, ` +
       `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${counted(first.ranks, 'rank')}, ${first.device}, ${first.date}`,
-    `# ${first.iters} timed steps after ${counted(first.warmup, 'warm-up step')}; each step's figure is the slowest rank's; step µs = median, p10-p90 = its spread`,
-    ...(first.inputDistBlocks === undefined ? [] : [`# input dist: at most ${first.inputDistBlocks} thread blocks per all-to-all (its lane's SM budget; cuda)`]),
+    `# ${first.iters} timed steps after ${counted(first.warmup, 'warm-up step')}; each step's figures are its slowest rank's (step, compute and exposed alike); step µs = median, p10-p90 = its spread`,
+    ...(budget === undefined ? [] : [`# input dist: at most ${budget} thread blocks per all-to-all (its lane's SM budget; cuda)`]),
     ...results.map((r) => `# ${r.backend} clock: ${r.clock}; GEMMs: ${r.gemm}`),
     ...(withNccl ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),
     '# vs one-lane = it/s over the same backend\'s one-lane it/s; compute µs = the compute stream busy per step (median); ' +
