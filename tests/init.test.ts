@@ -52,6 +52,44 @@ test('a store that cannot be reached ends init() with a StoreError, not a hang',
   assert.ok(ms < 5000, `took ${ms} ms`);
 });
 
+/** A port nothing listens on now. */
+async function freePort(): Promise<number> {
+  const probe = createServer().listen(0, '127.0.0.1');
+  await once(probe, 'listening');
+  const port = (probe.address() as { port: number }).port;
+  probe.close();
+  await once(probe, 'close');
+  return port;
+}
+
+test('ranks started without a2av launch (torchrun\'s, Slurm\'s, Open MPI\'s variables) meet at A2AV_STORE_PORT, served by rank 0', T, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const W = 3;
+  const common = { WORLD_SIZE: String(W), LOCAL_WORLD_SIZE: String(W), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  // Rank 0 last: the others retry until its store is up.
+  const ranks = [2, 1, 0].map((r) => rankProcess({ ...common, RANK: String(r), LOCAL_RANK: String(r) }, 10_000));
+  const done = await Promise.all(ranks);
+  for (const { code, line } of done) {
+    assert.equal(code, 0, JSON.stringify(line));
+    assert.ok(line.result > 0, JSON.stringify(line));
+  }
+  assert.deepEqual(done.map((d) => d.line.rank).sort(), [0, 1, 2]);
+});
+
+test('A2AV_STORE_PORT without a token, or not a port, is a UsageError', T, async () => {
+  const env = { RANK: '0', WORLD_SIZE: '1', MASTER_ADDR: '127.0.0.1', MASTER_PORT: '1' };
+  for (const [extra, message] of [
+    [{ A2AV_STORE_PORT: String(await freePort()), A2AV_STORE_TOKEN: '' }, /A2AV_STORE_PORT: rank 0 serves the job's store at MASTER_ADDR with A2AV_STORE_TOKEN; set both/],
+    [{ A2AV_STORE_PORT: '70000', A2AV_STORE_TOKEN: 'x'.repeat(16) }, /A2AV_STORE_PORT="70000" is not a port/],
+  ] as const) {
+    const { code, line } = await rankProcess({ ...env, ...extra }, 2000);
+    assert.equal(code, 1);
+    assert.equal(line.error.name, 'UsageError');
+    assert.match(line.error.message, message);
+  }
+});
+
 test('a store that goes away during set-up fails the waiting rank at once and leaves no shared memory', T, async () => {
   const token = randomBytes(16).toString('hex');
   const server = await TcpStoreServer.listen({ token });

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 import { UsageError } from '../errors.js';
-import { JOB_ID_ENV, STORE_TOKEN_ENV } from '../world/env.js';
+import { JOB_ID_ENV, STORE_PORT_ENV, STORE_TOKEN_ENV } from '../world/env.js';
 import { ERROR_FILE_ENV } from '../world/exit-record.js';
 import { removeShmFiles } from '../world/shm-files.js';
 import { TcpStoreServer } from '../world/tcp-store.js';
@@ -198,6 +198,9 @@ class Job {
       MASTER_ADDR: masterAddr,
       MASTER_PORT: String(this.#port),
       [STORE_TOKEN_ENV]: this.#token,
+      // This launcher serves the store at MASTER_PORT: a port from the caller's environment would
+      // have rank 0 serve a second one.
+      [STORE_PORT_ENV]: undefined,
       [JOB_ID_ENV]: this.#jobId,
       // torchrun's variable, so that a rank writes the same record under either launcher.
       [ERROR_FILE_ENV]: this.#records.pathFor(nodeRank * nprocs + localRank),

@@ -22,6 +22,23 @@ export interface RankEnv {
 export const STORE_TOKEN_ENV = 'A2AV_STORE_TOKEN';
 
 /**
+ * Where no a2av launch serves the job's store (torchrun, srun, mpirun), the port rank 0 serves it
+ * on, at MASTER_ADDR; every rank connects there. Unset: every rank connects to MASTER_PORT (a2av
+ * launch's store, or a TcpStoreServer the job runs itself). Under torchrun MASTER_PORT is
+ * torchrun's own store, whose protocol is not this one: give another port.
+ */
+export const STORE_PORT_ENV = 'A2AV_STORE_PORT';
+
+/** A2AV_STORE_PORT as a port, or undefined when unset. */
+export function storePort(env: Env = process.env): number | undefined {
+  const text = env[STORE_PORT_ENV];
+  if (text === undefined || text === '') return undefined;
+  const port = Number(text.trim());
+  if (!/^\d{1,5}$/.test(text.trim()) || port < 1 || port > 65535) throw new UsageError(`${STORE_PORT_ENV}=${JSON.stringify(text)} is not a port (1..65535)`);
+  return port;
+}
+
+/**
  * Names the job on this node (a2av launch sets it): the cpu backend puts it in its shared-memory
  * file names, so that the launcher can remove what a killed rank left in /dev/shm.
  */

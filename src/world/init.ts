@@ -4,10 +4,11 @@
 import type { BackendName, Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
 import { UsageError } from '../errors.js';
-import { rankEnv, STORE_TOKEN_ENV } from './env.js';
+import { rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
 import { recordUncaughtErrors } from './exit-record.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
+import { StoreServerThread } from './store-server-thread.js';
 import { TcpStoreClient } from './tcp-store.js';
 
 export interface InitOptions {
@@ -32,13 +33,20 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   const place = rankEnv();
   if (place === undefined) {
     throw new UsageError('init(): this process was not started as a rank (no RANK/WORLD_SIZE, Slurm or Open MPI variables); ' +
-      `start it with a2av launch -n N -- <command>, or torchrun/srun/mpirun with MASTER_ADDR, MASTER_PORT and ${STORE_TOKEN_ENV} set, ` +
+      `start it with a2av launch -n N -- <command>, or torchrun/srun/mpirun with MASTER_ADDR, ${STORE_PORT_ENV} (rank 0 serves the store there) and ${STORE_TOKEN_ENV} set, ` +
       'or run ranks as threads with runRanks()');
   }
   recordUncaughtErrors();
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const backend = options.backend ?? (await defaultBackend());
-  const store = await TcpStoreClient.connectFromEnv({ timeoutMs });
+  const served = await serveStore(place);
+  let store: TcpStoreClient;
+  try {
+    store = await TcpStoreClient.connectFromEnv({ timeoutMs });
+  } catch (err) {
+    await served?.close();
+    throw err;
+  }
   let comm: Comm;
   try {
     comm = await createComm({
@@ -53,6 +61,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     });
   } catch (err) {
     await store.close();
+    await served?.close();
     throw err;
   }
   // The store outlives every backend's own use of it; the caller's one close() ends both.
@@ -62,9 +71,42 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     (closing ??= (async () => {
       try {
         await closeComm();
+        if (served !== undefined) await othersLeft(store, place.worldSize, timeoutMs);
+        // Past the communicator's own close: a store already gone only means nobody waits for this.
+        else await store.set(`${LEFT}/${place.rank}`, new Uint8Array(1)).catch(() => {});
       } finally {
         await store.close();
+        await served?.close();
       }
     })());
   return comm;
+}
+
+const LEFT = 'a2av/init/left';
+
+/**
+ * Rank 0's store, where A2AV_STORE_PORT asks for it (no a2av launch serves one): bound on
+ * MASTER_ADDR, as a2av launch binds its own, in a thread of its own (store-server-thread.ts says
+ * why). The others retry their connection until it is up.
+ */
+async function serveStore(place: { rank: number; masterAddr: string | undefined }): Promise<StoreServerThread | undefined> {
+  const port = storePort();
+  if (port === undefined || place.rank !== 0) return undefined;
+  const token = storeToken();
+  if (place.masterAddr === undefined || token === undefined) {
+    throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
+  }
+  return StoreServerThread.start({ token, host: place.masterAddr, port });
+}
+
+/** Rank 0 keeps its store up until every other rank has closed (bounded: a rank that died never says so). */
+async function othersLeft(store: TcpStoreClient, worldSize: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let r = 1; r < worldSize; r++) {
+    try {
+      await store.get(`${LEFT}/${r}`, Math.max(1, deadline - Date.now()));
+    } catch {
+      return;
+    }
+  }
 }

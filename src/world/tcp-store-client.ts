@@ -2,7 +2,7 @@
 import { connect as netConnect, type Socket } from 'node:net';
 import { shown, StoreError, UsageError } from '../errors.js';
 import { storeBarrier } from './barrier.js';
-import { rankEnv, STORE_TOKEN_ENV, storeToken } from './env.js';
+import { rankEnv, STORE_PORT_ENV, STORE_TOKEN_ENV, storePort, storeToken } from './env.js';
 import type { Store } from './store.js';
 import {
   decodeReply,
@@ -113,10 +113,11 @@ export class TcpStoreClient implements Store {
     const { env = process.env, ...timeouts } = options;
     const place = rankEnv(env);
     const token = storeToken(env);
-    if (place?.masterAddr === undefined || place.masterPort === undefined || token === undefined) {
-      throw new UsageError(`no store to connect to: set MASTER_ADDR, MASTER_PORT and ${STORE_TOKEN_ENV} (a2av launch does)`);
+    const port = storePort(env) ?? place?.masterPort;
+    if (place?.masterAddr === undefined || port === undefined || token === undefined) {
+      throw new UsageError(`no store to connect to: set MASTER_ADDR, MASTER_PORT (or ${STORE_PORT_ENV}: rank 0 serves the store there) and ${STORE_TOKEN_ENV} (a2av launch does)`);
     }
-    return TcpStoreClient.connect({ host: place.masterAddr, port: place.masterPort, token, ...timeouts });
+    return TcpStoreClient.connect({ host: place.masterAddr, port, token, ...timeouts });
   }
 
   async set(key: string, value: Uint8Array): Promise<void> {
