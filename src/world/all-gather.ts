@@ -40,6 +40,20 @@ export async function meet(a: Omit<AllGatherArgs, 'value'>): Promise<void> {
   await allGather({ ...a, value: new Uint8Array(0) });
 }
 
+/**
+ * A communicator's set-up wait (barrier, allocSymmetric) whose TimeoutError ends it (`end`), as a
+ * lane's timeout does, then rethrown: ranks pair these calls by their order, so a retry would pair
+ * with the late rank's first attempt and every later one would be off by one.
+ */
+export async function endingOnTimeout<T>(wait: Promise<T>, end: (err: TimeoutError) => void): Promise<T> {
+  try {
+    return await wait;
+  } catch (err) {
+    if (err instanceof TimeoutError) end(err);
+    throw err;
+  }
+}
+
 /** allGather of JSON values. */
 export async function allGatherJson<T>(a: Omit<AllGatherArgs, 'value'> & { value: T }): Promise<T[]> {
   return (await allGather({ ...a, value: encodeJson(a.value) })).map((b) => decodeJson<T>(b));

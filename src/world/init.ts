@@ -72,8 +72,9 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
       try {
         await closeComm();
         if (served !== undefined) await othersLeft(store, place.worldSize, timeoutMs);
-        // Past the communicator's own close: a store already gone only means nobody waits for this.
-        else await store.set(`${LEFT}/${place.rank}`, new Uint8Array(1)).catch(() => {});
+        // Only rank 0's own store waits for this (a2av launch's outlives every rank). Past the
+        // communicator's close, a store already gone only means nobody waits for it.
+        else if (storePort() !== undefined) await store.set(`${LEFT}/${place.rank}`, new Uint8Array(1)).catch(() => {});
       } finally {
         await store.close();
         await served?.close();

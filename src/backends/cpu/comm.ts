@@ -23,7 +23,8 @@ import type {
 import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCaptureFn, checkPlan, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
-import { ClosedError, CommAbortedError, shown, TimeoutError, UsageError } from '../../errors.js';
+import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
+import { endingOnTimeout } from '../../world/all-gather.js';
 import { CpuReducer } from './all-reduce.js';
 import { checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
@@ -271,18 +272,9 @@ class CpuComm implements Comm, CheckContext {
     await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, this.timeoutMs));
   }
 
-  /**
-   * A set-up wait (barrier, allocSymmetric) that timed out ends the communicator, as a lane's
-   * timeout does: ranks pair these calls by their order, so a retry here would pair with the late
-   * rank's first attempt and every later one would be off by one.
-   */
-  async #setUp<T>(wait: Promise<T>): Promise<T> {
-    try {
-      return await wait;
-    } catch (err) {
-      if (err instanceof TimeoutError) this.#broken ??= new CommAbortedError(this.rank, { cause: err });
-      throw err;
-    }
+  /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
+  #setUp<T>(wait: Promise<T>): Promise<T> {
+    return endingOnTimeout(wait, (err) => (this.#broken ??= new CommAbortedError(this.rank, { cause: err })));
   }
 
   freeMemory(): number {

@@ -31,7 +31,7 @@ import { EventRing, type HostWaiter } from '../stream-lane.js';
 import { checkAllReduce, checkAllToAllV, checkArgsObject, checkCaptureFn, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
-import { meet } from '../../world/all-gather.js';
+import { endingOnTimeout, meet } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
@@ -429,18 +429,9 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     return meet({ store: this.#store, key: `a2av/cuda/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
   }
 
-  /**
-   * A set-up wait (barrier, allocSymmetric) that timed out ends the communicator, as a lane's
-   * timeout does: ranks pair these calls by their order, so a retry here would pair with the late
-   * rank's first attempt and every later one would be off by one.
-   */
-  async #setUp<T>(wait: Promise<T>): Promise<T> {
-    try {
-      return await wait;
-    } catch (err) {
-      if (err instanceof TimeoutError) this.#aborted ??= err;
-      throw err;
-    }
+  /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
+  #setUp<T>(wait: Promise<T>): Promise<T> {
+    return endingOnTimeout(wait, (err) => (this.#aborted ??= err));
   }
 
   #usable(): void {

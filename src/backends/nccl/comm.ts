@@ -36,7 +36,7 @@ import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { napMs } from '../../nccl/communicator.js';
-import { allGatherJson, meet } from '../../world/all-gather.js';
+import { allGatherJson, endingOnTimeout, meet } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
@@ -311,18 +311,9 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     return meet({ store: this.#store, key: `${this.#key}/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
   }
 
-  /**
-   * A set-up wait (barrier, allocSymmetric) that timed out ends the communicator, as a lane's
-   * timeout does: ranks pair these calls by their order, so a retry here would pair with the late
-   * rank's first attempt and every later one would be off by one.
-   */
-  async #setUp<T>(wait: Promise<T>): Promise<T> {
-    try {
-      return await wait;
-    } catch (err) {
-      if (err instanceof TimeoutError) this.#abort(err);
-      throw err;
-    }
+  /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
+  #setUp<T>(wait: Promise<T>): Promise<T> {
+    return endingOnTimeout(wait, (err) => this.#abort(err));
   }
 
   freeMemory(): number {
