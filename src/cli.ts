@@ -465,8 +465,10 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   checkSizeRange(cmd, { min: flags.min, max });
   const element = flags.dtype === 'f32' ? 4 : 2;
   if (flags.min < element) fail(`--min ${formatBytes(flags.min)} is smaller than one ${flags.dtype} element`);
+  if (Math.ceil(flags.min / element) * element > max) fail(`no whole number of ${flags.dtype} elements lies between --min ${formatBytes(flags.min)} and --max ${formatBytes(max)}`);
   const { doublingSizes } = await import('./bench/units.js');
-  const sizes = doublingSizes(flags.min, max);
+  // Whole elements, each rounded up: no size below --min.
+  const sizes = doublingSizes(flags.min, max, element);
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
       process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
@@ -507,7 +509,7 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   const { readTable } = await import('./tune/table.js');
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);
-  const sizes = doublingSizes(flags.min, flags.max);
+  const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
   let bar: SingleBar | undefined;
   const out = await runTune(
     { ranks, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
@@ -727,9 +729,10 @@ function errorLine(err: unknown): string {
 }
 
 /**
- * Refuses --min past --max, or below one row. A bound the user did not type is named as the default
- * it is, with the option to give: "--min 512 KiB is larger than --max 1 KiB" after only --max 1K
- * would blame an option never given.
+ * Refuses --min past --max, below one row, or a range holding no whole row (the sweep's sizes are
+ * whole rows, each rounded up, never past --max). A bound the user did not type is named as the
+ * default it is, with the option to give: "--min 512 KiB is larger than --max 1 KiB" after only
+ * --max 1K would blame an option never given.
  */
 function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max: number; rowBytes?: number }): void {
   const given = (key: string) => cmd.getOptionValueSource(key) === 'cli';
@@ -738,9 +741,13 @@ function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max
     if (given('min')) fail(`--min ${formatBytes(min)} is larger than ${dflt('max')}--max ${formatBytes(max)}${given('max') ? '' : ': give --max too'}`);
     fail(`--max ${formatBytes(max)} is smaller than the default --min ${formatBytes(min)}: give --min too`);
   }
-  if (rowBytes === undefined || min >= rowBytes) return;
-  if (given('min')) fail(`--min ${formatBytes(min)} is smaller than one row (${dflt('rowBytes')}--row-bytes ${formatBytes(rowBytes)})`);
-  fail(`--row-bytes ${formatBytes(rowBytes)} is larger than the default --min ${formatBytes(min)}: give --min too`);
+  if (rowBytes === undefined) return;
+  if (min < rowBytes) {
+    if (given('min')) fail(`--min ${formatBytes(min)} is smaller than one row (${dflt('rowBytes')}--row-bytes ${formatBytes(rowBytes)})`);
+    fail(`--row-bytes ${formatBytes(rowBytes)} is larger than the default --min ${formatBytes(min)}: give --min too`);
+  }
+  if (Math.ceil(min / rowBytes) * rowBytes > max)
+    fail(`no whole number of ${formatBytes(rowBytes)} rows (${dflt('rowBytes')}--row-bytes) lies between ${dflt('min')}--min ${formatBytes(min)} and ${dflt('max')}--max ${formatBytes(max)}`);
 }
 
 function fail(message: string): never {

@@ -33,7 +33,7 @@ test('cpu, 2 ranks, f32 and bf16: every size checked and timed', { timeout: 60_0
   }
 });
 
-test('sizes are whole elements: each rounded down, none below one element', { timeout: 60_000 }, () => {
+test('sizes are whole elements: a list given rounded down, the CLI sweep rounded up from --min', { timeout: 60_000 }, () => {
   assert.deepEqual(wholeElements([6, 12], 'f32'), [4, 12]);
   assert.deepEqual(wholeElements([3, 6], 'bf16'), [2, 6]);
   assert.throws(() => wholeElements([1, 2], 'bf16'), { name: 'UsageError', message: 'bench allreduce: 1 bytes is less than one bf16 element (2 bytes)' });
@@ -41,7 +41,7 @@ test('sizes are whole elements: each rounded down, none below one element', { ti
   const run = spawnSync(process.execPath, [cli, 'bench', 'allreduce', '--backend', 'cpu', '--min', '6', '--max', '20', '--repeats', '1', '--iters', '1', '--json'], { encoding: 'utf8' });
   assert.equal(run.status, 0, run.stderr);
   const rows = (JSON.parse(run.stdout) as AllReduceBenchResult).rows;
-  assert.deepEqual(rows.map((r) => [r.bytes, r.count]), [[4, 1], [12, 3]]);
+  assert.deepEqual(rows.map((r) => [r.bytes, r.count]), [[8, 2], [12, 3]]);
 });
 
 test('a wrong element is named with its index and the expected sum', { timeout: 60_000 }, async () => {

@@ -22,7 +22,7 @@ describe('runBench on the cpu backend', () => {
     assert.equal(result.ranks, 3);
     assert.equal(result.repeats, 3);
     assert.equal(result.device, 'cpu thread');
-    assert.deepEqual(result.rows.map((r) => r.bytes), [585 * 7, 1170 * 7, 2340 * 7]);
+    assert.deepEqual(result.rows.map((r) => r.bytes), [586 * 7, 1171 * 7, 2340 * 7]);
     assert.deepEqual(streamed, result.rows);
     for (const r of result.rows) {
       for (const v of [r.timeUs, r.refUs, r.algbwGBps, r.busbwGBps, r.refRatio]) assert.ok(Number.isFinite(v) && v > 0, JSON.stringify(r));

@@ -54,4 +54,16 @@ describe('doublingSizes', () => {
     assert.deepEqual(doublingSizes(3, 20), [3, 6, 12]);
     assert.deepEqual(doublingSizes(8, 8), [8]);
   });
+  it('rounds each size up to whole units, never below min nor past max, without repeats', () => {
+    assert.deepEqual(doublingSizes(1500, 6000, 1024), [2048, 3072, 5120]);
+    assert.deepEqual(doublingSizes(7, 40, 4), [8, 16, 28]);
+    assert.deepEqual(doublingSizes(5, 9, 4), [8]);
+    assert.deepEqual(doublingSizes(1000, 5000, 1024), [1024, 2048, 4096]);
+    for (const [min, max, unit] of [[3, 100, 7], [1 << 20, 3 << 20, 14336], [9, 70, 8]] as const) {
+      const sizes = doublingSizes(min, max, unit);
+      for (const s of sizes) assert.ok(s >= min && s <= max && s % unit === 0, `${s} in [${min}, ${max}], a multiple of ${unit}`);
+      assert.equal(new Set(sizes).size, sizes.length);
+    }
+    assert.throws(() => doublingSizes(5, 7, 4), /no multiple of 4 bytes lies between 5 B and 7 B/);
+  });
 });

@@ -173,8 +173,9 @@ export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: 
 }
 
 /**
- * Each size rounded down to whole elements, as the all-to-all sweep rounds to whole rows: a row's
- * bytes are then its count × the element's size. A size below one element is a UsageError.
+ * Each size of a list given here rounded down to whole elements (the CLI's sweep is whole already,
+ * each size rounded up from --min): a row's bytes are then its count × the element's size. A size
+ * below one element is a UsageError.
  */
 export function wholeElements(sizes: readonly number[], dtype: ReduceDtype): number[] {
   const eb = ELEMENT_BYTES[dtype];

@@ -93,10 +93,8 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
     const all = arg.sizes.map((bytesPerRank) =>
       makeSplits({ kind: arg.splits, worldSize: w, bytesPerRank, rowBytes: arg.rowBytes, seed: arg.seed, experts: shape.experts }));
     const { plans, memory, note } = fitToMemory(comm, agree, all, shape, arg.sizes, reference.kind);
-    // Each rank sends whole rows: the plan names the bytes a size moves, and says where that is less than asked.
-    const moved = all.slice(0, plans.length).map((splits) => splits.rowsPerRank * arg.rowBytes);
-    const rounded = moved.some((bytes, i) => bytes !== arg.sizes[i]) ? `sizes rounded down to whole ${arg.rowBytes}-byte rows` : undefined;
-    report({ type: 'plan', device: comm.deviceName, sizes: moved, note: [note, rounded].filter(Boolean).join('; ') || undefined });
+    // The sizes are whole rows (runBench rounds them), so each is the bytes a rank sends.
+    report({ type: 'plan', device: comm.deviceName, sizes: arg.sizes.slice(0, plans.length), note });
 
     const bench = await OpBench.create(comm, shape, memory, keep);
     const copy = reference.timesCopy ? { src: keep(comm.alloc(memory.copyBytes)), dst: keep(comm.alloc(memory.copyBytes)) } : undefined;

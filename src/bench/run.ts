@@ -7,13 +7,14 @@ import type { BenchOp } from './ops.js';
 import type { PlanReport, ProgressReport, RowReport, SweepArg, SweepReport, SweepResult, WrongElsewhere } from './rank.js';
 import type { SplitsKind } from './splits.js';
 import type { BenchResult } from './table.js';
-import { doublingSizes } from './units.js';
+import { UsageError } from '../errors.js';
+import { doublingSizes, formatBytes } from './units.js';
 import { WrongResultError } from './verify.js';
 
 export interface BenchOptions {
   backend: BackendName;
   ranks: number;
-  /** Input bytes per rank of the first size; sizes double up to maxBytes. At least rowBytes. */
+  /** Input bytes per rank of the first size; sizes double up to maxBytes, each rounded up to whole rows (never past maxBytes). */
   minBytes: number;
   maxBytes: number;
   splits: SplitsKind;
@@ -49,7 +50,7 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   const date = new Date().toISOString();
   let device = '';
   const arg: SweepArg = {
-    sizes: doublingSizes(opts.minBytes, opts.maxBytes),
+    sizes: wholeRowSizes(opts),
     splits: opts.splits,
     rowBytes: opts.rowBytes,
     op: opts.op,
@@ -93,4 +94,10 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */
 function stoppedError(stop: WrongElsewhere, rank: number): WrongResultError {
   return new WrongResultError({ ...stop, reportedBy: rank });
+}
+
+function wholeRowSizes({ minBytes, maxBytes, rowBytes }: Pick<BenchOptions, 'minBytes' | 'maxBytes' | 'rowBytes'>): number[] {
+  if (minBytes < rowBytes || Math.ceil(minBytes / rowBytes) * rowBytes > maxBytes)
+    throw new UsageError(`bench: no whole number of ${formatBytes(rowBytes)} rows lies between ${formatBytes(minBytes)} and ${formatBytes(maxBytes)} per rank`);
+  return doublingSizes(minBytes, maxBytes, rowBytes);
 }

@@ -32,9 +32,20 @@ export function formatBytes(bytes: number): string {
   return text === '1024.0' && unit < UNITS.length - 1 ? `1.0 ${UNITS[unit + 1]}` : `${text} ${UNITS[unit]}`;
 }
 
-/** min, 2·min, 4·min, … up to and including max when the doubling lands on it. */
-export function doublingSizes(min: number, max: number): number[] {
+/**
+ * min, 2·min, 4·min, … up to and including max when the doubling lands on it; with `unit` (a row, an
+ * element), each rounded up to whole units but not past max's last whole unit, repeats dropped, so
+ * every size moved lies in [min, max]. A range holding no whole unit is a RangeError.
+ */
+export function doublingSizes(min: number, max: number, unit = 1): number[] {
+  const top = max - (max % unit);
+  if (Math.ceil(min / unit) * unit > top) {
+    throw new RangeError(`no multiple of ${unit} bytes lies between ${formatBytes(min)} and ${formatBytes(max)}`);
+  }
   const sizes: number[] = [];
-  for (let s = min; s <= max; s *= 2) sizes.push(s);
+  for (let s = min; s <= max; s *= 2) {
+    const whole = Math.min(Math.ceil(s / unit) * unit, top);
+    if (whole !== sizes.at(-1)) sizes.push(whole);
+  }
   return sizes;
 }
