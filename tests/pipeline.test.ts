@@ -338,6 +338,21 @@ describe('pipeline on GPUs', () => {
     }
   });
 
+  test('cuda W=2, the DLRM shape with cuBLAS (GEMMs far past the check\'s): every arm ends, to the same bits', { timeout: 300_000 }, async (t) => {
+    // cuBLAS loads the kernels of a GEMM shape at its first launch, and the load waits for every
+    // kernel on a shared GPU: unless the model's GEMMs ran before the first collective, a rank held
+    // there left its peer's collective spinning out its timeout, call after call.
+    const why = (await gpuUnavailable('cuda', 2)) ?? (await cublasUnavailable());
+    if (why) return t.skip(why);
+    const arg: ArmsArg = { shape: 'dlrm', arms: [...ARMS], seed: 3, warmup: 1, iters: 2, gemm: 'cublas' };
+    const perRank = await runRanks<ArmsArg, RankArm[]>({ backend: 'cuda', ranks: 2, timeoutMs: 20_000 }, programs, 'arms', arg);
+    for (let r = 0; r < 2; r++) {
+      const [first, ...rest] = perRank[r];
+      assert.ok(first.loss.length === 3 && first.loss.every(Number.isFinite), `rank ${r}: a finite loss every step`);
+      for (const other of rest) assert.deepEqual([other.loss, other.tables, other.params], [first.loss, first.tables, first.params], `rank ${r}: ${other.arm} against ${first.arm}`);
+    }
+  });
+
   test('nccl W=2 (host-side splits): the same bits', async (t) => {
     const why = await gpuUnavailable('nccl', 2);
     if (why) return t.skip(why);

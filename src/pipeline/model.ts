@@ -126,7 +126,24 @@ export class Model {
     splits(b.lenSplits, (p) => layout.owned[p] * B);
     splits(b.outSplits, () => layout.local * B);
     splits(b.gradSplits, (p) => layout.owned[p] * B);
+    model.#warmUp();
     return model;
+  }
+
+  /**
+   * The dense layers forward and backward once, waited for, before any collective of the model:
+   * every GEMM kernel a step launches is then loaded. cuBLAS loads a kernel at its first launch, and
+   * the driver's load waits for the kernels running in the context, a peer rank's collective too
+   * where ranks share a GPU; inside a step that collective spins until this rank, held in the load,
+   * queues its own, so each waits out its timeout. The check of createCompute used small GEMMs,
+   * whose kernels are not the model's. What this writes, a step overwrites or runArm initialises.
+   */
+  #warmUp(): void {
+    this.bottomForward(0, 0);
+    this.topForward(0);
+    this.topBackward();
+    this.bottomBackward();
+    this.compute.sync(this.compute.compute);
   }
 
   /** Bytes one rank allocates for a shape (to say why a run does not fit). */
