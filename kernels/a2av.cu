@@ -193,6 +193,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       rec.rank = sMismatch;
       rec.needed = pq[rows ? 2 : 3];
       rec.available = pay0[rows ? 2 : 3];
+      rec.expert = rows ? A2AV_FIELD_ROW_BYTES : A2AV_FIELD_OUTPUT;
     } else if (sNegative != A2AV_NONE) {
       const int q = sNegative / W, r = sNegative % W;
       rec.code = A2AV_ERR_NEGATIVE;

@@ -268,7 +268,8 @@ extern "C" __global__ void __launch_bounds__(AR_THREADS) ar_reduce(const ArParam
       const i64* hq = hdr + (i64)sMismatch * A2AV_AR_HEADER;
       int j = 0;
       while (hq[j] == hdr[j]) ++j;
-      record_refusal(h, StatusRecord{A2AV_ERR_MISMATCH, sMismatch, 0, hq[j], hdr[j], me, c.seq, -1});
+      const i64 field = j == 0 ? A2AV_FIELD_COUNT : j == 1 ? A2AV_FIELD_DTYPE : j == 2 ? A2AV_FIELD_OP : A2AV_FIELD_OUTPUT;
+      record_refusal(h, StatusRecord{A2AV_ERR_MISMATCH, sMismatch, 0, hq[j], hdr[j], me, c.seq, field});
     }
     const i64 tileElements = p.dtype == AR_BF16 ? ArType<AR_BF16>::tileElements : ArType<AR_F32>::tileElements;
     lane_ar_rounds(lane, W)[1] = c.base + (refused || oneShot ? 0 : ar_round_count(p.count, tileElements, W));

@@ -52,6 +52,17 @@ __device__ __forceinline__ void pdl_release() {
 #define A2AV_WAIT_AR_HEADER 6  // allReduce: a peer's count, dtype, op and output
 #define A2AV_WAIT_AR_DATA 7    // allReduce: a peer's contribution
 #define A2AV_WAIT_AR_SLOT 8    // allReduce: an owner freeing its staging slot
+// Which field differs, in a mismatch's record (its expert word; src/collectives/status.ts
+// MismatchCode). The MoE round-1 header compares kind, rowBytes, outId, experts, align in that
+// order: A2AV_FIELD_KIND + its index.
+#define A2AV_FIELD_KIND 1
+#define A2AV_FIELD_ROW_BYTES 2
+#define A2AV_FIELD_OUTPUT 3
+#define A2AV_FIELD_EXPERTS 4
+#define A2AV_FIELD_ALIGN 5
+#define A2AV_FIELD_COUNT 6  // allReduce's header: count, dtype, op, output id
+#define A2AV_FIELD_DTYPE 7
+#define A2AV_FIELD_OP 8
 
 // Records of refused calls kept per lane, by sequence number modulo this: a handle reads its own
 // call's record as long as fewer than this many later calls were queued on its lane (the host's

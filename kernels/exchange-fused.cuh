@@ -312,7 +312,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
       const int q = (int)st.mis;
       int j = 0;
       while (hdr[q * XF_HDR + j] == hdr[j]) ++j;
-      st.v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, hdr[q * XF_HDR + j], hdr[j]};
+      st.v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, A2AV_FIELD_KIND + j, hdr[q * XF_HDR + j], hdr[j]};
     }
     __syncthreads();
     for (int k = tid; k < W * A2AV_X2_HEADER; k += nt)

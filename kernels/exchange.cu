@@ -184,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
   } else if (st.at != X_NONE) {
     const int q = (int)st.at;
     const bool rows = got[2 * q] != got[0];
-    refuse(XCall{p, h, lane, gate, seq}, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, got[2 * q + (rows ? 0 : 1)], got[rows ? 0 : 1]}, false);
+    refuse(XCall{p, h, lane, gate, seq}, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, rows ? A2AV_FIELD_ROW_BYTES : A2AV_FIELD_OUTPUT, got[2 * q + (rows ? 0 : 1)], got[rows ? 0 : 1]}, false);
   } else {
     *gate = 0;
   }

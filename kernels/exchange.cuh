@@ -259,7 +259,7 @@ __device__ void receiver_verdict(XBlockState& st, const XParams& p, const i64* x
       const int q = (int)st.mis;
       int j = 0;
       while (xin[(i64)q * A2AV_X1_WORDS + j] == xin[j]) ++j;
-      v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, -1, xin[(i64)q * A2AV_X1_WORDS + j], xin[j]};
+      v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, A2AV_FIELD_KIND + j, xin[(i64)q * A2AV_X1_WORDS + j], xin[j]};
     } else {
       if (st.at2 != X_NONE)
         for (int q = 0; q < W; ++q)
@@ -298,7 +298,9 @@ __device__ void refuse(const XCall& c, const XVerdict& v, bool intoPlan) {
                    : prio == X_PRIO_INPUT    ? A2AV_ERR_INPUT_OVERFLOW
                                              : A2AV_ERR_OUTPUT_OVERFLOW;
   const XParams& p = c.p;
-  record_refusal(c.h, StatusRecord{code, v.rank, v.peer, v.needed, v.available, p.rank, c.seq, p.kind == X_1D ? -1 : v.expert});
+  // A mismatch's expert word names the field that differs (A2AV_FIELD_*), whatever the call.
+  const i64 expert = p.kind == X_1D && code != A2AV_ERR_MISMATCH ? -1 : v.expert;
+  record_refusal(c.h, StatusRecord{code, v.rank, v.peer, v.needed, v.available, p.rank, c.seq, expert});
   if (intoPlan) {
     for (int j = 0; j < 6; ++j) p.plan[1 + j] = verdict_word(v, j);
     p.plan[0] = code;

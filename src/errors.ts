@@ -1,4 +1,6 @@
 // One base class with a stable `code`; one subclass per failure, with typed fields.
+import { ExchangeKind } from './collectives/exchange-records.js';
+import { DTYPE_CODE, OP_CODE } from './collectives/reduce.js';
 
 export class A2avError extends Error {
   readonly code: string;
@@ -119,6 +121,37 @@ export class TimeoutError extends A2avError {
 
 export type SplitsProblem = 'negative' | 'input-overflow' | 'output-overflow' | 'mismatch';
 
+/**
+ * What a mismatch found different from rank 0's call, the first in the order compared: the call's
+ * kind (allToAllV, allToAllV2d, allToAllV2dOffset on one lane), its row size, its output buffer
+ * (symmetric buffer ids), its experts or alignment; an allReduce's count, dtype or op.
+ */
+export type MismatchField = 'kind' | 'rowBytes' | 'output' | 'expertsPerRank' | 'majorAlign' | 'count' | 'dtype' | 'op';
+
+/** How a mismatch's values read in its message, per field: the codes records and kernels use, by name. */
+const CALL_OF_KIND: Record<ExchangeKind, string> = { '1d': 'allToAllV', dispatch: 'allToAllV2d', combine: 'allToAllV2dOffset' };
+const byCode = (codes: Record<string, number>, name: (key: string) => string = (key) => key): Record<string, string> =>
+  Object.fromEntries(Object.entries(codes).map(([key, code]) => [String(code), name(key)]));
+const KIND_OPS = byCode(ExchangeKind, (kind) => CALL_OF_KIND[kind as ExchangeKind]);
+const DTYPES = byCode(DTYPE_CODE);
+const OPS = byCode(OP_CODE);
+
+function mismatchText(field: MismatchField, rank: number, needed: bigint, available: bigint): string {
+  const named = (names: Record<string, string>, v: bigint) => names[String(v)] ?? `code ${v}`;
+  switch (field) {
+    case 'kind':
+      return `rank ${rank} called ${named(KIND_OPS, needed)} where rank 0 called ${named(KIND_OPS, available)}`;
+    case 'output':
+      return `another output buffer (symmetric buffer ${needed} where rank 0's is ${available})`;
+    case 'dtype':
+      return `dtype ${named(DTYPES, needed)} where rank 0's is ${named(DTYPES, available)}`;
+    case 'op':
+      return `op ${named(OPS, needed)} where rank 0's is ${named(OPS, available)}`;
+    default:
+      return `${field} ${needed} where rank 0's is ${available}`;
+  }
+}
+
 const INT64_MAX = 0x7fffffffffffffffn;
 
 /** What SplitsError carries: the problem and where it is. */
@@ -138,6 +171,8 @@ export interface SplitsFault {
   reportedBy: number;
   /** The operation refused (allToAllV, allToAllV2d, allToAllV2dOffset, allReduce), where known: a mismatch names what it compares. */
   op?: string;
+  /** A mismatch: the first field found different (needed = this rank's value, available = rank 0's). */
+  field?: MismatchField;
 }
 
 /**
@@ -155,6 +190,7 @@ export class SplitsError extends A2avError implements SplitsFault {
   readonly available: bigint;
   readonly reportedBy: number;
   readonly op?: string;
+  readonly field?: MismatchField;
 
   constructor(f: SplitsFault) {
     super('A2AV_SPLITS', SplitsError.describe({ ...f, expert: f.expert ?? -1, op: f.op ?? '' }));
@@ -166,6 +202,7 @@ export class SplitsError extends A2avError implements SplitsFault {
     this.available = f.available;
     this.reportedBy = f.reportedBy;
     if (f.op !== undefined) this.op = f.op;
+    if (f.field !== undefined) this.field = f.field;
   }
 
   /** The splits' sum does not fit int64 (`needed` is then INT64_MAX, not a row count). */
@@ -173,7 +210,7 @@ export class SplitsError extends A2avError implements SplitsFault {
     return this.needed >= INT64_MAX;
   }
 
-  private static describe(f: Required<SplitsFault>): string {
+  private static describe(f: Required<Omit<SplitsFault, 'field'>> & Pick<SplitsFault, 'field'>): string {
     const { rank, needed, available } = f;
     const at = `(reported by rank ${f.reportedBy})`;
     const where = (f.peer >= 0 ? `peer ${f.peer}` : 'the padding') + (f.expert >= 0 ? `, expert ${f.expert}` : '');
@@ -191,9 +228,11 @@ export class SplitsError extends A2avError implements SplitsFault {
           ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at ${where} ${at}`
           : `rank ${rank}: receives ${needed} rows (passing the output at ${where}) but the output holds ${available} ${at}`;
       case 'mismatch': {
-        // The kernels compare these fields with rank 0's and report the first that differs.
+        const call = `rank ${rank}: ${f.op ? `its ${f.op}` : 'call'} does not match rank 0's`;
+        if (f.field !== undefined) return `${call}: ${mismatchText(f.field, rank, needed, available)} ${at}`;
+        // No field named (a SplitsError made by hand, a code this build does not know): what is compared.
         const fields = f.op === 'allReduce' ? 'count, element type or output buffer' : 'call kind, row size, output buffer, experts or alignment';
-        return `rank ${rank}: ${f.op ? `its ${f.op}` : 'call'} does not match rank 0's (${fields} differ: ${needed} vs ${available}) ${at}`;
+        return `${call} (${fields} differ: ${needed} vs ${available}) ${at}`;
       }
     }
   }

@@ -48,5 +48,6 @@ export {
   UnsupportedDeviceError,
   UsageError,
   type LibrarySearch,
+  type MismatchField,
   type SplitsProblem,
 } from './errors.js';

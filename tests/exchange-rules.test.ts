@@ -7,12 +7,14 @@ import { describe, it } from 'node:test';
 import { recordsOf, sendChunks, splitsOffsets, verdict, type Chunk, type RankCall } from '../src/collectives/exchange-calls.js';
 import { ExchangeKind, judge } from '../src/collectives/exchange-rules.js';
 import { Routing } from '../src/collectives/exchange-routing.js';
-import { StatusCode, type StatusEntry } from '../src/collectives/status.js';
+import { MismatchCode, StatusCode, type StatusEntry } from '../src/collectives/status.js';
 import { Rng } from './conformance/reference.js';
 
 const MAX = 0x7fffffffffffffffn;
 const cap = (x: bigint): bigint => (x > MAX ? MAX : x);
 const FIELDS = ['kind', 'rowBytes', 'outId', 'experts', 'align'] as const;
+/** What a mismatch of each names (its record's expert word). */
+const NAMED = { kind: 'kind', rowBytes: 'rowBytes', outId: 'output', experts: 'expertsPerRank', align: 'majorAlign' } as const;
 
 interface Call {
   kind: ExchangeKind;
@@ -68,7 +70,9 @@ function reference(calls: Call[], by: number): StatusEntry | undefined {
   const entry = (code: StatusCode, rank: number, peer: number, expert: number, needed: bigint, available: bigint): StatusEntry => ({ code, rank, peer, needed, available, reportedBy: by, expert: x(expert) });
   const value = (c: Call, f: (typeof FIELDS)[number]) => BigInt(f === 'kind' ? ExchangeKind[c.kind] : c[f]);
   for (let q = 1; q < W; q++) {
-    for (const f of FIELDS) if (value(calls[q], f) !== value(calls[0], f)) return entry(StatusCode.mismatch, q, 0, -1, value(calls[q], f), value(calls[0], f));
+    for (const f of FIELDS) {
+      if (value(calls[q], f) !== value(calls[0], f)) return { code: StatusCode.mismatch, rank: q, peer: 0, needed: value(calls[q], f), available: value(calls[0], f), reportedBy: by, expert: MismatchCode[NAMED[f]] };
+    }
   }
   for (let q = 0; q < W; q++) for (let r = 0; r < W; r++) for (let e = 0; e < E; e++) if (calls[q].C[r][e] < 0n) return entry(StatusCode.negative, q, r, e, calls[q].C[r][e], 0n);
   for (let q = 0; q < W; q++) {

@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { StatusCode, StatusField, STATUS_BYTES } from '../src/collectives/status.js';
+import { MismatchCode, StatusCode, StatusField, STATUS_BYTES } from '../src/collectives/status.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams } from '../src/backends/cuda/kernel-params.js';
 import { LANE_HEADER_BYTES, LaneHeaderField, laneEnd, MAX_EXPERTS, moeOffset, PAYLOAD_HEADER, planBytes, scratchBytes, SLICE_INDEX_ENTRIES, sliceIndexOffset, STATUS_AREA_BYTES, STATUS_RING, StatusAreaField, X1_HEADER, X2_HEADER, XF_EXTRA, XF_MAX_MATRIX } from '../src/backends/cuda/layout.js';
 import { MAX_EXPERTS_PER_RANK } from '../src/backends/backend.js';
@@ -46,6 +46,9 @@ describe('kernel structures mirrored in TypeScript', () => {
     for (const [name, code] of Object.entries({ NEGATIVE: 'negative', INPUT_OVERFLOW: 'inputOverflow', OUTPUT_OVERFLOW: 'outputOverflow', MISMATCH: 'mismatch', TIMEOUT: 'timeout' })) {
       assert.equal(StatusCode[code as keyof typeof StatusCode], define(`A2AV_ERR_${name}`), `A2AV_ERR_${name}`);
     }
+    const fields = { KIND: 'kind', ROW_BYTES: 'rowBytes', OUTPUT: 'output', EXPERTS: 'expertsPerRank', ALIGN: 'majorAlign', COUNT: 'count', DTYPE: 'dtype', OP: 'op' } as const;
+    for (const [name, field] of Object.entries(fields)) assert.equal(MismatchCode[field], define(`A2AV_FIELD_${name}`), `A2AV_FIELD_${name}`);
+    assert.equal(Object.keys(fields).length, Object.keys(MismatchCode).length, 'every field a mismatch names has its define');
   });
 
   test('A2avParams: kernel-params.ts writes every field at the offset a2av.cu asserts', () => {

@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import { routingOf, type RankCall } from '../src/collectives/exchange-calls.js';
 import { judge, RECORD_HEADER_WORDS, Records, writeHeader } from '../src/collectives/exchange-rules.js';
 import { Routing } from '../src/collectives/exchange-routing.js';
-import { readStatus, StatusCode, type StatusEntry } from '../src/collectives/status.js';
+import { MismatchCode, readStatus, StatusCode, type StatusEntry } from '../src/collectives/status.js';
 import { firstGatherWords, INLINE_EXPERTS, transfers, type TransferPlan } from '../src/backends/nccl/transfers.js';
 import { Rng } from './conformance/reference.js';
 
@@ -41,8 +41,8 @@ function reference(c: Call, by: number): StatusEntry | undefined {
   const W = c.S.length;
   const e = (code: StatusCode, rank: number, peer: number, needed: bigint, available: bigint): StatusEntry => ({ code, rank, peer, needed, available, reportedBy: by, expert: -1 });
   for (let q = 0; q < W; q++) {
-    if (c.rowBytes[q] !== c.rowBytes[0]) return e(StatusCode.mismatch, q, 0, c.rowBytes[q], c.rowBytes[0]);
-    if (c.outId[q] !== c.outId[0]) return e(StatusCode.mismatch, q, 0, c.outId[q], c.outId[0]);
+    if (c.rowBytes[q] !== c.rowBytes[0]) return { ...e(StatusCode.mismatch, q, 0, c.rowBytes[q], c.rowBytes[0]), expert: MismatchCode.rowBytes };
+    if (c.outId[q] !== c.outId[0]) return { ...e(StatusCode.mismatch, q, 0, c.outId[q], c.outId[0]), expert: MismatchCode.output };
   }
   for (let q = 0; q < W; q++) for (let r = 0; r < W; r++) if (c.S[q][r] < 0n) return e(StatusCode.negative, q, r, c.S[q][r], 0n);
   const cap = (x: bigint) => (x > 0x7fffffffffffffffn ? 0x7fffffffffffffffn : x);

@@ -33,14 +33,20 @@
 // integer) comes out as with exact arithmetic. Only the numbers an error reports are recomputed
 // exactly, with BigInt. Each receiver's layout is walked once per call, and the walk also records
 // where this rank's chunks land (Routing).
-import { INT64_MAX, satAdd, StatusCode, type StatusEntry } from './status.js';
+import { INT64_MAX, MismatchCode, satAdd, StatusCode, type StatusEntry } from './status.js';
 import type { Routing } from './exchange-routing.js';
 import { exact, num, RecordField, TWO32, type Records } from './exchange-records.js';
 
 export { ExchangeKind, putInt64, RECORD_HEADER_WORDS, recordDataWords, RecordField, Records, writeHeader, type RecordHeader } from './exchange-records.js';
 
-/** The fields ranks must agree on, in the order the mismatch rule compares them. */
-const AGREED = [RecordField.kind, RecordField.rowBytes, RecordField.outId, RecordField.experts, RecordField.align];
+/** The fields ranks must agree on, in the order the mismatch rule compares them, with the code each is named by. */
+const AGREED = [
+  [RecordField.kind, MismatchCode.kind],
+  [RecordField.rowBytes, MismatchCode.rowBytes],
+  [RecordField.outId, MismatchCode.output],
+  [RecordField.experts, MismatchCode.expertsPerRank],
+  [RecordField.align, MismatchCode.majorAlign],
+] as const;
 
 type Entry = (code: StatusCode, rank: number, peer: number, expert: number, needed: bigint, available: bigint) => StatusEntry;
 
@@ -49,14 +55,13 @@ function entryMaker(m: Records, reportedBy: number): Entry {
   return (code, rank, peer, expert, needed, available) => ({ code, rank, peer, needed, available, reportedBy, expert: oneD ? -1 : expert });
 }
 
-/** The mismatch rule alone: the lowest rank whose header differs from rank 0's, else undefined. */
+/** The mismatch rule alone: the lowest rank whose header differs from rank 0's (its expert word names the field), else undefined. */
 export function mismatchOf(m: Records, reportedBy: number): StatusEntry | undefined {
   for (let q = 1; q < m.world; q++) {
-    for (let i = 0; i < AGREED.length; i++) {
-      const f = AGREED[i];
+    for (const [f, code] of AGREED) {
       if (m.header(q, f) === m.header(0, f)) continue;
       const [mine, zero] = [exact(m.words[q], m.base[q] + 2 * f), exact(m.words[0], m.base[0] + 2 * f)];
-      return entryMaker(m, reportedBy)(StatusCode.mismatch, q, 0, -1, mine, zero);
+      return { code: StatusCode.mismatch, rank: q, peer: 0, needed: mine, available: zero, reportedBy, expert: code };
     }
   }
   return undefined;

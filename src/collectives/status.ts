@@ -13,8 +13,8 @@
 //   [5] reportedBy  the rank whose collective wrote the record
 //   [6] seq         the call's sequence number on its lane (1, 2, ...): whose record this is
 //   [7] expert      the expert involved (MoE calls), else -1; for a timeout, which wait ran out
-//                   (WaitSite)
-import { A2avError, SplitsError, TimeoutError, type SplitsProblem } from '../errors.js';
+//                   (WaitSite); for a mismatch, which field differs (MismatchCode)
+import { A2avError, SplitsError, TimeoutError, type MismatchField, type SplitsProblem } from '../errors.js';
 
 export const STATUS_WORDS = 8;
 export const STATUS_BYTES = STATUS_WORDS * 8;
@@ -53,6 +53,10 @@ export const WaitSite: Record<number, string> = {
   8: "allReduce: waiting for the peer to free its staging slot",
 };
 
+/** The fields a mismatch names (kernels/config.cuh A2AV_FIELD_*), in the expert word of its record. */
+export const MismatchCode = { kind: 1, rowBytes: 2, output: 3, expertsPerRank: 4, majorAlign: 5, count: 6, dtype: 7, op: 8 } as const satisfies Record<MismatchField, number>;
+const MISMATCH_FIELDS = Object.fromEntries(Object.entries(MismatchCode).map(([field, code]) => [code, field])) as Record<number, MismatchField | undefined>;
+
 const problems: Record<number, SplitsProblem> = {
   [StatusCode.negative]: 'negative',
   [StatusCode.inputOverflow]: 'input-overflow',
@@ -67,7 +71,7 @@ export interface StatusEntry {
   needed: bigint;
   available: bigint;
   reportedBy: number;
-  /** The expert involved (MoE calls); -1 or absent otherwise. */
+  /** The expert involved (MoE calls); -1 or absent otherwise. A timeout: its WaitSite; a mismatch: its MismatchCode. */
   expert?: number;
 }
 
@@ -106,5 +110,7 @@ export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'
     return new A2avError('A2AV_STATUS', `${what}: unknown status code ${e.code} reported by rank ${e.reportedBy} (corrupt status record)`);
   }
   const op = /allReduce|allToAllV2dOffset|allToAllV2d|allToAllV/.exec(what)?.[0];
-  return new SplitsError({ problem, rank: e.rank, peer: e.peer, expert: e.expert ?? -1, needed: e.needed, available: e.available, reportedBy: e.reportedBy, op });
+  const at = { problem, rank: e.rank, peer: e.peer, needed: e.needed, available: e.available, reportedBy: e.reportedBy, op };
+  if (e.code === StatusCode.mismatch) return new SplitsError({ ...at, expert: -1, field: MISMATCH_FIELDS[e.expert ?? -1] });
+  return new SplitsError({ ...at, expert: e.expert ?? -1 });
 }

@@ -6,6 +6,7 @@ import type { AllReduceArgs, Comm, DeviceBuffer, Handle, Lane, ReduceDtype } fro
 import { ArDtype } from '../../src/backends/cuda/kernel-params.js';
 import { allInputs, checkAgainstFloat64, checkBits, orderedReference } from './all-reduce-reference.js';
 import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
+import type { MismatchField } from '../../src/errors.js';
 import { ConformanceError } from './harness.js';
 import { poisonBytes, Rng } from './reference.js';
 
@@ -254,14 +255,14 @@ export async function allReduceMismatch(comm: Comm, arg: AllReduceMismatchArg): 
   const q = rng.int(comm.worldSize);
   const p = q === 0 ? 1 : q;
   const of = (rank: number, mine: number, others: number): number => (rank === q ? mine : others);
-  const want = (mine: number, others: number): ExpectedSplitsError => ({ problem: 'mismatch', rank: p, peer: 0, needed: of(p, mine, others), available: of(0, mine, others) });
+  const want = (field: MismatchField, mine: number, others: number): ExpectedSplitsError => ({ problem: 'mismatch', rank: p, peer: 0, needed: of(p, mine, others), available: of(0, mine, others), field });
   const b = await ReduceBuffers.create(comm, arg.large);
   const count = 1000;
   const cases: { label: string; args: Partial<AllReduceArgs>; want: ExpectedSplitsError }[] = [
-    { label: `rank ${q} with one more element`, args: { count: of(me, count + 1, count) }, want: want(count + 1, count) },
-    { label: `rank ${q} with ${arg.large} elements (the other path)`, args: { count: of(me, arg.large, count) }, want: want(arg.large, count) },
-    { label: `rank ${q} with bf16`, args: { dtype: me === q ? 'bf16' : 'f32' }, want: want(ArDtype.bf16, ArDtype.f32) },
-    { label: `rank ${q} with another output`, args: { output: me === q ? b.inPlace : b.output }, want: want(b.inPlace.symmetricId, b.output.symmetricId) },
+    { label: `rank ${q} with one more element`, args: { count: of(me, count + 1, count) }, want: want('count', count + 1, count) },
+    { label: `rank ${q} with ${arg.large} elements (the other path)`, args: { count: of(me, arg.large, count) }, want: want('count', arg.large, count) },
+    { label: `rank ${q} with bf16`, args: { dtype: me === q ? 'bf16' : 'f32' }, want: want('dtype', ArDtype.bf16, ArDtype.f32) },
+    { label: `rank ${q} with another output`, args: { output: me === q ? b.inPlace : b.output }, want: want('output', b.inPlace.symmetricId, b.output.symmetricId) },
   ];
   let call = 9500;
   for (const k of cases) {

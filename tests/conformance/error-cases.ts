@@ -109,11 +109,11 @@ export async function splitsErrors(comm: Comm, arg: ErrorsArg): Promise<number> 
       good(`good call after ${label}`);
     };
     mismatched(`rank ${q} with another rowBytes`, (r) => (r === q ? rowBytes + 1 : rowBytes), () => ex, {
-      problem: 'mismatch', rank: p, peer: 0, needed: mine, available: theirs,
+      problem: 'mismatch', rank: p, peer: 0, needed: mine, available: theirs, field: 'rowBytes',
     });
     const [idQ, idRest] = [other.output.symmetricId, ex.output.symmetricId];
     mismatched(`rank ${q} with another output buffer`, () => rowBytes, (r) => (r === q ? other : ex), {
-      problem: 'mismatch', rank: p, peer: 0, needed: q === 0 ? idRest : idQ, available: q === 0 ? idQ : idRest,
+      problem: 'mismatch', rank: p, peer: 0, needed: q === 0 ? idRest : idQ, available: q === 0 ? idQ : idRest, field: 'output',
     });
   }
   return call - 2000;

@@ -1,6 +1,6 @@
 // Checks that a collective failed with exactly the named error the semantics promise.
 import type { Handle } from '../../src/backends/backend.js';
-import { SplitsError, TimeoutError, UsageError, type SplitsProblem } from '../../src/errors.js';
+import { SplitsError, TimeoutError, UsageError, type MismatchField, type SplitsProblem } from '../../src/errors.js';
 import { ConformanceError } from './harness.js';
 
 export interface ExpectedSplitsError {
@@ -13,13 +13,19 @@ export interface ExpectedSplitsError {
   available: bigint | number;
   /** The operation the error names (a mismatch says it), where the case checks it. */
   op?: string;
+  /** A mismatch: the field it names as differing. */
+  field?: MismatchField;
 }
 
 /** handle.wait() must throw a SplitsError with these fields, reported by `me`. */
 export function expectSplitsError(handle: Handle, want: ExpectedSplitsError, me: number, label: string): void {
   const err = thrownBy(() => handle.wait(), `${label}: expected SplitsError '${want.problem}'`);
   if (!(err instanceof SplitsError)) throw new ConformanceError(`${label}: expected SplitsError '${want.problem}', got ${describe(err)}`, { cause: err });
-  const got = { problem: err.problem, rank: err.rank, peer: err.peer, expert: err.expert, needed: err.needed, available: err.available, reportedBy: err.reportedBy, ...(want.op === undefined ? {} : { op: err.op }) };
+  const got = {
+    problem: err.problem, rank: err.rank, peer: err.peer, expert: err.expert, needed: err.needed, available: err.available, reportedBy: err.reportedBy,
+    ...(want.op === undefined ? {} : { op: err.op }),
+    ...(want.field === undefined ? {} : { field: err.field }),
+  };
   const exp = { ...want, expert: want.expert ?? -1, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
   for (const key of Object.keys(exp) as (keyof typeof exp)[]) {
     if (got[key] !== exp[key]) {

@@ -3,6 +3,7 @@
 // each followed by a good round trip (the lane stays in step). Host-side misuse: moe-usage-cases.ts.
 import type { Comm } from '../../src/backends/backend.js';
 import { expectSplitsError, type ExpectedSplitsError } from './expect.js';
+import type { MismatchField } from '../../src/errors.js';
 import { ConformanceError } from './harness.js';
 import { Moe } from './moe-harness.js';
 import { dispatchOffsets, dispatchOutputFault, firstPast, makeMoeSplits, moeInputKey, rowsSent, type MoeSplits } from './moe-reference.js';
@@ -155,19 +156,19 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
   const p = q === 0 ? 1 : q;
   /** rank's value: q's differs from everyone else's. */
   const of = (rank: number, mine: number, others: number): number => (rank === q ? mine : others);
-  const want = (mine: number, others: number): ExpectedSplitsError => ({ problem: 'mismatch', rank: p, peer: 0, needed: of(p, mine, others), available: of(0, mine, others) });
+  const want = (field: MismatchField, mine: number, others: number): ExpectedSplitsError => ({ problem: 'mismatch', rank: p, peer: 0, needed: of(p, mine, others), available: of(0, mine, others), field });
   const dispatch = (a: { experts?: number; rowBytes?: number; align?: number; output?: typeof alt }) =>
     moe.dispatch({ experts: a.experts ?? E, rowBytes: a.rowBytes ?? rowBytes, align: a.align ?? ALIGN, output: a.output });
   const cases: { label: string; call: () => ReturnType<Comm['allToAllV2d']>; want: ExpectedSplitsError }[] = [
     {
       label: `rank ${q} combines while the others dispatch`,
       call: () => (me === q ? comm.allToAllV2dOffset({ input: moe.input, output: moe.mid, inSplitsOffsets: moe.midOffsets, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, rowBytes }) : dispatch({})),
-      want: want(3, 2), // ExchangeKind: dispatch 2, combine 3
+      want: want('kind', 3, 2), // ExchangeKind: dispatch 2, combine 3
     },
-    { label: `rank ${q} with another row size`, call: () => dispatch({ rowBytes: of(me, rowBytes + 1, rowBytes) }), want: want(rowBytes + 1, rowBytes) },
-    { label: `rank ${q} with another output`, call: () => dispatch({ output: me === q ? alt : moe.mid }), want: want(alt.symmetricId, moe.mid.symmetricId) },
-    { label: `rank ${q} with another E`, call: () => dispatch({ experts: of(me, E - 1, E) }), want: want(E - 1, E) },
-    { label: `rank ${q} with another majorAlign`, call: () => dispatch({ align: of(me, 2 * ALIGN, ALIGN) }), want: want(2 * ALIGN, ALIGN) },
+    { label: `rank ${q} with another row size`, call: () => dispatch({ rowBytes: of(me, rowBytes + 1, rowBytes) }), want: want('rowBytes', rowBytes + 1, rowBytes) },
+    { label: `rank ${q} with another output`, call: () => dispatch({ output: me === q ? alt : moe.mid }), want: want('output', alt.symmetricId, moe.mid.symmetricId) },
+    { label: `rank ${q} with another E`, call: () => dispatch({ experts: of(me, E - 1, E) }), want: want('expertsPerRank', E - 1, E) },
+    { label: `rank ${q} with another majorAlign`, call: () => dispatch({ align: of(me, 2 * ALIGN, ALIGN) }), want: want('majorAlign', 2 * ALIGN, ALIGN) },
     {
       // On cuda the others' calls fit one fused kernel and rank q's does not (kernels/exchange-fused.cuh):
       // the two exchanges must still agree on the refusal.
@@ -176,7 +177,7 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
         me === q
           ? comm.allToAllV2d({ input: moe.input, output: moe.mid, inSplits: many.inSplits, outSplitsOffsets: many.offsets, expertsPerRank: MANY_EXPERTS, rowBytes })
           : dispatch({}),
-      want: want(MANY_EXPERTS, E),
+      want: want('expertsPerRank', MANY_EXPERTS, E),
     },
   ];
   for (const k of cases) {

@@ -66,9 +66,9 @@ export async function moePlans(comm: Comm, arg: MoePlansArg): Promise<number> {
     };
     // A move of the dispatch plan is refused as one of allToAllV2d: the message names it.
     const op = 'allToAllV2d';
-    refusedMove(`rank ${q} moves with another row size`, at(me, 9, 8), moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, 9, 8), available: at(0, 9, 8), op });
+    refusedMove(`rank ${q} moves with another row size`, at(me, 9, 8), moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, 9, 8), available: at(0, 9, 8), op, field: 'rowBytes' });
     const [idAlt, idMid] = [alt.symmetricId, moe.mid.symmetricId];
-    refusedMove(`rank ${q} moves into another output`, 8, me === q ? alt : moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, idAlt, idMid), available: at(0, idAlt, idMid), op });
+    refusedMove(`rank ${q} moves into another output`, 8, me === q ? alt : moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, idAlt, idMid), available: at(0, idAlt, idMid), op, field: 'output' });
   }
   for (const plan of [there, back]) plan.close();
   return PAYLOAD_ROWS.length;

@@ -11,7 +11,7 @@
 import type { Buffer } from 'node:buffer';
 import type { ReduceDtype } from '../backend.js';
 import { DTYPE_CODE, ELEMENT_BYTES, OP_CODE, orderedSum } from '../../collectives/reduce.js';
-import { SplitsError } from '../../errors.js';
+import { SplitsError, type MismatchField } from '../../errors.js';
 import type { CpuBuffer } from './buffer.js';
 import type { CpuLane } from './lane.js';
 import { copyBytes } from './memcpy.js';
@@ -87,7 +87,7 @@ export class CpuReducer {
         const a = all[q]![j]!, b = all[0]![j]!;
         // The output counts only where both ranks gave a symmetric one (id >= 0).
         if (a === b || (j === OUTPUT_WORD && (a < 0n || b < 0n))) continue;
-        return new SplitsError({ problem: 'mismatch', rank: q, peer: 0, needed: a, available: b, reportedBy: this.#rank, op: 'allReduce' });
+        return new SplitsError({ problem: 'mismatch', rank: q, peer: 0, needed: a, available: b, reportedBy: this.#rank, op: 'allReduce', field: HEADER_FIELDS[j] });
       }
     }
     return undefined;
@@ -98,3 +98,5 @@ export class CpuReducer {
 const HEADER_WORDS = 4;
 const HEADER_BYTES = 8 * HEADER_WORDS;
 const OUTPUT_WORD = 3;
+/** What each word is named by in a mismatch. */
+const HEADER_FIELDS = ['count', 'dtype', 'op', 'output'] as const satisfies readonly MismatchField[];
