@@ -6,11 +6,12 @@
 #   3. compute-sanitizer (memcheck, then synccheck) around a short conformance run on cuda
 #      (tests/conformance/short-run.ts: 1 to 4 ranks as threads, small sizes),
 #   4. the soak on cuda (scripts/soak.mjs, $A2AV_SOAK_CALLS calls, default 20000, 4 ranks),
-#   5. the one-GPU MoE stall check (scripts/probe/stall-repro.sh, $A2AV_STALL_RUNS runs, default 4).
+#   5. the one-GPU MoE stall check (scripts/probe/stall-repro.sh, $A2AV_STALL_RUNS runs, default 4),
+#   6. the pipeline's stop check (scripts/probe/pipeline-stop.sh, $A2AV_PIPELINE_RUNS runs, default 4).
 # Full logs and JSON go to $OUT (default ./gpu-out); the summaries are printed last. Steps 3 and 4
 # are recorded in docs/soak.md.
 #   scripts/gpu-check.sh [RANKS...]      default: 2 4 8 ranks on the visible GPUs (the sweep)
-# Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, tune, sanitizers, soak, stall), so the
+# Knobs: A2AV_GPU_SKIP="bench sanitizers" skips steps (tests, bench, tune, sanitizers, soak, stall, pipeline), so the
 # steps can run as separate commands; A2AV_SANITIZERS="memcheck synccheck" (the tools to run),
 # A2AV_SANITIZER_TIMEOUT_S=540 (each), A2AV_SANITIZER_CASES=moe (only the short run's cases named
 # so), COMPUTE_SANITIZER=path; A2AV_SOAK_CALLS=20000.
@@ -103,5 +104,14 @@ if runs stall; then
   echo "== stall check"
   OUT="$OUT/stall" scripts/probe/stall-repro.sh "${A2AV_STALL_RUNS:-4}" | tee "$OUT/stall.txt" | tail -1
   grep -q '^0 of ' "$OUT/stall.txt" || rc=1
+fi
+
+if runs pipeline; then
+  # The pipeline at its defaults, 2 ranks on GPU 0 (docs/perf.md, "One H200 at 6b80dcd"): 3 of 4
+  # runs stopped before step 1 at 6b80dcd; 0ae78fb runs the dense layers once before the first
+  # collective for it.
+  echo "== pipeline stop check"
+  OUT="$OUT/pipeline" scripts/probe/pipeline-stop.sh "${A2AV_PIPELINE_RUNS:-4}" | tee "$OUT/pipeline.txt" | tail -1
+  grep -q '^0 of ' "$OUT/pipeline.txt" || rc=1
 fi
 exit $rc
