@@ -15,7 +15,7 @@ import type { PlanReport, ProgressReport, RowReport } from './bench/rank.js';
 import type { BenchEvents, BenchOptions } from './bench/run.js';
 import { SPLITS_KINDS } from './bench/splits.js';
 import { counted, formatGBps, formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
-import { formatBytes, parseSize } from './bench/units.js';
+import { doublingSizes, formatBytes, holdsWholeUnit, parseSize } from './bench/units.js';
 import { UsageError } from './errors.js';
 import { rankEnv } from './world/env.js';
 import { recordExitError } from './world/exit-record.js';
@@ -465,8 +465,7 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   checkSizeRange(cmd, { min: flags.min, max });
   const element = flags.dtype === 'f32' ? 4 : 2;
   if (flags.min < element) fail(`--min ${formatBytes(flags.min)} is smaller than one ${flags.dtype} element`);
-  if (Math.ceil(flags.min / element) * element > max) fail(`no whole number of ${flags.dtype} elements lies between --min ${formatBytes(flags.min)} and --max ${formatBytes(max)}`);
-  const { doublingSizes } = await import('./bench/units.js');
+  if (!holdsWholeUnit(flags.min, max, element)) fail(`no whole number of ${flags.dtype} elements lies between --min ${formatBytes(flags.min)} and --max ${formatBytes(max)}`);
   // Whole elements, each rounded up: no size below --min.
   const sizes = doublingSizes(flags.min, max, element);
   const results = await eachBackend(names, (backend, label) =>
@@ -505,7 +504,6 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   // Before counting GPUs for the ranks: none is the one-line answer.
   requireTuneGpu();
   const ranks = flags.ranks ?? rankEnv()?.worldSize ?? (await gpuCount('cuda'));
-  const { doublingSizes } = await import('./bench/units.js');
   const { readTable } = await import('./tune/table.js');
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);
@@ -746,7 +744,7 @@ function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max
     if (given('min')) fail(`--min ${formatBytes(min)} is smaller than one row (${dflt('rowBytes')}--row-bytes ${formatBytes(rowBytes)})`);
     fail(`--row-bytes ${formatBytes(rowBytes)} is larger than the default --min ${formatBytes(min)}: give --min too`);
   }
-  if (Math.ceil(min / rowBytes) * rowBytes > max)
+  if (!holdsWholeUnit(min, max, rowBytes))
     fail(`no whole number of ${formatBytes(rowBytes)} rows (${dflt('rowBytes')}--row-bytes) lies between ${dflt('min')}--min ${formatBytes(min)} and ${dflt('max')}--max ${formatBytes(max)}`);
 }
 

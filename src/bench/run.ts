@@ -8,7 +8,7 @@ import type { PlanReport, ProgressReport, RowReport, SweepArg, SweepReport, Swee
 import type { SplitsKind } from './splits.js';
 import type { BenchResult } from './table.js';
 import { UsageError } from '../errors.js';
-import { doublingSizes, formatBytes } from './units.js';
+import { doublingSizes, formatBytes, holdsWholeUnit } from './units.js';
 import { WrongResultError } from './verify.js';
 
 export interface BenchOptions {
@@ -97,7 +97,7 @@ function stoppedError(stop: WrongElsewhere, rank: number): WrongResultError {
 }
 
 function wholeRowSizes({ minBytes, maxBytes, rowBytes }: Pick<BenchOptions, 'minBytes' | 'maxBytes' | 'rowBytes'>): number[] {
-  if (minBytes < rowBytes || Math.ceil(minBytes / rowBytes) * rowBytes > maxBytes)
+  if (minBytes < rowBytes || !holdsWholeUnit(minBytes, maxBytes, rowBytes))
     throw new UsageError(`bench: no whole number of ${formatBytes(rowBytes)} rows lies between ${formatBytes(minBytes)} and ${formatBytes(maxBytes)} per rank`);
   return doublingSizes(minBytes, maxBytes, rowBytes);
 }

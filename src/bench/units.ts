@@ -32,6 +32,11 @@ export function formatBytes(bytes: number): string {
   return text === '1024.0' && unit < UNITS.length - 1 ? `1.0 ${UNITS[unit + 1]}` : `${text} ${UNITS[unit]}`;
 }
 
+/** Whether some multiple of `unit` lies in [min, max]: doublingSizes has a size to give. */
+export function holdsWholeUnit(min: number, max: number, unit: number): boolean {
+  return Math.ceil(min / unit) * unit <= max;
+}
+
 /**
  * min, 2·min, 4·min, … up to and including max when the doubling lands on it; with `unit` (a row, an
  * element), each rounded up to whole units but not past max's last whole unit, repeats dropped, so
@@ -39,7 +44,7 @@ export function formatBytes(bytes: number): string {
  */
 export function doublingSizes(min: number, max: number, unit = 1): number[] {
   const top = max - (max % unit);
-  if (Math.ceil(min / unit) * unit > top) {
+  if (!holdsWholeUnit(min, max, unit)) {
     throw new RangeError(`no multiple of ${unit} bytes lies between ${formatBytes(min)} and ${formatBytes(max)}`);
   }
   const sizes: number[] = [];
