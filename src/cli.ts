@@ -244,6 +244,7 @@ program
   .addOption(new Option('--min <size>', 'smallest input per rank').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
   .addOption(new Option('--max <size>', 'largest input per rank').argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
   .option('--row-bytes <size>', 'bytes per row, as --min takes them (16-byte multiples also try grid mode)', size, DEFAULT_ROW_BYTES)
+  .option('--lanes <n>', "lanes of the communicator measured (default 2, init()'s): its plans apply to communicators with as many", integer(1))
   .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
   .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
@@ -480,6 +481,7 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
 
 interface TuneFlags {
   ranks?: number;
+  lanes?: number;
   min: number;
   max: number;
   rowBytes: number;
@@ -510,10 +512,10 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
   let bar: SingleBar | undefined;
   const out = await runTune(
-    { ranks, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
+    { ranks, lanes: flags.lanes, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
     (r) => {
       if (r.type === 'start') {
-        process.stderr.write(`a2av tune: ${r.device}, W=${r.shape.world}, ${counted(r.shape.ranksPerGpu, 'rank')} per GPU, ${counted(r.sizes.length, 'size')}\n`);
+        process.stderr.write(`a2av tune: ${r.device}, W=${r.shape.world}, ${counted(r.shape.ranksPerGpu, 'rank')} per GPU, blocks shared by ${counted(r.shape.lanes, 'lane')}, ${counted(r.sizes.length, 'size')}\n`);
         if (process.stderr.isTTY) {
           bar = new SingleBar({ stream: process.stderr, format: 'tune {bar} {value}/{total} sizes | {last}', hideCursor: true, clearOnComplete: true });
           bar.start(r.sizes.length, 0, { last: '' });

@@ -11,7 +11,7 @@ import { UsageError } from '../src/errors.js';
 import { defaultPlan, heuristicPlan, withinBudget, type PlanContext } from '../src/tune/plan.js';
 import { bucketize, loadTables, lookupPlan, parseTable, shippedTablesDir, TABLE_FORMAT, type PlanShape, type PlanTable } from '../src/tune/table.js';
 
-const shape: PlanShape = { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1 };
+const shape: PlanShape = { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1, lanes: 2 };
 const MiB = 1 << 20;
 const ctx = (inputBytes: number, more: Partial<PlanContext> = {}): PlanContext => ({
   residentBlocks: (threads) => 132 * Math.floor(2048 / threads),
@@ -24,7 +24,7 @@ const ctx = (inputBytes: number, more: Partial<PlanContext> = {}): PlanContext =
 const from = (tables: PlanTable[], s: PlanShape = shape) => (bytes: number) => lookupPlan(tables, s, bytes)?.plan;
 const table = (entries: PlanTable['entries']): PlanTable => ({ format: TABLE_FORMAT, entries });
 
-test('lookup: same GPU, GPU count, world and ranks per GPU, size inside [minBytes, maxBytes)', () => {
+test('lookup: same GPU, GPU count, world, ranks per GPU and lanes, size inside [minBytes, maxBytes)', () => {
   const t = table([
     { ...shape, minBytes: 0, maxBytes: MiB, plan: { blocks: 4, threads: 256 } },
     { ...shape, minBytes: MiB, maxBytes: 64 * MiB, plan: { blocks: 64, threads: 512 } },
@@ -33,7 +33,7 @@ test('lookup: same GPU, GPU count, world and ranks per GPU, size inside [minByte
   assert.equal(lookupPlan([t], shape, MiB - 1)?.plan.blocks, 4);
   assert.equal(lookupPlan([t], shape, MiB)?.plan.blocks, 64);
   assert.equal(lookupPlan([t], shape, 64 * MiB), undefined);
-  for (const other of [{ gpu: 'NVIDIA H100' }, { gpus: 1 }, { world: 4 }, { ranksPerGpu: 2 }]) {
+  for (const other of [{ gpu: 'NVIDIA H100' }, { gpus: 1 }, { world: 4 }, { ranksPerGpu: 2 }, { lanes: 1 }, { lanes: 3 }]) {
     assert.equal(lookupPlan([t], { ...shape, ...other }, 0), undefined, JSON.stringify(other));
   }
   // The first table that has the shape wins (A2AV_PLAN's comes first).
@@ -62,7 +62,7 @@ test('buckets: neighbours with one plan merge, edges halfway between sizes, size
   );
   assert.deepEqual(entries[0]!.us, [5, 10]);
   assert.deepEqual(entries[0]!.defaultUs, [6, 12]);
-  for (const e of entries) assert.deepEqual({ gpu: e.gpu, gpus: e.gpus, world: e.world, ranksPerGpu: e.ranksPerGpu }, shape);
+  for (const e of entries) assert.deepEqual({ gpu: e.gpu, gpus: e.gpus, world: e.world, ranksPerGpu: e.ranksPerGpu, lanes: e.lanes }, shape);
 });
 
 test('table files: JSON, the format tag and every field checked, errors name the file and the entry', () => {
@@ -74,6 +74,14 @@ test('table files: JSON, the format tag and every field checked, errors name the
   const entry = ok.entries[0]!;
   bad(JSON.stringify(table([{ ...entry, gpu: 3 as unknown as string }])), /entry 0: gpu/);
   bad(JSON.stringify(table([{ ...entry, world: -1 }])), /entry 0: world/);
+  bad(JSON.stringify(table([{ ...entry, lanes: 0 }])), /entry 0: lanes must be a positive integer/);
+  bad(JSON.stringify(table([{ ...entry, lanes: 1.5 }])), /entry 0: lanes must be a positive integer/);
+  // A file from before lanes were part of the shape was measured with whole shares: lanes 1.
+  const { lanes: _, ...old } = entry;
+  const read = parseTable(JSON.stringify(table([old as never])), 'f.json');
+  assert.equal(read.entries[0]!.lanes, 1);
+  assert.equal(lookupPlan([read], { ...shape, lanes: 1 }, 0)?.plan.blocks, 1);
+  assert.equal(lookupPlan([read], shape, 0), undefined);
   bad(JSON.stringify(table([{ ...entry, minBytes: 10 }])), /entry 0: minBytes 10 must be below maxBytes 10/);
   bad(JSON.stringify(table([{ ...entry, plan: { blocks: 1 } as never }])), /entry 0: plan must be/);
   bad(JSON.stringify(table([{ ...entry, plan: { blocks: 1, threads: 256, grid: 5 } as never }])), /entry 0: plan.grid/);

@@ -30,16 +30,26 @@ test('candidates: powers of two up to the useful share, the share itself, per bl
 });
 
 test('re-tuning a shape replaces its entries and keeps the other shapes', () => {
-  const a: PlanShape = { gpu: 'NVIDIA H200', gpus: 1, world: 8, ranksPerGpu: 8 };
+  const a: PlanShape = { gpu: 'NVIDIA H200', gpus: 1, world: 8, ranksPerGpu: 8, lanes: 2 };
   const b: PlanShape = { ...a, gpus: 2, world: 2, ranksPerGpu: 1 };
-  const old = { format: TABLE_FORMAT, entries: [{ ...a, minBytes: 0, maxBytes: 10, plan: { blocks: 1, threads: 256 } }, { ...b, minBytes: 0, maxBytes: 10, plan: { blocks: 2, threads: 256 } }] } as const;
+  // The same ranks with whole shares (lanes 1) are another shape: their entries stay.
+  const c: PlanShape = { ...a, lanes: 1 };
+  const old = {
+    format: TABLE_FORMAT,
+    entries: [
+      { ...a, minBytes: 0, maxBytes: 10, plan: { blocks: 1, threads: 256 } },
+      { ...b, minBytes: 0, maxBytes: 10, plan: { blocks: 2, threads: 256 } },
+      { ...c, minBytes: 0, maxBytes: 10, plan: { blocks: 3, threads: 256 } },
+    ],
+  } as const;
   const fresh = { format: TABLE_FORMAT, measured: { date: 'now' }, entries: [{ ...a, minBytes: 0, maxBytes: 99, plan: { blocks: 9, threads: 512 } }] } as const;
   const merged = mergeTables({ ...old, entries: [...old.entries] }, { ...fresh, entries: [...fresh.entries] });
   assert.deepEqual(
-    merged.entries.map((e) => [e.world, e.plan.blocks]),
+    merged.entries.map((e) => [e.world, e.lanes, e.plan.blocks]),
     [
-      [2, 2],
-      [8, 9],
+      [2, 2, 2],
+      [8, 1, 3],
+      [8, 2, 9],
     ],
   );
   assert.deepEqual(merged.measured, { date: 'now' });
@@ -47,14 +57,14 @@ test('re-tuning a shape replaces its entries and keeps the other shapes', () => 
 
 test('the report: one line per size with the plan kept, its time, the heuristic and the gain', () => {
   const text = formatTune({
-    shape: { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1 },
+    shape: { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1, lanes: 2 },
     sizes: [
       { bytes: 512 << 10, plan: { blocks: 4, threads: 256 }, us: 7.5, defaultUs: 8.25 },
       { bytes: 1 << 30, plan: { blocks: 1, threads: 256, grid: { threads: 256 } }, us: 1500, defaultUs: 1650 },
     ],
   });
   const lines = text.trim().split('\n');
-  assert.match(lines[0]!, /NVIDIA H200, 2 GPU\(s\), W=2, 1 rank\(s\) per GPU/);
+  assert.match(lines[0]!, /NVIDIA H200, 2 GPU\(s\), W=2, 1 rank\(s\) per GPU, blocks shared by 2 lane\(s\)/);
   assert.match(lines[2]!, /512 KiB\s+4x256\s+7\.50\s+8\.25\s+1\.10x/);
   assert.match(lines[3]!, /1 GiB\s+1x256 grid 256\s+1500\.00\s+1650\.00\s+1\.10x/);
 });

@@ -10,6 +10,8 @@ import { bucketize, TABLE_FORMAT, type PlanShape, type PlanTable } from './table
 
 export interface TuneOptions extends TuneArg {
   ranks: number;
+  /** Lanes of the communicator the plans are measured on (they apply to communicators with as many). */
+  lanes?: number;
   timeoutMs?: number;
   /** What the table records as the command that made it. */
   command: string;
@@ -31,7 +33,7 @@ export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => vo
   const arg: TuneArg = { sizes: opts.sizes, rowBytes: opts.rowBytes, repeats: opts.repeats, threads: opts.threads };
   const report = (_rank: number, m: unknown) => onReport(m as TuneReport);
   const { result } = await runJob<TuneArg, TuneResult | undefined>(
-    { backend: 'cuda', ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport: report },
+    { backend: 'cuda', ranks: opts.ranks, lanes: opts.lanes, timeoutMs: opts.timeoutMs, onReport: report },
     new URL('./sweep.js', import.meta.url),
     'tune',
     arg,
@@ -50,7 +52,7 @@ export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => vo
  * the rest of the file.
  */
 export function mergeTables(into: PlanTable, table: PlanTable): PlanTable {
-  const same = (a: PlanShape, b: PlanShape) => a.gpu === b.gpu && a.gpus === b.gpus && a.world === b.world && a.ranksPerGpu === b.ranksPerGpu;
+  const same = (a: PlanShape, b: PlanShape) => a.gpu === b.gpu && a.gpus === b.gpus && a.world === b.world && a.ranksPerGpu === b.ranksPerGpu && a.lanes === b.lanes;
   const tuned = table.entries.map((e) => e as PlanShape);
   return {
     format: TABLE_FORMAT,
@@ -62,7 +64,7 @@ export function mergeTables(into: PlanTable, table: PlanTable): PlanTable {
 /** One line per size: the plan kept, its time and the heuristic's. */
 export function formatTune(result: TuneResult): string {
   const { shape } = result;
-  const lines = [`# a2av tune: ${shape.gpu}, ${shape.gpus} GPU(s), W=${shape.world}, ${shape.ranksPerGpu} rank(s) per GPU; µs per call, median`];
+  const lines = [`# a2av tune: ${shape.gpu}, ${shape.gpus} GPU(s), W=${shape.world}, ${shape.ranksPerGpu} rank(s) per GPU, blocks shared by ${shape.lanes} lane(s); µs per call, median`];
   lines.push(`${'bytes'.padStart(9)}  ${'plan'.padEnd(18)}  ${'µs'.padStart(9)}  ${'heuristic µs'.padStart(12)}  gain`);
   for (const s of result.sizes) {
     const plan = `${s.plan.blocks}x${s.plan.threads}${s.plan.grid ? ` grid ${s.plan.grid.threads}` : ''}`;

@@ -20,6 +20,13 @@ export interface PlanShape {
   world: number;
   /** Ranks sharing each GPU. */
   ranksPerGpu: number;
+  /**
+   * The lanes a rank's resident blocks are shared among (the communicator's lane count; 1 with
+   * A2AV_LANE_SHARES=0): a lane's share sets the fair block count and which plans launch early, so
+   * a plan measured under one share is not the fastest under another. A file without it was
+   * measured with whole shares, and reads as 1.
+   */
+  lanes: number;
 }
 
 /** One size bucket of one shape: calls with input bytes in [minBytes, maxBytes) get `plan`. */
@@ -48,6 +55,7 @@ export function lookupPlan(tables: readonly PlanTable[], shape: PlanShape, input
         e.gpus === shape.gpus &&
         e.world === shape.world &&
         e.ranksPerGpu === shape.ranksPerGpu &&
+        e.lanes === shape.lanes &&
         inputBytes >= e.minBytes &&
         inputBytes < e.maxBytes,
     );
@@ -110,6 +118,8 @@ export function parseTable(text: string, from: string): PlanTable {
     const bad = (what: string) => new UsageError(`${from}: entry ${i}: ${what}`);
     if (typeof e?.gpu !== 'string') throw bad('gpu must be the GPU name');
     for (const k of ['gpus', 'world', 'ranksPerGpu', 'minBytes', 'maxBytes'] as const) if (!isCount(e[k])) throw bad(`${k} must be a non-negative integer`);
+    if (e.lanes === undefined) e.lanes = 1;
+    else if (!isCount(e.lanes) || e.lanes < 1) throw bad('lanes must be a positive integer');
     if (e.minBytes >= e.maxBytes) throw bad(`minBytes ${e.minBytes} must be below maxBytes ${e.maxBytes}`);
     const p = e.plan as LaunchPlan | undefined;
     if (typeof p !== 'object' || p === null || !isCount(p.blocks) || !isCount(p.threads)) throw bad('plan must be { blocks, threads, grid? }');

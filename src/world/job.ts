@@ -12,6 +12,8 @@ export interface JobOptions {
   backend: BackendName;
   ranks: number;
   timeoutMs?: number;
+  /** Lanes of each rank's communicator (default: init()'s). */
+  lanes?: number;
   /** Rank 0's reports (RankContext.report), in this process either way. */
   onReport?: (rank: number, message: unknown) => void;
 }
@@ -23,13 +25,13 @@ export interface JobOptions {
 export async function runJob<A, R>(opts: JobOptions, program: URL, name: string, arg: A): Promise<{ rank: number; result: R }> {
   const env = rankEnv();
   if (env === undefined) {
-    const [result] = await runRanks<A, R>({ backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, onReport: opts.onReport }, program, name, arg);
+    const [result] = await runRanks<A, R>({ backend: opts.backend, ranks: opts.ranks, timeoutMs: opts.timeoutMs, lanes: opts.lanes, onReport: opts.onReport }, program, name, arg);
     return { rank: 0, result: result! };
   }
   if (opts.ranks !== env.worldSize) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${env.worldSize}`);
   const fn = ((await import(program.href)) as Record<string, RankFn<A, R>>)[name];
   if (typeof fn !== 'function') throw new UsageError(`${program.href} has no export '${name}'`);
-  const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs });
+  const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs, ...(opts.lanes === undefined ? {} : { lanes: opts.lanes }) });
   try {
     return { rank: comm.rank, result: await fn(comm, arg, { report: (m) => opts.onReport?.(comm.rank, m) }) };
   } finally {

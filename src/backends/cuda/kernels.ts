@@ -52,7 +52,7 @@ export class A2avKernels {
     this.#doneFn = init.module.fn('a2av_done');
     this.#smem = kernelSharedBytes(this.#world);
     this.#earlyLaunch = earlyLaunchWanted(init.device.arch);
-    this.#shape = { gpu: init.device.name, gpus: init.gpus, world: init.worldSize, ranksPerGpu: init.ranksOnDevice };
+    this.#shape = { gpu: init.device.name, gpus: init.gpus, world: init.worldSize, ranksPerGpu: init.ranksOnDevice, lanes: this.#shares };
     if (this.#smem > 48 * 1024) this.#launcher.fn.allowSharedBytes(this.#smem);
   }
 
