@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { UsageError } from '../src/errors.js';
-import { defaultPlan, heuristicPlan, withinBudget, type PlanContext } from '../src/tune/plan.js';
+import { defaultPlan, fairBlocks, GRID_MIN_BYTES, heuristicPlan, launchesEarly, withinBudget, type PlanContext } from '../src/tune/plan.js';
 import { bucketize, loadTables, lookupPlan, parseTable, shippedTablesDir, TABLE_FORMAT, type PlanShape, type PlanTable } from '../src/tune/table.js';
 
 const shape: PlanShape = { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1, lanes: 2 };
@@ -121,6 +121,36 @@ test('the default plan: a table plan where it fits, else the heuristic; grid pla
   assert.deepEqual(defaultPlan(ctx(1000, { measured: from([t]), gridCopy: 'never' })), heuristicPlan(ctx(1000, { gridCopy: 'never' })));
   // Another shape: the heuristic.
   assert.deepEqual(defaultPlan(ctx(1000, { measured: from([t], { ...shape, world: 8 }) })), heuristicPlan(ctx(1000)));
+});
+
+test('the heuristic on one GPU: small calls take blocks that launch early, a 16 KiB tile each; large calls the grid', () => {
+  // An H200's a2av_1d (64 registers a thread: 4 blocks of 256 an SM), two lanes' shares.
+  const h200 = (ranks: number, inputBytes: number, more: Partial<PlanContext> = {}): PlanContext => ({
+    residentBlocks: (threads) => (132 * Math.floor(65536 / (64 * threads))) / 2,
+    ranksOnDevice: ranks,
+    inputBytes,
+    allOnDevice: true,
+    ...more,
+  });
+  for (const ranks of [1, 2, 3, 8, 64]) {
+    for (const bytes of [1, 4096, 64 << 10, 512 << 10, MiB, 3 * MiB, GRID_MIN_BYTES - 1]) {
+      const c = h200(ranks, bytes);
+      const plan = heuristicPlan(c);
+      const at = `${ranks} ranks, ${bytes} B`;
+      assert.equal(plan.threads, 256, at);
+      assert.equal(plan.grid, undefined, at);
+      assert.ok(launchesEarly(plan, c) || fairBlocks(c, 256) < 2, at);
+      // As many blocks as 16 KiB tiles, up to half the share.
+      assert.equal(plan.blocks, Math.max(1, Math.min(Math.ceil(bytes / (16 << 10)), Math.floor(fairBlocks(c, 256) / 2))), at);
+    }
+    assert.ok(heuristicPlan(h200(ranks, GRID_MIN_BYTES)).grid, `${ranks} ranks: grid from ${GRID_MIN_BYTES}`);
+  }
+  assert.deepEqual(heuristicPlan(h200(8, MiB)), { blocks: 16, threads: 256 });
+  assert.deepEqual(heuristicPlan(h200(2, 4 * MiB)), { blocks: 66, threads: 256 });
+  // Rows that are not 16-byte multiples keep the resident sweep, launched plainly, past the grid's size.
+  assert.equal(heuristicPlan(h200(8, 64 * MiB, { rowBytes: 7 })).threads, 512);
+  // Across GPUs: the fair share of 512-thread blocks (not measured there with the two-lane shares).
+  assert.deepEqual(heuristicPlan(h200(1, 4 * MiB, { allOnDevice: false })), { blocks: 128, threads: 512 });
 });
 
 test('a block budget caps every plan, at least one block', () => {

@@ -42,7 +42,7 @@ export interface PlanEntry extends PlanShape {
 export interface PlanTable {
   format: typeof TABLE_FORMAT;
   /** How the table was made: date, commit, command. */
-  measured?: { date?: string; commit?: string; command?: string };
+  measured?: { date?: string; commit?: string; command?: string; note?: string };
   entries: PlanEntry[];
 }
 

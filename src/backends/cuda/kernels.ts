@@ -3,7 +3,7 @@
 import type { CudaDevice, CudaStream } from '../../cuda/device.js';
 import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
 import { gridCopyFromEnv, peerSplitFromEnv, type GridCopy } from '../../knobs.js';
-import { defaultPlan, heuristicPlan, laneShares, peerSplitMode, validatePlan, withinBudget, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
+import { defaultPlan, fairBlocks, heuristicPlan, laneShares, launchesEarly, peerSplitMode, validatePlan, withinBudget, type LaunchPlan, type PlanContext } from '../../tune/plan.js';
 import { loadTables, lookupPlan, type PlanProbe, type PlanShape, type PlanTable } from '../../tune/table.js';
 import { A2AV_PARAMS_BYTES, writeA2avParams, type A2avParams } from './kernel-params.js';
 import { copySharedBytes, kernelSharedBytes } from './layout.js';
@@ -80,9 +80,7 @@ export class A2avKernels {
   queue(stream: CudaStream, params: A2avParams, plan: LaunchPlan, ctx: PlanContext): void {
     const launcher = this.#launcher;
     writeA2avParams(launcher.view, params);
-    // An early launch keeps the next call's blocks resident beside this call's, so it is only safe
-    // (no rank starved of SMs while others wait on it) when twice the blocks of every rank here fit.
-    if (this.#earlyLaunch && 2 * plan.blocks <= Math.floor(ctx.residentBlocks(plan.threads) / this.#ranksOnDevice))
+    if (this.#earlyLaunch && launchesEarly(plan, ctx))
       launcher.launchEarly(plan.blocks, plan.threads, stream, this.#smem);
     else launcher.launch(plan.blocks, plan.threads, stream, this.#smem);
     if (plan.grid) {
@@ -100,7 +98,7 @@ export class A2avKernels {
   probe(): PlanProbe {
     return {
       shape: this.#shape,
-      fairBlocks: (threads) => Math.max(1, Math.floor(this.#residentBlocks(threads) / this.#ranksOnDevice)),
+      fairBlocks: (threads) => Math.max(1, fairBlocks(this.planContext(0), threads)),
       heuristic: (inputBytes, rowBytes) => heuristicPlan({ ...this.planContext(inputBytes, rowBytes), measured: undefined }),
     };
   }
