@@ -172,6 +172,15 @@ test('the tables shipped in plans/ are well-formed, each entry a size range of o
     for (const e of t.entries) {
       assert.ok(e.minBytes < e.maxBytes && e.plan.blocks >= 1 && e.plan.threads % 32 === 0, JSON.stringify(e));
       assert.ok(e.world >= 1 && e.gpus >= 1 && e.ranksPerGpu * e.gpus === e.world, `${e.gpu} W=${e.world}: ${e.ranksPerGpu} a GPU on ${e.gpus}`);
+      assert.ok(Number.isInteger(e.lanes) && e.lanes >= 1, JSON.stringify(e));
+    }
+  }
+  // One plan a size for each shape, across every shipped file: no two entries of a shape overlap.
+  const all = tables.flatMap((t) => t.entries);
+  const key = (e: PlanShape) => `${e.gpu}/${e.gpus}/${e.world}/${e.ranksPerGpu}/${e.lanes}`;
+  for (const [i, a] of all.entries()) {
+    for (const b of all.slice(i + 1)) {
+      if (key(a) === key(b)) assert.ok(a.maxBytes <= b.minBytes || b.maxBytes <= a.minBytes, `${key(a)}: [${a.minBytes}, ${a.maxBytes}) and [${b.minBytes}, ${b.maxBytes})`);
     }
   }
 });
