@@ -120,12 +120,17 @@ export function fairBlocks(ctx: Pick<PlanContext, 'residentBlocks' | 'ranksOnDev
 }
 
 /**
- * Whether a call of `plan` may launch early (programmatic dependent launch): the next call's blocks
- * then sit resident beside this call's, so twice its blocks must fit its share, or a rank could be
- * starved of SMs while its peers wait on it.
+ * The most blocks of `threads` threads a call may have and still launch early (programmatic
+ * dependent launch): the next call's blocks then sit resident beside this call's, so twice its
+ * blocks must fit its share, or a rank could be starved of SMs while its peers wait on it.
  */
+export function earlyLaunchBlocks(ctx: Pick<PlanContext, 'residentBlocks' | 'ranksOnDevice'>, threads: number): number {
+  return Math.floor(fairBlocks(ctx, threads) / 2);
+}
+
+/** Whether a call of `plan` may launch early (earlyLaunchBlocks). */
 export function launchesEarly(plan: LaunchPlan, ctx: Pick<PlanContext, 'residentBlocks' | 'ranksOnDevice'>): boolean {
-  return 2 * plan.blocks <= fairBlocks(ctx, plan.threads);
+  return plan.blocks <= earlyLaunchBlocks(ctx, plan.threads);
 }
 
 export function heuristicPlan(ctx: PlanContext): LaunchPlan {
@@ -136,19 +141,15 @@ export function heuristicPlan(ctx: PlanContext): LaunchPlan {
   const aligned = ctx.rowBytes === undefined || ctx.rowBytes % 16 === 0;
   if (mode === 'always' || (mode === 'auto' && ctx.allOnDevice && aligned && ctx.inputBytes >= GRID_MIN_BYTES))
     return { blocks: 1, threads: 256, grid: { threads: GRID_THREADS } };
-  if (ctx.allOnDevice && ctx.inputBytes < GRID_MIN_BYTES) {
-    // Small calls on one GPU: 256-thread blocks, at most half the fair share, so the next call can
-    // launch early (queue's test): measured on an H200 with two lanes, that beat the fair share
-    // launched plainly 1.3-3.1x from 512 KiB to 4 MiB at W = 2, 4 and 8 (docs/perf.md).
-    const threads = SMALL_THREADS;
-    const early = Math.max(1, Math.floor(fairBlocks(ctx, threads) / 2));
-    return { blocks: Math.min(early, Math.max(1, Math.ceil(ctx.inputBytes / tileBytes(threads)))), threads };
-  }
-  const threads = DEFAULT_THREADS;
-  const fair = Math.max(1, fairBlocks(ctx, threads));
+  // Small calls on one GPU: 256-thread blocks, no more than still launch early (queue's test):
+  // measured on an H200 with two lanes, that beat the fair share launched plainly 1.3-3.1x from
+  // 512 KiB to 4 MiB at W = 2, 4 and 8 (docs/perf.md).
+  const small = ctx.allOnDevice && ctx.inputBytes < GRID_MIN_BYTES;
+  const threads = small ? SMALL_THREADS : DEFAULT_THREADS;
+  const most = Math.max(1, small ? earlyLaunchBlocks(ctx, threads) : fairBlocks(ctx, threads));
   // One tile per block at least: smaller messages get fewer blocks (less barrier work), never slower ones.
   const wanted = Math.ceil(ctx.inputBytes / tileBytes(threads));
-  return { blocks: Math.min(fair, Math.max(1, wanted)), threads };
+  return { blocks: Math.min(most, Math.max(1, wanted)), threads };
 }
 
 const checkThreads = (name: string, threads: unknown): void => {

@@ -31,7 +31,7 @@ export async function runJob<A, R>(opts: JobOptions, program: URL, name: string,
   if (opts.ranks !== env.worldSize) throw new UsageError(`${opts.ranks} ranks asked for, but the launcher started ${env.worldSize}`);
   const fn = ((await import(program.href)) as Record<string, RankFn<A, R>>)[name];
   if (typeof fn !== 'function') throw new UsageError(`${program.href} has no export '${name}'`);
-  const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs, ...(opts.lanes === undefined ? {} : { lanes: opts.lanes }) });
+  const comm = await init({ backend: opts.backend, timeoutMs: opts.timeoutMs, lanes: opts.lanes });
   try {
     return { rank: comm.rank, result: await fn(comm, arg, { report: (m) => opts.onReport?.(comm.rank, m) }) };
   } finally {

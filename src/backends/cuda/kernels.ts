@@ -98,7 +98,7 @@ export class A2avKernels {
   probe(): PlanProbe {
     return {
       shape: this.#shape,
-      fairBlocks: (threads) => Math.max(1, fairBlocks(this.planContext(0), threads)),
+      fairBlocks: (threads) => Math.max(1, fairBlocks({ residentBlocks: (t) => this.#residentBlocks(t), ranksOnDevice: this.#ranksOnDevice }, threads)),
       heuristic: (inputBytes, rowBytes) => heuristicPlan({ ...this.planContext(inputBytes, rowBytes), measured: undefined }),
     };
   }
