@@ -41,7 +41,12 @@ function runLookup(perTable: string, tables: readonly Table[]): string[] {
   try {
     writeFileSync(
       join(dir, 'lookup.cu'),
-      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\nint main() {\n` +
+      `#include <cstdio>\n#include <vector>\n#include "exchange.cuh"\n` +
+        // Chunks go out as runs (chunk:words): a word each would be hundreds of MB for the large tables.
+        `static long long run_k = -1, run_n = 0;\n` +
+        `static void word(long long k) { if (k == run_k) { ++run_n; return; } if (run_n) printf("%lld:%lld ", run_k, run_n); run_k = k; run_n = 1; }\n` +
+        `static void end_runs() { if (run_n) printf("%lld:%lld ", run_k, run_n); run_k = -1; run_n = 0; }\n` +
+        `int main() {\n` +
         `  long long n, rb;\n` +
         `  while (scanf("%lld %lld", &n, &rb) == 2) {\n` +
         `    std::vector<i64> cum(n); i64 sum = 0;\n` +
@@ -94,17 +99,22 @@ function runRouted<C extends Routed>(param: { name: string; of: (c: C) => number
   }
 }
 
-/** Asserts `got` names, word by word, the chunk of `table` that holds each word. */
-function checkChunks(got: number[], table: Table, label: string): void {
-  const want: number[] = [];
-  let start = 0;
-  table.rows.forEach((r, k) => {
-    for (let x = start; x < start + r * table.rb; x += 16) want.push(k);
-    start += r * table.rb;
-  });
-  assert.equal(got.length, want.length, `${label}: one chunk per word`);
-  const wrong = got.findIndex((k, w) => k !== want[w]);
-  assert.equal(wrong, -1, `${label}: word ${wrong} (byte ${16 * wrong}) found chunk ${got[wrong]}, held by ${want[wrong]}`);
+/** Asserts the runs `got` ("chunk:words" each) name, word by word, the chunk of `table` that holds each word. */
+function checkChunks(got: string, table: Table, label: string): void {
+  const want: [number, number][] = table.rows.flatMap((r, k) => (r > 0 ? [[k, (r * table.rb) / 16] as [number, number]] : []));
+  const runs = got
+    .trim()
+    .split(/\s+/)
+    .filter((w) => w !== '')
+    .map((w) => w.split(':').map(Number) as [number, number]);
+  let word = 0;
+  for (let i = 0; i < Math.max(runs.length, want.length); i++) {
+    const [k, n] = runs[i] ?? [-1, 0];
+    const [wk, wn] = want[i] ?? [-1, 0];
+    const at = `${label}: from word ${word} (byte ${16 * word})`;
+    assert.ok(k === wk && n === wn, `${at} found chunk ${k} for ${n} words, held by chunk ${wk} for ${wn}`);
+    word += n;
+  }
 }
 
 const labelOf = (c: Table, i: number) => `seed ${seed} (A2AV_SEED reruns it): table ${i}, ${c.rows.length} chunks of ${c.rb}-byte rows`;
@@ -113,19 +123,19 @@ test('x_chunk_at + x_chunk_from: every word of every slice finds the chunk that 
   if (nvcc === undefined) return t.skip('nvcc not found: the lookup cannot be compiled here (CI has nvcc)');
   const rng = new Rng(seed);
   const tables: Table[] = [{ rb: 16, rows: [1] }, { rb: 4096, rows: [0, 0, 3, 0, 0, 1, 0] }, { rb: 16, rows: Array.from({ length: 256 }, () => 1) }];
-  // Sizes keep the output (a number a word) to a few MB: chunks shorter and longer than a slice.
+  // Chunks shorter and longer than a slice.
   for (let i = 0; i < 40; i++) tables.push(randomTable(rng, 256));
   // Slice by slice as the first form of the kernel walked: x_chunk_at for the slice's first byte,
   // x_chunk_from for each word.
   const lines = runLookup(
     `    for (i64 lo = 0; lo < total; lo += ${SLICE}) {\n` +
       `      const i64 k0 = x_chunk_at(cum.data(), n, rb, lo);\n` +
-      `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) printf("%lld ", (long long)x_chunk_from(cum.data(), n, rb, k0, x));\n` +
+      `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) word(x_chunk_from(cum.data(), n, rb, k0, x));\n` +
       `    }\n` +
-      `    printf("\\n");\n`,
+      `    end_runs(); printf("\\n");\n`,
     tables,
   );
-  tables.forEach((c, i) => checkChunks(lines[i]!.trim().split(/\s+/).map(Number), c, labelOf(c, i)));
+  tables.forEach((c, i) => checkChunks(lines[i]!, c, labelOf(c, i)));
 });
 
 test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word of every slice finds the chunk that holds it', (t) => {
@@ -156,17 +166,17 @@ test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word 
       `      for (i64 x = lo; x < lo + ${SLICE} && x < total; x += 16) {\n` +
       `        const int i = xs_find(w.data(), count, rb, x);\n` +
       `        if (i < 0) ++past;\n` +
-      `        printf("%lld ", (long long)(i >= 0 ? base + i : x_chunk_at(cum.data(), n, rb, x)));\n` +
+      `        word(i >= 0 ? base + i : x_chunk_at(cum.data(), n, rb, x));\n` +
       `      }\n` +
       `    }\n` +
-      `    printf("| %lld\\n", past);\n`,
+      `    end_runs(); printf("| %lld\\n", past);\n`,
     tables,
   );
   let pastAll = 0;
   tables.forEach((c, i) => {
     const [words, past] = lines[i]!.split('|');
     pastAll += Number(past);
-    checkChunks(words!.trim().split(/\s+/).filter((w) => w !== '').map(Number), c, labelOf(c, i));
+    checkChunks(words!, c, labelOf(c, i));
   });
   assert.ok(pastAll > 0, 'some words lay past their window (the table of 2000 short chunks has them), so the fallback was checked');
 });
@@ -223,10 +233,15 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
     let sum = 0;
     for (const r of c.rows) starts.push((sum += r) - r);
     const total = sum * c.rb;
+    // The last chunk starting at or before x (empty chunks start where the next one does).
     const chunkOf = (x: number) => {
-      let k = 0;
-      while (k + 1 < c.rows.length && starts[k + 1]! * c.rb <= x) k++;
-      return k;
+      let [lo, hi] = [0, c.rows.length - 1];
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (starts[mid]! * c.rb <= x) lo = mid;
+        else hi = mid - 1;
+      }
+      return lo;
     };
     assert.equal(got.length, 3 * Math.ceil(total / c.span), `${label}: an entry a span`);
     for (let s = 0; s * c.span < total; s++) {
@@ -243,7 +258,8 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
         continue;
       }
       whole++;
-      for (let x = lo; x < hi; x += 16) {
+      // One entry serves the whole span, and both sides move with x: its ends check every byte.
+      for (const x of new Set([lo, hi - 16])) {
         const off = BigInt(x - starts[k]! * c.rb);
         assert.equal(dst + BigInt(x), c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x}'s destination`);
         assert.equal(src + BigInt(x), INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x}'s source`);
@@ -279,7 +295,7 @@ test('x_fused\'s biased chunks (bias_chunk, biased_search, biased_chunk_from): e
   }
   // As copy_tile_biased: per tile of threads x 16 x A2AV_COPY_UNROLL bytes, the chunk at its first
   // byte, then each thread's words in order, each from the chunk the thread's last word was in.
-  // Prints every word's (dst src).
+  // Prints every word's (dst src), as runs.
   const lines = runRouted(
     { name: 'nt', of: (c: Case) => c.threads },
     `    std::vector<i64> bs(n), bd(n), bsrc(n);\n` +
@@ -300,23 +316,42 @@ test('x_fused\'s biased chunks (bias_chunk, biased_search, biased_chunk_from): e
       `        }\n` +
       `      }\n` +
       `    }\n` +
-      `    for (i64 w = 0; w < total / 16; ++w) printf("%lld %lld ", (long long)gd[w], (long long)gs[w]);\n` +
+      // Runs of words whose destination and source lie the same distance from the word (a chunk's).
+      `    for (i64 w = 0, r = 0; w < total / 16; w += r) {\n` +
+      `      for (r = 1; w + r < total / 16 && gd[w + r] - gd[w] == 16 * r && gs[w + r] - gs[w] == 16 * r; ++r) {}\n` +
+      `      printf("%lld:%lld:%lld ", (long long)(gd[w] - 16 * w), (long long)(gs[w] - 16 * w), (long long)r);\n` +
+      `    }\n` +
       `    printf("\\n");\n`,
     cases,
   );
   const INPUT = 1n << 44n;
   cases.forEach((c, i) => {
     const label = `${labelOf(c, i)}, E ${c.E}, ${c.threads} threads`;
-    const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
+    const got = lines[i]!
+      .trim()
+      .split(/\s+/)
+      .filter((w) => w !== '')
+      .map((w) => w.split(':').map(BigInt) as [bigint, bigint, bigint]);
+    // Each non-empty chunk is a run: its words all at one distance from their destination and source.
+    const want: [bigint, bigint, bigint][] = [];
     let x = 0;
     c.rows.forEach((r, k) => {
-      const base = x;
-      for (; x < base + r * c.rb; x += 16) {
-        const off = BigInt(x - base);
-        assert.equal(got[x / 8], c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s destination`);
-        assert.equal(got[x / 8 + 1], INPUT + BigInt(c.src[k]! * c.rb) + off, `${label}: byte ${x} (chunk ${k})'s source`);
-      }
+      const [d, s, n] = [c.out[Math.floor(k / c.E)]! + BigInt(c.dst[k]! * c.rb - x), INPUT + BigInt(c.src[k]! * c.rb - x), BigInt((r * c.rb) / 16)];
+      // Chunks that follow on in both input and output make one run.
+      const last = want.at(-1);
+      if (last !== undefined && last[0] === d && last[1] === s) last[2] += n;
+      else if (r > 0) want.push([d, s, n]);
+      x += r * c.rb;
     });
-    assert.equal(got.length, x / 8, `${label}: a pair a word`);
+    let word = 0n;
+    for (let j = 0; j < Math.max(got.length, want.length); j++) {
+      const [d, s, n] = got[j] ?? [0n, 0n, 0n];
+      const [wd, ws, wn] = want[j] ?? [0n, 0n, 0n];
+      const at = `${label}: from byte ${16n * word}`;
+      assert.equal(d, wd, `${at}: destination off by ${d - wd}`);
+      assert.equal(s, ws, `${at}: source off by ${s - ws}`);
+      assert.equal(n, wn, `${at}: ${n} words at that distance, the chunk holds ${wn}`);
+      word += n;
+    }
   });
 });
