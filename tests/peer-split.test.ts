@@ -85,7 +85,7 @@ test('split_by_peer: every block in one segment, each non-empty segment at least
     );
     execFileSync(nvcc, ['-std=c++17', `-I${kernelsDir()}`, join(dir, 'split.cu'), '-o', join(dir, 'split')]);
     const input = cases.map((c) => `${c.len.length} ${c.blocks} ${c.len.join(' ')}`).join('\n') + '\n';
-    const lines = execFileSync(join(dir, 'split'), { input, encoding: 'utf8' }).trim().split('\n');
+    const lines = execFileSync(join(dir, 'split'), { input, encoding: 'utf8', maxBuffer: 1 << 26 }).trim().split('\n');
     assert.equal(lines.length, cases.length);
     cases.forEach((c, i) => {
       const want = expected(c);
