@@ -31,6 +31,11 @@ import { ARMS, type Arm } from './pipeline/train.js';
  */
 const DEFAULT_ROW_BYTES = 1024;
 const DEFAULT_MIN = '512K';
+/**
+ * tune starts lower than bench: a table covers only the sizes it measured (from half a doubling
+ * below its smallest), and calls of 64-256 KiB are where a launch plan's few blocks matter most.
+ */
+const TUNE_MIN = '64K';
 const DEFAULT_MAX = { cuda: '4G', nccl: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
 const BACKENDS = Object.keys(DEFAULT_MAX) as BackendName[];
 const DEFAULT_CPU_RANKS = 2;
@@ -241,7 +246,7 @@ program
     'block sizes, grid mode), size by size, and write the fastest as a plan table: point A2AV_PLAN at it, or add it to plans/ ' +
     'to ship it. Sizes where the built-in heuristic is as fast get no entry')
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; under a2av launch: its processes)', integer(1))
-  .addOption(new Option('--min <size>', 'smallest input per rank').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
+  .addOption(new Option('--min <size>', 'smallest input per rank (smaller calls keep the heuristic)').argParser(size).default(parseSize(TUNE_MIN), TUNE_MIN))
   .addOption(new Option('--max <size>', 'largest input per rank').argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
   .option('--row-bytes <size>', 'bytes per row, as --min takes them (16-byte multiples also try grid mode)', size, DEFAULT_ROW_BYTES)
   .option('--lanes <n>', "lanes of the communicator measured (default 2, init()'s): its plans apply to communicators with as many", integer(1))

@@ -103,7 +103,7 @@ describe('a2av: --min and --max, the one the user did not give named as the defa
     refused(['bench', '--backend', 'cpu', '--min', '2K', '--max', '1K'], '--min 2 KiB is larger than --max 1 KiB');
     refused(['bench', '--backend', 'cpu', '--min', '512'], '--min 512 B is smaller than one row (the default --row-bytes 1 KiB)');
     refused(['bench', 'allreduce', '--backend', 'cpu', '--max', '1K'], '--max 1 KiB is smaller than the default --min 4 KiB: give --min too');
-    refused(['tune', '--max', '1K'], '--max 1 KiB is smaller than the default --min 512 KiB: give --min too');
+    refused(['tune', '--max', '1K'], '--max 1 KiB is smaller than the default --min 64 KiB: give --min too');
     refused(['bench', '--backend', 'cpu', '--min', '1500', '--max', '1800'], 'no whole number of 1 KiB rows (the default --row-bytes) lies between --min 1.5 KiB and --max 1.8 KiB');
     refused(['bench', 'allreduce', '--backend', 'cpu', '--min', '5', '--max', '7'], 'no whole number of f32 elements lies between --min 5 B and --max 7 B');
   });
@@ -113,7 +113,7 @@ describe('a2av: --row-bytes takes sizes as --min and --max do', () => {
   it('units accepted, in bench and tune', () => {
     refused(['bench', '--backend', 'cpu', '--row-bytes', '1G'], '--row-bytes 1 GiB is larger than the default --min 512 KiB: give --min too');
     refused(['bench', '--backend', 'cpu', '--row-bytes', '4K', '--min', '2K', '--max', '2K'], '--min 2 KiB is smaller than one row (--row-bytes 4 KiB)');
-    refused(['tune', '--row-bytes', '1M'], '--row-bytes 1 MiB is larger than the default --min 512 KiB: give --min too');
+    refused(['tune', '--row-bytes', '1M'], '--row-bytes 1 MiB is larger than the default --min 64 KiB: give --min too');
   });
 
   it('zero, fractions of a byte and negatives refused, saying why', () => {

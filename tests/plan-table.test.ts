@@ -41,7 +41,7 @@ test('lookup: same GPU, GPU count, world, ranks per GPU and lanes, size inside [
   assert.equal(lookupPlan([first, t], shape, 10)?.plan.blocks, 2);
 });
 
-test('buckets: neighbours with one plan merge, edges halfway between sizes, sizes the heuristic wins stay out', () => {
+test('buckets: neighbours with one plan merge, edges halfway between sizes, sizes the heuristic wins and sizes below the smallest measured stay out', () => {
   const a = { blocks: 8, threads: 512 };
   const b = { blocks: 1, threads: 256, grid: { threads: 256 } };
   const sizes = [
@@ -55,7 +55,7 @@ test('buckets: neighbours with one plan merge, edges halfway between sizes, size
   assert.deepEqual(
     entries.map((e) => [e.minBytes, e.maxBytes, e.plan]),
     [
-      [0, 8 * MiB, a],
+      [Math.round(MiB / Math.SQRT2), 8 * MiB, a],
       [8 * MiB, 32 * MiB, b],
       [128 * MiB, Number.MAX_SAFE_INTEGER, b],
     ],

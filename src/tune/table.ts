@@ -77,13 +77,14 @@ const samePlan = (a: LaunchPlan, b: LaunchPlan): boolean =>
 
 /**
  * Size buckets from measured sizes (ascending): neighbours with the same plan share a bucket, and
- * bucket edges fall halfway (geometrically) between measured sizes; the first bucket starts at 0,
- * the last one is open-ended. Sizes where the heuristic was as fast (within `slack`) keep the
- * heuristic: no entry, so the fallback applies.
+ * bucket edges fall halfway (geometrically) between measured sizes; the first bucket starts as far
+ * below the smallest size (half a doubling), the last one is open-ended. Smaller calls, never
+ * measured, and sizes where the heuristic was as fast (within `slack`) keep the heuristic: no
+ * entry, so the fallback applies.
  */
 export function bucketize(shape: PlanShape, sizes: readonly MeasuredSize[], slack = 0.02): PlanEntry[] {
   const sorted = [...sizes].sort((a, b) => a.bytes - b.bytes);
-  const edge = (i: number): number => (i <= 0 ? 0 : i >= sorted.length ? Number.MAX_SAFE_INTEGER : Math.round(Math.sqrt(sorted[i - 1]!.bytes * sorted[i]!.bytes)));
+  const edge = (i: number): number => (i <= 0 ? Math.round(sorted[0]!.bytes / Math.SQRT2) : i >= sorted.length ? Number.MAX_SAFE_INTEGER : Math.round(Math.sqrt(sorted[i - 1]!.bytes * sorted[i]!.bytes)));
   const entries: PlanEntry[] = [];
   for (let i = 0; i < sorted.length; i++) {
     const s = sorted[i]!;
