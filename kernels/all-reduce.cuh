@@ -4,7 +4,7 @@
 #include "config.cuh"
 #include "signals.cuh"
 
-// Element types and ops, as src/backends/cuda/kernel-params.ts numbers them (never 0, so a header
+// Element types and ops, as src/codes.ts numbers them (never 0, so a header
 // word still zero cannot pass for a call).
 #define AR_F32 1
 #define AR_BF16 2

@@ -8,7 +8,7 @@
 #include <cstdio>
 #endif
 
-// Call kinds, as src/collectives/exchange-rules.ts numbers them.
+// Call kinds, as src/codes.ts numbers them.
 #define X_1D 1
 #define X_DISPATCH 2
 #define X_COMBINE 3

@@ -1,6 +1,5 @@
 // One base class with a stable `code`; one subclass per failure, with typed fields.
-import { ExchangeKind } from './collectives/exchange-records.js';
-import { DTYPE_CODE, OP_CODE } from './collectives/reduce.js';
+import { DTYPE_CODE, ExchangeKind, OP_CODE } from './codes.js';
 
 export class A2avError extends Error {
   readonly code: string;

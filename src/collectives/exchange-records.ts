@@ -6,9 +6,9 @@
 //   [7, ..) 1d: counts[W]; dispatch: counts[W·E] (index r·E + e); combine: its inSplitsOffsets as
 //           given, int64[2][E·W] (counts at e·W + r, offsets at E·W + e·W + r).
 // Read as int32 pairs, so judging a call allocates no BigInt.
+import { ExchangeKind } from '../codes.js';
 
-export const ExchangeKind = { '1d': 1, dispatch: 2, combine: 3 } as const;
-export type ExchangeKind = keyof typeof ExchangeKind;
+export { ExchangeKind };
 const KIND_NAMES: Record<number, ExchangeKind> = { 1: '1d', 2: 'dispatch', 3: 'combine' };
 
 /** Word index of each header field in a record. */

@@ -5,14 +5,12 @@
 // of two f32 values done in double and then rounded to f32 (a Float32Array store) is the correctly
 // rounded f32 sum (double has more than 2·24 + 2 bits, so the double rounding is harmless).
 import type { ReduceDtype } from '../backends/backend.js';
+import { DTYPE_CODE, OP_CODE } from '../codes.js';
 
 export const ELEMENT_BYTES: Readonly<Record<ReduceDtype, number>> = { f32: 4, bf16: 2 };
-/**
- * Element types and ops as ranks compare their allReduce calls (a mismatch's needed / available
- * carry these numbers); the cuda kernels use the same (AR_F32, AR_BF16, AR_SUM).
- */
-export const DTYPE_CODE = { f32: 1, bf16: 2 } as const satisfies Record<ReduceDtype, number>;
-export const OP_CODE = { sum: 1 } as const;
+/** Element types and ops as ranks compare their allReduce calls: a code for every ReduceDtype. */
+export { DTYPE_CODE, OP_CODE };
+DTYPE_CODE satisfies Record<ReduceDtype, number>;
 
 const one = new Float32Array(1);
 const oneBits = new Uint32Array(one.buffer);

@@ -116,7 +116,7 @@ export function writeXParams(v: DataView, p: XParams): void {
 // Writes struct ArParams (kernels/all-reduce.cuh).
 export const AR_PARAMS_BYTES = 96;
 /** Element types and ops as the allReduce kernels number them (AR_F32, AR_BF16, AR_SUM). */
-export { DTYPE_CODE as ArDtype, OP_CODE as ArOp } from '../../collectives/reduce.js';
+export { DTYPE_CODE as ArDtype, OP_CODE as ArOp } from '../../codes.js';
 
 export interface ArParams {
   input: bigint;
