@@ -25,6 +25,9 @@ interface RankLine {
   exists?: boolean;
 }
 
+/** A token MoE group small enough for CI's two cores as processes: 3 experts a rank, top-2, up to 10 tokens of 24-byte rows. */
+const TOKEN_JOB = { layout: 'expanded', experts: 3, topk: 2, maxTokens: 10, align: 4, rowBytes: 24, hidden: 3, calls: 1 };
+
 /** Each rank's one JSON line (undefined for a rank that printed none). */
 function rankLines(stdout: string, world: number): (RankLine | undefined)[] {
   return Array.from({ length: world }, (_, r) => {
@@ -79,6 +82,8 @@ describe('conformance on cpu processes', () => {
     [2, 'allReduce', { counts: [0, 1, 7, 4099, 1_000_003] }],
     [3, 'allReduce', { counts: [0, 1, 4099, 70_001] }],
     [2, 'allReduceLanes', { rounds: 4, maxCount: 50_001 }],
+    [2, 'moeTokens', { ...TOKEN_JOB, layout: 'expanded', calls: 4 }],
+    [3, 'moeTokens', { ...TOKEN_JOB, layout: 'compact', align: 1, calls: 3 }],
   ];
   for (const [world, fn, arg] of suite) {
     test(`${fn} W=${world} (seed ${seed})`, { timeout: 30_000 }, async () => {
@@ -93,10 +98,10 @@ describe('conformance on cpu processes', () => {
     });
   }
 
-  for (const fn of ['timeout', 'allReduceTimeout']) {
+  for (const fn of ['timeout', 'allReduceTimeout', 'moeTokenTimeout']) {
     test(`${fn} W=3: a rank that never calls is named`, { timeout: 30_000 }, async () => {
       const absent = seed % 3;
-      const { code, stdout, stderr } = await runProgram(3, fn, { absent, timeoutMs: 500 }, 500);
+      const { code, stdout, stderr } = await runProgram(3, fn, { ...TOKEN_JOB, absent, timeoutMs: 500 }, 500);
       for (const [rank, line] of rankLines(stdout, 3).entries()) {
         assert.equal(line?.error, undefined, `rank ${rank}: ${line?.error?.message}; ${stderr}`);
       }
@@ -125,6 +130,23 @@ describe('faults', () => {
     assert.ok(ms < timeoutMs + 5000, `the job took ${ms} ms`);
     const pids = [...lines.flatMap((l) => (l ? [l.pid] : [])), Number(/pid (\d+)/.exec(stderr)![1])];
     assert.deepEqual(pids.filter(alive), [], 'rank processes still running');
+  });
+
+  test('a rank SIGKILLed as its peers dispatch MoE tokens: each survivor\'s dispatch ends in TimeoutError naming it', { timeout: 30_000 }, async () => {
+    const timeoutMs = 1500;
+    const { code, stdout, stderr, ms } = await runProgram(3, 'faultyMoe', { ...TOKEN_JOB, victim: 2, calls: 4, ignoreSigterm: true }, timeoutMs, { graceMs: 10_000 });
+    const lines = rankLines(stdout, 3);
+    assert.equal(lines[2], undefined, 'the victim printed nothing');
+    for (const r of [0, 1]) {
+      const e = lines[r]?.error;
+      assert.equal(e?.name, 'TimeoutError', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
+      assert.equal(e.missingRank, 2);
+      assert.equal(e.calls, 4, 'the timeout came in the dispatch the victim missed (every earlier call checked)');
+      assert.ok(e.waitedMs! >= timeoutMs * 0.9 && e.waitedMs! < timeoutMs + 1000, `waited ${e.waitedMs} ms for a ${timeoutMs} ms timeout`);
+    }
+    assert.equal(code, 128 + 9);
+    assert.match(stderr, /a2av launch: rank 2 \(pid \d+\) failed first: killed by SIGKILL/);
+    assert.ok(ms < timeoutMs + 8000, `the job took ${ms} ms`);
   });
 
   test('a rank SIGKILLed mid-run: the launcher stops the others at once', { timeout: 30_000 }, async () => {
