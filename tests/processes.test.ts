@@ -1,5 +1,6 @@
 // CPU ranks as processes under a2av launch: the conformance rank programs against the host
-// reference, a rank killed mid-run, a crash that leaves shared memory behind, and the benchmark.
+// reference, a rank killed mid-run (the 1-D call, a token MoE dispatch, the pipeline), a crash that
+// leaves shared memory behind, and the benchmark.
 // After every test no a2av file may be left in /dev/shm and no rank process may be running.
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
@@ -147,6 +148,23 @@ describe('faults', () => {
     assert.equal(code, 128 + 9);
     assert.match(stderr, /a2av launch: rank 2 \(pid \d+\) failed first: killed by SIGKILL/);
     assert.ok(ms < timeoutMs + 8000, `the job took ${ms} ms`);
+  });
+
+  test('a rank SIGKILLed mid-pipeline (tiny shape, two lanes): each survivor ends naming it', { timeout: 60_000 }, async () => {
+    const timeoutMs = 1500;
+    const arg = { shape: 'tiny', arm: 'two-lanes', victim: 1, stopAfter: 4, steps: 50, sigkill: true, ignoreSigterm: true };
+    const { code, stdout, stderr } = await runProgram(3, 'victim', arg, timeoutMs, { graceMs: 10_000 });
+    const lines = rankLines(stdout, 3);
+    assert.equal(lines[1], undefined, 'the victim printed nothing');
+    for (const r of [0, 2]) {
+      const s = lines[r]?.result as { code?: string; missingRank?: number; message: string } | undefined;
+      // A collective on the other lane may meet the abort first: CommAbortedError carries the timeout.
+      assert.ok(s?.code === 'A2AV_TIMEOUT' || s?.code === 'A2AV_ABORTED', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
+      assert.equal(s.missingRank, 1, `rank ${r}: ${s.message}`);
+      assert.match(s.message, /timed out after 1500 ms waiting for rank 1/);
+    }
+    assert.equal(code, 128 + 9);
+    assert.match(stderr, /a2av launch: rank 1 \(pid \d+\) failed first: killed by SIGKILL/);
   });
 
   test('a rank SIGKILLed mid-run: the launcher stops the others at once', { timeout: 30_000 }, async () => {

@@ -57,6 +57,10 @@ export interface VictimArg {
   victim: number;
   stopAfter: number;
   steps: number;
+  /** The victim SIGKILLs its process instead (ranks as processes: the launcher's fault, for real). */
+  sigkill?: boolean;
+  /** Survivors ignore the launcher's SIGTERM, to live until their own timeout. */
+  ignoreSigterm?: boolean;
 }
 
 /** What a survivor saw: the error's class, code and the rank it names. */
@@ -78,6 +82,7 @@ export async function victim(comm: Comm, arg: VictimArg): Promise<Survivor | nul
   const compute = await createCompute(comm);
   const model = await Model.create(comm, compute, layout, arg.steps);
   const me = comm.rank;
+  if (arg.ignoreSigterm) process.on('SIGTERM', () => {});
   try {
     await runArm(model, {
       arm: arg.arm,
@@ -85,7 +90,9 @@ export async function victim(comm: Comm, arg: VictimArg): Promise<Survivor | nul
       iters: arg.steps,
       seed: arg.seed,
       onStep: (step) => {
-        if (me === arg.victim && step >= arg.stopAfter) throw new Stop();
+        if (me !== arg.victim || step < arg.stopAfter) return;
+        if (arg.sigkill) process.kill(process.pid, 'SIGKILL');
+        throw new Stop();
       },
     });
     throw new Error(`rank ${me}: finished ${arg.steps} steps though rank ${arg.victim} stopped after ${arg.stopAfter}`);
