@@ -112,43 +112,36 @@ describe('conformance on cpu processes', () => {
 });
 
 describe('faults', () => {
-  test('a rank SIGKILLed mid-run: the others raise TimeoutError naming it, the launcher names it', { timeout: 30_000 }, async () => {
+  /**
+   * Runs `program` on 3 ranks, rank `victim` SIGKILLing itself before its call `calls`: each survivor
+   * must end in a TimeoutError naming it from that very call, after about the timeout, the launcher
+   * must name the victim as the rank that failed first, and the job end within the timeout + `setUpMs`.
+   */
+  async function expectVictimNamed(program: string, arg: object, victim: number, calls: number, setUpMs: number): Promise<void> {
     const timeoutMs = 1500;
     // The survivors ignore the launcher's SIGTERM, to live until their own timeout; SIGKILL follows after graceMs.
-    const { code, stdout, stderr, ms } = await runProgram(3, 'faultyRun', { victim: 1, calls: 25, ignoreSigterm: true }, timeoutMs, { graceMs: 10_000 });
+    const { code, stdout, stderr, ms } = await runProgram(3, program, { ...arg, victim, calls, ignoreSigterm: true }, timeoutMs, { graceMs: 10_000 });
     const lines = rankLines(stdout, 3);
-    assert.equal(lines[1], undefined, 'the victim printed nothing');
-    for (const r of [0, 2]) {
+    assert.equal(lines[victim], undefined, 'the victim printed nothing');
+    for (const r of [0, 1, 2].filter((q) => q !== victim)) {
       const e = lines[r]?.error;
       assert.equal(e?.name, 'TimeoutError', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
       assert.equal(e.code, 'A2AV_TIMEOUT');
-      assert.equal(e.missingRank, 1);
-      assert.equal(e.calls, 25, 'the timeout came in the call the victim missed');
+      assert.equal(e.missingRank, victim);
+      assert.equal(e.calls, calls, 'the timeout came in the call the victim missed (every earlier call checked)');
       assert.ok(e.waitedMs! >= timeoutMs * 0.9 && e.waitedMs! < timeoutMs + 1000, `waited ${e.waitedMs} ms for a ${timeoutMs} ms timeout`);
     }
     assert.equal(code, 128 + 9);
-    assert.match(stderr, /a2av launch: rank 1 \(pid \d+\) failed first: killed by SIGKILL/);
-    assert.ok(ms < timeoutMs + 5000, `the job took ${ms} ms`);
+    assert.match(stderr, new RegExp(`a2av launch: rank ${victim} \\(pid \\d+\\) failed first: killed by SIGKILL`));
+    assert.ok(ms < timeoutMs + setUpMs, `the job took ${ms} ms`);
     const pids = [...lines.flatMap((l) => (l ? [l.pid] : [])), Number(/pid (\d+)/.exec(stderr)![1])];
     assert.deepEqual(pids.filter(alive), [], 'rank processes still running');
-  });
+  }
 
-  test('a rank SIGKILLed as its peers dispatch MoE tokens: each survivor\'s dispatch ends in TimeoutError naming it', { timeout: 30_000 }, async () => {
-    const timeoutMs = 1500;
-    const { code, stdout, stderr, ms } = await runProgram(3, 'faultyMoe', { ...TOKEN_JOB, victim: 2, calls: 4, ignoreSigterm: true }, timeoutMs, { graceMs: 10_000 });
-    const lines = rankLines(stdout, 3);
-    assert.equal(lines[2], undefined, 'the victim printed nothing');
-    for (const r of [0, 1]) {
-      const e = lines[r]?.error;
-      assert.equal(e?.name, 'TimeoutError', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
-      assert.equal(e.missingRank, 2);
-      assert.equal(e.calls, 4, 'the timeout came in the dispatch the victim missed (every earlier call checked)');
-      assert.ok(e.waitedMs! >= timeoutMs * 0.9 && e.waitedMs! < timeoutMs + 1000, `waited ${e.waitedMs} ms for a ${timeoutMs} ms timeout`);
-    }
-    assert.equal(code, 128 + 9);
-    assert.match(stderr, /a2av launch: rank 2 \(pid \d+\) failed first: killed by SIGKILL/);
-    assert.ok(ms < timeoutMs + 8000, `the job took ${ms} ms`);
-  });
+  test('a rank SIGKILLed mid-run: the others raise TimeoutError naming it, the launcher names it', { timeout: 30_000 }, () => expectVictimNamed('faultyRun', {}, 1, 25, 5000));
+
+  test('a rank SIGKILLed as its peers dispatch MoE tokens: each survivor\'s dispatch ends in TimeoutError naming it', { timeout: 30_000 }, () =>
+    expectVictimNamed('faultyMoe', TOKEN_JOB, 2, 4, 8000));
 
   test('a rank SIGKILLed mid-pipeline (tiny shape, two lanes): each survivor ends naming it', { timeout: 60_000 }, async () => {
     const timeoutMs = 1500;
