@@ -114,6 +114,7 @@ struct LayoutArgs {
   u64 recvWeights;  // expanded: f32 [rows]; compact: f32 [rows][topk]; or 0
   u64 counts;       // int64 [expertsPerRank]
   u64 offsets;      // expanded: int64 [expertsPerRank], or 0
+  u64 numRecvRows;  // int64 [1]: the rows of recvX written, from row 0; or 0
   i64 world;
   i64 expertsPerRank;
   i64 compact;
@@ -123,7 +124,7 @@ struct LayoutArgs {
   i64 idx64;
   i64 metaBytes;
 };
-static_assert(sizeof(LayoutArgs) == 15 * 8, "LayoutArgs: 8-byte fields");
+static_assert(sizeof(LayoutArgs) == 16 * 8, "LayoutArgs: 8-byte fields");
 
 struct ReduceArgs {
   u64 gate;         // int64 [2][buckets]: combine's outSplitsOffsets; -1 when refused, and set to -1 again here
@@ -570,7 +571,7 @@ __device__ void mt_zero(u8* dst, i64 bytes, int lane, int lanes) {
 }
 
 // Expanded: one block per local expert: its count and start, its padding rows zeroed, its rows'
-// weights (padding 0). Compact: the counts zeroed for mt_dispatch_unpack.
+// weights (padding 0). Compact: the counts zeroed for mt_dispatch_unpack. Both: the rows written.
 extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_dispatch_layout(const LayoutArgs p) {
   const i64* oso = (const i64*)p.oso;
   if (oso[0] < 0) return;
@@ -578,6 +579,11 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_dispatch_layout(cons
   i64* counts = (i64*)p.counts;
   if (p.compact) {
     for (i64 e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
+    if (p.numRecvRows && threadIdx.x == 0) {
+      i64 rows = 0;
+      for (i64 src = 0; src < W; src++) rows += oso[src];
+      *(i64*)p.numRecvRows = rows;
+    }
     return;
   }
   const i64 e = blockIdx.x;
@@ -588,6 +594,8 @@ extern "C" __global__ void __launch_bounds__(MT_THREADS) mt_dispatch_layout(cons
   if (threadIdx.x == 0) {
     counts[e] = cnt;
     if (p.offsets) ((i64*)p.offsets)[e] = start;
+    // Experts' blocks follow one another: the last one's end is the end of what was written.
+    if (p.numRecvRows && e == E - 1) *(i64*)p.numRecvRows = start + span;
   }
   mt_zero((u8*)p.recvX + (start + cnt) * p.rowBytes, (span - cnt) * p.rowBytes, threadIdx.x, blockDim.x);
   if (!p.recvWeights) return;

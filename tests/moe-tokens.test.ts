@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { kernelsDir } from '../src/jit/module.js';
-import { f16ToF32, f32BitsToF16 } from '../src/moe/dtype.js';
+import { f16BitsToF32Bits, f16ToF32, f32BitsToF16 } from '../src/moe/dtype.js';
 import { TOKEN_KERNELS } from '../src/moe/kernel-args.js';
 import { runRanks } from '../src/world/threads.js';
 import { bitsOf } from './conformance/moe-token-reference.js';
@@ -42,6 +42,14 @@ describe('MoE token kernels', () => {
     const random = Array.from({ length: 20000 }, (_, i) => Math.fround(Math.sin(i * 12.9898) * 2 ** ((i % 60) - 30)));
     for (const x of [...edges, ...random]) assert.equal(f32BitsToF16(bitsOfF32(x)), bitsOf('f16', Math.fround(x)), `f16 of ${x}`);
     assert.equal(f32BitsToF16(0x7fc00000), 0x7e00, 'NaN stays a quiet NaN');
+  });
+
+  test('f16 widened as bits (the combine\'s terms): every value as f16ToF32 gives it, a NaN with its sign and payload as the kernel keeps them', () => {
+    for (let h = 0; h < 0x10000; h++) {
+      const nan = (h & 0x7c00) === 0x7c00 && (h & 0x3ff) !== 0;
+      const want = nan ? (((h & 0x8000) << 16) | 0x7f800000 | ((h & 0x3ff) << 13)) >>> 0 : bitsOfF32(f16ToF32(h));
+      assert.equal(f16BitsToF32Bits(h), want, `f16 ${h.toString(16)}`);
+    }
   });
 });
 

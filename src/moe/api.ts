@@ -60,6 +60,12 @@ export interface MoeDispatchArgs {
   expertCounts: DeviceBuffer;
   /** expanded only: int64[E], where each local expert's block starts in recvX (in rows). */
   expertOffsets?: DeviceBuffer;
+  /**
+   * int64[1]: the rows of recvX this dispatch wrote, from row 0 (compact: the tokens received;
+   * expanded: to the end of the last expert's block, padding included). Rows past it keep what
+   * they held, an earlier dispatch's rows too.
+   */
+  numRecvRows?: DeviceBuffer;
   /** The routing of an earlier dispatch of the same topkIdx: it is not worked out again. */
   route?: MoeRoute;
   /**

@@ -28,7 +28,7 @@ const optionsFail = (ctx: CheckContext) => (what: string): never => {
 
 export const MOE_GROUP_OPTIONS = argNames<MoeGroupOptions>()(['numExperts', 'topk', 'maxTokensPerRank', 'rowBytes', 'layout', 'expertAlignment', 'combineRowBytes', 'lane']);
 export const MOE_DISPATCH_ARGS = argNames<MoeDispatchArgs>()([
-  'x', 'topkIdx', 'topkIdxType', 'topkWeights', 'numTokens', 'recvX', 'recvTopkIdx', 'recvTopkWeights', 'expertCounts', 'expertOffsets', 'route', 'stream',
+  'x', 'topkIdx', 'topkIdxType', 'topkWeights', 'numTokens', 'recvX', 'recvTopkIdx', 'recvTopkWeights', 'expertCounts', 'expertOffsets', 'numRecvRows', 'route', 'stream',
 ]);
 export const MOE_COMBINE_ARGS = argNames<MoeCombineArgs>()(['y', 'route', 'out', 'topkWeights', 'dtype', 'bias', 'stream']);
 
@@ -172,11 +172,12 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     if (compact) fail('expertOffsets is for the expanded layout');
     checkBuffer(ctx, 'expertOffsets (int64[E])', a.expertOffsets, 8 * E);
   }
+  if (a.numRecvRows !== undefined) checkBuffer(ctx, 'numRecvRows (int64[1])', a.numRecvRows, 8);
   // Peers write recvX while this rank's call still reads its inputs (on cuda the exchange reads x
   // in place) and before it writes its counts: no other buffer of the call may be recvX.
   const r = a.recvX;
   const aliased = r === a.x ? 'x' : r === a.topkIdx ? 'topkIdx' : r === a.topkWeights ? 'topkWeights' : r === numTokens ? 'numTokens'
-    : r === a.recvTopkIdx ? 'recvTopkIdx' : r === a.recvTopkWeights ? 'recvTopkWeights' : r === a.expertCounts ? 'expertCounts' : r === a.expertOffsets ? 'expertOffsets' : undefined;
+    : r === a.recvTopkIdx ? 'recvTopkIdx' : r === a.recvTopkWeights ? 'recvTopkWeights' : r === a.expertCounts ? 'expertCounts' : r === a.expertOffsets ? 'expertOffsets' : r === a.numRecvRows ? 'numRecvRows' : undefined;
   if (aliased !== undefined) fail(`recvX is also ${aliased}: peers write recvX while the call uses ${aliased}; give each its own buffer`);
   const tokenCap = reused?.tokenCap ?? (numTokens ? cap : tokens);
   return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap };

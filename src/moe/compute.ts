@@ -75,6 +75,7 @@ export interface LayoutCall {
   recvWeights?: DeviceBuffer;
   counts: DeviceBuffer;
   offsets?: DeviceBuffer;
+  numRecvRows?: DeviceBuffer;
 }
 
 export interface ReduceCall {

@@ -12,6 +12,23 @@ export function f16ToF32(bits: number): number {
   return sign * (1024 + m) * 2 ** (e - 25);
 }
 
+/**
+ * The f32 bits of f16 `bits`, as kernels/moe-tokens.cu's mt_f16_value widens them: a NaN keeps its
+ * sign and payload (a JS number would not), so a term passed through unchanged has the same bits.
+ */
+export function f16BitsToF32Bits(bits: number): number {
+  const sign = (bits & 0x8000) << 16;
+  const e = (bits >>> 10) & 0x1f;
+  const m = bits & 0x3ff;
+  if (e === 31) return (sign | 0x7f800000 | (m << 13)) >>> 0;
+  if (e === 0) {
+    if (m === 0) return sign >>> 0;
+    const shift = Math.clz32(m) - 21; // brings the leading one to bit 10
+    return (sign | ((113 - shift) << 23) | (((m << shift) & 0x3ff) << 13)) >>> 0;
+  }
+  return (sign | ((e + 112) << 23) | (m << 13)) >>> 0;
+}
+
 /** f16 bits of the f32 whose bits are `f32Bits`: nearest-even, overflow to infinity, a NaN quiet. */
 export function f32BitsToF16(f32Bits: number): number {
   const bits = f32Bits >>> 0;
@@ -56,8 +73,8 @@ export function rowDecoder(dtype: 'f32' | 'bf16' | 'f16', bytes: Uint8Array): (s
     };
   }
   return (start, row) => {
-    const f = row.f;
-    for (let i = 0; i < row.length; i++) f[i] = f16ToF32(h[start + i]);
+    const b = row.bits;
+    for (let i = 0; i < row.length; i++) b[i] = f16BitsToF32Bits(h[start + i]);
   };
 }
 

@@ -182,7 +182,7 @@ class TokenGroup implements MoeGroup {
       parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));
     }
     this.#follow(parts, s);
-    compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets });
+    compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets, numRecvRows: a.numRecvRows });
     return { route, done: joined(parts, comm.record(s), (err) => dispatchError(err, sh)) };
   }
 

@@ -109,9 +109,9 @@ export class HostCompute implements TokenCompute {
     const [x, send] = [bytes(c.x), bytes(this.#bufs.send!)];
     const ids = i32(c.topkIdx);
     const idx = c.idx64 ? (i: number) => int64At(ids, i) : (i: number) => ids[i];
-    const w = c.weights ? f32(c.weights) : undefined;
+    // Weights move as bits (an f32 through a JS number would have its signalling NaNs quieted).
+    const w = c.weights ? i32(c.weights) : undefined;
     const metaI = i32(this.#bufs.sendMeta);
-    const metaF = f32(this.#bufs.sendMeta);
     const words = metaBytes >>> 2;
     for (let g = 0; g < T * K; g++) {
       const s = slot[g];
@@ -119,7 +119,7 @@ export class HostCompute implements TokenCompute {
       const t = Math.floor(g / K);
       copyBytes(send, s * rowBytes, x, t * rowBytes, rowBytes);
       if (!compact) {
-        metaF[s * words] = w ? w[g] : 0;
+        metaI[s * words] = w ? w[g] : 0;
         continue;
       }
       const id = idx(g);
@@ -128,7 +128,7 @@ export class HostCompute implements TokenCompute {
         const o = idx(t * K + k);
         const here = dst >= 0 && o >= 0 && o < N && Math.floor(o / E) === dst;
         metaI[s * words + k] = here ? o - dst * E : -1;
-        metaF[s * words + K + k] = here && w ? w[t * K + k] : 0;
+        metaI[s * words + K + k] = here && w ? w[t * K + k] : 0;
       }
     }
   }
@@ -139,8 +139,8 @@ export class HostCompute implements TokenCompute {
     if (int64At(oso, 0) < 0) return;
     const counts = i32(c.counts);
     const words = metaBytes >>> 2;
-    const [metaI, metaF] = [i32(this.#bufs.recvMeta), f32(this.#bufs.recvMeta)];
-    const rw = c.recvWeights ? f32(c.recvWeights) : undefined;
+    const metaI = i32(this.#bufs.recvMeta);
+    const rw = c.recvWeights ? i32(c.recvWeights) : undefined;
     if (this.#shape.layout === 'compact') {
       let rows = 0;
       for (let src = 0; src < W; src++) rows += int64At(oso, src);
@@ -153,10 +153,11 @@ export class HostCompute implements TokenCompute {
           if (c.idx64) setInt64(ri, i, id);
           else ri[i] = id;
         }
-        if (rw) rw[i] = metaF[r * words + K + k];
+        if (rw) rw[i] = metaI[r * words + K + k];
         if (id >= 0 && id < E) n[id]++;
       }
       for (let e = 0; e < E; e++) setInt64(counts, e, n[e]);
+      if (c.numRecvRows) setInt64(i32(c.numRecvRows), 0, rows);
       return;
     }
     const recvX = bytes(c.recvX);
@@ -169,7 +170,9 @@ export class HostCompute implements TokenCompute {
       setInt64(counts, e, cnt);
       if (offsets) setInt64(offsets, e, start);
       zeroBytes(recvX, (start + cnt) * rowBytes, (start + span) * rowBytes);
-      for (let r = 0; rw && r < span; r++) rw[start + r] = r < cnt ? metaF[(start + r) * words] : 0;
+      for (let r = 0; rw && r < span; r++) rw[start + r] = r < cnt ? metaI[(start + r) * words] : 0;
+      // Experts' blocks follow one another: the last one's end is the end of what was written.
+      if (c.numRecvRows && e === E - 1) setInt64(i32(c.numRecvRows), 0, start + span);
     }
   }
 

@@ -37,7 +37,7 @@ export const TOKEN_KERNELS = {
     struct: 'LayoutArgs',
     kernels: ['mt_dispatch_layout', 'mt_dispatch_unpack'],
     fields: [
-      ...ptrs('oso', 'recvX', 'recvMeta', 'recvIdx', 'recvWeights', 'counts', 'offsets'),
+      ...ptrs('oso', 'recvX', 'recvMeta', 'recvIdx', 'recvWeights', 'counts', 'offsets', 'numRecvRows'),
       ...ints('world', 'expertsPerRank', 'compact', 'align', 'rowBytes', 'topk', 'idx64', 'metaBytes'),
     ],
   },

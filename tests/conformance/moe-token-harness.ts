@@ -30,7 +30,7 @@ export interface CallData {
 }
 
 export class TokenRig {
-  readonly outputs: Record<'recvX' | 'recvIdx' | 'recvWeights' | 'counts' | 'offsets', DeviceBuffer>;
+  readonly outputs: Record<'recvX' | 'recvIdx' | 'recvWeights' | 'counts' | 'offsets' | 'recvCount', DeviceBuffer>;
   #salt = 0;
 
   private constructor(
@@ -43,7 +43,7 @@ export class TokenRig {
   ) {
     const { topk: K, experts: E } = job;
     const rows = Math.floor(recvX.bytes / job.rowBytes);
-    this.outputs = { recvX, recvIdx: comm.alloc(rows * K * 8 + CANARY), recvWeights: comm.alloc(rows * K * 4 + CANARY), counts: comm.alloc(8 * E + CANARY), offsets: comm.alloc(8 * E + CANARY) };
+    this.outputs = { recvX, recvIdx: comm.alloc(rows * K * 8 + CANARY), recvWeights: comm.alloc(rows * K * 4 + CANARY), counts: comm.alloc(8 * E + CANARY), offsets: comm.alloc(8 * E + CANARY), recvCount: comm.alloc(8 + CANARY) };
   }
 
   /** Collective. */
@@ -114,6 +114,7 @@ export class TokenRig {
       recvTopkWeights: o.weights ? this.outputs.recvWeights : undefined,
       expertCounts: this.outputs.counts,
       expertOffsets: compact ? undefined : this.outputs.offsets,
+      numRecvRows: this.outputs.recvCount,
       route: o.route,
       stream: o.stream,
     });
@@ -134,6 +135,7 @@ export class TokenRig {
     for (const r of d.routings) for (let i = 0; i < r.tokens * K; i++) if (r.ids[i] >= me * E && r.ids[i] < (me + 1) * E) hist[r.ids[i] - me * E]++;
     this.#expectWords('expertCounts', this.outputs.counts, 8, hist, fail);
     if (job.layout === 'expanded') this.#expectWords('expertOffsets', this.outputs.offsets, 8, starts, fail);
+    this.#expectWords('numRecvRows', this.outputs.recvCount, 8, [rows.length], fail);
     const got = comm.read(this.outputs.recvX, 0, this.outputs.recvX.bytes);
     const poison = poisonBytes(this.#salt, got.length);
     const zero = new Uint8Array(rowBytes);
