@@ -246,6 +246,15 @@ export interface Between {
   launch(stream: Stream): void;
 }
 
+/**
+ * Internal, cuda only: inside a capture, `comm[ON_REPLAY](fn)` keeps `fn` to run on the host each
+ * time that capture's replay is launched, after the graph is queued, and returns true; outside one
+ * it keeps nothing and returns false. The token MoE group marks a replayed dispatch's routing as its
+ * current one so (a replay replaces the routing on the device as an eager dispatch does). Absent
+ * where a replay calls the closure again (cpu) or there is no capture (nccl).
+ */
+export const ON_REPLAY = Symbol('a2av.onReplay');
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */
@@ -343,6 +352,8 @@ export interface Comm {
 
   /** Records `fn`'s work on `stream` for replay (CUDA graph capture). */
   capture(stream: Stream, fn: () => void): Replay;
+  /** See ON_REPLAY. */
+  [ON_REPLAY]?(fn: () => void): boolean;
   /**
    * Runs `fn` `iters` times back to back on `stream` and returns device time in ms. `leadIn` calls
    * run first, untimed: for a collective they line the ranks up on the device, so the clock starts

@@ -11,7 +11,7 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { BETWEEN, COMPANION, GATHER, ON_REPLAY, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { checkArgsObject } from '../collectives/check.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
@@ -103,7 +103,6 @@ class TokenRoute implements MoeRoute {
   constructor(
     readonly layout: MoeLayout,
     readonly group: TokenGroup,
-    readonly generation: number,
     readonly tokenCap: number,
     readonly recvCap: number,
   ) {}
@@ -131,8 +130,11 @@ class TokenGroup implements MoeGroup {
    * sees ranksOnDevice === worldSize, and the launcher gives every rank the same environment.
    */
   readonly #pulls: boolean;
-  /** Routings worked out so far: only the latest one's route can be used. */
-  #generation = 0;
+  /**
+   * The route of the routing now on the device (in the order calls are queued): the latest
+   * dispatch without `route`, eager or a graph's replay. Only it can be used.
+   */
+  #route: TokenRoute | undefined;
   #closed = false;
 
   constructor(comm: Comm, shape: TokenShape, lane: Lane, bufs: TokenBuffers, compute: TokenCompute) {
@@ -163,7 +165,15 @@ class TokenGroup implements MoeGroup {
     const gather = { place: reused === undefined, topkIdx: a.topkIdx, idx64: p.idx64, x: a.x, weights: a.topkWeights, tokenCap: p.tokenCap };
     if (reused === undefined) compute.routeAndGather(s, { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap }, gather);
     else compute.gather(s, gather);
-    const route = reused ?? new TokenRoute(sh.layout, this, ++this.#generation, p.tokenCap, p.recvCap);
+    let route = reused;
+    if (route === undefined) {
+      const fresh = new TokenRoute(sh.layout, this, p.tokenCap, p.recvCap);
+      this.#route = route = fresh;
+      // A capture's replay works this routing out again on the device: its route is then the current one.
+      comm[ON_REPLAY]?.(() => {
+        this.#route = fresh;
+      });
+    }
     // The rows this call sends where the routing is even, to size the exchange's launch by (its
     // input holds the worst case; blocks past the hint loop).
     const sends = Math.ceil(p.tokenCap * sh.evenRowsPerToken);
@@ -234,7 +244,7 @@ class TokenGroup implements MoeGroup {
   #current(route: MoeRoute, what: string): TokenRoute {
     if (route === undefined) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: route is missing (pass the route of this group's latest dispatch)`);
     if (!(route instanceof TokenRoute) || route.group !== this) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: the route is not one of this group's`);
-    if (route.generation !== this.#generation) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: the route was replaced by a later dispatch (a group keeps one routing)`);
+    if (route !== this.#route) throw new UsageError(`rank ${this.#comm.rank}: MoE ${what}: the route was replaced by a later dispatch (a group keeps one routing)`);
     return route;
   }
 

@@ -3,6 +3,8 @@
 // for bit, and graph replay with new ids and a new device token count. Failures:
 // moe-token-error-cases.ts.
 import type { Comm } from '../../src/backends/backend.js';
+import type { MoeRoute } from '../../src/moe/api.js';
+import { expectUsageError } from './expect.js';
 import { TokenRig, type CallData } from './moe-token-harness.js';
 import { routing, TOKEN_PATTERNS, type Dtype, type TokenJob } from './moe-token-reference.js';
 import { Exchange } from './harness.js';
@@ -119,6 +121,30 @@ export async function moeTokenReplay(comm: Comm, arg: TokenJobArg): Promise<numb
       graph.launch(lane.stream).wait();
       rig.verifyCombine(d, { dtype, weights, bias: true }, `combine of ${label}`);
       fence.call(1, lane).wait();
+    }
+    // A replayed dispatch replaces the routing as an eager one does: after an eager dispatch B and a
+    // replay of dispatch A, B's route is refused and the capture's is the one combine takes.
+    let captured: MoeRoute | undefined;
+    const dispatchOnly = comm.capture(lane.stream, () => {
+      captured = rig.dispatch({ count: 'device', idx64: true, weights, tokens: 0, stream: lane.stream }).route;
+    });
+    try {
+      const [a, b] = [600, 601].map((call, i): CallData => ({ seed: arg.seed, call, routings: Array.from({ length: comm.worldSize }, (_, q) => routing(job, arg.seed, call, q, TOKEN_PATTERNS[i % TOKEN_PATTERNS.length])) }));
+      rig.prepare(b, true);
+      const eager = rig.dispatch({ count: 'device', idx64: true, weights, tokens: 0, stream: lane.stream });
+      eager.done.wait();
+      rig.prepare(a, true);
+      rig.poison(600);
+      dispatchOnly.launch(lane.stream).wait();
+      rig.verifyDispatch(a, { idx64: true, weights }, 'a replayed dispatch after an eager one');
+      expectUsageError(() => rig.combine({ route: eager.route, dtype, weights, bias: true, stream: lane.stream }), 'combine with the route of an eager dispatch a replay replaced');
+      rig.writeOutputs(a, dtype);
+      rig.poison(602);
+      rig.combine({ route: captured!, dtype, weights, bias: true, stream: lane.stream }).wait();
+      rig.verifyCombine(a, { dtype, weights, bias: true }, 'combine with the replayed dispatch\'s route');
+      fence.call(1, lane).wait();
+    } finally {
+      dispatchOnly.close();
     }
   } finally {
     graph.close();

@@ -20,6 +20,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
+import { ON_REPLAY } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import { queueShortfall } from '../../cuda/hardware-queues.js';
 import { noteLaneCall } from '../../cuda/driver-trace.js';
@@ -65,6 +66,8 @@ export interface CudaCommInit {
 interface Capture {
   stream: CudaStream;
   calls: { lane: CudaLane; what: string }[];
+  /** What each launch of the replay runs on the host (ON_REPLAY). */
+  onLaunch: (() => void)[];
 }
 
 export class CudaComm implements Comm, CheckContext, HostWaiter {
@@ -334,7 +337,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     const s = stream as CudaStream;
     if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
     checkCaptureFn(this, fn);
-    const capture: Capture = { stream: s, calls: [] };
+    const capture: Capture = { stream: s, calls: [], onLaunch: [] };
     this.#capture = capture;
     let graph: CudaGraph;
     try {
@@ -364,6 +367,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         noteLaneCall(-(calls.at(-1)?.seq ?? 0));
         // The graph ends joined on `target`: one checkpoint there covers its calls on every lane.
         for (const [i, n] of perLane.entries()) if (n > 0) this.#lanes[i].pacer.mark(target, this.#lanes[i].seq, true);
+        for (const fn of capture.onLaunch) fn();
         return this.#marks.handle(this, target, `a graph replay of ${calls.length} calls`, () => this.#outcome(calls));
       },
       close: () => {
@@ -371,6 +375,11 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         graph.destroy();
       },
     };
+  }
+
+  [ON_REPLAY](fn: () => void): boolean {
+    this.#capture?.onLaunch.push(fn);
+    return this.#capture !== undefined;
   }
 
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {
