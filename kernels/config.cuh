@@ -63,6 +63,7 @@ __device__ __forceinline__ void pdl_release() {
 #define A2AV_FIELD_COUNT 6  // allReduce's header: count, dtype, op, output id
 #define A2AV_FIELD_DTYPE 7
 #define A2AV_FIELD_OP 8
+#define A2AV_FIELD_PLAN 9   // a plan's move: the moves are of different plans
 
 // Records of refused calls kept per lane, by sequence number modulo this: a handle reads its own
 // call's record as long as fewer than this many later calls were queued on its lane (the host's
@@ -164,8 +165,10 @@ __host__ __device__ __forceinline__ uint4* lane_x1(u8* lane, int W, int parity, 
 __host__ __device__ __forceinline__ uint4* lane_x2(u8* lane, int W, int parity, int src) {
   return lane_x1(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_X2_WORDS;
 }
+// A plan's move: src's plan (the lane call number of the plan's exchange), row size and output id.
+#define A2AV_MV_WORDS 3
 __host__ __device__ __forceinline__ uint4* lane_mv(u8* lane, int W, int parity, int src) {
-  return lane_x2(lane, W, 2, 0) + ((i64)parity * W + src) * 2;
+  return lane_x2(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_MV_WORDS;
 }
 // allReduce (kernels/all-reduce.cu). Its region of a lane, after the MoE packets:
 //   ar_header[parity][src][A2AV_AR_HEADER]  LL packets: src's call (count, dtype, op, output id), in
@@ -247,7 +250,8 @@ __host__ __device__ __forceinline__ u8* lane_end(u8* lane, int W) { return (u8*)
 //   then the plan of the current call (the layout below), for calls that keep no plan
 // An exchange plan (i64 words): [0] its status code (0: accepted), [1, 7) the verdict (key, rank,
 // peer, expert, needed, available) that its moves report when refused, [8] rows
-// this rank sends, [9] experts, [10] kind; from [16], four arrays of W*A2AV_MAX_EXPERTS indexed
+// this rank sends, [9] experts, [10] kind, [11] the lane call number of its exchange (which plan a
+// move is of, the same on every rank); from [16], four arrays of W*A2AV_MAX_EXPERTS indexed
 // peer*E + e: rows, source row, destination row in the peer's output, rows before (running sum).
 #define A2AV_PLAN_HEADER 16
 __host__ __device__ __forceinline__ i64 plan_words(int W) { return A2AV_PLAN_HEADER + 4 * (i64)W * A2AV_MAX_EXPERTS; }

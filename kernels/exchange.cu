@@ -146,7 +146,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   receive(st, wait, round2, XInbox{answers, A2AV_X2_WORDS, A2AV_X2_HEADER, A2AV_X2_HEADER + E, A2AV_WAIT_ROUND2});
   if (st.abort) return;
   for (i64 i = tid; i < N; i += nt) plan.dst[i] = answers[(i / E) * A2AV_X2_WORDS + A2AV_X2_HEADER + (i % E)];
-  accept(p, xin, starts, gate, sent);
+  accept(p, xin, starts, gate, sent, seq);
   // A gathered dispatch's table past the rows it sends, up to where x_copy_slices_gather reads
   // early (its grid is sized for the most the route can send): no row (-1), so the blocks past
   // the sends read nothing. The route writes only the entries it sends; an older entry naming a
@@ -158,7 +158,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   }
 }
 
-// A plan's move: one round of (row size, output buffer) against rank 0's; the plan's own verdict.
+// A plan's move: one round of (plan, row size, output buffer) against rank 0's; the plan's own verdict.
 extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
   __shared__ XBlockState st;
   const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
@@ -170,21 +170,24 @@ extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
-  for (int k = tid; k < 2 * W; k += nt)
-    ll_store(lane_mv(p.padPeers[k / 2] + p.laneOffset, W, parity, me) + (k & 1), (k & 1) ? p.outId : p.rowBytes, flag);
+  constexpr int M = A2AV_MV_WORDS;
+  const i64 mine[M] = {p.plan[11], p.rowBytes, p.outId};
+  for (int k = tid; k < M * W; k += nt) ll_store(lane_mv(p.padPeers[k / M] + p.laneOffset, W, parity, me) + (k % M), mine[k % M], flag);
   const XWait wait{h, flag, global_timer_ns() + (u64)p.timeoutNs, me, W, seq};
-  receive(st, wait, [&](int src) { return lane_mv(lane, W, parity, src); }, XInbox{got, 2, 0, 2, A2AV_WAIT_MOVE});
+  receive(st, wait, [&](int src) { return lane_mv(lane, W, parity, src); }, XInbox{got, M, 0, M, A2AV_WAIT_MOVE});
   if (st.abort) return;
   for (int q = tid; q < W; q += nt)
-    if (got[2 * q] != got[0] || got[2 * q + 1] != got[1]) atomicMin(&st.at, (unsigned long long)q);
+    if (got[M * q] != got[0] || got[M * q + 1] != got[1] || got[M * q + 2] != got[2]) atomicMin(&st.at, (unsigned long long)q);
   __syncthreads();
   if (tid != 0) return;
   if (p.plan[0] != A2AV_OK) {
     refuse(XCall{p, h, lane, gate, seq}, read_plan_verdict(p.plan), false);
   } else if (st.at != X_NONE) {
+    // The first word that differs, in the host rules' order (exchange-rules.ts): plan, row size, output.
     const int q = (int)st.at;
-    const bool rows = got[2 * q] != got[0];
-    refuse(XCall{p, h, lane, gate, seq}, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, rows ? A2AV_FIELD_ROW_BYTES : A2AV_FIELD_OUTPUT, got[2 * q + (rows ? 0 : 1)], got[rows ? 0 : 1]}, false);
+    const int j = got[M * q] != got[0] ? 0 : got[M * q + 1] != got[1] ? 1 : 2;
+    const i64 field = j == 0 ? A2AV_FIELD_PLAN : j == 1 ? A2AV_FIELD_ROW_BYTES : A2AV_FIELD_OUTPUT;
+    refuse(XCall{p, h, lane, gate, seq}, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, field, got[M * q + j], got[j]}, false);
   } else {
     *gate = 0;
   }

@@ -310,7 +310,7 @@ __device__ void refuse(const XCall& c, const XVerdict& v, bool intoPlan) {
 }
 
 // An accepted exchange: outSplitsOffsets, and the plan's header. Every thread of the block calls it.
-__device__ void accept(const XParams& p, const i64* xin, const i64* starts, i64* gate, i64 sent) {
+__device__ void accept(const XParams& p, const i64* xin, const i64* starts, i64* gate, i64 sent, i64 seq) {
   const int W = p.world, E = p.experts;
   const i64 n = (i64)W * E;
   const bool byExpert = p.kind == X_DISPATCH;
@@ -324,6 +324,7 @@ __device__ void accept(const XParams& p, const i64* xin, const i64* starts, i64*
     p.plan[8] = sent;
     p.plan[9] = E;
     p.plan[10] = p.kind;
+    p.plan[11] = seq;
     *gate = 0;
   }
 }

@@ -125,7 +125,7 @@ export type SplitsProblem = 'negative' | 'input-overflow' | 'output-overflow' | 
  * kind (allToAllV, allToAllV2d, allToAllV2dOffset on one lane), its row size, its output buffer
  * (symmetric buffer ids), its experts or alignment; an allReduce's count, dtype or op.
  */
-export type MismatchField = 'kind' | 'rowBytes' | 'output' | 'expertsPerRank' | 'majorAlign' | 'count' | 'dtype' | 'op';
+export type MismatchField = 'kind' | 'rowBytes' | 'output' | 'expertsPerRank' | 'majorAlign' | 'count' | 'dtype' | 'op' | 'plan';
 
 /** How a mismatch's values read in its message, per field: the codes records and kernels use, by name. */
 const CALL_OF_KIND: Record<ExchangeKind, string> = { '1d': 'allToAllV', dispatch: 'allToAllV2d', combine: 'allToAllV2dOffset' };
@@ -146,6 +146,11 @@ function mismatchText(field: MismatchField, rank: number, needed: bigint, availa
       return `dtype ${named(DTYPES, needed)} where rank 0's is ${named(DTYPES, available)}`;
     case 'op':
       return `op ${named(OPS, needed)} where rank 0's is ${named(OPS, available)}`;
+    case 'plan': {
+      // The record's plan word: 0 a direct call, -1 a plan's exchange, else a move of the plan whose exchange was that lane call.
+      const made = (v: bigint) => (v === 0n ? 'a direct call' : v < 0n ? "an exchange plan's exchange" : `a move of the exchange plan made by call ${v} on the lane`);
+      return `rank ${rank} made ${made(needed)} where rank 0 made ${made(available)}`;
+    }
     default:
       return `${field} ${needed} where rank 0's is ${available}`;
   }
@@ -227,11 +232,13 @@ export class SplitsError extends A2avError implements SplitsFault {
           ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at ${where} ${at}`
           : `rank ${rank}: receives ${needed} rows (passing the output at ${where}) but the output holds ${available} ${at}`;
       case 'mismatch': {
-        const call = `rank ${rank}: ${f.op ? `its ${f.op}` : 'call'} does not match rank 0's`;
-        if (f.field !== undefined) return `${call}: ${mismatchText(f.field, rank, needed, available)} ${at}`;
+        // The op is the reporting rank's own call: rank `rank` may have made another (a kind mismatch).
+        const call = `rank ${rank}: its call does not match rank 0's`;
+        const by = f.op ? `(reported by rank ${f.reportedBy}, in its ${f.op})` : at;
+        if (f.field !== undefined) return `${call}: ${mismatchText(f.field, rank, needed, available)} ${by}`;
         // No field named (a SplitsError made by hand, a code this build does not know): what is compared.
         const fields = f.op === 'allReduce' ? 'count, element type or output buffer' : 'call kind, row size, output buffer, experts or alignment';
-        return `${call} (${fields} differ: ${needed} vs ${available}) ${at}`;
+        return `${call} (${fields} differ: ${needed} vs ${available}) ${by}`;
       }
     }
   }

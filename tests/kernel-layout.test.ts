@@ -46,7 +46,7 @@ describe('kernel structures mirrored in TypeScript', () => {
     for (const [name, code] of Object.entries({ NEGATIVE: 'negative', INPUT_OVERFLOW: 'inputOverflow', OUTPUT_OVERFLOW: 'outputOverflow', MISMATCH: 'mismatch', TIMEOUT: 'timeout' })) {
       assert.equal(StatusCode[code as keyof typeof StatusCode], define(`A2AV_ERR_${name}`), `A2AV_ERR_${name}`);
     }
-    const fields = { KIND: 'kind', ROW_BYTES: 'rowBytes', OUTPUT: 'output', EXPERTS: 'expertsPerRank', ALIGN: 'majorAlign', COUNT: 'count', DTYPE: 'dtype', OP: 'op' } as const;
+    const fields = { KIND: 'kind', ROW_BYTES: 'rowBytes', OUTPUT: 'output', EXPERTS: 'expertsPerRank', ALIGN: 'majorAlign', COUNT: 'count', DTYPE: 'dtype', OP: 'op', PLAN: 'plan' } as const;
     for (const [name, field] of Object.entries(fields)) assert.equal(MismatchCode[field], define(`A2AV_FIELD_${name}`), `A2AV_FIELD_${name}`);
     assert.equal(Object.keys(fields).length, Object.keys(MismatchCode).length, 'every field a mismatch names has its define');
   });

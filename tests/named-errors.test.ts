@@ -30,22 +30,22 @@ describe('error classes', () => {
   it('a mismatch names the field that differs from rank 0\'s, with both values', () => {
     const at = { problem: 'mismatch' as const, rank: 1, peer: 0, needed: 2n, available: 1n, reportedBy: 3 };
     const said = (field: api.MismatchField, op: string, needed = 2n, available = 1n) => new api.SplitsError({ ...at, op, field, needed, available }).message;
-    assert.equal(said('rowBytes', 'allToAllV', 16n, 8n), "rank 1: its allToAllV does not match rank 0's: rowBytes 16 where rank 0's is 8 (reported by rank 3)");
-    assert.equal(said('output', 'allToAllV2d', 5n, 4n), "rank 1: its allToAllV2d does not match rank 0's: another output buffer (symmetric buffer 5 where rank 0's is 4) (reported by rank 3)");
-    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), "rank 1: its allToAllV2d does not match rank 0's: rank 1 called allToAllV2dOffset where rank 0 called allToAllV2d (reported by rank 3)");
-    assert.equal(said('expertsPerRank', 'allToAllV2d', 16n, 8n), "rank 1: its allToAllV2d does not match rank 0's: expertsPerRank 16 where rank 0's is 8 (reported by rank 3)");
-    assert.equal(said('majorAlign', 'allToAllV2d'), "rank 1: its allToAllV2d does not match rank 0's: majorAlign 2 where rank 0's is 1 (reported by rank 3)");
-    assert.equal(said('count', 'allReduce', 7n, 9n), "rank 1: its allReduce does not match rank 0's: count 7 where rank 0's is 9 (reported by rank 3)");
-    assert.equal(said('dtype', 'allReduce'), "rank 1: its allReduce does not match rank 0's: dtype bf16 where rank 0's is f32 (reported by rank 3)");
-    assert.equal(said('dtype', 'allReduce', 9n, 1n), "rank 1: its allReduce does not match rank 0's: dtype code 9 where rank 0's is f32 (reported by rank 3)");
+    assert.equal(said('rowBytes', 'allToAllV', 16n, 8n), "rank 1: its call does not match rank 0's: rowBytes 16 where rank 0's is 8 (reported by rank 3, in its allToAllV)");
+    assert.equal(said('output', 'allToAllV2d', 5n, 4n), "rank 1: its call does not match rank 0's: another output buffer (symmetric buffer 5 where rank 0's is 4) (reported by rank 3, in its allToAllV2d)");
+    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), "rank 1: its call does not match rank 0's: rank 1 called allToAllV2dOffset where rank 0 called allToAllV2d (reported by rank 3, in its allToAllV2d)");
+    assert.equal(said('expertsPerRank', 'allToAllV2d', 16n, 8n), "rank 1: its call does not match rank 0's: expertsPerRank 16 where rank 0's is 8 (reported by rank 3, in its allToAllV2d)");
+    assert.equal(said('majorAlign', 'allToAllV2d'), "rank 1: its call does not match rank 0's: majorAlign 2 where rank 0's is 1 (reported by rank 3, in its allToAllV2d)");
+    assert.equal(said('count', 'allReduce', 7n, 9n), "rank 1: its call does not match rank 0's: count 7 where rank 0's is 9 (reported by rank 3, in its allReduce)");
+    assert.equal(said('dtype', 'allReduce'), "rank 1: its call does not match rank 0's: dtype bf16 where rank 0's is f32 (reported by rank 3, in its allReduce)");
+    assert.equal(said('dtype', 'allReduce', 9n, 1n), "rank 1: its call does not match rank 0's: dtype code 9 where rank 0's is f32 (reported by rank 3, in its allReduce)");
     assert.equal(new api.SplitsError({ ...at, field: 'count' }).field, 'count');
   });
 
   it('a mismatch with no field named says what the operation compares', () => {
     const at = { problem: 'mismatch' as const, rank: 1, peer: 0, needed: 2n, available: 1n, reportedBy: 0 };
-    assert.equal(new api.SplitsError({ ...at, op: 'allReduce' }).message, "rank 1: its allReduce does not match rank 0's (count, element type or output buffer differ: 2 vs 1) (reported by rank 0)");
-    assert.match(new api.SplitsError({ ...at, op: 'allToAllV2d' }).message, /^rank 1: its allToAllV2d does not match rank 0's \(call kind, row size, output buffer, experts or alignment differ: 2 vs 1\)/);
-    assert.match(new api.SplitsError(at).message, /^rank 1: call does not match rank 0's/);
+    assert.equal(new api.SplitsError({ ...at, op: 'allReduce' }).message, "rank 1: its call does not match rank 0's (count, element type or output buffer differ: 2 vs 1) (reported by rank 0, in its allReduce)");
+    assert.match(new api.SplitsError({ ...at, op: 'allToAllV2d' }).message, /^rank 1: its call does not match rank 0's \(call kind, row size, output buffer, experts or alignment differ: 2 vs 1\)/);
+    assert.match(new api.SplitsError(at).message, /^rank 1: its call does not match rank 0's/);
   });
 
   it('a combine chunk at a negative offset is named as one, not as rows needed', () => {

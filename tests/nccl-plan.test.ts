@@ -28,7 +28,7 @@ function gathered(c: Call): Records {
   const w = new Int32Array(all.buffer);
   const m = new Records(W);
   for (let q = 0; q < W; q++) {
-    writeHeader(w, 2 * q * PW, { kind: '1d', rowBytes: Number(c.rowBytes[q]), outId: Number(c.outId[q]), experts: 1, align: 1, inRows: Number(c.inRows[q]), outRows: Number(c.outRows[q]) });
+    writeHeader(w, 2 * q * PW, { kind: '1d', rowBytes: Number(c.rowBytes[q]), outId: Number(c.outId[q]), experts: 1, align: 1, inRows: Number(c.inRows[q]), outRows: Number(c.outRows[q]), plan: 0 });
     all.set(c.S[q], q * PW + RECORD_HEADER_WORDS);
     m.words[q] = w;
     m.base[q] = 2 * q * PW;

@@ -1,7 +1,7 @@
 // What each call publishes for the splits exchange (its record's header, and which splits buffer
 // holds its data), from the call's arguments, checked already (check.ts); shared by the backends
-// that run the rules on the host (cpu, nccl). Plans publish row size 0 and output -1: they hold no
-// payload yet, and a rank that makes a direct call meanwhile differs from them.
+// that run the rules on the host (cpu, nccl). Plans publish row size 0, output -1 and plan -1: they
+// hold no payload yet, and a rank that makes a direct call meanwhile differs from them.
 import type { AllToAllV2dArgs, AllToAllV2dOffsetArgs, AllToAllVArgs, DeviceBuffer, PlanCapacity } from '../backends/backend.js';
 import type { PlanCheckArgs } from './check.js';
 import { recordDataWords, type ExchangeKind, type RecordHeader } from './exchange-rules.js';
@@ -33,7 +33,7 @@ function record(kind: ExchangeKind, world: number, a: Partial<AllToAllV2dArgs & 
   const experts = kind === '1d' ? 1 : a.expertsPerRank!;
   const align = kind === 'dispatch' ? (a.majorAlign ?? 1) : 1;
   return {
-    header: { kind, rowBytes: rows.rowBytes, outId: rows.outId, experts, align, inRows: rows.inRows, outRows: rows.outRows },
+    header: { kind, rowBytes: rows.rowBytes, outId: rows.outId, experts, align, inRows: rows.inRows, outRows: rows.outRows, plan: plan ? -1 : 0 },
     splits: (kind === 'combine' ? a.inSplitsOffsets : a.inSplits)!,
     words: recordDataWords(kind, world, experts),
     outSplitsOffsets: a.outSplitsOffsets!,
@@ -58,5 +58,9 @@ export function planRecord(kind: ExchangeKind, world: number, args: PlanCheckArg
   return record(kind, world, args, { rowBytes: 0, outId: -1, inRows: args.inputRows, outRows: args.outputRows }, true);
 }
 
-/** The header of a plan's move: the plan's, with the move's row size and output. */
-export const moveHeader = (plan: RecordHeader, p: Payload): RecordHeader => ({ ...plan, rowBytes: p.rowBytes, outId: p.output.symmetricId, inRows: 0, outRows: 0 });
+/**
+ * The header of a plan's move: the plan's, with the move's row size and output, and which plan (the
+ * lane call number of its exchange: ranks moving different plans, or one moving while another calls
+ * directly, differ there).
+ */
+export const moveHeader = (plan: RecordHeader, p: Payload, planId: number): RecordHeader => ({ ...plan, rowBytes: p.rowBytes, outId: p.output.symmetricId, inRows: 0, outRows: 0, plan: planId });

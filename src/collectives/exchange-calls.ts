@@ -6,7 +6,9 @@ import { Routing } from './exchange-routing.js';
 import type { StatusEntry } from './status.js';
 
 /** What rank q publishes for a call: its header and its row of the split matrix. */
-export interface RankCall extends RecordHeader {
+export interface RankCall extends Omit<RecordHeader, 'plan'> {
+  /** RecordHeader's plan word (default 0: a direct call). */
+  plan?: number;
   /** count(r, e): rows this rank sends to expert e of rank r, exactly. */
   count(r: number, e: number): bigint;
   /** combine: offset(r, e), the row where that chunk starts in this rank's input. */
@@ -30,7 +32,7 @@ export function recordsOf(calls: readonly RankCall[]): Records {
     const E = c.experts;
     const words = new BigInt64Array(RECORD_HEADER_WORDS + recordDataWords(c.kind, W, E));
     const w = new Int32Array(words.buffer);
-    writeHeader(w, 0, c);
+    writeHeader(w, 0, { ...c, plan: c.plan ?? 0 });
     for (let r = 0; r < W; r++) {
       for (let e = 0; e < E; e++) {
         const i = c.kind === 'combine' ? e * W + r : r * E + e;

@@ -2,8 +2,10 @@
 // wherever a backend holds them. The rules that judge them: exchange-rules.ts.
 //
 // A record, int64 words:
-//   [0, 7)  header: kind (ExchangeKind), rowBytes, outId, experts, align, inRows, outRows
-//   [7, ..) 1d: counts[W]; dispatch: counts[W·E] (index r·E + e); combine: its inSplitsOffsets as
+//   [0, 8)  header: kind (ExchangeKind), rowBytes, outId, experts, align, inRows, outRows, plan
+//           (0: a direct call; -1: a plan's exchange; a move: its plan, by the lane call number of
+//           the plan's exchange, the same on every rank whose exchanges met)
+//   [8, ..) 1d: counts[W]; dispatch: counts[W·E] (index r·E + e); combine: its inSplitsOffsets as
 //           given, int64[2][E·W] (counts at e·W + r, offsets at E·W + e·W + r).
 // Read as int32 pairs, so judging a call allocates no BigInt.
 import { ExchangeKind } from '../codes.js';
@@ -12,8 +14,8 @@ export { ExchangeKind };
 const KIND_NAMES: Record<number, ExchangeKind> = { 1: '1d', 2: 'dispatch', 3: 'combine' };
 
 /** Word index of each header field in a record. */
-export const RecordField = { kind: 0, rowBytes: 1, outId: 2, experts: 3, align: 4, inRows: 5, outRows: 6 } as const;
-export const RECORD_HEADER_WORDS = 7;
+export const RecordField = { kind: 0, rowBytes: 1, outId: 2, experts: 3, align: 4, inRows: 5, outRows: 6, plan: 7 } as const;
+export const RECORD_HEADER_WORDS = 8;
 
 export interface RecordHeader {
   kind: ExchangeKind;
@@ -23,6 +25,8 @@ export interface RecordHeader {
   align: number;
   inRows: number;
   outRows: number;
+  /** 0: a direct call; -1: a plan's exchange; a move: the lane call number of its plan's exchange. */
+  plan: number;
 }
 
 /** int64 words of a record's data (after the header). */
@@ -56,6 +60,7 @@ export function writeHeader(w: Int32Array, at: number, h: RecordHeader): void {
   putInt64(w, at + 8, h.align);
   putInt64(w, at + 10, h.inRows);
   putInt64(w, at + 12, h.outRows);
+  putInt64(w, at + 14, h.plan);
 }
 
 /**

@@ -13,8 +13,9 @@
 //             (for each source, its experts' chunks), packed.
 //
 // Verdict: the first of these, in this order (every rank computes the same one):
-//   mismatch  the lowest rank q whose call differs from rank 0's in kind, row size, output
-//             buffer, experts or align (first differing field: needed = q's, available = 0's);
+//   mismatch  the lowest rank q whose call differs from rank 0's in kind, plan (a direct call, a
+//             plan's exchange, or a move of which plan), row size, output buffer, experts or
+//             align (first differing field: needed = q's, available = 0's);
 //   negative  the lowest (q, r, e) with C < 0 (needed = C);
 //   input     1d, dispatch: the lowest q whose rows sum past its input, at the first (r, e)
 //             where the running sum passes (needed = the whole sum); combine: the lowest (q, r, e)
@@ -42,6 +43,7 @@ export { ExchangeKind, putInt64, RECORD_HEADER_WORDS, recordDataWords, RecordFie
 /** The fields ranks must agree on, in the order the mismatch rule compares them, with the code each is named by. */
 const AGREED = [
   [RecordField.kind, MismatchCode.kind],
+  [RecordField.plan, MismatchCode.plan],
   [RecordField.rowBytes, MismatchCode.rowBytes],
   [RecordField.outId, MismatchCode.output],
   [RecordField.experts, MismatchCode.expertsPerRank],

@@ -54,7 +54,7 @@ export const WaitSite: Record<number, string> = {
 };
 
 /** The fields a mismatch names (kernels/config.cuh A2AV_FIELD_*), in the expert word of its record. */
-export const MismatchCode = { kind: 1, rowBytes: 2, output: 3, expertsPerRank: 4, majorAlign: 5, count: 6, dtype: 7, op: 8 } as const satisfies Record<MismatchField, number>;
+export const MismatchCode = { kind: 1, rowBytes: 2, output: 3, expertsPerRank: 4, majorAlign: 5, count: 6, dtype: 7, op: 8, plan: 9 } as const satisfies Record<MismatchField, number>;
 const MISMATCH_FIELDS = Object.fromEntries(Object.entries(MismatchCode).map(([field, code]) => [code, field])) as Record<number, MismatchField | undefined>;
 
 const problems: Record<number, SplitsProblem> = {

@@ -1,7 +1,8 @@
 // Rank programs for exchange plans: one splits exchange kept for several payloads of one routing
 // (tokens, indices, weights: each its own row size), for dispatch, combine and the 1-D call; moves
 // that disagree across ranks, and refused plans, write nothing.
-import type { Comm, ExchangePlan } from '../../src/backends/backend.js';
+import type { Comm, ExchangePlan, Handle } from '../../src/backends/backend.js';
+import { SplitsError } from '../../src/errors.js';
 import { expectSplitsError, type ExpectedSplitsError } from './expect.js';
 import { ConformanceError, Exchange } from './harness.js';
 import { Moe } from './moe-harness.js';
@@ -34,6 +35,10 @@ export async function moePlans(comm: Comm, arg: MoePlansArg): Promise<number> {
   moe.poison(7000);
   const there = comm.planAllToAllV2d({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, inputRows, outputRows });
   there.ready.wait();
+  // Its twin: the same routing and shape, made right after it (the next call on the lane). A rank
+  // that moves one while its peers move the other is refused.
+  const twin = comm.planAllToAllV2d({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, inputRows, outputRows });
+  twin.ready.wait();
   moe.verifyOffsets('midOffsets', dispatchOffsets(C, me, A), 'dispatch plan');
   moe.verifyUntouched('dispatch plan (no payload yet)', ['mid', 'back', 'backOffsets']);
   const back = comm.planAllToAllV2dOffset({ inSplitsOffsets: moe.midOffsets, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, inputRows: outputRows, outputRows: inputRows });
@@ -69,8 +74,33 @@ export async function moePlans(comm: Comm, arg: MoePlansArg): Promise<number> {
     refusedMove(`rank ${q} moves with another row size`, at(me, 9, 8), moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, 9, 8), available: at(0, 9, 8), op, field: 'rowBytes' });
     const [idAlt, idMid] = [alt.symmetricId, moe.mid.symmetricId];
     refusedMove(`rank ${q} moves into another output`, 8, me === q ? alt : moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, idAlt, idMid), available: at(0, idAlt, idMid), op, field: 'output' });
+    // A plan is named in its moves by the lane call of its exchange; the twin's is the next one.
+    // needed: rank p's plan word, available: rank 0's (0: a direct call).
+    const planMismatch = (label: string, handle: Handle, want: (needed: bigint, available: bigint) => boolean): SplitsError => {
+      let err: unknown;
+      try {
+        handle.wait();
+      } catch (e) {
+        err = e;
+      }
+      const ok = err instanceof SplitsError && err.problem === 'mismatch' && err.field === 'plan' && err.rank === p && err.peer === 0 && err.reportedBy === me && want(err.needed, err.available);
+      if (!ok) throw new ConformanceError(`${label}: expected SplitsError mismatch of field 'plan' naming rank ${p}, got ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`, { cause: err });
+      moe.verifyUntouched(label, ['mid']);
+      return err as SplitsError;
+    };
+    moe.poison(10, ['mid']);
+    const twinMove = (me === q ? twin : there).move({ input: moe.input, output: moe.mid, rowBytes: 8 });
+    const seen = planMismatch(`rank ${q} moves the twin plan`, twinMove, (n, a) => a > 0n && n - a === (q === 0 ? -1n : 1n));
+    const thereId = q === 0 ? seen.needed : seen.available;
+    if (comm.backend !== 'cuda') {
+      // A move on rank q while the others call allToAllV2d directly, the same rows and output. On
+      // cuda the two meet in different packets of the lane: each waits out its timeout (README).
+      moe.poison(11, ['mid']);
+      const handle = me === q ? there.move({ input: moe.input, output: moe.mid, rowBytes: 8 }) : comm.allToAllV2d({ input: moe.input, output: moe.mid, inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, rowBytes: 8 });
+      planMismatch(`rank ${q} moves a plan while the others call allToAllV2d`, handle, (n, a) => (q === 0 ? n === 0n && a === thereId : n === thereId && a === 0n));
+    }
   }
-  for (const plan of [there, back]) plan.close();
+  for (const plan of [there, twin, back]) plan.close();
   return PAYLOAD_ROWS.length;
 }
 

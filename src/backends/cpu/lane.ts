@@ -90,6 +90,11 @@ export class CpuLane implements Lane {
     this.#routing = new Routing(this.#rank, this.#world);
   }
 
+  /** The sequence number of the latest call on this lane (every rank's calls on a lane are numbered alike). */
+  get seq(): number {
+    return this.#seq;
+  }
+
   /** A direct call (allToAllV, allToAllV2d, allToAllV2dOffset): its error (refused, or a peer timed out), else undefined. */
   call(x: CallRecord, p: Payload): Error | undefined {
     const seq = this.#publish(x.header, x.splits as CpuBuffer, x.words);

@@ -26,12 +26,15 @@ export class CpuPlan implements ExchangePlan {
   #routing: Routing;
   /** The exchange's error (refused, or timed out): every move reports it and moves nothing. */
   #error: Error | undefined;
+  /** The lane call number of its exchange: names this plan in its moves' records. */
+  #id: number;
   #closed = false;
 
   constructor(init: CpuPlanInit) {
     this.#init = init;
     this.#routing = new Routing(init.ctx.rank, init.ctx.worldSize);
     this.#error = init.lane.plan(init.exchange, this.#routing);
+    this.#id = init.lane.seq;
     this.ready = init.track(doneHandle(this.#error));
   }
 
@@ -42,7 +45,7 @@ export class CpuPlan implements ExchangePlan {
     checkPlanMove(ctx, capacity, args);
     if (this.#error !== undefined) return track(doneHandle(this.#error));
     const p = { input: args.input, output: args.output, rowBytes: args.rowBytes };
-    return track(doneHandle(lane.move(moveHeader(exchange.header, p), this.#routing, p, `a move of ${exchange.what}`)));
+    return track(doneHandle(lane.move(moveHeader(exchange.header, p, this.#id), this.#routing, p, `a move of ${exchange.what}`)));
   }
 
   close(): void {

@@ -35,6 +35,8 @@ export const XF_MAX_MATRIX = 2048;
 const X1_WORDS = X1_HEADER + MAX_EXPERTS + XF_EXTRA;
 const X2_WORDS = X2_HEADER + MAX_EXPERTS;
 const PLAN_HEADER = 16;
+/** A plan's move packets a source (A2AV_MV_WORDS): its plan, row size and output id. */
+const MV_WORDS = 3;
 
 /** Byte offset of the MoE packets (x1, then x2, then mv) in a lane's region: 16-byte aligned. */
 export function moeOffset(world: number): number {
@@ -43,7 +45,7 @@ export function moeOffset(world: number): number {
 
 /** Byte offset of allReduce's region (lane_ar_header): after the MoE packets. */
 export function allReduceOffset(world: number): number {
-  return moeOffset(world) + 2 * world * (X1_WORDS + X2_WORDS + 2) * 16;
+  return moeOffset(world) + 2 * world * (X1_WORDS + X2_WORDS + MV_WORDS) * 16;
 }
 
 /** Where a lane's region ends (lane_end): allReduce's headers (two parities), ready and free flags, round counts and finished blocks. */

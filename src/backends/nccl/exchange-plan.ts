@@ -33,12 +33,15 @@ export class NcclPlan implements ExchangePlan {
   #init: NcclPlanInit;
   #routing: Routing;
   #error: Error | undefined;
+  /** The lane call number of its exchange: names this plan in its moves' records. */
+  #id: number;
   #closed = false;
 
   constructor(init: NcclPlanInit) {
     this.#init = init;
     const { host, lane, exchange: x } = init;
     this.#routing = new Routing(host.rank, host.worldSize);
+    this.#id = lane.done.count + 1;
     lane.follow(init.stream as CudaStream | undefined);
     const m = exchangeRecords(host, lane, { header: x.header, splits: (x.splits as GpuBuffer).ptr, words: x.words }, x.what);
     const refused = m instanceof Error ? undefined : judge(m, host.rank, this.#routing);
@@ -59,7 +62,7 @@ export class NcclPlan implements ExchangePlan {
     const what = `a move of ${exchange.what}`;
     let err = this.#error;
     if (err === undefined) {
-      const m = exchangeRecords(host, lane, { header: moveHeader(exchange.header, args), splits: 0n, words: 0 }, what);
+      const m = exchangeRecords(host, lane, { header: moveHeader(exchange.header, args, this.#id), splits: 0n, words: 0 }, what);
       const refused = m instanceof Error ? undefined : mismatchOf(m, host.rank);
       err = m instanceof Error ? m : refused ? entryError(refused, host.timeoutMs, what) : undefined;
       const payload = { input: (args.input as GpuBuffer).ptr, output: (args.output as GpuBuffer).ptr, rowBytes: args.rowBytes };
