@@ -186,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
     // The first word that differs, in the host rules' order (exchange-rules.ts): plan, row size, output.
     const int q = (int)st.at;
     const int j = got[M * q] != got[0] ? 0 : got[M * q + 1] != got[1] ? 1 : 2;
-    const i64 field = j == 0 ? A2AV_FIELD_PLAN : j == 1 ? A2AV_FIELD_ROW_BYTES : A2AV_FIELD_OUTPUT;
+    const int field = j == 0 ? A2AV_FIELD_PLAN : j == 1 ? A2AV_FIELD_ROW_BYTES : A2AV_FIELD_OUTPUT;
     refuse(XCall{p, h, lane, gate, seq}, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, field, got[M * q + j], got[j]}, false);
   } else {
     *gate = 0;
