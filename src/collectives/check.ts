@@ -63,11 +63,14 @@ export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer |
 /** Resolves the lane argument (default lane 0) and checks it belongs to this communicator. */
 export function checkLane(ctx: CheckContext, lane: Lane | undefined): number {
   if (lane === undefined) return 0;
+  if (typeof lane !== 'object' || lane === null) {
+    throw new UsageError(`rank ${ctx.rank}: lane must be a Lane (comm.lane(i)), got ${shown(lane)}`);
+  }
   const index = lane.index;
   if (!Number.isInteger(index) || index < 0 || index >= ctx.laneCount) {
     throw new UsageError(`rank ${ctx.rank}: lane ${index} out of range (this communicator has ${ctx.laneCount})`);
   }
-  if (!ctx.ownsLane(lane)) throw new UsageError(`rank ${ctx.rank}: lane ${index} belongs to another communicator`);
+  if (!ctx.ownsLane(lane)) throw new UsageError(`rank ${ctx.rank}: lane ${index} is not one of this communicator's lanes (pass comm.lane(${index}))`);
   return index;
 }
 

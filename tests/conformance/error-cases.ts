@@ -226,6 +226,7 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
     ['output of another communicator', { output: foreign }],
     ['lane past the last', { lane: { index: comm.laneCount, stream } }],
     ['negative lane', { lane: { index: -1, stream } }],
+    ['lane given as its number', { lane: 1 as never }],
     ['sizeHintBytes NaN', { sizeHintBytes: NaN }],
     ['sizeHintBytes -1', { sizeHintBytes: -1 }],
     ["sizeHintBytes '4096'", { sizeHintBytes: '4096' as never }],
