@@ -81,14 +81,19 @@ export async function tune(comm: Comm, arg: TuneArg, ctx: RankContext): Promise<
         return slowestRank(agree, measure(comm, stream, call, { repeats: arg.repeats, agree })).medianUs;
       };
       const heuristic = probe.heuristic(bytes, arg.rowBytes);
-      const defaultUs = timeOf(heuristic);
-      let best = { plan: heuristic, us: defaultUs };
+      const first = timeOf(heuristic);
+      let best = { plan: heuristic, us: first };
       const tried = candidates(probe, arg.threads, bytes).filter((p) => planKey(p) !== planKey(heuristic));
       for (const plan of tried) {
         if (plan.grid && arg.rowBytes % 16 !== 0) continue;
         const us = timeOf(plan);
         if (us < best.us) best = { plan, us };
       }
+      // The heuristic again, last: the first size's first timing ran in a process still warming up
+      // (2026-12-03, one H200: 40.8 µs at 64 KiB, W = 8, against 12.0 timed later), which made
+      // every plan after it look like a gain. It keeps its better figure.
+      const defaultUs = Math.min(first, timeOf(heuristic));
+      if (defaultUs <= best.us) best = { plan: heuristic, us: defaultUs };
       const size: MeasuredSize = { bytes, plan: best.plan, us: best.us, defaultUs };
       sizes.push(size);
       if (lead) ctx.report({ type: 'size', index, count: all.length, size, candidates: tried.length + 1 } satisfies TuneReport);
