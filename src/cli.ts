@@ -533,7 +533,7 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
     },
   ).finally(() => bar?.stop());
   if (out === undefined) return; // launched ranks other than 0
-  const table = into ? mergeTables(into, out.table) : out.table;
+  const table = into ? mergeTables(into, out.table, out.result.shape) : out.table;
   const json = JSON.stringify(table, null, 2) + '\n';
   if (flags.output === undefined) process.stdout.write(json);
   else writeFileSync(flags.output, json);

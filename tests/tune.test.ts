@@ -43,7 +43,7 @@ test('re-tuning a shape replaces its entries and keeps the other shapes', () => 
     ],
   } as const;
   const fresh = { format: TABLE_FORMAT, measured: { date: 'now' }, entries: [{ ...a, minBytes: 0, maxBytes: 99, plan: { blocks: 9, threads: 512 } }] } as const;
-  const merged = mergeTables({ ...old, entries: [...old.entries] }, { ...fresh, entries: [...fresh.entries] });
+  const merged = mergeTables({ ...old, entries: [...old.entries] }, { ...fresh, entries: [...fresh.entries] }, a);
   assert.deepEqual(
     merged.entries.map((e) => [e.world, e.lanes, e.plan.blocks]),
     [
@@ -53,6 +53,15 @@ test('re-tuning a shape replaces its entries and keeps the other shapes', () => 
     ],
   );
   assert.deepEqual(merged.measured, { date: 'now' });
+  // Re-tuned where the heuristic was as fast everywhere: no entry of that shape is left.
+  const none = mergeTables({ ...old, entries: [...old.entries] }, { format: TABLE_FORMAT, measured: { date: 'later' }, entries: [] }, a);
+  assert.deepEqual(
+    none.entries.map((e) => [e.world, e.lanes, e.plan.blocks]),
+    [
+      [2, 2, 2],
+      [8, 1, 3],
+    ],
+  );
 });
 
 test('the report: one line per size with the plan kept, its time, the heuristic and the gain', () => {

@@ -48,16 +48,16 @@ export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => vo
 }
 
 /**
- * `into`'s entries of other shapes, then `table`'s: re-tuning a shape replaces its entries and keeps
- * the rest of the file.
+ * `into`'s entries of other shapes than `shape` (the one tuned), then `table`'s: re-tuning a shape
+ * replaces its entries, all of them even where the new table has none (the heuristic was as fast
+ * at every size), and keeps the rest of the file.
  */
-export function mergeTables(into: PlanTable, table: PlanTable): PlanTable {
+export function mergeTables(into: PlanTable, table: PlanTable, shape: PlanShape): PlanTable {
   const same = (a: PlanShape, b: PlanShape) => a.gpu === b.gpu && a.gpus === b.gpus && a.world === b.world && a.ranksPerGpu === b.ranksPerGpu && a.lanes === b.lanes;
-  const tuned = table.entries.map((e) => e as PlanShape);
   return {
     format: TABLE_FORMAT,
     measured: table.measured,
-    entries: [...into.entries.filter((e) => !tuned.some((t) => same(t, e))), ...table.entries],
+    entries: [...into.entries.filter((e) => !same(shape, e)), ...table.entries],
   };
 }
 
