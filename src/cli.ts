@@ -280,8 +280,11 @@ program
   .action((command: string[], flags: LaunchFlags) => launchCommand(command, flags));
 
 function rankList(text: string): number[] {
-  const ranks = text.split(',').map((t) => Number(t.trim()));
-  if (ranks.some((r) => !Number.isInteger(r) || r < 0)) throw new InvalidArgumentError(`not a list of ranks: '${text}'`);
+  const parts = text.split(',').map((t) => t.trim());
+  // Number('') is 0: an empty item would read as rank 0.
+  const ranks = parts.map((t) => (/^\d+$/.test(t) ? Number(t) : NaN));
+  if (ranks.some((r) => !Number.isSafeInteger(r))) throw new InvalidArgumentError(`not a list of ranks: '${text}' (give rank numbers separated by commas, e.g. 0 or 0,3)`);
+  if (new Set(ranks).size !== ranks.length) throw new InvalidArgumentError(`a rank is named twice: '${text}'`);
   return ranks;
 }
 

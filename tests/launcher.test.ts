@@ -178,6 +178,27 @@ test("bad options are named by a2av launch's flags when it gave them, by the opt
   const [code] = await once(run, 'exit');
   assert.equal(code, 1);
   assert.equal(stderr, 'a2av: launch: --output-ranks must list ranks in 0..1, got 5\n');
+  // An empty item is no rank (Number('') is 0), and a rank named twice is a slip.
+  for (const [list, said] of [['', /not a list of ranks: ''/], ['0,', /not a list of ranks: '0,'/], [',', /not a list of ranks: ','/], ['0,0', /a rank is named twice: '0,0'/]] as const) {
+    const bad = spawn(node, [cli, 'launch', '-n', '2', '--output-ranks', list, '--', node, '-e', ''], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let err = '';
+    bad.stderr.on('data', (d: Buffer) => (err += d));
+    const [status] = await once(bad, 'exit');
+    assert.equal(status, 1, `--output-ranks '${list}'`);
+    assert.match(err, said);
+  }
+});
+
+test('eight ranks print nothing but their own lines (no listener-leak warning from the shared stdout and stderr)', T, async () => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const run = spawn(node, [cli, 'launch', '-n', '8', '--', node, '-e', 'console.log("hi"); console.error("err")'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let [stdout, stderr] = ['', ''];
+  run.stdout.on('data', (d: Buffer) => (stdout += d));
+  run.stderr.on('data', (d: Buffer) => (stderr += d));
+  const [code] = await once(run, 'exit');
+  assert.equal(code, 0, stderr);
+  assert.deepEqual(stdout.trim().split('\n').sort(), Array.from({ length: 8 }, (_, r) => `[rank ${r}] hi`).sort());
+  assert.deepEqual(stderr.trim().split('\n').sort(), Array.from({ length: 8 }, (_, r) => `[rank ${r}] err`).sort());
 });
 
 /** The pid a hang-rank.mjs rank printed in its "ready <pid>" line. */

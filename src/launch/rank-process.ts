@@ -45,6 +45,10 @@ export class RankProcess {
     outputs.forEach((lines, i) => {
       const sink = sinks[i];
       if (!sink) return void lines.resume();
+      // Every rank adds two 'error' listeners to the launcher's shared stdout and stderr (pipe's and
+      // the one below): six ranks would pass Node's default of ten and print a leak warning.
+      sink.setMaxListeners(sink.getMaxListeners() + 2);
+      finished(lines).then(() => sink.setMaxListeners(Math.max(10, sink.getMaxListeners() - 2)), () => {});
       lines.pipe(sink, { end: false });
       // A sink that fails (a full disk, a closed pipe) unpipes itself and the lines would stop
       // flowing: the rank then blocks on a full pipe and the job never ends. They go nowhere instead.
