@@ -16,6 +16,7 @@ import {
   type PlanAllToAllV2dOffsetArgs,
   type PlanAllToAllVArgs,
   type PlanMoveArgs,
+  type Stream,
 } from '../backends/backend.js';
 import { shown, UsageError } from '../errors.js';
 import type { ExchangeKind } from './exchange-rules.js';
@@ -60,8 +61,21 @@ export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer |
   }
 }
 
-/** Resolves the lane argument (default lane 0) and checks it belongs to this communicator. */
-export function checkLane(ctx: CheckContext, lane: Lane | undefined): number {
+/**
+ * A call's `stream`, where given, must be a Stream (a lane's, or one the library made): a Lane or a
+ * handle passed in its place would otherwise reach the driver (cuda) or be ignored (cpu).
+ */
+export function checkStream(ctx: CheckContext, stream: Stream | undefined): void {
+  // null as undefined (the default), as the backends read it.
+  if (stream === undefined || stream === null) return;
+  if (typeof stream === 'object' && (stream as { kind?: unknown }).kind === 'stream') return;
+  const lane = typeof stream === 'object' && 'index' in stream && 'stream' in stream;
+  throw new UsageError(`rank ${ctx.rank}: stream must be a Stream (comm.lane(i).stream), got ${lane ? 'a Lane (pass it as lane, or its .stream)' : shown(stream)}`);
+}
+
+/** Resolves the lane argument (default lane 0) and checks it belongs to this communicator; checks the call's stream too. */
+export function checkLane(ctx: CheckContext, lane: Lane | undefined, stream?: Stream): number {
+  checkStream(ctx, stream);
   if (lane === undefined) return 0;
   if (typeof lane !== 'object' || lane === null) {
     throw new UsageError(`rank ${ctx.rank}: lane must be a Lane (comm.lane(i)), got ${shown(lane)}`);
@@ -126,7 +140,7 @@ export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
   checkMaxBlocks(ctx, args.maxBlocks);
   checkSizeHint(ctx, args.sizeHintBytes);
   if (args.plan !== undefined) checkPlanShape(args.plan);
-  return checkLane(ctx, args.lane);
+  return checkLane(ctx, args.lane, args.stream);
 }
 
 function checkMaxBlocks(ctx: CheckContext, maxBlocks: number | undefined): void {
@@ -154,7 +168,7 @@ export function checkAllToAllV2d(ctx: CheckContext, args: AllToAllV2dArgs): numb
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
   checkMaxBlocks(ctx, args.maxBlocks);
   checkSizeHint(ctx, args.sizeHintBytes);
-  return checkLane(ctx, args.lane);
+  return checkLane(ctx, args.lane, args.stream);
 }
 
 /** Checks an allToAllV2dOffset (combine) call; returns the lane index to run it on. */
@@ -167,7 +181,7 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
   checkPayload(ctx, args.input, args.output, args.inSplitsOffsets, args.outSplitsOffsets);
   checkMaxBlocks(ctx, args.maxBlocks);
   checkSizeHint(ctx, args.sizeHintBytes);
-  return checkLane(ctx, args.lane);
+  return checkLane(ctx, args.lane, args.stream);
 }
 
 /**
@@ -184,7 +198,7 @@ export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
   const bytes = count * ELEMENT_BYTES[dtype];
   checkBuffer(ctx, 'allReduce input', args.input, bytes);
   checkBuffer(ctx, 'allReduce output', args.output, bytes);
-  return checkLane(ctx, args.lane);
+  return checkLane(ctx, args.lane, args.stream);
 }
 
 /** What an exchange plan's creation takes, whichever kind (the fields a kind lacks are absent). */
@@ -195,6 +209,7 @@ export interface PlanCheckArgs extends PlanCapacity {
   expertsPerRank?: number;
   majorAlign?: number;
   lane?: Lane;
+  stream?: Stream;
 }
 
 /** Checks the creation of an exchange plan of `kind`; returns the lane index to run it on. */
@@ -211,12 +226,13 @@ export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheck
   if ((kind === 'combine' ? args.inSplitsOffsets : args.inSplits) === args.outSplitsOffsets) {
     throw new UsageError(`rank ${ctx.rank}: the plan's splits in and outSplitsOffsets are the same buffer (give each its own)`);
   }
-  return checkLane(ctx, args.lane);
+  return checkLane(ctx, args.lane, args.stream);
 }
 
 /** Checks one payload of an exchange plan against the plan's capacity. */
 export function checkPlanMove(ctx: CheckContext, capacity: PlanCapacity, args: PlanMoveArgs): void {
   checkArgsObject(ctx, 'plan.move', args, PLAN_MOVE_ARGS);
+  checkStream(ctx, args.stream);
   checkRowBytes(ctx, args.rowBytes);
   checkPayload(ctx, args.input, args.output);
   checkRows(ctx, 'input', args.input, capacity.inputRows, args.rowBytes);

@@ -3,7 +3,7 @@
 // Buffers are checked as the communicator's own calls check them (ours, not freed, large enough),
 // then against the group's sizes.
 import { MAX_EXPERTS_PER_RANK, type Comm, type DeviceBuffer } from '../backends/backend.js';
-import { argNames, checkArgsObject, checkBuffer, checkLane, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
+import { argNames, checkArgsObject, checkBuffer, checkLane, checkStream, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
 import { gatherOnce } from '../collectives/agree.js';
 import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
@@ -129,6 +129,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     throw new UsageError(`rank ${ctx.rank}: MoE dispatch: ${what}`);
   };
   const { topk: K, rowBytes, expertsPerRank: E } = s;
+  checkStream(ctx, a.stream);
   const type = a.topkIdxType ?? 'int64';
   if (type !== 'int64' && type !== 'int32') fail(`topkIdxType must be 'int64' or 'int32', got ${shown(type, 'string')}`);
   const idxBytes = type === 'int64' ? 8 : 4;
@@ -187,6 +188,7 @@ export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs
   const fail = (what: string): never => {
     throw new UsageError(`rank ${ctx.rank}: MoE combine: ${what}`);
   };
+  checkStream(ctx, a.stream);
   const dtype = DTYPES[a.dtype];
   if (dtype === undefined || !Object.hasOwn(DTYPES, a.dtype)) fail(`dtype must be 'bf16', 'f16' or 'f32', got ${shown(a.dtype, 'string')}`);
   if (s.combineRowBytes % dtype.bytes !== 0) fail(`combineRowBytes ${s.combineRowBytes} is not a whole number of ${a.dtype} elements`);

@@ -227,6 +227,8 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
     ['lane past the last', { lane: { index: comm.laneCount, stream } }],
     ['negative lane', { lane: { index: -1, stream } }],
     ['lane given as its number', { lane: 1 as never }],
+    ['a lane given as the stream', { stream: comm.lane(comm.laneCount - 1) as never }],
+    ["stream 'bogus'", { stream: 'bogus' as never }],
     ['sizeHintBytes NaN', { sizeHintBytes: NaN }],
     ['sizeHintBytes -1', { sizeHintBytes: -1 }],
     ["sizeHintBytes '4096'", { sizeHintBytes: '4096' as never }],

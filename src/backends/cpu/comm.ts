@@ -20,7 +20,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCaptureFn, checkPlan, checkWriteData, type CheckContext } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCaptureFn, checkPlan, checkStream, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -226,10 +226,12 @@ class CpuComm implements Comm, CheckContext {
     return handle;
   }
 
-  capture(_stream: Stream, fn: () => void): Replay {
+  capture(stream: Stream, fn: () => void): Replay {
     this.#usable();
     // Checked now, as a capture on cuda runs it now: not as a TypeError at the first launch.
     checkCaptureFn(this, fn);
+    if (stream == null) throw new UsageError(`rank ${this.rank}: capture needs the stream to record on (comm.lane(i).stream)`);
+    checkStream(this, stream);
     let closed = false;
     // Nothing to record on CPU: replaying is calling the closure again, which re-reads the splits.
     // The replay's handle reports the first refused call of the closure, as a graph's would.
@@ -253,8 +255,9 @@ class CpuComm implements Comm, CheckContext {
     };
   }
 
-  record(_stream?: Stream): Handle {
+  record(stream?: Stream): Handle {
     this.#open();
+    checkStream(this, stream);
     // Work on cpu is done when its call returns: there is nothing left to wait for.
     return { wait: () => {}, waitOn: () => {} };
   }

@@ -29,7 +29,7 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkAllReduce, checkAllToAllV, checkArgsObject, checkCaptureFn, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkArgsObject, checkCaptureFn, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { endingOnTimeout, meet } from '../../world/all-gather.js';
@@ -209,6 +209,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
 
   record(stream?: Stream): Handle {
     this.#open();
+    checkStream(this, stream);
     const s = (stream as CudaStream | undefined) ?? this.#lanes[0].stream;
     return this.#marks.handle(this, s, 'the work recorded on a stream');
   }
@@ -337,6 +338,8 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     const s = stream as CudaStream;
     if (this.#capture) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
     checkCaptureFn(this, fn);
+    if (stream == null) throw new UsageError(`rank ${this.rank}: capture needs the stream to record on (comm.lane(i).stream)`);
+    checkStream(this, stream);
     const capture: Capture = { stream: s, calls: [], onLaunch: [] };
     this.#capture = capture;
     let graph: CudaGraph;

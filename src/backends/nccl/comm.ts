@@ -31,7 +31,7 @@ import type {
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
-import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, type CheckContext } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -167,6 +167,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
 
   record(stream?: Stream): Handle {
     this.#usable();
+    checkStream(this, stream);
     return this.#marks.handle(this, (stream as CudaStream | undefined) ?? this.#lanes[0].stream, 'the work recorded on a stream');
   }
 
