@@ -17,7 +17,7 @@ const base = { backend: 'cpu' as const, ranks: 1, shape: 'tiny' as const, arms: 
 describe('pipeline options', () => {
   test('runPipeline refuses unknown keys, a seed past 2^32 - 1, a non-boolean trace and a bad inputDistBlocks', async () => {
     const bad: [Record<string, unknown>, RegExp][] = [
-      [{ inputDistBlock: 4 }, /pipeline: unknown option 'inputDistBlock' \(known: shape, arms, warmup, iters, seed, trace, inputDistBlocks, gemm\)$/],
+      [{ inputDistBlock: 4 }, /^pipeline: unknown option 'inputDistBlock' \(known: backend, ranks, timeoutMs, shape, arms, warmup, iters, seed, trace, inputDistBlocks, gemm\)$/],
       [{ itres: 5, gemms: 'kernel' }, /pipeline: unknown options 'itres', 'gemms' /],
       [{ seed: 2 ** 32 }, /pipeline: seed must be at most 4294967295 \(the kernels draw from a 32-bit seed: 4294967296 would train as 0\), got 4294967296$/],
       [{ trace: 'yes' }, /pipeline: trace must be true or false, got 'yes' \(a string\)$/],

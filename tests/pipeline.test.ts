@@ -106,7 +106,7 @@ describe('pipeline on cpu', () => {
   test('runPipeline refuses bad options by name, before any step (as the CLI refuses its flags)', async () => {
     const base = { backend: 'cpu' as const, ranks: 1, shape: 'tiny' as const, arms: ['one-lane' as Arm], warmup: 0, iters: 1, seed: 1, trace: false };
     const bad: [Record<string, unknown>, RegExp][] = [
-      [{ arms: ['one-lane', 'sideways'] }, /^rank 0 failed: pipeline: unknown arm 'sideways' \(choose from one-lane, two-lanes, two-lanes-serialized\)$/],
+      [{ arms: ['one-lane', 'sideways'] }, /^pipeline: unknown arm 'sideways' \(choose from one-lane, two-lanes, two-lanes-serialized\)$/],
       [{ arms: [] }, /pipeline: arms must name at least one arm/],
       [{ arms: undefined }, /pipeline: arms must be an array of arm names, got undefined/],
       [{ arms: ['one-lane', 'one-lane'] }, /pipeline: arm one-lane is named twice/],

@@ -9,6 +9,7 @@ import { formatBytes } from '../bench/units.js';
 import { shown, UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
 import { createCompute } from './create-compute.js';
+import { checkPipelineArg } from './options.js';
 import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
@@ -72,44 +73,6 @@ export interface PipelineRankResult {
   traces?: ArmTrace[];
 }
 
-const GEMMS: readonly GemmChoice[] = ['auto', 'cublas', 'kernel'];
-
-/** Every key of PipelineArg (the Record makes the compiler list them all): others are refused. */
-const ARG_KEYS: Record<keyof PipelineArg, true> = { shape: true, arms: true, warmup: true, iters: true, seed: true, trace: true, inputDistBlocks: true, gemm: true };
-
-/** The seed is a u32 in the kernels and in synth.ts: a larger one would train as seed mod 2^32. */
-const MAX_SEED = 2 ** 32 - 1;
-
-/**
- * What the CLI's flags refuse, refused for library callers too (every rank gets the same arg, so all
- * refuse alike): else an unknown arm ran as two-lanes, a string iters was concatenated into the
- * step count, and a fractional one failed as an array length.
- */
-function checkArg(arg: PipelineArg): void {
-  const fail = (what: string): never => {
-    throw new UsageError(`pipeline: ${what}`);
-  };
-  // A misspelt optional key (inputDistBlock, gemms) would otherwise run the default, unsaid.
-  const unknown = Object.keys(arg).filter((k) => !Object.hasOwn(ARG_KEYS, k));
-  if (unknown.length > 0) fail(`unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (known: ${Object.keys(ARG_KEYS).join(', ')})`);
-  shapeOf(arg.shape);
-  if (!Array.isArray(arg.arms)) fail(`arms must be an array of arm names, got ${shown(arg.arms)}`);
-  if (arg.arms.length === 0) fail(`arms must name at least one arm (${ARMS.join(', ')})`);
-  arg.arms.forEach((arm, i) => {
-    if (!ARMS.includes(arm)) fail(`unknown arm ${shown(arm, 'string')} (choose from ${ARMS.join(', ')})`);
-    if (arg.arms.indexOf(arm) !== i) fail(`arm ${arm} is named twice`);
-  });
-  for (const [name, value, least] of [['iters', arg.iters, 1], ['warmup', arg.warmup, 0], ['seed', arg.seed, 0]] as const) {
-    if (!Number.isSafeInteger(value) || value < least) fail(`${name} must be an integer >= ${least}, got ${shown(value)}`);
-  }
-  if (arg.seed > MAX_SEED) fail(`seed must be at most ${MAX_SEED} (the kernels draw from a 32-bit seed: ${arg.seed} would train as ${arg.seed % 2 ** 32}), got ${arg.seed}`);
-  if (arg.trace !== undefined && typeof arg.trace !== 'boolean') fail(`trace must be true or false, got ${shown(arg.trace)}`);
-  if (arg.inputDistBlocks !== undefined && (!Number.isSafeInteger(arg.inputDistBlocks) || arg.inputDistBlocks < 1)) {
-    fail(`inputDistBlocks must be an integer >= 1, got ${shown(arg.inputDistBlocks)}`);
-  }
-  if (arg.gemm !== undefined && !GEMMS.includes(arg.gemm)) fail(`gemm must be 'auto', 'cublas' or 'kernel', got ${shown(arg.gemm, 'string')}`);
-}
-
 /**
  * The pipeline on the ranks of `comm` (collective: every rank calls it): builds the compute and the
  * model, runs every arm of `arg` from the same initial model, and returns rank 0 the rows (other
@@ -118,7 +81,7 @@ function checkArg(arg: PipelineArg): void {
 export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankContext): Promise<PipelineRankResult | undefined> {
   // Ranks started with different options would fail later on a buffer's size: say which option.
   await checkSameOptions(comm, { command: 'bench pipeline', options: arg, flags: { inputDistBlocks: '--input-dist-blocks' } });
-  checkArg(arg);
+  checkPipelineArg(arg);
   // Said before any arm runs: else every arm before the first two-lane one runs to its end first.
   const twoLane = arg.arms.find((arm) => arm !== 'one-lane');
   if (twoLane !== undefined && comm.laneCount < 2) throw new UsageError(`pipeline arm ${twoLane} needs 2 lanes; the communicator has ${comm.laneCount}`);

@@ -2,6 +2,7 @@
 // by a launcher, runs this rank's part), turns rank 0's reports into events, returns its result.
 import type { BackendName } from '../backends/backend.js';
 import { runJob } from '../world/job.js';
+import { checkPipelineArg } from './options.js';
 import type { ArmResult, PipelineArg, PipelineRankResult, PipelineReport } from './rank.js';
 import { SHAPES, type Shape } from './shapes.js';
 import type { ArmTrace } from './trace.js';
@@ -43,6 +44,8 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
   const date = new Date().toISOString();
   // The ranks get the rank program's options only (they refuse keys it does not know).
   const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...arg } = opts;
+  // Checked here first: once, before any rank starts, and the same error whichever rank would have thrown it first.
+  checkPipelineArg(arg, ['backend', 'ranks', 'timeoutMs']);
   const onReport = (_rank: number, message: unknown) => {
     const m = message as PipelineReport;
     if (m.type === 'start') events.onStart?.(m);

@@ -1,0 +1,46 @@
+// The pipeline's options as a library caller or the CLI gives them, checked on the host before any
+// rank starts (run.ts) and again by each rank (rank.ts: ranks started another way get the same
+// refusals). Light: no compute or device code is loaded for it.
+import { shown, UsageError } from '../errors.js';
+import type { GemmChoice } from './compute-cuda.js';
+import type { PipelineArg } from './rank.js';
+import { shapeOf } from './shapes.js';
+import { ARMS } from './train.js';
+
+const GEMMS: readonly GemmChoice[] = ['auto', 'cublas', 'kernel'];
+
+/** Every key of PipelineArg (the Record makes the compiler list them all): others are refused. */
+const ARG_KEYS: Record<keyof PipelineArg, true> = { shape: true, arms: true, warmup: true, iters: true, seed: true, trace: true, inputDistBlocks: true, gemm: true };
+
+/** The seed is a u32 in the kernels and in synth.ts: a larger one would train as seed mod 2^32. */
+const MAX_SEED = 2 ** 32 - 1;
+
+/**
+ * What the CLI's flags refuse, refused for library callers too (every rank gets the same arg, so all
+ * refuse alike): else an unknown arm ran as two-lanes, a string iters was concatenated into the
+ * step count, and a fractional one failed as an array length.
+ */
+export function checkPipelineArg(arg: PipelineArg, runnerKeys: readonly string[] = []): void {
+  const fail = (what: string): never => {
+    throw new UsageError(`pipeline: ${what}`);
+  };
+  // A misspelt optional key (inputDistBlock, gemms) would otherwise run the default, unsaid.
+  const unknown = Object.keys(arg).filter((k) => !Object.hasOwn(ARG_KEYS, k));
+  if (unknown.length > 0) fail(`unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (known: ${[...runnerKeys, ...Object.keys(ARG_KEYS)].join(', ')})`);
+  shapeOf(arg.shape);
+  if (!Array.isArray(arg.arms)) fail(`arms must be an array of arm names, got ${shown(arg.arms)}`);
+  if (arg.arms.length === 0) fail(`arms must name at least one arm (${ARMS.join(', ')})`);
+  arg.arms.forEach((arm, i) => {
+    if (!ARMS.includes(arm)) fail(`unknown arm ${shown(arm, 'string')} (choose from ${ARMS.join(', ')})`);
+    if (arg.arms.indexOf(arm) !== i) fail(`arm ${arm} is named twice`);
+  });
+  for (const [name, value, least] of [['iters', arg.iters, 1], ['warmup', arg.warmup, 0], ['seed', arg.seed, 0]] as const) {
+    if (!Number.isSafeInteger(value) || value < least) fail(`${name} must be an integer >= ${least}, got ${shown(value)}`);
+  }
+  if (arg.seed > MAX_SEED) fail(`seed must be at most ${MAX_SEED} (the kernels draw from a 32-bit seed: ${arg.seed} would train as ${arg.seed % 2 ** 32}), got ${arg.seed}`);
+  if (arg.trace !== undefined && typeof arg.trace !== 'boolean') fail(`trace must be true or false, got ${shown(arg.trace)}`);
+  if (arg.inputDistBlocks !== undefined && (!Number.isSafeInteger(arg.inputDistBlocks) || arg.inputDistBlocks < 1)) {
+    fail(`inputDistBlocks must be an integer >= 1, got ${shown(arg.inputDistBlocks)}`);
+  }
+  if (arg.gemm !== undefined && !GEMMS.includes(arg.gemm)) fail(`gemm must be 'auto', 'cublas' or 'kernel', got ${shown(arg.gemm, 'string')}`);
+}
