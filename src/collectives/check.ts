@@ -37,9 +37,11 @@ export interface CheckContext {
   ownsLane(lane: Lane): boolean;
 }
 
-/** capture()'s function, checked before capturing: on cuda it runs at once, on cpu at each launch. */
-export function checkCaptureFn(ctx: CheckContext, fn: unknown): void {
+/** capture()'s stream and function, checked before capturing: on cuda `fn` runs at once, on cpu at each launch. */
+export function checkCapture(ctx: CheckContext, stream: Stream | undefined, fn: unknown): void {
   if (typeof fn !== 'function') throw new UsageError(`rank ${ctx.rank}: capture takes the function that makes the calls to record, got ${shown(fn)}`);
+  if (stream == null) throw new UsageError(`rank ${ctx.rank}: capture needs the stream to record on (comm.lane(i).stream)`);
+  checkStream(ctx, stream);
 }
 
 /** The bytes of a write: an array or ArrayBuffer has no byteLength, and the range check would say "undefined bytes". */

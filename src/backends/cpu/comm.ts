@@ -20,7 +20,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCaptureFn, checkPlan, checkStream, checkWriteData, type CheckContext } from '../../collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -229,9 +229,7 @@ class CpuComm implements Comm, CheckContext {
   capture(stream: Stream, fn: () => void): Replay {
     this.#usable();
     // Checked now, as a capture on cuda runs it now: not as a TypeError at the first launch.
-    checkCaptureFn(this, fn);
-    if (stream == null) throw new UsageError(`rank ${this.rank}: capture needs the stream to record on (comm.lane(i).stream)`);
-    checkStream(this, stream);
+    checkCapture(this, stream, fn);
     let closed = false;
     // Nothing to record on CPU: replaying is calling the closure again, which re-reads the splits.
     // The replay's handle reports the first refused call of the closure, as a graph's would.
