@@ -48,13 +48,12 @@ __device__ __forceinline__ void pdl_release() {
 #define A2AV_WAIT_DONE 2     // completion: a peer's done signals
 #define A2AV_WAIT_ROUND1 3   // MoE exchange: a sender's counts
 #define A2AV_WAIT_ROUND2 4   // MoE exchange: a receiver's answer
-#define A2AV_WAIT_MOVE 5     // a plan's move: a peer's row size and output
+#define A2AV_WAIT_MOVE 5     // a plan's move: a peer's agreement words
 #define A2AV_WAIT_AR_HEADER 6  // allReduce: a peer's count, dtype, op and output
 #define A2AV_WAIT_AR_DATA 7    // allReduce: a peer's contribution
 #define A2AV_WAIT_AR_SLOT 8    // allReduce: an owner freeing its staging slot
 // Which field differs, in a mismatch's record (its expert word; src/collectives/status.ts
-// MismatchCode). The MoE round-1 header compares kind, rowBytes, outId, experts, align in that
-// order: A2AV_FIELD_KIND + its index.
+// MismatchCode). The MoE round-1 header's agreement words name theirs through agree_field.
 #define A2AV_FIELD_KIND 1
 #define A2AV_FIELD_ROW_BYTES 2
 #define A2AV_FIELD_OUTPUT 3
@@ -63,7 +62,7 @@ __device__ __forceinline__ void pdl_release() {
 #define A2AV_FIELD_COUNT 6  // allReduce's header: count, dtype, op, output id
 #define A2AV_FIELD_DTYPE 7
 #define A2AV_FIELD_OP 8
-#define A2AV_FIELD_PLAN 9   // a plan's move: the moves are of different plans
+#define A2AV_FIELD_PLAN 9   // a direct call, a plan's exchange, or a move of which plan
 
 // Records of refused calls kept per lane, by sequence number modulo this: a handle reads its own
 // call's record as long as fewer than this many later calls were queued on its lane (the host's
@@ -91,7 +90,7 @@ __device__ __forceinline__ void pdl_release() {
 //                           A2AV_MAX_EXPERTS so a peer that disagrees on E shifts nothing:
 //                           x1[parity][src][A2AV_X1_WORDS]: what src sends me in round 1
 //                           x2[parity][src][A2AV_X2_WORDS]: what receiver src answers in round 2
-//                           mv[parity][src][2]: row size and output id of a plan's move
+//                           (a plan's move sends only the agreement words of an x1 slot)
 // input rows, output rows, row bytes, output buffer id, completion signals sent to each peer per call
 #define A2AV_PAYLOAD_HEADER 5
 #define A2AV_PAY_SIGNALS 4
@@ -145,9 +144,15 @@ __host__ __device__ __forceinline__ i64* lane_expect(u8* lane, int W) { return l
 
 // MoE exchange limits and packet layout (src/backends/cuda/layout.ts mirrors them).
 #define A2AV_MAX_EXPERTS 256
-// round 1 header: kind, rowBytes, outId, experts, align, then the sender's own verdict
-// (key, rank, peer, expert, needed, available); the counts for the receiver's experts follow
-#define A2AV_X1_HEADER 11
+// round 1 header: the A2AV_X1_AGREE words every rank's call must match (kind, plan, rowBytes,
+// outId, experts, align: the host rules' order, exchange-rules.ts), then the sender's own verdict
+// (key, rank, peer, expert, needed, available); the counts for the receiver's experts follow.
+// plan: 0 a direct call, -1 a plan's exchange, else a move of the plan whose exchange was that
+// lane call. Every MoE call on a lane (x_exchange, x_fused, x_check) sends the agreement words
+// first, so calls of different kinds meet there and are refused as a mismatch.
+#define A2AV_X1_AGREE 6
+#define A2AV_X1_EXPERTS 4  // the agreement word that says how many counts follow
+#define A2AV_X1_HEADER 12
 // round 2 header: the receiver's verdict (key, rank, peer, expert, needed, available); the rows
 // where the sender's chunk for each expert starts in the receiver's output follow
 #define A2AV_X2_HEADER 6
@@ -164,11 +169,6 @@ __host__ __device__ __forceinline__ uint4* lane_x1(u8* lane, int W, int parity, 
 }
 __host__ __device__ __forceinline__ uint4* lane_x2(u8* lane, int W, int parity, int src) {
   return lane_x1(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_X2_WORDS;
-}
-// A plan's move: src's plan (the lane call number of the plan's exchange), row size and output id.
-#define A2AV_MV_WORDS 3
-__host__ __device__ __forceinline__ uint4* lane_mv(u8* lane, int W, int parity, int src) {
-  return lane_x2(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_MV_WORDS;
 }
 // allReduce (kernels/all-reduce.cu). Its region of a lane, after the MoE packets:
 //   ar_header[parity][src][A2AV_AR_HEADER]  LL packets: src's call (count, dtype, op, output id), in
@@ -235,7 +235,7 @@ __host__ __device__ __forceinline__ u8* ar_stage_tile(u8* stage, int W, int slot
   return (u8*)ar_stage_ll(stage, W, 2, 0) + ((i64)slot * W + src) * A2AV_AR_TILE_BYTES;
 }
 __host__ __device__ __forceinline__ uint4* lane_ar_header(u8* lane, int W, int parity, int src) {
-  return lane_mv(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_AR_HEADER;
+  return lane_x2(lane, W, 2, 0) + ((i64)parity * W + src) * A2AV_AR_HEADER;
 }
 __host__ __device__ __forceinline__ i64* lane_ar_ready(u8* lane, int W, int src) { return (i64*)lane_ar_header(lane, W, 2, 0) + (i64)src * ar_slots(W); }
 __host__ __device__ __forceinline__ i64* lane_ar_free(u8* lane, int W, int owner) { return lane_ar_ready(lane, W, W) + (i64)owner * ar_slots(W); }

@@ -14,17 +14,17 @@
 // block copies its tiles and signals, as a2av_1d. The grid is sized so that every rank's blocks
 // are resident at once (moe.ts), so block 0 always runs.
 // The choice depends only on W and E, which every rank shares unless the call is refused for a
-// mismatch; so a rank here may meet peers in x_exchange only when the headers differ: it then
-// answers them as x_exchange's receivers do (a round-2 verdict) and completes with one signal.
+// mismatch; so a rank here may meet peers in x_exchange or x_check only when the agreement words
+// differ, which every rank decides from those words alone (agree_verdict): it then completes with
+// one signal, as they do.
 // Shared memory (i64 words): hdr[W][XF_HDR], cnt[W][N] (sender's row), glen[W][G] (per receiver:
 // group lengths, then starts), my rows, source rows, running sums, destination rows, where each
 // source lands in my output [N each], outAt[W], total[W], output bases[W], companion bases[W],
 // then the biased chunks of the payload being copied (start, dst, src [N each]).
 #define XF_HDR (A2AV_X1_HEADER + A2AV_XF_EXTRA)
-// The header's words: XF_AGREE that every rank's call must match (kind, row bytes, output, E,
-// alignment), then the sender's own verdict (verdict_word).
-#define XF_AGREE 5
-#define XF_VERDICT_WORDS (A2AV_X1_HEADER - XF_AGREE)
+// The header's words: the A2AV_X1_AGREE that every rank's call must match, then the sender's own
+// verdict (verdict_word).
+#define XF_VERDICT_WORDS (A2AV_X1_HEADER - A2AV_X1_AGREE)
 __host__ __device__ __forceinline__ bool x_fused_fits(int W, int E) {
   return (i64)W * E <= A2AV_MAX_EXPERTS && (i64)W * W * E <= A2AV_XF_MAX_MATRIX;
 }
@@ -239,9 +239,9 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   // pass, where block 0 alone took three (0.6 µs of the call: docs/perf.md).
   for (int r = blockIdx.x; r < W; r += gridDim.x) {
     for (int j = tid; j < words; j += nt) {
-      if (j >= XF_AGREE && j < A2AV_X1_HEADER) continue;
+      if (j >= A2AV_X1_AGREE && j < A2AV_X1_HEADER) continue;
       i64 v;
-      if (j < XF_AGREE) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
+      if (j < A2AV_X1_AGREE) v = agree_word(p, j, p.callPlan);
       else if (j < A2AV_X1_HEADER + N) v = rows[j - A2AV_X1_HEADER];
       else v = j == A2AV_X1_HEADER + N ? p.outRows : (i64)gridDim.x;
       ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
@@ -276,7 +276,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   PROBE_CLOCK(3);
 
   for (int k = tid; blockIdx.x == 0 && k < W * XF_VERDICT_WORDS; k += nt)
-    ll_store(lane_x1(p.padPeers[k / XF_VERDICT_WORDS] + p.laneOffset, W, parity, me) + XF_AGREE + k % XF_VERDICT_WORDS, verdict_word(st.v, k % XF_VERDICT_WORDS), flag);
+    ll_store(lane_x1(p.padPeers[k / XF_VERDICT_WORDS] + p.laneOffset, W, parity, me) + A2AV_X1_AGREE + k % XF_VERDICT_WORDS, verdict_word(st.v, k % XF_VERDICT_WORDS), flag);
   const u64 deadline = global_timer_ns() + (u64)p.timeoutNs;
   // Round-1 words [from, from + count) of every sender q, word j into to(q, j) (a timeout
   // recorded). 32-bit indices: 300 cycles less than 64-bit ones for the rows at W = 8.
@@ -292,32 +292,19 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
   };
   const auto header = [&](int from) { return [&, from](int q, int j) { return &hdr[q * XF_HDR + from + j]; }; };
   // First the agreement words (every kind of exchange sends them) ...
-  await1(0, XF_AGREE, header(0));
+  await1(0, A2AV_X1_AGREE, header(0));
   __syncthreads();
   PROBE_CLOCK(4);
   if (st.abort) return;
-  for (int q = tid; q < W; q += nt) {
-    const i64* a = hdr + q * XF_HDR;
-    if (a[0] != hdr[0] || a[1] != hdr[1] || a[2] != hdr[2] || a[3] != hdr[3] || a[4] != hdr[4]) atomicMin(&st.mis, (unsigned long long)q);
-  }
-  __syncthreads();
-  if (st.mis != X_NONE) {
-    // The calls differ (peers may even be in x_exchange): x_exchange's receivers' verdict, sent as
-    // their round-2 answer, then completion with one signal, as x_done; the other blocks leave.
+  const XVerdict mismatch = agree_verdict(hdr, XF_HDR, W, st.mis);
+  if (mismatch.key != (i64)X_NONE) {
+    // The calls differ (peers may even be in x_exchange or x_check): completion with one signal,
+    // as x_done; the other blocks leave.
     if (blockIdx.x != 0) return;
 #ifdef A2AV_PROBE_XF_BLOCK0_POLL
     if (tid == 0) announce(ready, seq, XF_MISMATCH);
 #endif
-    if (tid == 0) {
-      const int q = (int)st.mis;
-      int j = 0;
-      while (hdr[q * XF_HDR + j] == hdr[j]) ++j;
-      st.v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, A2AV_FIELD_KIND + j, hdr[q * XF_HDR + j], hdr[j]};
-    }
-    __syncthreads();
-    for (int k = tid; k < W * A2AV_X2_HEADER; k += nt)
-      ll_store(lane_x2(p.padPeers[k / A2AV_X2_HEADER] + p.laneOffset, W, parity, me) + k % A2AV_X2_HEADER, verdict_word(st.v, k % A2AV_X2_HEADER), flag);
-    if (tid == 0) record_refusal(h, StatusRecord{A2AV_ERR_MISMATCH, st.v.rank, st.v.peer, st.v.needed, st.v.available, me, seq, st.v.expert});
+    if (tid == 0) record_refusal(h, StatusRecord{A2AV_ERR_MISMATCH, mismatch.rank, mismatch.peer, mismatch.needed, mismatch.available, me, seq, mismatch.expert});
     __syncthreads();
     complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, W, me, p.timeoutNs}, [](int, i64) { return (i64)1; });
     return;
@@ -406,7 +393,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     if (at != (i64)X_NONE) atomicMin(&outAt[r], (unsigned long long)at);
   }
   // Every sender's verdict words, sent after its row (they have most likely arrived meanwhile).
-  await1(XF_AGREE, XF_VERDICT_WORDS, header(XF_AGREE));
+  await1(A2AV_X1_AGREE, XF_VERDICT_WORDS, header(A2AV_X1_AGREE));
   __syncthreads();
   PROBE_CLOCK(11);
   if (st.abort) return;
@@ -419,7 +406,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
       const int q = q0 + tid;
       const unsigned bits = __ballot_sync(0xffffffffu, q < W && outAt[q] != X_NONE);
       if (over == W && bits != 0) over = q0 + __ffs(bits) - 1;
-      const i64 k = q < W ? hdr[q * XF_HDR + XF_AGREE] : (i64)X_NONE;
+      const i64 k = q < W ? hdr[q * XF_HDR + A2AV_X1_AGREE] : (i64)X_NONE;
       if (k < key) key = k, who = q;
     }
     for (int d = 16; d > 0; d >>= 1) {
@@ -430,7 +417,7 @@ __device__ __forceinline__ void x_fused_run(const XParams& p) {
     if (tid == 0) {
       st.fin = key == (i64)X_NONE ? X_NONE : (unsigned long long)who;
       if (st.fin != X_NONE) {
-        st.v = read_verdict(hdr + who * XF_HDR + XF_AGREE);
+        st.v = read_verdict(hdr + who * XF_HDR + A2AV_X1_AGREE);
       } else if (over < W) {
         const int r = over;
         const i64 at = (i64)outAt[r];

@@ -2,15 +2,18 @@
 // src/collectives/exchange-rules.ts states the rules; these kernels reach the same verdict and
 // layout from each rank's share of the split matrix, since with W ranks of E experts no rank can
 // hold all of it (72 x 72 x 256 counts). Per call, one block:
-//   x_exchange  round 1: every sender sends each receiver its counts for the receiver's experts
-//               and its own verdict (negative split, input overrun: only it sees its whole row);
-//               each receiver lays out its output and adds what only it sees (its output overrun,
-//               a mismatch with rank 0's call); round 2: each receiver answers every sender with
-//               its verdict and where the sender's chunks land. After round 2 every rank holds
-//               every receiver's verdict, which folds in every sender's: all take the same one
-//               (the least key: kernels/exchange.cuh), so all move data or none does.
-//   x_check     a plan's move: every rank's row size and output buffer, checked against rank 0's
-//               in one round, and the plan's own verdict.
+//   x_exchange  round 1: every sender sends each receiver its call's agreement words (kind, plan,
+//               row size, output, E, align), its own verdict (negative split, input overrun: only
+//               it sees its whole row) and its counts for the receiver's experts. A call that
+//               differs from rank 0's is refused by every rank from the agreement words alone
+//               (agree_verdict). Else each receiver lays out its output and adds what only it sees
+//               (its output overrun); round 2: each receiver answers every sender with its verdict
+//               and where the sender's chunks land. After round 2 every rank holds every
+//               receiver's verdict, which folds in every sender's: all take the same one (the
+//               least key: kernels/exchange.cuh), so all move data or none does.
+//   x_check     a plan's move: its agreement words in the round-1 slots (so a peer's direct call
+//               or other plan is refused as a mismatch, whatever kernel it runs), then the plan's
+//               own verdict.
 //   x_copy      the data, along the plan left by x_exchange (a grid; does nothing when gated);
 //               x_copy_slices the same as a grid of short-lived blocks, for ranks on one GPU
 //               (exchange-slices.cuh).
@@ -94,22 +97,28 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     const int r = (int)(k / (A2AV_X1_HEADER + E)), j = (int)(k % (A2AV_X1_HEADER + E));
     i64 v;
     if (j >= A2AV_X1_HEADER) v = plan.rows[(i64)r * E + (j - A2AV_X1_HEADER)];
-    else if (j < 5) v = j == 0 ? p.kind : j == 1 ? p.rowBytes : j == 2 ? p.outId : j == 3 ? E : p.align;
-    else v = verdict_word(st.mine, j - 5);
+    else if (j < A2AV_X1_AGREE) v = agree_word(p, j, p.callPlan);
+    else v = verdict_word(st.mine, j - A2AV_X1_AGREE);
     ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
   }
   const XWait wait{h, flag, global_timer_ns() + (u64)p.timeoutNs, me, W, seq};
 #ifdef A2AV_PROBE_WAIT_PRINT
   if (tid == 0) g_x_when[me][1] = wait.deadline - (u64)p.timeoutNs;
 #endif
-  // Headers first: a sender's count of experts says how many packets it sent.
+  // The agreement words first (a peer's x_check sends no more); then its verdict and counts, as
+  // many as its count of experts says.
   const auto round1 = [&](int src) { return lane_x1(lane, W, parity, src); };
-  receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, 0, A2AV_X1_HEADER, A2AV_WAIT_ROUND1});
+  receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, 0, A2AV_X1_AGREE, A2AV_WAIT_ROUND1});
   if (st.abort) return;
-  receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, A2AV_X1_HEADER, -1, A2AV_WAIT_ROUND1});
+  const XVerdict mismatch = agree_verdict(xin, A2AV_X1_WORDS, W, st.mis);
+  if (mismatch.key != (i64)X_NONE) {
+    if (tid == 0) refuse(XCall{p, h, lane, gate, seq}, mismatch, true);
+    return;
+  }
+  receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, A2AV_X1_AGREE, -1, A2AV_WAIT_ROUND1});
   if (st.abort) return;
 
-  // As a receiver: rank 0's call against everyone's, every sender's verdict, my own layout.
+  // As a receiver: every sender's verdict, my own layout.
   receiver_verdict(st, p, xin, starts);
 
   // Round 2: to every sender, my verdict and where its chunks land in my output.
@@ -158,39 +167,30 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   }
 }
 
-// A plan's move: one round of (plan, row size, output buffer) against rank 0's; the plan's own verdict.
+// A plan's move: its agreement words against every rank's (the plan word: the lane call of the
+// plan's exchange), then the plan's own verdict.
 extern "C" __global__ void __launch_bounds__(1024) x_check(const XParams p) {
   __shared__ XBlockState st;
   const int W = p.world, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
   i64* const gate = p.scratch;
-  i64* const got = p.scratch + 8;
+  i64* const xin = p.scratch + 8;
   if (!x_begin(st, h, gate)) return;
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
-  constexpr int M = A2AV_MV_WORDS;
-  const i64 mine[M] = {p.plan[11], p.rowBytes, p.outId};
-  for (int k = tid; k < M * W; k += nt) ll_store(lane_mv(p.padPeers[k / M] + p.laneOffset, W, parity, me) + (k % M), mine[k % M], flag);
+  const i64 planId = p.plan[11];
+  for (int k = tid; k < A2AV_X1_AGREE * W; k += nt)
+    ll_store(lane_x1(p.padPeers[k / A2AV_X1_AGREE] + p.laneOffset, W, parity, me) + k % A2AV_X1_AGREE, agree_word(p, k % A2AV_X1_AGREE, planId), flag);
   const XWait wait{h, flag, global_timer_ns() + (u64)p.timeoutNs, me, W, seq};
-  receive(st, wait, [&](int src) { return lane_mv(lane, W, parity, src); }, XInbox{got, M, 0, M, A2AV_WAIT_MOVE});
+  receive(st, wait, [&](int src) { return lane_x1(lane, W, parity, src); }, XInbox{xin, A2AV_X1_WORDS, 0, A2AV_X1_AGREE, A2AV_WAIT_MOVE});
   if (st.abort) return;
-  for (int q = tid; q < W; q += nt)
-    if (got[M * q] != got[0] || got[M * q + 1] != got[1] || got[M * q + 2] != got[2]) atomicMin(&st.at, (unsigned long long)q);
-  __syncthreads();
+  const XVerdict mismatch = agree_verdict(xin, A2AV_X1_WORDS, W, st.mis);
   if (tid != 0) return;
-  if (p.plan[0] != A2AV_OK) {
-    refuse(XCall{p, h, lane, gate, seq}, read_plan_verdict(p.plan), false);
-  } else if (st.at != X_NONE) {
-    // The first word that differs, in the host rules' order (exchange-rules.ts): plan, row size, output.
-    const int q = (int)st.at;
-    const int j = got[M * q] != got[0] ? 0 : got[M * q + 1] != got[1] ? 1 : 2;
-    const int field = j == 0 ? A2AV_FIELD_PLAN : j == 1 ? A2AV_FIELD_ROW_BYTES : A2AV_FIELD_OUTPUT;
-    refuse(XCall{p, h, lane, gate, seq}, XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, field, got[M * q + j], got[j]}, false);
-  } else {
-    *gate = 0;
-  }
+  if (mismatch.key != (i64)X_NONE) refuse(XCall{p, h, lane, gate, seq}, mismatch, false);
+  else if (p.plan[0] != A2AV_OK) refuse(XCall{p, h, lane, gate, seq}, read_plan_verdict(p.plan), false);
+  else *gate = 0;
 }
 
 // The data: block b takes tiles b, b + B, ... of this rank's send bytes, in plan order;

@@ -42,6 +42,7 @@ struct XParams {
   const int* gatherRows;   // 168: send row r is input row gatherRows[r] (moe.ts GATHER); null: input rows in send order
   i64 gridBytes;           // 176: x_copy_slices: the send bytes its grid was sized for (a dispatch reads early up to there)
   i64 gatherInputRows;     // 184: with gatherRows: the rows the input holds (x_copy_slices_gather's early reads stay below)
+  i64 callPlan;            // 192: the plan agreement word of x_exchange and x_fused: 0 a direct call, -1 a plan's exchange
 };
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
@@ -54,7 +55,8 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, sliceSpanLog2) == 140, "XParams.sl
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherRows) == 168, "XParams.gatherRows");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gridBytes) == 176, "XParams.gridBytes");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherInputRows) == 184, "XParams.gatherInputRows");
-A2AV_LAYOUT_CHECK(sizeof(XParams) == 192, "XParams: X_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, callPlan) == 192, "XParams.callPlan");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 200, "XParams: X_PARAMS_BYTES");
 
 // The send bytes a slice-grid dispatch may read before its index (x_copy_slices): its input, or
 // the bytes its grid was sized for where fewer (a larger input may hold far more than is sent).
@@ -169,7 +171,8 @@ struct XWait {
 };
 
 // Where a round's packets go: packets [from, to) of every source's slot into dst[src * stride + j]
-// (to < 0: as many as each source's header says: from + its experts); site names the wait.
+// (to < 0: up to the end of the source's counts, A2AV_X1_HEADER + the experts its agreement words
+// say, already received); site names the wait.
 struct XInbox {
   i64* dst;
   int stride, from, to, site;
@@ -179,12 +182,12 @@ struct XInbox {
 // the lane's abort record (with how far the writer got) and sets st.abort.
 template <typename Slot>
 __device__ void receive(XBlockState& st, const XWait& w, Slot slot, const XInbox& in) {
-  const int span = in.to >= 0 ? in.to - in.from : A2AV_MAX_EXPERTS;
+  const int span = in.to >= 0 ? in.to - in.from : A2AV_X1_HEADER + A2AV_MAX_EXPERTS - in.from;
   for (i64 k = threadIdx.x; k < (i64)w.world * span; k += blockDim.x) {
     const int src = (int)(k / span), j = in.from + (int)(k % span);
     if (in.to < 0) {
-      const i64 e = in.dst[(i64)src * in.stride + 3];
-      if (j >= in.from + (e < 0 ? 0 : e > A2AV_MAX_EXPERTS ? A2AV_MAX_EXPERTS : e)) continue;
+      const i64 e = in.dst[(i64)src * in.stride + A2AV_X1_EXPERTS];
+      if (j >= A2AV_X1_HEADER + (e < 0 ? 0 : e > A2AV_MAX_EXPERTS ? A2AV_MAX_EXPERTS : e)) continue;
     }
     i64 v;
     if (!ll_wait(slot(src) + j, w.flag, w.deadline, &v)) {
@@ -205,75 +208,92 @@ __device__ void receive(XBlockState& st, const XWait& w, Slot slot, const XInbox
   __syncthreads();
 }
 
-// The receiver's verdict: a mismatch with rank 0's call, else the least of every sender's own
-// verdict and this receiver's output overrun. Fills starts[src * A2AV_MAX_EXPERTS + e] with where
-// each source's chunk for each expert lands (when the calls match).
+// Agreement word j of a call (A2AV_X1_AGREE of them; plan: its plan word).
+__device__ __forceinline__ i64 agree_word(const XParams& p, int j, i64 plan) {
+  return j == 0 ? p.kind : j == 1 ? plan : j == 2 ? p.rowBytes : j == 3 ? p.outId : j == 4 ? p.experts : p.align;
+}
+
+// The field each agreement word names in a mismatch (A2AV_X1_AGREE of them, in the rules' order).
+__device__ __forceinline__ int agree_field(int j) {
+  return j == 0 ? A2AV_FIELD_KIND : j == 1 ? A2AV_FIELD_PLAN : j == 2 ? A2AV_FIELD_ROW_BYTES : j == 3 ? A2AV_FIELD_OUTPUT : j == 4 ? A2AV_FIELD_EXPERTS : A2AV_FIELD_ALIGN;
+}
+
+// Every rank's agreement words (a[q * stride + j]) against rank 0's: the mismatch verdict naming
+// the lowest rank that differs and its first differing word, else key X_NONE. Every rank holds
+// the same words and a mismatch outranks every other verdict, so every rank decides a mismatch
+// here alone, with no counts and no answer round (its peers may be in another kernel: x_exchange,
+// x_fused or x_check). `mis` is shared, X_NONE on entry; every thread of the block calls it.
+__device__ XVerdict agree_verdict(const i64* a, int stride, int W, unsigned long long& mis) {
+  for (int q = threadIdx.x; q < W; q += blockDim.x)
+    for (int j = 0; j < A2AV_X1_AGREE; ++j)
+      if (a[(i64)q * stride + j] != a[j]) {
+        atomicMin(&mis, (unsigned long long)q);
+        break;
+      }
+  __syncthreads();
+  if (mis == X_NONE) return XVerdict{(i64)X_NONE, 0, 0, 0, 0, 0};
+  const int q = (int)mis;
+  const i64* b = a + (i64)q * stride;
+  int j = 0;
+  while (b[j] == a[j]) ++j;
+  return XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, agree_field(j), b[j], a[j]};
+}
+
+// The receiver's verdict, the calls matching: the least of every sender's own verdict and this
+// receiver's output overrun. Fills starts[src * A2AV_MAX_EXPERTS + e] with where each source's
+// chunk for each expert lands.
 __device__ void receiver_verdict(XBlockState& st, const XParams& p, const i64* xin, i64* starts) {
   const int W = p.world, E = p.experts, tid = threadIdx.x, nt = blockDim.x;
   const i64 cap = p.outRows;
   const auto count = [&](int src, int e) { return clamp0(xin[(i64)src * A2AV_X1_WORDS + A2AV_X1_HEADER + e]); };
-  for (int q = tid; q < W; q += nt) {
-    const i64* a = xin + (i64)q * A2AV_X1_WORDS;
-    if (a[0] != xin[0] || a[1] != xin[1] || a[2] != xin[2] || a[3] != xin[3] || a[4] != xin[4]) atomicMin(&st.mis, (unsigned long long)q);
-    atomicMin(&st.at2, (unsigned long long)a[5]);
+  for (int q = tid; q < W; q += nt) atomicMin(&st.at2, (unsigned long long)xin[(i64)q * A2AV_X1_WORDS + A2AV_X1_AGREE]);
+  __syncthreads();
+  const bool byExpert = p.kind == X_DISPATCH;
+  const int groups = byExpert ? E : W, members = byExpert ? W : E;
+  for (int g = tid; g < groups; g += nt) {
+    i64 t = 0;
+    for (int m = 0; m < members; ++m) t = sat_add(t, byExpert ? count(m, g) : count(g, m));
+    // an expert's block: a multiple of align rows, and at least align rows
+    st.tmp[g] = !byExpert ? t : t == 0 ? p.align : sat_add(t, (p.align - t % p.align) % p.align);
   }
   __syncthreads();
-  if (st.mis == X_NONE) {
-    const bool byExpert = p.kind == X_DISPATCH;
-    const int groups = byExpert ? E : W, members = byExpert ? W : E;
-    for (int g = tid; g < groups; g += nt) {
-      i64 t = 0;
-      for (int m = 0; m < members; ++m) t = sat_add(t, byExpert ? count(m, g) : count(g, m));
-      // an expert's block: a multiple of align rows, and at least align rows
-      st.tmp[g] = !byExpert ? t : t == 0 ? p.align : sat_add(t, (p.align - t % p.align) % p.align);
+  if (tid == 0) {
+    i64 pos = 0;
+    for (int g = 0; g < groups; ++g) {
+      const i64 len = st.tmp[g];
+      st.tmp[g] = pos;
+      pos = sat_add(pos, len);
     }
-    __syncthreads();
-    if (tid == 0) {
-      i64 pos = 0;
-      for (int g = 0; g < groups; ++g) {
-        const i64 len = st.tmp[g];
-        st.tmp[g] = pos;
-        pos = sat_add(pos, len);
-      }
-      st.total = pos;
+    st.total = pos;
+  }
+  __syncthreads();
+  for (int g = tid; g < groups; g += nt) {
+    i64 pos = st.tmp[g], at = (i64)X_NONE;
+    for (int m = 0; m < members; ++m) {
+      const int src = byExpert ? m : g, e = byExpert ? g : m;
+      const i64 c = count(src, e);
+      if (at == (i64)X_NONE && c > cap - pos) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
+      starts[(i64)src * A2AV_MAX_EXPERTS + e] = pos;
+      pos = sat_add(pos, c);
     }
-    __syncthreads();
-    for (int g = tid; g < groups; g += nt) {
-      i64 pos = st.tmp[g], at = (i64)X_NONE;
-      for (int m = 0; m < members; ++m) {
-        const int src = byExpert ? m : g, e = byExpert ? g : m;
-        const i64 c = count(src, e);
-        if (at == (i64)X_NONE && c > cap - pos) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
-        starts[(i64)src * A2AV_MAX_EXPERTS + e] = pos;
-        pos = sat_add(pos, c);
-      }
-      const i64 end = g + 1 < groups ? st.tmp[g + 1] : st.total;
-      if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
-      if (at != (i64)X_NONE) atomicMin(&st.out, (unsigned long long)at);
-    }
+    const i64 end = g + 1 < groups ? st.tmp[g + 1] : st.total;
+    if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
+    if (at != (i64)X_NONE) atomicMin(&st.out, (unsigned long long)at);
   }
   __syncthreads();
   if (tid == 0) {
     XVerdict v{(i64)X_NONE, 0, 0, 0, 0, 0};
-    if (st.mis != X_NONE) {
-      const int q = (int)st.mis;
-      int j = 0;
-      while (xin[(i64)q * A2AV_X1_WORDS + j] == xin[j]) ++j;
-      v = XVerdict{x_key(X_PRIO_MISMATCH, q), q, 0, A2AV_FIELD_KIND + j, xin[(i64)q * A2AV_X1_WORDS + j], xin[j]};
-    } else {
-      if (st.at2 != X_NONE)
-        for (int q = 0; q < W; ++q)
-          if ((unsigned long long)xin[(i64)q * A2AV_X1_WORDS + 5] == st.at2) {
-            v = read_verdict(xin + (i64)q * A2AV_X1_WORDS + 5);
-            break;
-          }
-      const i64 key = x_key(X_PRIO_OUTPUT, p.rank);
-      if (st.out != X_NONE && key < v.key) {
-        const i64 at = (i64)st.out;
-        const bool byExpert = p.kind == X_DISPATCH;
-        const int peer = byExpert ? (int)(at % (W + 1)) : (int)(at / E), e = byExpert ? (int)(at / (W + 1)) : (int)(at % E);
-        v = XVerdict{key, p.rank, peer == W && byExpert ? -1 : peer, e, st.total, cap};
-      }
+    if (st.at2 != X_NONE)
+      for (int q = 0; q < W; ++q)
+        if ((unsigned long long)xin[(i64)q * A2AV_X1_WORDS + A2AV_X1_AGREE] == st.at2) {
+          v = read_verdict(xin + (i64)q * A2AV_X1_WORDS + A2AV_X1_AGREE);
+          break;
+        }
+    const i64 key = x_key(X_PRIO_OUTPUT, p.rank);
+    if (st.out != X_NONE && key < v.key) {
+      const i64 at = (i64)st.out;
+      const int peer = byExpert ? (int)(at % (W + 1)) : (int)(at / E), e = byExpert ? (int)(at / (W + 1)) : (int)(at % E);
+      v = XVerdict{key, p.rank, peer == W && byExpert ? -1 : peer, e, st.total, cap};
     }
     st.mine = v;
   }
@@ -305,6 +325,7 @@ __device__ void refuse(const XCall& c, const XVerdict& v, bool intoPlan) {
     for (int j = 0; j < 6; ++j) p.plan[1 + j] = verdict_word(v, j);
     p.plan[0] = code;
     p.plan[8] = 0;
+    p.plan[11] = c.seq;  // a refused plan is named in its moves as an accepted one is
   }
   *c.gate = 1;
 }

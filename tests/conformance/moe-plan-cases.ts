@@ -92,13 +92,21 @@ export async function moePlans(comm: Comm, arg: MoePlansArg): Promise<number> {
     const twinMove = (me === q ? twin : there).move({ input: moe.input, output: moe.mid, rowBytes: 8 });
     const seen = planMismatch(`rank ${q} moves the twin plan`, twinMove, (n, a) => a > 0n && n - a === (q === 0 ? -1n : 1n));
     const thereId = q === 0 ? seen.needed : seen.available;
-    if (comm.backend !== 'cuda') {
-      // A move on rank q while the others call allToAllV2d directly, the same rows and output. On
-      // cuda the two meet in different packets of the lane: each waits out its timeout (README).
-      moe.poison(11, ['mid']);
-      const handle = me === q ? there.move({ input: moe.input, output: moe.mid, rowBytes: 8 }) : comm.allToAllV2d({ input: moe.input, output: moe.mid, inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, rowBytes: 8 });
-      planMismatch(`rank ${q} moves a plan while the others call allToAllV2d`, handle, (n, a) => (q === 0 ? n === 0n && a === thereId : n === thereId && a === 0n));
-    }
+    // A move on rank q while the others call allToAllV2d directly, the same rows and output (on
+    // cuda a move and a direct call run different kernels: they meet in round 1's agreement words).
+    const direct = () => comm.allToAllV2d({ input: moe.input, output: moe.mid, inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, rowBytes: 8 });
+    moe.poison(11, ['mid', 'midOffsets']);
+    const handle = me === q ? there.move({ input: moe.input, output: moe.mid, rowBytes: 8 }) : direct();
+    planMismatch(`rank ${q} moves a plan while the others call allToAllV2d`, handle, (n, a) => (q === 0 ? n === 0n && a === thereId : n === thereId && a === 0n));
+    moe.verifyUntouched(`rank ${q} moves a plan while the others call allToAllV2d`, ['midOffsets']);
+    // Rank q builds a plan while the others call allToAllV2d: plan word -1 against 0 (not the row
+    // size, which a plan's exchange has none of).
+    moe.poison(12, ['mid', 'midOffsets']);
+    const odd = me === q ? comm.planAllToAllV2d({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, inputRows, outputRows }) : undefined;
+    const label = `rank ${q} builds a plan while the others call allToAllV2d`;
+    planMismatch(label, odd?.ready ?? direct(), (n, a) => (q === 0 ? n === 0n && a === -1n : n === -1n && a === 0n));
+    moe.verifyUntouched(label, ['midOffsets']);
+    odd?.close();
   }
   for (const plan of [there, twin, back]) plan.close();
   return PAYLOAD_ROWS.length;

@@ -43,7 +43,7 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
 }
 
 // Writes struct XParams (kernels/exchange.cuh).
-export const X_PARAMS_BYTES = 192;
+export const X_PARAMS_BYTES = 200;
 
 export interface XParams {
   input: bigint;
@@ -81,6 +81,8 @@ export interface XParams {
   gridBytes?: number;
   /** With gatherRows: the rows the input holds (x_copy_slices_gather reads early only below them). */
   gatherInputRows?: number;
+  /** The call's plan agreement word (kernels/config.cuh, round 1's header): 0 a direct call (the default), -1 a plan's exchange; a move's comes from its plan. */
+  callPlan?: number;
 }
 
 export function writeXParams(v: DataView, p: XParams): void {
@@ -111,6 +113,7 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setBigUint64(168, p.gatherRows ?? 0n, true);
   v.setBigInt64(176, BigInt(p.gridBytes ?? 0), true);
   v.setBigInt64(184, BigInt(p.gatherInputRows ?? 0), true);
+  v.setBigInt64(192, BigInt(p.callPlan ?? 0), true);
 }
 
 // Writes struct ArParams (kernels/all-reduce.cuh).

@@ -26,7 +26,8 @@ export function oneDimEnd(world: number): number {
 
 /** MoE exchange (kernels/config.cuh): experts per rank at most, and the two rounds' header words. */
 export const MAX_EXPERTS = 256;
-export const X1_HEADER = 11;
+/** Round 1's header: six agreement words (kind, plan, rowBytes, outId, experts, align), then the sender's six-word verdict. */
+export const X1_HEADER = 12;
 export const X2_HEADER = 6;
 /** Round-1 slot words past the counts: a fused call's output rows and completion signals (A2AV_XF_EXTRA). */
 export const XF_EXTRA = 2;
@@ -35,17 +36,15 @@ export const XF_MAX_MATRIX = 2048;
 const X1_WORDS = X1_HEADER + MAX_EXPERTS + XF_EXTRA;
 const X2_WORDS = X2_HEADER + MAX_EXPERTS;
 const PLAN_HEADER = 16;
-/** A plan's move packets a source (A2AV_MV_WORDS): its plan, row size and output id. */
-const MV_WORDS = 3;
 
-/** Byte offset of the MoE packets (x1, then x2, then mv) in a lane's region: 16-byte aligned. */
+/** Byte offset of the MoE packets (x1, then x2) in a lane's region: 16-byte aligned. */
 export function moeOffset(world: number): number {
   return Math.ceil(oneDimEnd(world) / 16) * 16;
 }
 
 /** Byte offset of allReduce's region (lane_ar_header): after the MoE packets. */
 export function allReduceOffset(world: number): number {
-  return moeOffset(world) + 2 * world * (X1_WORDS + X2_WORDS + MV_WORDS) * 16;
+  return moeOffset(world) + 2 * world * (X1_WORDS + X2_WORDS) * 16;
 }
 
 /** Where a lane's region ends (lane_end): allReduce's headers (two parities), ready and free flags, round counts and finished blocks. */

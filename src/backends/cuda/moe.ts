@@ -257,7 +257,8 @@ export class MoeCalls {
     const host = this.#host;
     const buf = this.#takePlanBuffer();
     host.follow(lane, stream);
-    this.#queue(lane.stream, this.#paramsOf(lane, x, { rowBytes: 0 }, buf, scratch), ['exchange', 'done'], { rowBytes: 0 });
+    // callPlan -1: a direct call beside it is refused as a mismatch of field 'plan', as on cpu.
+    this.#queue(lane.stream, { ...this.#paramsOf(lane, x, { rowBytes: 0 }, buf, scratch), callPlan: -1 }, ['exchange', 'done'], { rowBytes: 0 });
     const ready = host.finish(lane, what);
     let closed = false;
     return {
