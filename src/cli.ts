@@ -137,6 +137,11 @@ function size(text: string): number {
   }
 }
 
+/** A size, or 0 (none). */
+function sizeOrZero(text: string): number {
+  return /^\s*0+\s*$/.test(text) ? 0 : size(text);
+}
+
 const program = new Command('a2av')
   .description('Variable-size all-to-all (all-to-all-v) between GPUs')
   .version(version)
@@ -252,6 +257,7 @@ program
   .option('--lanes <n>', "lanes of the communicator measured (default 2, init()'s): its plans apply to communicators with as many", integer(1))
   .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
   .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
+  .addOption(new Option('--graph-max <size>', 'sizes up to this are timed as a CUDA graph of back-to-back calls replays them (device time; eager times of small calls are set by the host launches); 0: every size eagerly').argParser(sizeOrZero).default(4 << 20, '4M'))
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('-o, --output <file.json>', 'write the table here (default: stdout)')
   .option('--merge <file.json>', "an existing table: its other shapes' entries are kept, this shape's replaced")
@@ -495,6 +501,7 @@ interface TuneFlags {
   rowBytes: number;
   threads: number[];
   repeats: number;
+  graphMax: number;
   timeoutMs?: number;
   output?: string;
   merge?: string;
@@ -520,7 +527,7 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
   let bar: SingleBar | undefined;
   const out = await runTune(
-    { ranks, lanes: flags.lanes, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
+    { ranks, lanes: flags.lanes, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, graphMaxBytes: flags.graphMax, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
     (r) => {
       if (r.type === 'start') {
         process.stderr.write(`a2av tune: ${r.device}, W=${r.shape.world}, ${counted(r.shape.ranksPerGpu, 'rank')} per GPU, blocks shared by ${counted(r.shape.lanes, 'lane')}, ${counted(r.sizes.length, 'size')}\n`);
@@ -529,7 +536,7 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
           bar.start(r.sizes.length, 0, { last: '' });
         }
       } else {
-        const last = `${formatBytes(r.size.bytes)}: ${r.size.plan.blocks}x${r.size.plan.threads}${r.size.plan.grid ? ' grid' : ''} ${r.size.us.toFixed(2)} µs (heuristic ${r.size.defaultUs.toFixed(2)}, ${counted(r.candidates, 'plan')})`;
+        const last = `${formatBytes(r.size.bytes)}: ${r.size.plan.blocks}x${r.size.plan.threads}${r.size.plan.grid ? ' grid' : ''} ${r.size.us.toFixed(2)} µs ${r.size.timing} (heuristic ${r.size.defaultUs.toFixed(2)}, ${counted(r.candidates, 'plan')})`;
         if (bar) bar.update(r.index + 1, { last });
         else process.stderr.write(`${last}\n`);
       }

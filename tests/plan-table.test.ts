@@ -45,23 +45,35 @@ test('buckets: neighbours with one plan merge, edges halfway between sizes, size
   const a = { blocks: 8, threads: 512 };
   const b = { blocks: 1, threads: 256, grid: { threads: 256 } };
   const sizes = [
-    { bytes: 4 * MiB, plan: a, us: 10, defaultUs: 12 },
-    { bytes: MiB, plan: a, us: 5, defaultUs: 6 },
-    { bytes: 16 * MiB, plan: b, us: 30, defaultUs: 40 },
-    { bytes: 64 * MiB, plan: b, us: 100, defaultUs: 101 }, // within 2 %: the heuristic keeps it
-    { bytes: 256 * MiB, plan: b, us: 300, defaultUs: 400 },
+    { bytes: 4 * MiB, plan: a, us: 10, defaultUs: 12, timing: 'graph' as const },
+    { bytes: MiB, plan: a, us: 5, defaultUs: 6, timing: 'graph' as const },
+    { bytes: 16 * MiB, plan: b, us: 30, defaultUs: 40, timing: 'eager' as const },
+    { bytes: 64 * MiB, plan: b, us: 100, defaultUs: 101, timing: 'eager' as const }, // within 2 %: the heuristic keeps it
+    { bytes: 256 * MiB, plan: b, us: 300, defaultUs: 400, timing: 'eager' as const },
   ];
   const entries = bucketize(shape, sizes);
   assert.deepEqual(
-    entries.map((e) => [e.minBytes, e.maxBytes, e.plan]),
+    entries.map((e) => [e.minBytes, e.maxBytes, e.plan, e.timing]),
     [
-      [Math.round(MiB / Math.SQRT2), 8 * MiB, a],
-      [8 * MiB, 32 * MiB, b],
-      [128 * MiB, Number.MAX_SAFE_INTEGER, b],
+      [Math.round(MiB / Math.SQRT2), 8 * MiB, a, 'graph'],
+      [8 * MiB, 32 * MiB, b, 'eager'],
+      [128 * MiB, Number.MAX_SAFE_INTEGER, b, 'eager'],
     ],
   );
   assert.deepEqual(entries[0]!.us, [5, 10]);
   assert.deepEqual(entries[0]!.defaultUs, [6, 12]);
+  // Neighbours of one plan timed differently keep apart: their figures are not of one kind.
+  const mixed = bucketize(shape, [
+    { bytes: MiB, plan: a, us: 5, defaultUs: 6, timing: 'graph' },
+    { bytes: 8 * MiB, plan: a, us: 20, defaultUs: 30, timing: 'eager' },
+  ]);
+  assert.deepEqual(
+    mixed.map((e) => [e.maxBytes, e.timing, e.us]),
+    [
+      [Math.round(Math.sqrt(8) * MiB), 'graph', [5]],
+      [Number.MAX_SAFE_INTEGER, 'eager', [20]],
+    ],
+  );
   for (const e of entries) assert.deepEqual({ gpu: e.gpu, gpus: e.gpus, world: e.world, ranksPerGpu: e.ranksPerGpu, lanes: e.lanes }, shape);
 });
 
@@ -76,6 +88,7 @@ test('table files: JSON, the format tag and every field checked, errors name the
   bad(JSON.stringify(table([{ ...entry, world: -1 }])), /entry 0: world/);
   bad(JSON.stringify(table([{ ...entry, lanes: 0 }])), /entry 0: lanes must be a positive integer/);
   bad(JSON.stringify(table([{ ...entry, lanes: 1.5 }])), /entry 0: lanes must be a positive integer/);
+  bad(JSON.stringify(table([{ ...entry, timing: 'host' as 'graph' }])), /entry 0: timing must be 'graph' or 'eager', got "host"/);
   // A file from before lanes were part of the shape was measured with whole shares: lanes 1.
   const { lanes: _, ...old } = entry;
   const read = parseTable(JSON.stringify(table([old as never])), 'f.json');

@@ -68,19 +68,20 @@ test('the report: one line per size with the plan kept, its time, the heuristic 
   const text = formatTune({
     shape: { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1, lanes: 2 },
     sizes: [
-      { bytes: 512 << 10, plan: { blocks: 4, threads: 256 }, us: 7.5, defaultUs: 8.25 },
-      { bytes: 1 << 30, plan: { blocks: 1, threads: 256, grid: { threads: 256 } }, us: 1500, defaultUs: 1650 },
+      { bytes: 512 << 10, plan: { blocks: 4, threads: 256 }, us: 7.5, defaultUs: 8.25, timing: 'graph' },
+      { bytes: 1 << 30, plan: { blocks: 1, threads: 256, grid: { threads: 256 } }, us: 1500, defaultUs: 1650, timing: 'eager' },
     ],
   });
   const lines = text.trim().split('\n');
   assert.match(lines[0]!, /NVIDIA H200, 2 GPU\(s\), W=2, 1 rank\(s\) per GPU, blocks shared by 2 lane\(s\)/);
-  assert.match(lines[2]!, /512 KiB\s+4x256\s+7\.50\s+8\.25\s+1\.10x/);
-  assert.match(lines[3]!, /1 GiB\s+1x256 grid 256\s+1500\.00\s+1650\.00\s+1\.10x/);
+  assert.match(lines[2]!, /512 KiB\s+graph\s+4x256\s+7\.50\s+8\.25\s+1\.10x/);
+  assert.match(lines[3]!, /1 GiB\s+eager\s+1x256 grid 256\s+1500\.00\s+1650\.00\s+1\.10x/);
+  assert.match(lines[4]!, /^timed: graph = device µs per call in a replayed CUDA graph/);
 });
 
 test('tune refuses a backend without launch plans, by name', { timeout: 30_000 }, async () => {
   await assert.rejects(
-    runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 10_000 }, new URL('../src/tune/sweep.js', import.meta.url), 'tune', { sizes: [1024], rowBytes: 64, repeats: 1, threads: [256] }),
+    runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 10_000 }, new URL('../src/tune/sweep.js', import.meta.url), 'tune', { sizes: [1024], rowBytes: 64, repeats: 1, threads: [256], graphMaxBytes: 4 << 20 }),
     (err: Error) => err instanceof UsageError && /cuda backend's launch plans; this is cpu/.test(err.message),
   );
 });

@@ -30,7 +30,7 @@ export function requireTuneGpu(): void {
  */
 export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => void = () => {}): Promise<{ table: PlanTable; result: TuneResult } | undefined> {
   requireTuneGpu();
-  const arg: TuneArg = { sizes: opts.sizes, rowBytes: opts.rowBytes, repeats: opts.repeats, threads: opts.threads };
+  const arg: TuneArg = { sizes: opts.sizes, rowBytes: opts.rowBytes, repeats: opts.repeats, threads: opts.threads, graphMaxBytes: opts.graphMaxBytes };
   const report = (_rank: number, m: unknown) => onReport(m as TuneReport);
   const { result } = await runJob<TuneArg, TuneResult | undefined>(
     { backend: 'cuda', ranks: opts.ranks, lanes: opts.lanes, timeoutMs: opts.timeoutMs, onReport: report },
@@ -65,12 +65,13 @@ export function mergeTables(into: PlanTable, table: PlanTable, shape: PlanShape)
 export function formatTune(result: TuneResult): string {
   const { shape } = result;
   const lines = [`# a2av tune: ${shape.gpu}, ${shape.gpus} GPU(s), W=${shape.world}, ${shape.ranksPerGpu} rank(s) per GPU, blocks shared by ${shape.lanes} lane(s); µs per call, median`];
-  lines.push(`${'bytes'.padStart(9)}  ${'plan'.padEnd(18)}  ${'µs'.padStart(9)}  ${'heuristic µs'.padStart(12)}  gain`);
+  lines.push(`${'bytes'.padStart(9)}  ${'timed'.padEnd(5)}  ${'plan'.padEnd(18)}  ${'µs'.padStart(9)}  ${'heuristic µs'.padStart(12)}  gain`);
   for (const s of result.sizes) {
     const plan = `${s.plan.blocks}x${s.plan.threads}${s.plan.grid ? ` grid ${s.plan.grid.threads}` : ''}`;
     lines.push(
-      `${formatBytes(s.bytes).padStart(9)}  ${plan.padEnd(18)}  ${s.us.toFixed(2).padStart(9)}  ${s.defaultUs.toFixed(2).padStart(12)}  ${(s.defaultUs / s.us).toFixed(2)}x`,
+      `${formatBytes(s.bytes).padStart(9)}  ${s.timing.padEnd(5)}  ${plan.padEnd(18)}  ${s.us.toFixed(2).padStart(9)}  ${s.defaultUs.toFixed(2).padStart(12)}  ${(s.defaultUs / s.us).toFixed(2)}x`,
     );
   }
+  lines.push('timed: graph = device µs per call in a replayed CUDA graph of back-to-back calls; eager = calls launched one by one');
   return lines.join('\n') + '\n';
 }

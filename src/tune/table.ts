@@ -37,7 +37,12 @@ export interface PlanEntry extends PlanShape {
   /** What tune measured at the bucket's sizes (µs per call): the plan chosen, and the heuristic. */
   us?: number[];
   defaultUs?: number[];
+  /** How those were timed: 'graph' (device time per call in a replayed graph), or eagerly (absent in older files). */
+  timing?: Timing;
 }
+
+/** How tune timed a size: calls replayed in a CUDA graph, or launched one by one. */
+export type Timing = 'graph' | 'eager';
 
 export interface PlanTable {
   format: typeof TABLE_FORMAT;
@@ -70,6 +75,7 @@ export interface MeasuredSize {
   plan: LaunchPlan;
   us: number;
   defaultUs: number;
+  timing: Timing;
 }
 
 const samePlan = (a: LaunchPlan, b: LaunchPlan): boolean =>
@@ -90,12 +96,12 @@ export function bucketize(shape: PlanShape, sizes: readonly MeasuredSize[], slac
     const s = sorted[i]!;
     if (s.us >= s.defaultUs * (1 - slack)) continue;
     const last = entries[entries.length - 1];
-    if (last && samePlan(last.plan, s.plan) && last.maxBytes === edge(i)) {
+    if (last && samePlan(last.plan, s.plan) && last.maxBytes === edge(i) && last.timing === s.timing) {
       last.maxBytes = edge(i + 1);
       last.us!.push(s.us);
       last.defaultUs!.push(s.defaultUs);
     } else {
-      entries.push({ ...shape, minBytes: edge(i), maxBytes: edge(i + 1), plan: s.plan, us: [s.us], defaultUs: [s.defaultUs] });
+      entries.push({ ...shape, minBytes: edge(i), maxBytes: edge(i + 1), plan: s.plan, us: [s.us], defaultUs: [s.defaultUs], timing: s.timing });
     }
   }
   return entries;
@@ -125,6 +131,7 @@ export function parseTable(text: string, from: string): PlanTable {
     const p = e.plan as LaunchPlan | undefined;
     if (typeof p !== 'object' || p === null || !isCount(p.blocks) || !isCount(p.threads)) throw bad('plan must be { blocks, threads, grid? }');
     if (p.grid !== undefined && (typeof p.grid !== 'object' || p.grid === null || !isCount(p.grid.threads))) throw bad('plan.grid must be { threads }');
+    if (e.timing !== undefined && e.timing !== 'graph' && e.timing !== 'eager') throw bad(`timing must be 'graph' or 'eager', got ${JSON.stringify(e.timing)}`);
   }
   return t as PlanTable;
 }
