@@ -360,8 +360,8 @@ export interface Comm {
    * without the host-side skew between ranks (threads that woke or launched later than others).
    */
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn?: number): number;
-  /** Host barrier across ranks (rendezvous store). */
-  barrier(): Promise<void>;
+  /** Host barrier across ranks (rendezvous store), bounded by `options.timeoutMs`, else the communicator's timeoutMs. */
+  barrier(options?: BarrierOptions): Promise<void>;
   /** Free memory for this rank's allocations, in bytes (shared between ranks on one device). */
   freeMemory(): number;
   /** Number of ranks sharing this rank's device (memory and SMs are split between them). */
@@ -372,4 +372,10 @@ export interface Comm {
    */
   readonly splitsSyncUs?: number;
   close(): Promise<void>;
+}
+
+/** barrier()'s options. */
+export interface BarrierOptions {
+  /** This wait's bound (ms), where it spans a long step of a peer (a compile) that the communicator's timeoutMs is too short for. */
+  timeoutMs?: number;
 }

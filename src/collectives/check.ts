@@ -8,6 +8,7 @@ import {
   type AllToAllV2dArgs,
   type AllToAllV2dOffsetArgs,
   type AllToAllVArgs,
+  type BarrierOptions,
   type DeviceBuffer,
   type Lane,
   type PlanCapacity,
@@ -279,4 +280,14 @@ function checkPayload(ctx: CheckContext, input: DeviceBuffer, output: DeviceBuff
   // The call writes the offsets it receives while its own kernels (and a graph's next replay) may
   // still read the splits: one buffer for both would read half-overwritten splits.
   if (splitsA !== undefined && splitsA === splitsB) throw new UsageError(`rank ${ctx.rank}: the splits in and outSplitsOffsets are the same buffer (give each its own)`);
+}
+
+/** barrier()'s options: only timeoutMs, a positive number of ms. */
+export function checkBarrier(rank: number, options: BarrierOptions | undefined): void {
+  if (options === undefined) return;
+  if (typeof options !== 'object' || options === null) throw new UsageError(`rank ${rank}: barrier() takes { timeoutMs }, got ${shown(options)}`);
+  const unknown = Object.keys(options).filter((k) => k !== 'timeoutMs');
+  if (unknown.length > 0) throw new UsageError(`rank ${rank}: barrier() takes { timeoutMs }; unknown option ${unknown.map((k) => `'${k}'`).join(', ')}`);
+  const t = options.timeoutMs;
+  if (t !== undefined && (typeof t !== 'number' || !(t > 0) || !Number.isFinite(t))) throw new UsageError(`rank ${rank}: barrier timeoutMs must be a positive number of ms, got ${shown(t)}`);
 }

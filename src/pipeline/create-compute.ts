@@ -3,6 +3,7 @@
 // does not import its implementations.
 import type { Comm } from '../backends/backend.js';
 import type { Compute } from './compute.js';
+import { gpuSetUpMs } from '../world/set-up-waits.js';
 import type { GemmChoice } from './compute-cuda.js';
 
 /**
@@ -16,10 +17,12 @@ export async function createCompute(comm: Comm, gemm: GemmChoice = 'kernel'): Pr
     return new CpuCompute();
   }
   const { createCudaCompute } = await import('./compute-cuda.js');
-  // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary.
-  if (comm.rank !== 0) await comm.barrier();
+  // Rank 0 compiles (or fills the on-disk cache) first; the others then load the cached binary. The
+  // waits span a compile (set-up-waits.ts), not only the communicator's timeout.
+  const wait = { timeoutMs: gpuSetUpMs(comm.timeoutMs) };
+  if (comm.rank !== 0) await comm.barrier(wait);
   const compute = createCudaCompute(gemm);
-  if (comm.rank === 0) await comm.barrier();
-  await comm.barrier();
+  if (comm.rank === 0) await comm.barrier(wait);
+  await comm.barrier(wait);
   return compute;
 }

@@ -1,7 +1,7 @@
 // Rank programs for the failure semantics: bad splits are refused with a named error and nothing
 // written, a missing peer ends in a timeout naming it, host-side misuse throws at once.
 import type { AllToAllVArgs, Comm, DeviceBuffer } from '../../src/backends/backend.js';
-import { ClosedError, CommAbortedError, TimeoutError } from '../../src/errors.js';
+import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../src/errors.js';
 import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
 import { Exchange } from './harness.js';
 import { colSum, makeSplits, rowSum, Rng } from './reference.js';
@@ -144,8 +144,8 @@ export async function timeout(comm: Comm, arg: TimeoutArg): Promise<number> {
 }
 
 export interface SetUpTimeoutArg extends TimeoutArg {
-  /** The set-up call the absent rank misses. */
-  first: 'barrier' | 'allocSymmetric';
+  /** The set-up call the absent rank misses ('bounded barrier': barrier({ timeoutMs }) under a communicator timeout four times as long). */
+  first: 'barrier' | 'allocSymmetric' | 'bounded barrier';
 }
 
 /**
@@ -157,6 +157,11 @@ export interface SetUpTimeoutArg extends TimeoutArg {
 export async function setUpTimeout(comm: Comm, arg: SetUpTimeoutArg): Promise<number> {
   const W = comm.worldSize;
   const ex = await Exchange.create(comm, sizes(4));
+  // barrier()'s options are checked before it meets anyone (no rank is left waiting in it).
+  for (const bad of [{ timeoutMs: 0 }, { timeoutMs: NaN }, { timeoutMs: '5' }, { timeout: 5 }, 5]) {
+    const e = await comm.barrier(bad as never).then(() => undefined, (x: unknown) => x);
+    if (!(e instanceof UsageError)) throw new Error(`barrier(${JSON.stringify(bad)}) gave ${String(e)}, not UsageError`);
+  }
   await comm.barrier();
   if (comm.rank === arg.absent) {
     // Away past its peers' timeout and their checks after it: its close() meets them (cuda, nccl),
@@ -166,7 +171,7 @@ export async function setUpTimeout(comm: Comm, arg: SetUpTimeoutArg): Promise<nu
   }
   const label = `rank ${arg.absent} absent from ${arg.first}()`;
   const started = performance.now();
-  const first = arg.first === 'barrier' ? comm.barrier() : comm.allocSymmetric(64);
+  const first = arg.first === 'barrier' ? comm.barrier() : arg.first === 'bounded barrier' ? comm.barrier({ timeoutMs: arg.timeoutMs }) : comm.allocSymmetric(64);
   const err = await first.then(
     () => undefined,
     (e: unknown) => e,
@@ -177,6 +182,7 @@ export async function setUpTimeout(comm: Comm, arg: SetUpTimeoutArg): Promise<nu
     throw new Error(`${label}: TimeoutError names rank ${err.rank} waiting for ${err.missingRank}, expected ${comm.rank} waiting for ${arg.absent}`);
   }
   if (waited < arg.timeoutMs / 2) throw new Error(`${label}: gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms`);
+  if (arg.first === 'bounded barrier' && waited > 2 * arg.timeoutMs) throw new Error(`${label}: gave up after ${waited.toFixed(0)} ms: the communicator's timeout, not the barrier's ${arg.timeoutMs} ms`);
   const aborted = (what: string, e: unknown): void => {
     if (!(e instanceof CommAbortedError) || e.cause !== err) throw new Error(`${label}: ${what} afterwards gave ${String(e)}, not CommAbortedError caused by the timeout`);
   };

@@ -47,6 +47,13 @@ export const suite: Case[] = [
     arg: { absent: -1, timeoutMs: TIMEOUT_CASE_MS, first },
     timeoutMs: TIMEOUT_CASE_MS,
   })),
+  {
+    name: `set-up timeout W=3: barrier({ timeoutMs: ${TIMEOUT_CASE_MS} }) under a ${4 * TIMEOUT_CASE_MS} ms communicator timeout ends at its own bound, naming the rank that missed it; bad options refused`,
+    fn: 'setUpTimeout',
+    ranks: 3,
+    arg: { absent: -1, timeoutMs: TIMEOUT_CASE_MS, first: 'bounded barrier' },
+    timeoutMs: 4 * TIMEOUT_CASE_MS,
+  },
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: a second lane works while the first holds an error`, fn: 'lanes', ranks: W, arg: { budget: 4096 } })),
   // W = 3 puts two ranks on one GPU where two are visible: the grids of both lanes of both exceed it.
   ...[2, 3].map((W) => ({ name: `lanes W=${W}: large calls on both lanes at once, each grid all its lane may hold`, fn: 'lanesLarge', ranks: W, arg: { budget: 16 << 20, rounds: 3 } })),

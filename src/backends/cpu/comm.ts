@@ -8,6 +8,7 @@ import type {
   AllToAllV2dArgs,
   AllToAllV2dOffsetArgs,
   AllToAllVArgs,
+  BarrierOptions,
   Comm,
   CommOptions,
   DeviceBuffer,
@@ -20,11 +21,12 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWriteData, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
 import { endingOnTimeout } from '../../world/all-gather.js';
+import { startWaitMs } from '../../world/set-up-waits.js';
 import { CpuReducer } from './all-reduce.js';
 import { checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
@@ -35,18 +37,12 @@ import { CpuPlan } from './plan.js';
 import { Rendezvous } from './rendezvous.js';
 import { checkCpuWorld } from './world.js';
 
-/**
- * Waits during set-up (the pad exchange) get at least this long: starting W threads can take
- * longer than a short collective timeout a test asks for.
- */
-const STARTUP_TIMEOUT_FLOOR_MS = 10_000;
-
 export async function createCpuComm(opts: CommOptions): Promise<Comm> {
   // Before the pads: launched processes come here first, threads were refused by runRanks already.
   checkCpuWorld(opts.worldSize);
   const layout = new PadLayout(opts.worldSize, opts.lanes);
   const ex = new Rendezvous(opts.store, await sharedMemory(opts), opts.rank, opts.worldSize);
-  const pads = await ex.share('pad', layout.bytes, Math.max(opts.timeoutMs, STARTUP_TIMEOUT_FLOOR_MS));
+  const pads = await ex.share('pad', layout.bytes, startWaitMs(opts.timeoutMs));
   return new CpuComm(opts, ex, layout, pads);
 }
 
@@ -268,9 +264,10 @@ class CpuComm implements Comm, CheckContext {
     return performance.now() - start;
   }
 
-  async barrier(): Promise<void> {
+  async barrier(options?: BarrierOptions): Promise<void> {
     this.#usable();
-    await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, this.timeoutMs));
+    checkBarrier(this.rank, options);
+    await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, options?.timeoutMs ?? this.timeoutMs));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

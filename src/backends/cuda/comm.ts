@@ -7,6 +7,7 @@ import type {
   AllToAllV2dArgs,
   AllToAllV2dOffsetArgs,
   AllToAllVArgs,
+  BarrierOptions,
   Comm,
   CommOptions,
   DeviceBuffer,
@@ -29,10 +30,11 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkBarrier, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { endingOnTimeout, meet } from '../../world/all-gather.js';
+import { gpuSetUpMs } from '../../world/set-up-waits.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
@@ -160,7 +162,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     for (const lane of this.#lanes) {
       this.#device.upload(this.#pad.ptr + BigInt(lane.offset + LaneHeaderField.status), BigUint64Array.of(this.#records.deviceAddress(lane.index)));
     }
-    await this.barrier();
+    await this.barrier({ timeoutMs: gpuSetUpMs(this.timeoutMs) });
   }
 
   owns(buf: DeviceBuffer): boolean {
@@ -430,13 +432,14 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
-  async barrier(): Promise<void> {
+  async barrier(options?: BarrierOptions): Promise<void> {
     this.#usable();
-    return this.#setUp(this.#meet());
+    checkBarrier(this.rank, options);
+    return this.#setUp(this.#meet(options?.timeoutMs ?? this.timeoutMs));
   }
 
-  #meet(): Promise<void> {
-    return meet({ store: this.#store, key: `a2av/cuda/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
+  #meet(timeoutMs = this.timeoutMs): Promise<void> {
+    return meet({ store: this.#store, key: `a2av/cuda/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs });
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

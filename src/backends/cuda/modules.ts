@@ -7,6 +7,7 @@ import { KernelModule } from '../../jit/module.js';
 import { sharedModulesOn } from '../../knobs.js';
 import { allGatherJson } from '../../world/all-gather.js';
 import { storeBarrier } from '../../world/barrier.js';
+import { gpuSetUpMs } from '../../world/set-up-waits.js';
 import type { Store } from '../../world/store.js';
 import { contextSharers, type RankPlace } from './symmetric.js';
 
@@ -36,11 +37,13 @@ export interface ModuleLoad {
  * it unloads them only after meeting them.
  */
 export async function loadModules(a: ModuleLoad, key: string, files: readonly string[], options: readonly string[]): Promise<{ modules: KernelModule[]; lends: boolean }> {
-  const barrier = (name: string) => storeBarrier(a.store, { name, worldSize: a.worldSize, timeoutMs: a.timeoutMs });
+  // Peers wait across rank 0's compile (set-up-waits.ts).
+  const timeoutMs = gpuSetUpMs(a.timeoutMs);
+  const barrier = (name: string) => storeBarrier(a.store, { name, worldSize: a.worldSize, timeoutMs });
   const { lender, lends } = moduleLender(a.where, a.rank, sharedModulesOn());
   if (a.rank !== 0) await barrier(`${key}/compiled`);
   const loaded = lender === a.rank ? files.map((file) => new KernelModule(file, a.arch, [...options])) : [];
   if (a.rank === 0) await barrier(`${key}/compiled`);
-  const lent = await allGatherJson<string[]>({ store: a.store, key, rank: a.rank, worldSize: a.worldSize, value: loaded.map((m) => m.handle.toString()), timeoutMs: a.timeoutMs });
+  const lent = await allGatherJson<string[]>({ store: a.store, key, rank: a.rank, worldSize: a.worldSize, value: loaded.map((m) => m.handle.toString()), timeoutMs });
   return { modules: lender === a.rank ? loaded : lent[lender]!.map((h) => new KernelModule(BigInt(h))), lends };
 }

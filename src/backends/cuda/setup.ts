@@ -6,6 +6,7 @@ import { CudaDevice } from '../../cuda/device.js';
 import { UsageError } from '../../errors.js';
 import { forceSystemScope } from '../../knobs.js';
 import { allGatherJson } from '../../world/all-gather.js';
+import { gpuSetUpMs } from '../../world/set-up-waits.js';
 import { CudaComm } from './comm.js';
 import { loadModules, type ModuleLoad } from './modules.js';
 import { probeDefines } from './probe-defines.js';
@@ -25,7 +26,7 @@ export async function createCudaComm(opts: CommOptions): Promise<CudaComm> {
     rank: opts.rank,
     worldSize: opts.worldSize,
     value: { pid: process.pid, host: hostname(), ordinal: device.ordinal },
-    timeoutMs: opts.timeoutMs,
+    timeoutMs: gpuSetUpMs(opts.timeoutMs),
   });
   const away = where.findIndex((w) => w.host !== hostname());
   if (away >= 0)

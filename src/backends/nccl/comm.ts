@@ -17,6 +17,7 @@ import type {
   AllToAllV2dArgs,
   AllToAllV2dOffsetArgs,
   AllToAllVArgs,
+  BarrierOptions,
   Comm,
   CommOptions,
   DeviceBuffer,
@@ -31,7 +32,7 @@ import type {
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
-import { checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -303,13 +304,14 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   }
 
   // async: after close() the ClosedError arrives as a rejection, like every other barrier failure.
-  async barrier(): Promise<void> {
+  async barrier(options?: BarrierOptions): Promise<void> {
     this.#usable();
-    return this.#setUp(this.#meet());
+    checkBarrier(this.rank, options);
+    return this.#setUp(this.#meet(options?.timeoutMs ?? this.timeoutMs));
   }
 
-  #meet(): Promise<void> {
-    return meet({ store: this.#store, key: `${this.#key}/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs: this.timeoutMs });
+  #meet(timeoutMs = this.timeoutMs): Promise<void> {
+    return meet({ store: this.#store, key: `${this.#key}/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs });
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

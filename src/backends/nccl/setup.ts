@@ -12,16 +12,16 @@ import { storeBarrier } from '../../world/barrier.js';
 import { NcclComm } from './comm.js';
 import { warmUp } from './exchange.js';
 import { NcclLane } from './lane.js';
+import { gpuSetUpMs } from '../../world/set-up-waits.js';
 
-/** Set-up (store exchanges, NCCL init, warm-up) gets at least this long: NCCL init takes seconds. */
-const SETUP_TIMEOUT_FLOOR_MS = 60_000;
 /** CU_DEVICE_ATTRIBUTE_PCI_{DOMAIN,BUS,DEVICE}_ID: names a GPU whatever CUDA_VISIBLE_DEVICES says. */
 const PCI_ATTRS = [50, 33, 34];
 
 export async function createNcclComm(opts: CommOptions): Promise<NcclComm> {
   const count = CudaDevice.count();
   if (count === 0) throw new UsageError('nccl backend: the driver reports no GPU');
-  const setupMs = Math.max(opts.timeoutMs, SETUP_TIMEOUT_FLOOR_MS);
+  // Store exchanges, NCCL init, warm-up (set-up-waits.ts).
+  const setupMs = gpuSetUpMs(opts.timeoutMs);
   const { store, rank, worldSize } = opts;
   // Every rank counts the nccl communicators it builds; all build them in the same order, so the
   // count names this one's keys in the store on every rank.
@@ -55,7 +55,7 @@ export async function createNcclComm(opts: CommOptions): Promise<NcclComm> {
     }
     const comm = new NcclComm(opts, device, lanes, key);
     warmUp(comm, lanes, setupMs);
-    await comm.barrier();
+    await comm.barrier({ timeoutMs: setupMs });
     return comm;
   } catch (err) {
     // Undo what was built; a second failure while undoing must not hide the first.
