@@ -9,7 +9,7 @@ import { cudaDeviceCount } from '../src/cuda/probe.js';
 import { UsageError } from '../src/errors.js';
 import { runRanks } from '../src/world/threads.js';
 import { formatTune, mergeTables } from '../src/tune/run.js';
-import { candidates } from '../src/tune/sweep.js';
+import { candidates, pickPlan, type Timed } from '../src/tune/sweep.js';
 import { TABLE_FORMAT, type PlanShape } from '../src/tune/table.js';
 
 test('candidates: powers of two up to the useful share, the share itself, per block size, and grid mode', () => {
@@ -29,6 +29,25 @@ test('candidates: powers of two up to the useful share, the share itself, per bl
   for (const p of small) assert.ok(p.blocks >= 1 && p.blocks <= probe.fairBlocks(p.threads));
 });
 
+test('a plan faster in a graph is kept only where it launches eagerly within the slack of the heuristic', () => {
+  const plan = (blocks: number) => ({ blocks, threads: 256 });
+  const heuristic: Timed = { plan: plan(8), us: 14.9, eager: 17.7 };
+  // 2 MiB at W = 8 on one H200: 33x256 a microsecond faster in a graph, 9 µs slower eagerly.
+  assert.equal(pickPlan(heuristic, [{ plan: plan(33), us: 13.9, eager: 26.5 }]), heuristic);
+  // Within 3% eagerly: the graph's figure decides, the fastest of those allowed.
+  const near: Timed = { plan: plan(16), us: 14.2, eager: 18.2 };
+  const nearer: Timed = { plan: plan(12), us: 14.0, eager: 18.0 };
+  const over: Timed = { plan: plan(10), us: 13.5, eager: 18.3 }; // 18.23 is the limit
+  assert.equal(pickPlan(heuristic, [near, { plan: plan(33), us: 13.0, eager: 26.5 }, over, nearer]), nearer);
+  // Small calls: 0.5 µs however small 3% is.
+  const small: Timed = { plan: plan(8), us: 5.4, eager: 6.4 };
+  assert.equal(pickPlan(small, [{ plan: plan(4), us: 5.0, eager: 6.85 }]).plan.blocks, 4);
+  assert.equal(pickPlan(small, [{ plan: plan(4), us: 5.0, eager: 6.95 }]), small);
+  // Eager sizes carry us = eager: the fastest wins.
+  const e: Timed = { plan: plan(8), us: 100, eager: 100 };
+  assert.equal(pickPlan(e, [{ plan: plan(16), us: 90, eager: 90 }]).plan.blocks, 16);
+});
+
 test('re-tuning a shape replaces its entries and keeps the other shapes', () => {
   const a: PlanShape = { gpu: 'NVIDIA H200', gpus: 1, world: 8, ranksPerGpu: 8, lanes: 2 };
   const b: PlanShape = { ...a, gpus: 2, world: 2, ranksPerGpu: 1 };
@@ -36,6 +55,7 @@ test('re-tuning a shape replaces its entries and keeps the other shapes', () => 
   const c: PlanShape = { ...a, lanes: 1 };
   const old = {
     format: TABLE_FORMAT,
+    measured: { date: 'before', command: 'a2av tune', kept: [{ date: 'long ago' }] },
     entries: [
       { ...a, minBytes: 0, maxBytes: 10, plan: { blocks: 1, threads: 256 } },
       { ...b, minBytes: 0, maxBytes: 10, plan: { blocks: 2, threads: 256 } },
@@ -52,7 +72,8 @@ test('re-tuning a shape replaces its entries and keeps the other shapes', () => 
       [8, 2, 9],
     ],
   );
-  assert.deepEqual(merged.measured, { date: 'now' });
+  // Where the kept entries' figures came from stays in the file.
+  assert.deepEqual(merged.measured, { date: 'now', kept: [{ date: 'before', command: 'a2av tune' }, { date: 'long ago' }] });
   // Re-tuned where the heuristic was as fast everywhere: no entry of that shape is left.
   const none = mergeTables({ ...old, entries: [...old.entries] }, { format: TABLE_FORMAT, measured: { date: 'later' }, entries: [] }, a);
   assert.deepEqual(
@@ -68,13 +89,13 @@ test('the report: one line per size with the plan kept, its time, the heuristic 
   const text = formatTune({
     shape: { gpu: 'NVIDIA H200', gpus: 2, world: 2, ranksPerGpu: 1, lanes: 2 },
     sizes: [
-      { bytes: 512 << 10, plan: { blocks: 4, threads: 256 }, us: 7.5, defaultUs: 8.25, timing: 'graph' },
+      { bytes: 512 << 10, plan: { blocks: 4, threads: 256 }, us: 7.5, defaultUs: 8.25, timing: 'graph', eagerUs: 11.5, defaultEagerUs: 11.25 },
       { bytes: 1 << 30, plan: { blocks: 1, threads: 256, grid: { threads: 256 } }, us: 1500, defaultUs: 1650, timing: 'eager' },
     ],
   });
   const lines = text.trim().split('\n');
   assert.match(lines[0]!, /NVIDIA H200, 2 GPU\(s\), W=2, 1 rank\(s\) per GPU, blocks shared by 2 lane\(s\)/);
-  assert.match(lines[2]!, /512 KiB\s+graph\s+4x256\s+7\.50\s+8\.25\s+1\.10x/);
+  assert.match(lines[2]!, /512 KiB\s+graph\s+4x256\s+7\.50\s+8\.25\s+1\.10x\s+11\.50 \(11\.25\)$/);
   assert.match(lines[3]!, /1 GiB\s+eager\s+1x256 grid 256\s+1500\.00\s+1650\.00\s+1\.10x/);
   assert.match(lines[4]!, /^timed: graph = device µs per call in a replayed CUDA graph/);
 });

@@ -50,28 +50,32 @@ export async function runTune(opts: TuneOptions, onReport: (r: TuneReport) => vo
 /**
  * `into`'s entries of other shapes than `shape` (the one tuned), then `table`'s: re-tuning a shape
  * replaces its entries, all of them even where the new table has none (the heuristic was as fast
- * at every size), and keeps the rest of the file.
+ * at every size), and keeps the rest of the file, with where its figures came from
+ * (`measured.kept`: `into`'s record, and those it kept).
  */
 export function mergeTables(into: PlanTable, table: PlanTable, shape: PlanShape): PlanTable {
   const same = (a: PlanShape, b: PlanShape) => a.gpu === b.gpu && a.gpus === b.gpus && a.world === b.world && a.ranksPerGpu === b.ranksPerGpu && a.lanes === b.lanes;
-  return {
-    format: TABLE_FORMAT,
-    measured: table.measured,
-    entries: [...into.entries.filter((e) => !same(shape, e)), ...table.entries],
-  };
+  const kept = into.entries.filter((e) => !same(shape, e));
+  const measured = { ...table.measured };
+  if (kept.length > 0 && into.measured !== undefined) {
+    const { kept: older, ...record } = into.measured;
+    measured.kept = [record, ...(older ?? [])];
+  }
+  return { format: TABLE_FORMAT, measured, entries: [...kept, ...table.entries] };
 }
 
 /** One line per size: the plan kept, its time and the heuristic's. */
 export function formatTune(result: TuneResult): string {
   const { shape } = result;
   const lines = [`# a2av tune: ${shape.gpu}, ${shape.gpus} GPU(s), W=${shape.world}, ${shape.ranksPerGpu} rank(s) per GPU, blocks shared by ${shape.lanes} lane(s); µs per call, median`];
-  lines.push(`${'bytes'.padStart(9)}  ${'timed'.padEnd(5)}  ${'plan'.padEnd(18)}  ${'µs'.padStart(9)}  ${'heuristic µs'.padStart(12)}  gain`);
+  lines.push(`${'bytes'.padStart(9)}  ${'timed'.padEnd(5)}  ${'plan'.padEnd(18)}  ${'µs'.padStart(9)}  ${'heuristic µs'.padStart(12)}  gain   eager µs (heuristic)`);
   for (const s of result.sizes) {
     const plan = `${s.plan.blocks}x${s.plan.threads}${s.plan.grid ? ` grid ${s.plan.grid.threads}` : ''}`;
+    const eager = s.eagerUs !== undefined && s.defaultEagerUs !== undefined ? `   ${s.eagerUs.toFixed(2)} (${s.defaultEagerUs.toFixed(2)})` : '';
     lines.push(
-      `${formatBytes(s.bytes).padStart(9)}  ${s.timing.padEnd(5)}  ${plan.padEnd(18)}  ${s.us.toFixed(2).padStart(9)}  ${s.defaultUs.toFixed(2).padStart(12)}  ${(s.defaultUs / s.us).toFixed(2)}x`,
+      `${formatBytes(s.bytes).padStart(9)}  ${s.timing.padEnd(5)}  ${plan.padEnd(18)}  ${s.us.toFixed(2).padStart(9)}  ${s.defaultUs.toFixed(2).padStart(12)}  ${(s.defaultUs / s.us).toFixed(2)}x${eager}`,
     );
   }
-  lines.push('timed: graph = device µs per call in a replayed CUDA graph of back-to-back calls; eager = calls launched one by one');
+  lines.push('timed: graph = device µs per call in a replayed CUDA graph of back-to-back calls, kept only where its eager time is within 3% (or 0.5 µs) of the heuristic\'s; eager = calls launched one by one');
   return lines.join('\n') + '\n';
 }

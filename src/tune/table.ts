@@ -39,15 +39,27 @@ export interface PlanEntry extends PlanShape {
   defaultUs?: number[];
   /** How those were timed: 'graph' (device time per call in a replayed graph), or eagerly (absent in older files). */
   timing?: Timing;
+  /** Graph-timed entries: the plan's and the heuristic's eager times too (a plan may not lose eagerly what it wins in a graph: sweep.ts pickPlan). */
+  eagerUs?: number[];
+  defaultEagerUs?: number[];
 }
 
 /** How tune timed a size: calls replayed in a CUDA graph, or launched one by one. */
 export type Timing = 'graph' | 'eager';
 
+/** Where a table's figures come from. */
+export interface Measured {
+  date?: string;
+  commit?: string;
+  command?: string;
+  note?: string;
+  kept?: readonly Measured[];
+}
+
 export interface PlanTable {
   format: typeof TABLE_FORMAT;
-  /** How the table was made: date, commit, command. */
-  measured?: { date?: string; commit?: string; command?: string; note?: string };
+  /** How the table was made: date, commit, command; `kept`: how the entries kept from a table merged into were (mergeTables). */
+  measured?: Measured;
   entries: PlanEntry[];
 }
 
@@ -76,6 +88,9 @@ export interface MeasuredSize {
   us: number;
   defaultUs: number;
   timing: Timing;
+  /** Graph-timed sizes: the eager times of the plan kept and of the heuristic. */
+  eagerUs?: number;
+  defaultEagerUs?: number;
 }
 
 const samePlan = (a: LaunchPlan, b: LaunchPlan): boolean =>
@@ -100,8 +115,12 @@ export function bucketize(shape: PlanShape, sizes: readonly MeasuredSize[], slac
       last.maxBytes = edge(i + 1);
       last.us!.push(s.us);
       last.defaultUs!.push(s.defaultUs);
+      if (s.eagerUs !== undefined) last.eagerUs?.push(s.eagerUs);
+      if (s.defaultEagerUs !== undefined) last.defaultEagerUs?.push(s.defaultEagerUs);
     } else {
-      entries.push({ ...shape, minBytes: edge(i), maxBytes: edge(i + 1), plan: s.plan, us: [s.us], defaultUs: [s.defaultUs], timing: s.timing });
+      const entry: PlanEntry = { ...shape, minBytes: edge(i), maxBytes: edge(i + 1), plan: s.plan, us: [s.us], defaultUs: [s.defaultUs], timing: s.timing };
+      if (s.eagerUs !== undefined && s.defaultEagerUs !== undefined) Object.assign(entry, { eagerUs: [s.eagerUs], defaultEagerUs: [s.defaultEagerUs] });
+      entries.push(entry);
     }
   }
   return entries;
