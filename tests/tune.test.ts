@@ -9,8 +9,8 @@ import { cudaDeviceCount } from '../src/cuda/probe.js';
 import { UsageError } from '../src/errors.js';
 import { runRanks } from '../src/world/threads.js';
 import { formatTune, mergeTables } from '../src/tune/run.js';
-import { candidates, pickPlan, type Timed } from '../src/tune/sweep.js';
-import { TABLE_FORMAT, type PlanShape } from '../src/tune/table.js';
+import { candidates } from '../src/tune/sweep.js';
+import { pickPlan, TABLE_FORMAT, type PlanShape, type Timed } from '../src/tune/table.js';
 
 test('candidates: powers of two up to the useful share, the share itself, per block size, and grid mode', () => {
   const probe = { fairBlocks: (threads: number) => (132 * 2048) / threads / 2 };

@@ -6,7 +6,7 @@ import { formatBytes } from '../bench/units.js';
 import { cudaDeviceCount, cudaUnavailableReason } from '../cuda/probe.js';
 import { UsageError } from '../errors.js';
 import type { TuneArg, TuneReport, TuneResult } from './sweep.js';
-import { bucketize, TABLE_FORMAT, type PlanShape, type PlanTable } from './table.js';
+import { bucketize, EAGER_SLACK, EAGER_SLACK_US, TABLE_FORMAT, type PlanShape, type PlanTable } from './table.js';
 
 export interface TuneOptions extends TuneArg {
   ranks: number;
@@ -76,6 +76,8 @@ export function formatTune(result: TuneResult): string {
       `${formatBytes(s.bytes).padStart(9)}  ${s.timing.padEnd(5)}  ${plan.padEnd(18)}  ${s.us.toFixed(2).padStart(9)}  ${s.defaultUs.toFixed(2).padStart(12)}  ${(s.defaultUs / s.us).toFixed(2)}x${eager}`,
     );
   }
-  lines.push('timed: graph = device µs per call in a replayed CUDA graph of back-to-back calls, kept only where its eager time is within 3% (or 0.5 µs) of the heuristic\'s; eager = calls launched one by one');
+  lines.push(
+    `timed: graph = device µs per call in a replayed CUDA graph of back-to-back calls, kept only where its eager time is within ${EAGER_SLACK * 100}% (or ${EAGER_SLACK_US} µs) of the heuristic's; eager = calls launched one by one`,
+  );
   return lines.join('\n') + '\n';
 }

@@ -14,7 +14,7 @@ import { measure, slowestRank } from '../bench/measure.js';
 import { captureBatch, timeReplay } from '../bench/rank.js';
 import { makeSplits } from '../bench/splits.js';
 import type { LaunchPlan } from './plan.js';
-import type { MeasuredSize, PlanProbe, PlanShape } from './table.js';
+import { pickPlan, type MeasuredSize, type PlanProbe, type PlanShape, type Timed } from './table.js';
 
 export interface TuneArg {
   /** Input bytes per rank, ascending. */
@@ -50,29 +50,6 @@ export function candidates(probe: Pick<PlanProbe, 'fairBlocks'>, threads: readon
   // Grid mode (one exchange block, a grid of one-slice blocks, a completion block) with 16-byte rows.
   plans.push({ blocks: 1, threads: 256, grid: { threads: 256 } });
   return plans;
-}
-
-/** A plan's times at one size: `us` the figure it is chosen by (graph or eager), and its eager time. */
-export interface Timed {
-  plan: LaunchPlan;
-  us: number;
-  eager: number;
-}
-
-/**
- * Eager time a plan chosen by its graph time may lose against the heuristic: this fraction, or
- * EAGER_SLACK_US where more. A plan faster in a graph may be far slower launched eagerly (2026-12-03,
- * one H200, W = 8, 2 MiB: 33x256 13.9 µs in a graph against 14.9, and 26.5 eagerly against 17.7).
- */
-export const EAGER_SLACK = 0.03;
-export const EAGER_SLACK_US = 0.5;
-
-/** The fastest of `timed` by `us`, among those whose eager time is within the slack of the heuristic's (`fallback`); else the heuristic. */
-export function pickPlan(fallback: Timed, timed: readonly Timed[]): Timed {
-  const eagerLimit = fallback.eager + Math.max(EAGER_SLACK * fallback.eager, EAGER_SLACK_US);
-  let best = fallback;
-  for (const t of timed) if (t.us < best.us && t.eager <= eagerLimit) best = t;
-  return best;
 }
 
 const planKey = (p: LaunchPlan): string => `${p.blocks}x${p.threads}${p.grid ? `+grid${p.grid.threads}` : ''}`;

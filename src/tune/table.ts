@@ -39,7 +39,7 @@ export interface PlanEntry extends PlanShape {
   defaultUs?: number[];
   /** How those were timed: 'graph' (device time per call in a replayed graph), or eagerly (absent in older files). */
   timing?: Timing;
-  /** Graph-timed entries: the plan's and the heuristic's eager times too (a plan may not lose eagerly what it wins in a graph: sweep.ts pickPlan). */
+  /** Graph-timed entries: the plan's and the heuristic's eager times too (a plan may not lose eagerly what it wins in a graph: pickPlan). */
   eagerUs?: number[];
   defaultEagerUs?: number[];
 }
@@ -91,6 +91,29 @@ export interface MeasuredSize {
   /** Graph-timed sizes: the eager times of the plan kept and of the heuristic. */
   eagerUs?: number;
   defaultEagerUs?: number;
+}
+
+/** A plan's times at one size: `us` the figure it is chosen by (graph or eager), and its eager time. */
+export interface Timed {
+  plan: LaunchPlan;
+  us: number;
+  eager: number;
+}
+
+/**
+ * Eager time a plan chosen by its graph time may lose against the heuristic: this fraction, or
+ * EAGER_SLACK_US where more. A plan faster in a graph may be far slower launched eagerly (2026-12-03,
+ * one H200, W = 8, 2 MiB: 33x256 13.9 µs in a graph against 14.9, and 26.5 eagerly against 17.7).
+ */
+export const EAGER_SLACK = 0.03;
+export const EAGER_SLACK_US = 0.5;
+
+/** The fastest of `timed` by `us`, among those whose eager time is within the slack of the heuristic's (`fallback`); else the heuristic. */
+export function pickPlan(fallback: Timed, timed: readonly Timed[]): Timed {
+  const eagerLimit = fallback.eager + Math.max(EAGER_SLACK * fallback.eager, EAGER_SLACK_US);
+  let best = fallback;
+  for (const t of timed) if (t.us < best.us && t.eager <= eagerLimit) best = t;
+  return best;
 }
 
 const samePlan = (a: LaunchPlan, b: LaunchPlan): boolean =>

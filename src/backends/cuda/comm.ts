@@ -435,7 +435,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   async barrier(options?: BarrierOptions): Promise<void> {
     this.#usable();
     checkBarrier(this.rank, options);
-    return this.#setUp(this.#meet(options?.timeoutMs ?? this.timeoutMs));
+    return this.#setUp(this.#meet(options?.timeoutMs));
   }
 
   #meet(timeoutMs = this.timeoutMs): Promise<void> {

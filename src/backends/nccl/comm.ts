@@ -307,7 +307,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   async barrier(options?: BarrierOptions): Promise<void> {
     this.#usable();
     checkBarrier(this.rank, options);
-    return this.#setUp(this.#meet(options?.timeoutMs ?? this.timeoutMs));
+    return this.#setUp(this.#meet(options?.timeoutMs));
   }
 
   #meet(timeoutMs = this.timeoutMs): Promise<void> {
