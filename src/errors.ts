@@ -1,5 +1,5 @@
 // One base class with a stable `code`; one subclass per failure, with typed fields.
-import { DTYPE_CODE, ExchangeKind, OP_CODE } from './codes.js';
+import { ALL_REDUCE_KIND, DTYPE_CODE, ExchangeKind, OP_CODE } from './codes.js';
 
 export class A2avError extends Error {
   readonly code: string;
@@ -131,7 +131,7 @@ export type MismatchField = 'kind' | 'rowBytes' | 'output' | 'expertsPerRank' | 
 const CALL_OF_KIND: Record<ExchangeKind, string> = { '1d': 'allToAllV', dispatch: 'allToAllV2d', combine: 'allToAllV2dOffset' };
 const byCode = (codes: Record<string, number>, name: (key: string) => string = (key) => key): Record<string, string> =>
   Object.fromEntries(Object.entries(codes).map(([key, code]) => [String(code), name(key)]));
-const KIND_OPS = byCode(ExchangeKind, (kind) => CALL_OF_KIND[kind as ExchangeKind]);
+const KIND_OPS = { ...byCode(ExchangeKind, (kind) => CALL_OF_KIND[kind as ExchangeKind]), [String(ALL_REDUCE_KIND)]: 'allReduce' };
 const DTYPES = byCode(DTYPE_CODE);
 const OPS = byCode(OP_CODE);
 

@@ -2,13 +2,14 @@
 // wherever a backend holds them. The rules that judge them: exchange-rules.ts.
 //
 // A record, int64 words:
-//   [0, 8)  header: kind (ExchangeKind), rowBytes, outId, experts, align, inRows, outRows, plan
+//   [0, 8)  header: kind (ExchangeKind; ALL_REDUCE_KIND: an allReduce), rowBytes, outId, experts,
+//           align, inRows, outRows, plan
 //           (0: a direct call; -1: a plan's exchange; a move: its plan, by the lane call number of
 //           the plan's exchange, the same on every rank whose exchanges met)
 //   [8, ..) 1d: counts[W]; dispatch: counts[W·E] (index r·E + e); combine: its inSplitsOffsets as
 //           given, int64[2][E·W] (counts at e·W + r, offsets at E·W + e·W + r).
 // Read as int32 pairs, so judging a call allocates no BigInt.
-import { ExchangeKind } from '../codes.js';
+import { ALL_REDUCE_KIND, ExchangeKind } from '../codes.js';
 
 export { ExchangeKind };
 const KIND_NAMES: Record<number, ExchangeKind> = { 1: '1d', 2: 'dispatch', 3: 'combine' };
@@ -61,6 +62,16 @@ export function writeHeader(w: Int32Array, at: number, h: RecordHeader): void {
   putInt64(w, at + 10, h.inRows);
   putInt64(w, at + 12, h.outRows);
   putInt64(w, at + 14, h.plan);
+}
+
+/**
+ * An allReduce's record (header only: kind ALL_REDUCE_KIND, every other word 0), so that the
+ * mismatch rule finds a peer in an exchange call beside it; allReduce compares its own fields
+ * (count, dtype, op, output) apart.
+ */
+export function writeAllReduceHeader(w: Int32Array, at: number): void {
+  putInt64(w, at, ALL_REDUCE_KIND);
+  for (let f = 1; f < RECORD_HEADER_WORDS; f++) putInt64(w, at + 2 * f, 0);
 }
 
 /**

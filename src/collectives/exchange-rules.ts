@@ -38,7 +38,7 @@ import { INT64_MAX, MismatchCode, satAdd, StatusCode, type StatusEntry } from '.
 import type { Routing } from './exchange-routing.js';
 import { exact, num, RecordField, TWO32, type Records } from './exchange-records.js';
 
-export { ExchangeKind, putInt64, RECORD_HEADER_WORDS, recordDataWords, RecordField, Records, writeHeader, type RecordHeader } from './exchange-records.js';
+export { ExchangeKind, putInt64, RECORD_HEADER_WORDS, recordDataWords, RecordField, Records, writeAllReduceHeader, writeHeader, type RecordHeader } from './exchange-records.js';
 
 /** The fields ranks must agree on, in the order the mismatch rule compares them, with the code each is named by. */
 const AGREED = [

@@ -281,3 +281,59 @@ export async function allReduceMismatch(comm: Comm, arg: AllReduceMismatchArg): 
   }
   return cases.length;
 }
+
+/**
+ * One rank makes an all-to-all call (allToAllV, then allToAllV2d) on the lane where its peers call
+ * allReduce: every rank's handle throws SplitsError 'mismatch' of field 'kind' naming the first rank
+ * that differs from rank 0 (needed its kind, available rank 0's: allToAllV 1, allToAllV2d 2,
+ * allReduce 4), nothing is written, and both kinds of call run after it on the same lane.
+ */
+export async function allReduceBeside(comm: Comm, arg: { seed: number }): Promise<number> {
+  const W = comm.worldSize;
+  const me = comm.rank;
+  const q = new Rng(arg.seed, 0xa8).int(W);
+  const p = q === 0 ? 1 : q;
+  const count = 513;
+  const rowBytes = 8;
+  // This rank's buffers first, then the collective ones (allocating while a peer spins can stall).
+  const inSplits = comm.alloc(8 * W);
+  const offsets = comm.alloc(16 * W);
+  const input = comm.alloc(rowBytes * W);
+  comm.write(inSplits, new BigInt64Array(W).fill(1n));
+  comm.write(input, Uint8Array.from({ length: rowBytes * W }, (_, i) => (me * 31 + i) & 255));
+  const b = await ReduceBuffers.create(comm, count);
+  const exchanged = await comm.allocSymmetric(rowBytes * W);
+  const ALL_REDUCE = 4; // src/codes.ts ALL_REDUCE_KIND
+  const oneD = () => comm.allToAllV({ input, output: exchanged, inSplits, outSplitsOffsets: offsets, rowBytes });
+  const dispatch = () => comm.allToAllV2d({ input, output: exchanged, inSplits, outSplitsOffsets: offsets, expertsPerRank: 1, rowBytes });
+  const reduce = () => comm.allReduce({ input: b.input, output: b.output, count, dtype: 'f32', op: 'sum' });
+  const cases = [
+    { label: `rank ${q} calls allToAllV while the others allReduce`, odd: oneD, kind: 1 },
+    { label: `rank ${q} calls allToAllV2d while the others allReduce`, odd: dispatch, kind: 2 },
+  ];
+  let call = 9600;
+  for (const k of cases) {
+    const watched = [b.output, exchanged, offsets].map((buf) => ({ buf, poison: poisonBytes(++call, buf.bytes) }));
+    for (const o of watched) comm.write(o.buf, o.poison);
+    comm.write(b.input, new Uint8Array(b.input.bytes).fill(0x3f));
+    const of = (rank: number): number => (rank === q ? k.kind : ALL_REDUCE);
+    expectSplitsError(me === q ? k.odd() : reduce(), { problem: 'mismatch', rank: p, peer: 0, needed: of(p), available: of(0), field: 'kind' }, me, k.label);
+    for (const o of watched) {
+      const i = comm.read(o.buf, 0, o.buf.bytes).findIndex((x, j) => x !== o.poison[j]);
+      if (i >= 0) throw new ConformanceError(`rank ${me}, ${k.label}: a refused call wrote byte ${i} of a buffer`);
+    }
+    // Both kinds run after it: the sum, then the exchange (row r of the output from rank r).
+    const good = start(b, { seed: arg.seed, call: ++call, dtype: 'f32', count, inPlace: false });
+    good.handle.wait();
+    good.verify();
+    oneD().wait();
+    const got = comm.read(exchanged, 0, rowBytes * W);
+    for (let r = 0; r < W; r++) {
+      for (let i = 0; i < rowBytes; i++) {
+        const want = (r * 31 + me * rowBytes + i) & 255;
+        if (got[r * rowBytes + i] !== want) throw new ConformanceError(`rank ${me}, after ${k.label}: allToAllV row from rank ${r} byte ${i} is ${got[r * rowBytes + i]}, expected ${want}`);
+      }
+    }
+  }
+  return cases.length;
+}

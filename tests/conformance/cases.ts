@@ -6,7 +6,7 @@ import { expectSplitsError } from './expect.js';
 import { Exchange, maxRowsFor, sizesFor } from './harness.js';
 import { makeSplits, PATTERNS, ROW_SIZES, Rng } from './reference.js';
 
-export { allReduce, allReduceLanes, allReduceMismatch, allReduceReplay, allReduceTimeout } from './all-reduce-cases.js';
+export { allReduce, allReduceBeside, allReduceLanes, allReduceMismatch, allReduceReplay, allReduceTimeout } from './all-reduce-cases.js';
 export { closedCalls, setUpTimeout, splitsErrors, timeout, usage } from './error-cases.js';
 export { lanes, lanesCrossed, lanesLarge } from './lane-cases.js';
 export { ownOutcomes } from './outcome-cases.js';

@@ -97,6 +97,13 @@ export const suite: Case[] = [
     ranks: W,
     arg: { large: 1_300_007 },
   })),
+  ...[2, 3].map((W) => ({
+    name: `allReduce beside an all-to-all call W=${W}: allToAllV or allToAllV2d on one rank while the others allReduce is refused on every rank as a mismatch of kind, nothing written`,
+    fn: 'allReduceBeside',
+    ranks: W,
+    arg: {},
+    only: { backend: 'cpu' as const, why: 'cuda: allReduce and the all-to-all calls wait in packets of their own, so such ranks end in TimeoutError (README); nccl: NCCL does not compare the ranks\' calls' },
+  })),
   {
     name: `allReduce timeout W=3: a rank that never calls is named (${TIMEOUT_CASE_MS} ms)`,
     fn: 'allReduceTimeout',

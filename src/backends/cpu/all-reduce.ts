@@ -7,7 +7,8 @@
 // afford; the pad's fixed scratch also means no collective allocation per call size.
 // First, one round compares every rank's call (count, dtype, op, output) with rank 0's, as the cuda
 // kernels do: a rank that differs fails the call on every rank with the same SplitsError, nothing
-// written. The output is compared only where both are symmetric (on cpu any buffer will do).
+// written. That round also publishes an allReduce's record (CpuLane.firstRound), so that a rank in
+// an all-to-all call beside it is refused the same way, as a mismatch of kind. The output is compared only where both are symmetric (on cpu any buffer will do).
 import type { Buffer } from 'node:buffer';
 import type { ReduceDtype } from '../backend.js';
 import { DTYPE_CODE, ELEMENT_BYTES, OP_CODE, orderedSum } from '../../collectives/reduce.js';
@@ -74,7 +75,7 @@ export class CpuReducer {
     const mine = this.#scratch[this.#rank];
     const header = BigInt64Array.of(BigInt(call.count), BigInt(DTYPE_CODE[call.dtype]), BigInt(OP_CODE.sum), BigInt(call.output.symmetricId));
     const all: BigInt64Array[] = [];
-    const err = this.#lane.round(
+    const err = this.#lane.firstRound(
       `${what}: the ranks' calls compared`,
       () => mine.set(new Uint8Array(header.buffer), 0),
       () => {

@@ -10,7 +10,7 @@
 // peer's done flag here. A plan's exchange stops before the rows; a plan's move publishes only the
 // header and pushes along the plan's routing.
 import type { Handle, Lane, Stream } from '../backend.js';
-import { judge, mismatchOf, RECORD_HEADER_WORDS, Records, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
+import { judge, mismatchOf, RECORD_HEADER_WORDS, Records, writeAllReduceHeader, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
 import { Routing } from '../../collectives/exchange-routing.js';
 import { StatusCode, entryError, type StatusEntry } from '../../collectives/status.js';
 import type { CallRecord, Payload } from '../../collectives/call-records.js';
@@ -136,6 +136,24 @@ export class CpuLane implements Lane {
     this.#arriveAt(seq);
     const err = this.#arrived(seq, what);
     if (err !== undefined) return err;
+    reduce();
+    return this.#finish(seq, what);
+  }
+
+  /**
+   * An allReduce's first round: as round(), and it publishes an allReduce's record, so that a peer
+   * in an exchange call (allToAllV, MoE, a plan's) beside it and this rank both refuse the call, as
+   * a mismatch of kind, before any done flag (a refused exchange call raises none).
+   */
+  firstRound(what: string, stage: () => void, reduce: () => void): Error | undefined {
+    stage();
+    const seq = this.#next();
+    writeAllReduceHeader(this.#pads[this.#rank].i32, this.#records[seq & 1].base[this.#rank]);
+    this.#arriveAt(seq);
+    const err = this.#arrived(seq, what);
+    if (err !== undefined) return err;
+    const refused = mismatchOf(this.#records[seq & 1], this.#rank);
+    if (refused !== undefined) return entryError(refused, this.#timeoutMs, what);
     reduce();
     return this.#finish(seq, what);
   }
