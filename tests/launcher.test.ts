@@ -102,6 +102,34 @@ test('a failing rank stops the others, and nothing it started outlives the launc
   }
 });
 
+test('a SIGKILLed launcher leaves no rank running: the ranks see its store go and stop their process groups', { timeout: 20_000 }, async () => {
+  // The launcher in a process of its own, to be SIGKILLed: nothing of it can stop the ranks.
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('orphan-rank.mjs')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  launcher.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+  const pids: number[] = [];
+  try {
+    for (const until = Date.now() + 15_000; linesOf(stdout, 0).length + linesOf(stdout, 1).length < 2; await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > until) throw new Error(`the ranks never got ready; stdout:\n${stdout}`);
+    }
+    for (const r of [0, 1]) pids.push(...linesOf(stdout, r).find((l) => l.startsWith('ready '))!.split(' ').slice(1).map(Number));
+    assert.equal(pids.length, 4, stdout);
+    assert.ok(pids.every(alive), 'ranks and their children run');
+    launcher.kill('SIGKILL');
+    for (const pid of pids) assert.ok(await gone(pid, 8000), `pid ${pid} (a rank or its child) outlived the SIGKILLed launcher`);
+  } finally {
+    launcher.kill('SIGKILL');
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+});
+
 test('a rank that ignores SIGTERM is killed after the grace period', T, async () => {
   const command = [node, fixture('fail-rank.mjs'), '1', '1', 'ignore-sigterm'];
   const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 2, command, graceMs: 300 });

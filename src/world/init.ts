@@ -4,7 +4,7 @@
 import type { BackendName, Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
 import { UsageError } from '../errors.js';
-import { rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
+import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
 import { recordUncaughtErrors } from './exit-record.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
@@ -64,6 +64,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     await served?.close();
     throw err;
   }
+  if (servedByOwnLauncher()) stopWhenLauncherGone(store, place.rank);
   // The store outlives every backend's own use of it; the caller's one close() ends both.
   const closeComm = comm.close.bind(comm);
   let closing: Promise<void> | undefined;
@@ -84,6 +85,39 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
 }
 
 const LEFT = 'a2av/init/left';
+
+/**
+ * Whether this rank's store is served by the a2av launch that started it (node 0's, or a single
+ * node's): that store closes only after every one of its ranks has exited, so a connection lost
+ * before means the launcher itself is gone. (Ranks on other nodes reach node 0's launcher, which
+ * ends with its own ranks; torchrun's and rank 0's stores say nothing about a launcher.)
+ */
+function servedByOwnLauncher(env: NodeJS.ProcessEnv = process.env): boolean {
+  return jobId(env) !== undefined && storePort(env) === undefined && (env.GROUP_RANK ?? '0') === '0';
+}
+
+/** After SIGTERM, how long this rank's process group has before SIGKILL (a2av launch's default grace). */
+const ORPHAN_GRACE_MS = 5000;
+
+/**
+ * A launcher that was SIGKILLed could not stop its ranks. They learn it from the store it served
+ * and stop themselves and what they started (their process group, which the launcher gave each
+ * rank), as it would have: otherwise a rank between calls, or computing, runs on orphaned.
+ */
+function stopWhenLauncherGone(store: TcpStoreClient, rank: number): void {
+  store.onLost((err) => {
+    process.stderr.write(`a2av: rank ${rank}: the launcher is gone (${err.message}), so nothing will stop this job's ranks: stopping this one\n`);
+    const signalGroup = (signal: NodeJS.Signals) => {
+      try {
+        process.kill(0, signal);
+      } catch {
+        // ESRCH: the group is gone already.
+      }
+    };
+    setTimeout(() => signalGroup('SIGKILL'), ORPHAN_GRACE_MS).unref();
+    signalGroup('SIGTERM');
+  });
+}
 
 /**
  * Rank 0's store, where A2AV_STORE_PORT asks for it (no a2av launch serves one): bound on

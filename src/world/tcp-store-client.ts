@@ -49,6 +49,8 @@ export class TcpStoreClient implements Store {
   #nextId = 1;
   /** Set once the connection is gone; every later call fails with it. */
   #broken: StoreError | undefined;
+  #closing = false;
+  #onLost: ((error: StoreError) => void)[] = [];
 
   private constructor(socket: Socket, address: string, timeoutMs: number, reader: FrameReader) {
     this.#socket = socket;
@@ -72,7 +74,15 @@ export class TcpStoreClient implements Store {
       }
     });
     socket.resume();
-    socket.on('close', () => this.#fail(new StoreError('connect', undefined, 'disconnected', `connection to the store at ${address} closed`)));
+    socket.on('close', () => {
+      this.#fail(new StoreError('connect', undefined, 'disconnected', `connection to the store at ${address} closed`));
+      if (!this.#closing) for (const listener of this.#onLost.splice(0)) listener(this.#broken!);
+    });
+  }
+
+  /** Calls `listener` once if the connection ends other than by close() (the server went away). */
+  onLost(listener: (error: StoreError) => void): void {
+    this.#onLost.push(listener);
   }
 
   /**
@@ -153,6 +163,7 @@ export class TcpStoreClient implements Store {
 
   /** Closes the connection; calls still in flight fail with reason 'disconnected'. */
   async close(): Promise<void> {
+    this.#closing = true;
     this.#fail(new StoreError('connect', undefined, 'disconnected', `store client for ${this.address} was closed`));
     if (this.#socket.destroyed) return;
     await new Promise<void>((resolve) => {
