@@ -96,7 +96,10 @@ function servedByOwnLauncher(env: NodeJS.ProcessEnv = process.env): boolean {
   return jobId(env) !== undefined && storePort(env) === undefined && (env.GROUP_RANK ?? '0') === '0';
 }
 
-/** After SIGTERM, how long this rank's process group has before SIGKILL (a2av launch's default grace). */
+/**
+ * After SIGTERM, how long this rank's process group has before SIGKILL (a2av launch's default
+ * grace), sent by the rank if it is still there: one that dies of the SIGTERM takes its timer along.
+ */
 const ORPHAN_GRACE_MS = 5000;
 
 /**
