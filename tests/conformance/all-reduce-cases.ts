@@ -4,6 +4,7 @@
 // disagree (cuda), and host-side misuse.
 import type { AllReduceArgs, Comm, DeviceBuffer, Handle, Lane, ReduceDtype } from '../../src/backends/backend.js';
 import { ArDtype } from '../../src/backends/cuda/kernel-params.js';
+import { ALL_REDUCE_KIND, ExchangeKind } from '../../src/codes.js';
 import { allInputs, checkAgainstFloat64, checkBits, orderedReference } from './all-reduce-reference.js';
 import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
 import type { MismatchField } from '../../src/errors.js';
@@ -303,20 +304,19 @@ export async function allReduceBeside(comm: Comm, arg: { seed: number }): Promis
   comm.write(input, Uint8Array.from({ length: rowBytes * W }, (_, i) => (me * 31 + i) & 255));
   const b = await ReduceBuffers.create(comm, count);
   const exchanged = await comm.allocSymmetric(rowBytes * W);
-  const ALL_REDUCE = 4; // src/codes.ts ALL_REDUCE_KIND
   const oneD = () => comm.allToAllV({ input, output: exchanged, inSplits, outSplitsOffsets: offsets, rowBytes });
   const dispatch = () => comm.allToAllV2d({ input, output: exchanged, inSplits, outSplitsOffsets: offsets, expertsPerRank: 1, rowBytes });
   const reduce = () => comm.allReduce({ input: b.input, output: b.output, count, dtype: 'f32', op: 'sum' });
   const cases = [
-    { label: `rank ${q} calls allToAllV while the others allReduce`, odd: oneD, kind: 1 },
-    { label: `rank ${q} calls allToAllV2d while the others allReduce`, odd: dispatch, kind: 2 },
+    { label: `rank ${q} calls allToAllV while the others allReduce`, odd: oneD, kind: ExchangeKind['1d'] },
+    { label: `rank ${q} calls allToAllV2d while the others allReduce`, odd: dispatch, kind: ExchangeKind.dispatch },
   ];
   let call = 9600;
   for (const k of cases) {
     const watched = [b.output, exchanged, offsets].map((buf) => ({ buf, poison: poisonBytes(++call, buf.bytes) }));
     for (const o of watched) comm.write(o.buf, o.poison);
     comm.write(b.input, new Uint8Array(b.input.bytes).fill(0x3f));
-    const of = (rank: number): number => (rank === q ? k.kind : ALL_REDUCE);
+    const of = (rank: number): number => (rank === q ? k.kind : ALL_REDUCE_KIND);
     expectSplitsError(me === q ? k.odd() : reduce(), { problem: 'mismatch', rank: p, peer: 0, needed: of(p), available: of(0), field: 'kind' }, me, k.label);
     for (const o of watched) {
       const i = comm.read(o.buf, 0, o.buf.bytes).findIndex((x, j) => x !== o.poison[j]);

@@ -7,7 +7,7 @@
 // afford; the pad's fixed scratch also means no collective allocation per call size.
 // First, one round compares every rank's call (count, dtype, op, output) with rank 0's, as the cuda
 // kernels do: a rank that differs fails the call on every rank with the same SplitsError, nothing
-// written. That round also publishes an allReduce's record (CpuLane.firstRound), so that a rank in
+// written. That round also publishes an allReduce's record (CpuLane.round's `first`), so that a rank in
 // an all-to-all call beside it is refused the same way, as a mismatch of kind. The output is compared only where both are symmetric (on cpu any buffer will do).
 import type { Buffer } from 'node:buffer';
 import type { ReduceDtype } from '../backend.js';
@@ -75,12 +75,13 @@ export class CpuReducer {
     const mine = this.#scratch[this.#rank];
     const header = BigInt64Array.of(BigInt(call.count), BigInt(DTYPE_CODE[call.dtype]), BigInt(OP_CODE.sum), BigInt(call.output.symmetricId));
     const all: BigInt64Array[] = [];
-    const err = this.#lane.firstRound(
+    const err = this.#lane.round(
       `${what}: the ranks' calls compared`,
       () => mine.set(new Uint8Array(header.buffer), 0),
       () => {
         for (const s of this.#scratch) all.push(new BigInt64Array(Uint8Array.from(s.subarray(0, HEADER_BYTES)).buffer));
       },
+      true,
     );
     if (err !== undefined) return err;
     for (let q = 1; q < all.length; q++) {

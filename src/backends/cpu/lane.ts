@@ -127,32 +127,20 @@ export class CpuLane implements Lane {
   /**
    * One round of an allReduce (all-reduce.ts): `stage` fills this rank's scratch before it arrives,
    * `reduce` runs once every peer has arrived (their scratch is then complete), and the done flags
-   * keep every scratch unchanged until each peer has read it. No record is published: the round
-   * carries no splits to judge.
+   * keep every scratch unchanged until each peer has read it. The call's first round (`first`)
+   * also publishes an allReduce's record, so that a peer in an exchange call (allToAllV, MoE, a
+   * plan's) beside it and this rank both refuse the call, as a mismatch of kind, before any done
+   * flag (a refused exchange call raises none); the others carry nothing to judge.
    */
-  round(what: string, stage: () => void, reduce: () => void): Error | undefined {
+  round(what: string, stage: () => void, reduce: () => void, first = false): Error | undefined {
     const seq = this.#next();
     stage();
+    const m = this.#records[seq & 1];
+    if (first) writeAllReduceHeader(this.#pads[this.#rank].i32, m.base[this.#rank]);
     this.#arriveAt(seq);
     const err = this.#arrived(seq, what);
     if (err !== undefined) return err;
-    reduce();
-    return this.#finish(seq, what);
-  }
-
-  /**
-   * An allReduce's first round: as round(), and it publishes an allReduce's record, so that a peer
-   * in an exchange call (allToAllV, MoE, a plan's) beside it and this rank both refuse the call, as
-   * a mismatch of kind, before any done flag (a refused exchange call raises none).
-   */
-  firstRound(what: string, stage: () => void, reduce: () => void): Error | undefined {
-    stage();
-    const seq = this.#next();
-    writeAllReduceHeader(this.#pads[this.#rank].i32, this.#records[seq & 1].base[this.#rank]);
-    this.#arriveAt(seq);
-    const err = this.#arrived(seq, what);
-    if (err !== undefined) return err;
-    const refused = mismatchOf(this.#records[seq & 1], this.#rank);
+    const refused = first ? mismatchOf(m, this.#rank) : undefined;
     if (refused !== undefined) return entryError(refused, this.#timeoutMs, what);
     reduce();
     return this.#finish(seq, what);
