@@ -70,6 +70,16 @@ A2AV_LAYOUT_CHECK(sizeof(A2avParams) == 112, "A2avParams: A2AV_PARAMS_BYTES");
 __device__ unsigned a2av_1d_launches;
 #endif
 
+// Three warp totals at once (exchange.cuh warp_sum_sat), their shuffles side by side.
+__device__ __forceinline__ void warp_sum3_sat(i64& a, i64& b, i64& c) {
+  for (int d = 16; d > 0; d >>= 1) {
+    const i64 x = __shfl_xor_sync(0xffffffffu, a, d), y = __shfl_xor_sync(0xffffffffu, b, d), z = __shfl_xor_sync(0xffffffffu, c, d);
+    a = sat_add(a, x);
+    b = sat_add(b, y);
+    c = sat_add(c, z);
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2avParams p) {
   // Dynamic shared memory: every rank's payload, this rank's send plan in bytes, its splits and the
   // lane in every peer's pad. Everything from global memory is read once, in parallel, into here:
@@ -105,9 +115,12 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
     sAbort = 0;
     sMismatch = sNegative = sInOver = sOutOver = A2AV_NONE;
   }
+  // The peers' outputs too, though needed only after validation: read there, the table cost a
+  // round trip of its own on every call.
   for (int i = tid; i < W; i += nt) {
     peerLane[i] = p.padPeers[i] + p.laneOffset;
     splits[i] = p.inSplits[i];
+    dstAt[i] = (i64)p.outPeers[i];
   }
   __syncthreads();
   PROBE_CLOCK(2);
@@ -148,41 +161,50 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   if (sAbort) return;  // the host marks this communicator aborted
   if (p.gridCopy) pdl_release();
 
-  // Validation: each category keeps its first offender (lowest index), then priority decides.
+  // Validation, and this rank's offsets with it, as sums across warps: one thread walking a
+  // row of W values cost about 130 SM cycles a value (a chain of dependent 64-bit steps; a
+  // shared-memory load alone is 34), at W = 8 most of a small call (docs/perf.md). Warp task
+  // t < W sums rank t's row (what it sends), its column (what it receives) and the part of its
+  // column from the ranks before this one (where this rank's rows land in t's output), the three
+  // sums side by side; task W places this rank's sends in its input. Each category keeps its
+  // first offender (lowest index), then priority decides; a negative split outranks an overflow,
+  // so totals of the splits clamped at 0 decide overflow. The offsets are garbage in a refused
+  // call and unused.
   const i64* pay0 = pay;
-  for (int q = tid; q < W; q += nt) {
-    const i64* pq = pay + q * PW;
-    if (pq[2] != pay0[2] || pq[3] != pay0[3])
-      atomicMin(&sMismatch, q);
-    const i64 cap = pq[0];
-    i64 sum = 0;
-    bool over = false;
-    for (int r = 0; r < W; ++r) {
-      const i64 s = pq[A2AV_PAYLOAD_HEADER + r];
-      if (s < 0) {
-        atomicMin(&sNegative, q * W + r);
-        break;
+  const i64* mine = pay + me * PW + A2AV_PAYLOAD_HEADER;
+  const int lid = tid & 31;
+  for (int t = tid >> 5; t <= W; t += nt >> 5) {
+    if (t < W) {
+      const i64* pt = pay + t * PW;
+      i64 sent = 0, got = 0, before = 0;
+      for (int k = lid; k < W; k += 32) {
+        const i64 out = pt[A2AV_PAYLOAD_HEADER + k], in = pay[k * PW + A2AV_PAYLOAD_HEADER + t];
+        if (out < 0) atomicMin(&sNegative, t * W + k);
+        sent = sat_add(sent, clamp0(out));
+        got = sat_add(got, clamp0(in));
+        if (k < me) before = sat_add(before, clamp0(in));
       }
-      if (s > cap - sum) over = true;
-      else sum += s;
-    }
-    if (over) atomicMin(&sInOver, q);
-  }
-  for (int r = tid; r < W; r += nt) {
-    const i64 cap = pay[r * PW + 1];
-    i64 sum = 0;
-    for (int q = 0; q < W; ++q) {
-      const i64 s = pay[q * PW + A2AV_PAYLOAD_HEADER + r];
-      if (s < 0) break;  // reported as negative
-      if (s > cap - sum) {
-        atomicMin(&sOutOver, r);
-        break;
+      warp_sum3_sat(sent, got, before);
+      if (lid == 0) {
+        if (pt[2] != pay0[2] || pt[3] != pay0[3]) atomicMin(&sMismatch, t);
+        if (sent > pt[0]) atomicMin(&sInOver, t);
+        if (got > pt[1]) atomicMin(&sOutOver, t);
+        sendLen[t] = mine[t] * p.rowBytes;
+        dstAt[t] += before * p.rowBytes;
       }
-      sum += s;
+    } else {
+      i64 carry = 0;
+      for (int base = 0; base < W; base += 32) {
+        const int r = base + lid;
+        const i64 x = r < W ? clamp0(mine[r]) : 0, upTo = warp_incl_scan_sat(x);
+        if (r < W) srcOff[r] = (carry + upTo - x) * p.rowBytes;
+        carry = sat_add(carry, __shfl_sync(0xffffffffu, upTo, 31));
+      }
     }
   }
-  __syncthreads();
   PROBE_CLOCK(4);
+  __syncthreads();
+  PROBE_CLOCK(5);
   const bool bad = sMismatch != A2AV_NONE || sNegative != A2AV_NONE || sInOver != A2AV_NONE || sOutOver != A2AV_NONE;
   if (bad && blockIdx.x == 0 && tid == 0) {
     StatusRecord rec{A2AV_OK, 0, 0, 0, 0, me, seq, -1};
@@ -233,26 +255,24 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   // loaded together whatever segments they fall in.
   bool aligned = (p.rowBytes & 15) == 0 && ((u64)p.input & 15) == 0;
   if (!bad) {
-    const i64* mine = pay + me * PW + A2AV_PAYLOAD_HEADER;
-    for (int r = tid; r < W; r += nt) {
-      i64 src = 0, dst = 0;
-      for (int q = 0; q < r; ++q) src += mine[q];
-      for (int q = 0; q < me; ++q) dst += pay[q * PW + A2AV_PAYLOAD_HEADER + r];
-      sendLen[r] = mine[r] * p.rowBytes;
-      srcOff[r] = src * p.rowBytes;
-      dstAt[r] = (i64)(p.outPeers[r] + dst * p.rowBytes);
+    for (int r = tid; r < W; r += nt)
       if (dstAt[r] & 15) aligned = false;
-    }
-    if (blockIdx.x == 0) {
-      for (int q = tid; q < W; q += nt) {
-        i64 off = 0;
-        for (int k = 0; k < q; ++k) off += pay[k * PW + A2AV_PAYLOAD_HEADER + me];
-        p.outSplitsOffsets[q] = pay[q * PW + A2AV_PAYLOAD_HEADER + me];
-        p.outSplitsOffsets[W + q] = off;
+    if (blockIdx.x == 0 && tid < 32) {
+      // What this rank receives from each source, and where it starts (running sums by warp 0).
+      i64 carry = 0;
+      for (int base = 0; base < W; base += 32) {
+        const int q = base + lid;
+        const i64 x = q < W ? pay[q * PW + A2AV_PAYLOAD_HEADER + me] : 0, upTo = warp_incl_scan_sat(x);
+        if (q < W) {
+          p.outSplitsOffsets[q] = x;
+          p.outSplitsOffsets[W + q] = carry + upTo - x;
+        }
+        carry = sat_add(carry, __shfl_sync(0xffffffffu, upTo, 31));
       }
     }
     aligned = __syncthreads_and(aligned);
   }
+  PROBE_CLOCK(6);
   if (p.gridCopy) {
     // Leave the send plan for a2av_copy: nothing to send when validation failed.
     if (blockIdx.x == 0) {
@@ -323,18 +343,29 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   // 4. completion: every block tells every peer it has finished (a count, so no block has to find
   // out it is the last), and block 0 waits until every peer's blocks have told this rank.
   __syncthreads();
-  PROBE_CLOCK(5);
+  PROBE_CLOCK(7);
   for (int peer = tid; peer < W; peer += nt) red_release_add_peer(lane_done(peerLane[peer], W) + me, 1);
   if (blockIdx.x != 0) return;
   const bool ok = await_done(h, lane, W, me, seq, p.timeoutNs, [&](int q) { return pay[q * PW + A2AV_PAY_SIGNALS]; });
   if (!ok) sAbort = 1;
   __syncthreads();
   if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
-  PROBE_CLOCK(6);
+  PROBE_CLOCK(8);
 #ifdef A2AV_PROBE_CLOCKS
-  if (PROBE_CLOCKS_DUE(a2av_1d_launches))
-    printf("a2av_1d W=%d rank=%d blocks=%d grid=%d cycles: pdl-wait %lld splits %lld payloads %lld validation %lld copy %lld completion %lld\n", W, me,
-           (int)gridDim.x, (int)p.gridCopy, PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4), PROBE_CYCLES(5), PROBE_CYCLES(6));
+  if (PROBE_CLOCKS_DUE(a2av_1d_launches)) {
+    printf("a2av_1d W=%d rank=%d blocks=%d grid=%d cycles: pdl-wait %lld splits %lld payloads %lld checks %lld (own tasks %lld, the rest %lld) offsets %lld copy %lld completion %lld\n", W, me,
+           (int)gridDim.x, (int)p.gridCopy, PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4) + PROBE_CYCLES(5), PROBE_CYCLES(4), PROBE_CYCLES(5),
+           PROBE_CYCLES(6), PROBE_CYCLES(7), PROBE_CYCLES(8));
+#ifdef A2AV_PROBE_SMEM_CHAIN
+    // Probe: sixteen shared-memory loads, each address from the last (the payload's values are
+    // small, so the shift gives 0): the latency one link of the checks' chains pays.
+    int at = 0;
+    const long long c0 = clock64();
+    for (int k = 0; k < 16; ++k) at = (int)((u64)pay[at] >> 62) + (k & 1);
+    const long long c1 = clock64();
+    printf("a2av_1d W=%d rank=%d shared-load chain: %lld cycles for 16 (%d)\n", W, me, c1 - c0, at);
+#endif
+  }
 #endif
 }
 

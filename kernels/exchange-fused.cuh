@@ -56,22 +56,6 @@ __device__ __forceinline__ i64 warp_scan_sat(i64* a, int n) {
   return carry;
 }
 
-// Inclusive running sums across a warp (saturating; every lane takes part).
-__device__ __forceinline__ i64 warp_incl_scan_sat(i64 v) {
-  const int lane = threadIdx.x & 31;
-  for (int d = 1; d < 32; d <<= 1) {
-    const i64 t = __shfl_up_sync(0xffffffffu, v, d);
-    if (lane >= d) v = sat_add(v, t);
-  }
-  return v;
-}
-
-// The warp's total of non-negative values (saturating, so the order does not matter), on every lane.
-__device__ __forceinline__ i64 warp_sum_sat(i64 v) {
-  for (int d = 16; d > 0; d >>= 1) v = sat_add(v, __shfl_xor_sync(0xffffffffu, v, d));
-  return v;
-}
-
 // This rank's send rows (`sent` of them) along the chunks c, then the companion payload's (the
 // same chunks, its own row size and buffers) where there is one.
 template <bool Gather>

@@ -70,6 +70,22 @@ __device__ __forceinline__ i64 xs_readable_bytes(const XParams& p) {
 __device__ __forceinline__ i64 sat_add(i64 a, i64 b) { return a > 0x7fffffffffffffffLL - b ? 0x7fffffffffffffffLL : a + b; }
 __device__ __forceinline__ i64 clamp0(i64 v) { return v < 0 ? 0 : v; }
 
+// Inclusive running sums across a warp (saturating; every lane takes part).
+__device__ __forceinline__ i64 warp_incl_scan_sat(i64 v) {
+  const int lane = threadIdx.x & 31;
+  for (int d = 1; d < 32; d <<= 1) {
+    const i64 t = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v = sat_add(v, t);
+  }
+  return v;
+}
+
+// The warp's total of non-negative values (saturating, so the order does not matter), on every lane.
+__device__ __forceinline__ i64 warp_sum_sat(i64 v) {
+  for (int d = 16; d > 0; d >>= 1) v = sat_add(v, __shfl_xor_sync(0xffffffffu, v, d));
+  return v;
+}
+
 // A verdict's key orders it as the rules do: the problem's priority on top, then the position the
 // rules scan in (rank, then peer and expert). The least key over all ranks is the call's verdict.
 #define X_NONE 0x7fffffffffffffffULL
