@@ -193,13 +193,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
         dstAt[t] += before * p.rowBytes;
       }
     } else {
-      i64 carry = 0;
-      for (int base = 0; base < W; base += 32) {
-        const int r = base + lid;
-        const i64 x = r < W ? clamp0(mine[r]) : 0, upTo = warp_incl_scan_sat(x);
-        if (r < W) srcOff[r] = (carry + upTo - x) * p.rowBytes;
-        carry = sat_add(carry, __shfl_sync(0xffffffffu, upTo, 31));
-      }
+      warp_scan_each(W, [&](int r) { return clamp0(mine[r]); }, [&](int r, i64 before) { srcOff[r] = before * p.rowBytes; });
     }
   }
   PROBE_CLOCK(4);
@@ -259,16 +253,10 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
       if (dstAt[r] & 15) aligned = false;
     if (blockIdx.x == 0 && tid < 32) {
       // What this rank receives from each source, and where it starts (running sums by warp 0).
-      i64 carry = 0;
-      for (int base = 0; base < W; base += 32) {
-        const int q = base + lid;
-        const i64 x = q < W ? pay[q * PW + A2AV_PAYLOAD_HEADER + me] : 0, upTo = warp_incl_scan_sat(x);
-        if (q < W) {
-          p.outSplitsOffsets[q] = x;
-          p.outSplitsOffsets[W + q] = carry + upTo - x;
-        }
-        carry = sat_add(carry, __shfl_sync(0xffffffffu, upTo, 31));
-      }
+      warp_scan_each(W, [&](int q) { return pay[q * PW + A2AV_PAYLOAD_HEADER + me]; }, [&](int q, i64 before) {
+        p.outSplitsOffsets[q] = pay[q * PW + A2AV_PAYLOAD_HEADER + me];
+        p.outSplitsOffsets[W + q] = before;
+      });
     }
     aligned = __syncthreads_and(aligned);
   }

@@ -80,6 +80,26 @@ __device__ __forceinline__ i64 warp_incl_scan_sat(i64 v) {
   return v;
 }
 
+// Exclusive running sums (saturating) of load(0) ... load(n - 1), by one warp, every lane taking
+// part: store(i, the sum of the values before i) for each i; returns the total.
+template <typename Load, typename Store>
+__device__ __forceinline__ i64 warp_scan_each(int n, Load load, Store store) {
+  const int lane = threadIdx.x & 31;
+  i64 carry = 0;
+  for (int base = 0; base < n; base += 32) {
+    const int i = base + lane;
+    i64 v = i < n ? load(i) : 0;
+    for (int d = 1; d < 32; d <<= 1) {
+      const i64 t = __shfl_up_sync(0xffffffffu, v, d);
+      if (lane >= d) v = sat_add(v, t);
+    }
+    const i64 before = __shfl_up_sync(0xffffffffu, v, 1);
+    if (i < n) store(i, sat_add(carry, lane == 0 ? 0 : before));
+    carry = sat_add(carry, __shfl_sync(0xffffffffu, v, 31));
+  }
+  return carry;
+}
+
 // The warp's total of non-negative values (saturating, so the order does not matter), on every lane.
 __device__ __forceinline__ i64 warp_sum_sat(i64 v) {
   for (int d = 16; d > 0; d >>= 1) v = sat_add(v, __shfl_xor_sync(0xffffffffu, v, d));
