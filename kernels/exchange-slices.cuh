@@ -253,3 +253,79 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
 }
 extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const XParams p) { x_copy_slices_run<false>(p); }
 extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices_gather(const XParams p) { x_copy_slices_run<true>(p); }
+
+// --- a gathered dispatch read row by row of its input (moe.ts SCATTER) ---------------------------
+// The slice grid above reads a gathered dispatch in send order: each of a token's K send rows reads
+// its x row again, and each block's word waits on its table entry first. Here each x row is read
+// once and stored at each of its send rows' destinations: for the token group's expanded layout
+// K stores a word read (a 4096-token dispatch at W = 8 on one GPU reads an eighth of the bytes it
+// writes), and a block's word is read before anything is known of the call (docs/perf.md).
+
+// Each (row, k)'s destination, from the plan x_exchange left: send row s of chunk c = (peer,
+// expert) lands in peer's output at row dst[c] + s - cum[c]; 0 where the entry sends nothing. A
+// thread an entry. The gate (index word 0) gets the input bytes to scatter, -1 for a call refused
+// or aborted (nothing is then written).
+extern "C" __global__ void __launch_bounds__(XS_THREADS) x_scatter_index(const XParams p) {
+  __shared__ i64 sRows;
+  const int W = p.world, E = p.experts;
+  const u8* lane = p.pad + p.laneOffset;
+  pdl_wait();  // x_exchange has finished: its plan is written
+  pdl_release();
+  if (threadIdx.x == 0) {
+    const bool skip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
+    const i64 rows = skip ? -1 : ld_volatile(p.scatterTokens);
+    sRows = rows < 0 ? -1 : rows < p.scatterRows ? rows : p.scatterRows;
+  }
+  __syncthreads();
+  const i64 rows = sRows;
+  if (blockIdx.x == 0 && threadIdx.x == 0) xs_index(p.scratch, W)[0] = rows < 0 ? -1 : rows * p.rowBytes;
+  if (rows <= 0) return;
+  const PlanArrays plan = plan_arrays(p.plan, W);
+  const i64 n = (i64)W * E, entries = rows * p.scatterTopk, sent = plan_word(p.plan + 8);
+  for (i64 j = (i64)blockIdx.x * blockDim.x + threadIdx.x; j < entries; j += (i64)gridDim.x * blockDim.x) {
+    const i64 s = p.scatterSlots[j];
+    u64 d = 0;
+    if (s >= 0 && s < sent) {
+      const i64 c = x_chunk_at(plan.cum, n, 1, s);
+      d = (u64)__ldg((const u64*)p.outPeers + c / E) + (u64)((plan_word(plan.dst + c) + s - plan_word(plan.cum + c)) * p.rowBytes);
+    }
+    p.scatterDests[j] = d;
+  }
+}
+
+// Its K destinations at a time from the table (one 32-byte sector); six blocks an SM: with eight
+// (32 registers) the loop spilled.
+#define XS_SCATTER_BATCH 4
+// Block b copies input bytes [b * slice, (b + 1) * slice), a 16-byte word a thread, to each of the
+// word's row's destinations; slices a grid's stride on after it (a grid under an SM budget). The
+// first word is read before the gate. The host launches it for 16-byte rows, an aligned input and under 4 GiB of
+// input rows (32-bit quotients, as x_copy_slices_gather's).
+extern "C" __global__ void __launch_bounds__(XS_THREADS, 6) x_copy_scatter(const XParams p) {
+  const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice, rb = p.rowBytes;
+  i64 x = (i64)blockIdx.x * slice + 16 * (i64)threadIdx.x;
+  // Only rows that send are read early: the grid covers the slots' rows, and a group sized for
+  // 4096 tokens called with one read all 4096 (a 1-token dispatch 38 -> 176 µs, docs/perf.md). The
+  // count was written before the exchange ahead of this copy had finished (the token group's route).
+  const i64 routed = __ldg(p.scatterTokens), rows = routed < p.scatterRows ? routed : p.scatterRows;
+  const bool early = x + 16 <= rows * rb;
+  uint4 word;
+  if (early) word = ld_stream((const uint4*)(p.input + x));
+  pdl_wait();     // x_scatter_index has finished
+  pdl_release();  // x_done_open may wait in a slot beside us
+  const i64 total = __ldg(xs_index(p.scratch, p.world));
+  const int K = (int)p.scatterTopk;
+  for (bool first = true; x < total; x += step, first = false) {
+    if (!(first && early)) word = ld_stream((const uint4*)(p.input + x));
+    const u32 t = (u32)x / (u32)rb;
+    const u64 off = (u64)(x - (i64)t * rb);
+    const u64* dests = p.scatterDests + (i64)t * K;
+    for (int k0 = 0; k0 < K; k0 += XS_SCATTER_BATCH) {
+      u64 d[XS_SCATTER_BATCH];
+#pragma unroll
+      for (int i = 0; i < XS_SCATTER_BATCH; ++i) d[i] = k0 + i < K ? __ldg(dests + k0 + i) : 0;
+#pragma unroll
+      for (int i = 0; i < XS_SCATTER_BATCH; ++i)
+        if (d[i] != 0) *(uint4*)(d[i] + off) = word;
+    }
+  }
+}

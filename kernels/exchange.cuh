@@ -43,6 +43,12 @@ struct XParams {
   i64 gridBytes;           // 176: x_copy_slices: the send bytes its grid was sized for (a dispatch reads early up to there)
   i64 gatherInputRows;     // 184: with gatherRows: the rows the input holds (x_copy_slices_gather's early reads stay below)
   i64 callPlan;            // 192: the plan agreement word of x_exchange and x_fused: 0 a direct call, -1 a plan's exchange
+  // x_scatter_index and x_copy_scatter (moe.ts SCATTER): a gathered dispatch read row by row of its input.
+  const int* scatterSlots;  // 200: int32 [scatterRows][scatterTopk]: each (row, k)'s send row, -1 none
+  u64* scatterDests;        // 208: u64 [scatterRows][scatterTopk]: where each (row, k)'s send row lands, 0 none
+  const i64* scatterTokens; // 216: int64 [1]: the input rows this call sends from (read when it runs)
+  i64 scatterTopk;          // 224
+  i64 scatterRows;          // 232: the rows that may send (the host's bound), within the slots and the input
 };
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scratch) == 56, "XParams.scratch");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, laneOffset) == 64, "XParams.laneOffset");
@@ -56,7 +62,9 @@ A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherRows) == 168, "XParams.gathe
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gridBytes) == 176, "XParams.gridBytes");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, gatherInputRows) == 184, "XParams.gatherInputRows");
 A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, callPlan) == 192, "XParams.callPlan");
-A2AV_LAYOUT_CHECK(sizeof(XParams) == 200, "XParams: X_PARAMS_BYTES");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scatterSlots) == 200, "XParams.scatterSlots");
+A2AV_LAYOUT_CHECK(__builtin_offsetof(XParams, scatterRows) == 232, "XParams.scatterRows");
+A2AV_LAYOUT_CHECK(sizeof(XParams) == 240, "XParams: X_PARAMS_BYTES");
 
 // The send bytes a slice-grid dispatch may read before its index (x_copy_slices): its input, or
 // the bytes its grid was sized for where fewer (a larger input may hold far more than is sent).

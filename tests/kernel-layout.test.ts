@@ -97,6 +97,7 @@ describe('kernel structures mirrored in TypeScript', () => {
       input: 1n, outPeers: 2n, splits: 3n, outSplitsOffsets: 4n, padPeers: 5n, pad: 6n, plan: 7n, scratch: 8n, laneOffset: 9,
       rowBytes: 10, outId: 11, inRows: 12, outRows: 13, timeoutNs: 14n, align: 15, kind: 16, experts: 17, rank: 18, world: 19, splitByPeer: 2,
       input2: 20n, outPeers2: 21n, rowBytes2: 22, gatherRows: 23n, sliceSpanLog2: 24, gridBytes: 25, gatherInputRows: 26, callPlan: -1,
+      scatterSlots: 27n, scatterDests: 28n, scatterTokens: 29n, scatterTopk: 30, scatterRows: 31,
     });
     const at = new Map<string, number>();
     for (const m of exchange.matchAll(/A2AV_LAYOUT_CHECK\(__builtin_offsetof\(XParams, (\w+)\) == (\d+)/g)) at.set(m[1], Number(m[2]));
@@ -114,6 +115,9 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(view.getBigInt64(at.get('gridBytes')!, true), 25n);
     assert.equal(view.getBigInt64(at.get('gatherInputRows')!, true), 26n);
     assert.equal(view.getBigInt64(at.get('callPlan')!, true), -1n);
+    assert.equal(view.getBigUint64(at.get('scatterSlots')!, true), 27n);
+    assert.deepEqual([8, 16, 24].map((d) => view.getBigInt64(at.get('scatterSlots')! + d, true)), [28n, 29n, 30n]);
+    assert.equal(view.getBigInt64(at.get('scatterRows')!, true), 31n);
   });
 
   test('pad layout: the headers compiled for the host give the offsets layout.ts computes', (t) => {

@@ -234,6 +234,24 @@ export interface Companion {
 export const GATHER = Symbol('a2av.gather');
 
 /**
+ * Internal, cuda only, with GATHER on a dispatch: the same rows named from the input's side, so
+ * that where every rank shares one GPU each input row is read once and stored at each of its send
+ * rows' places (x_copy_scatter) rather than read again for each send row. `slots`: int32
+ * [rows][topk], each (row, k)'s send row or -1 (every send row named once); `dests`: u64
+ * [rows][topk], the call's scratch for where they land; `tokens`: int64 [1], the input rows that
+ * send this call, read when it runs; `rows`: as many at most, known on the host (the grid is sized
+ * by them). Elsewhere ignored (GATHER alone then serves).
+ */
+export const SCATTER = Symbol('a2av.scatter');
+export interface Scatter {
+  slots: DeviceBuffer;
+  dests: DeviceBuffer;
+  tokens: DeviceBuffer;
+  topk: number;
+  rows: number;
+}
+
+/**
  * Internal, cuda only: a 2-D call whose data the caller moves itself, between the exchange's
  * agreement (every rank has reached the call, so what it wrote before is there to read) and its
  * completion (no rank goes on before every rank is done): `launch` queues that work on the call's

@@ -40,6 +40,8 @@ export interface TokenBuffers {
    */
   send?: DeviceBuffer;
   rowOf?: DeviceBuffer;
+  /** With rowOf: u64 [tokenCap][K], the exchange's scratch for where each entry's row lands (backend.ts SCATTER). */
+  dests?: DeviceBuffer;
   sendMeta: DeviceBuffer;
   /** Symmetric [recvRows][metaBytes]: the metadata received. */
   recvMeta: DeviceBuffer;

@@ -11,7 +11,7 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { BETWEEN, COMPANION, GATHER, ON_REPLAY, ONE_GPU_FUSED, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { BETWEEN, COMPANION, GATHER, ON_REPLAY, ONE_GPU_FUSED, SCATTER, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { checkArgsObject } from '../collectives/check.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
@@ -72,7 +72,7 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
     routeTokens: local(8),
     metaOso: local(16 * n),
     combineOso: local(16 * n),
-    ...(gathers ? { rowOf: local(4 * s.sendRows) } : { send: local(s.sendRows * s.rowBytes) }),
+    ...(gathers ? { rowOf: local(4 * s.sendRows), dests: local(8 * s.tokenCap * s.topk) } : { send: local(s.sendRows * s.rowBytes) }),
     sendMeta: local(s.sendRows * s.metaBytes),
     recvMeta: await comm.allocSymmetric(s.recvRows * s.metaBytes),
     // Symmetric: a pulling combine reads where its rows landed in each peer's (compute.ts pullFrom).
@@ -185,7 +185,8 @@ class TokenGroup implements MoeGroup {
     const parts: Handle[] = [];
     if (comm.backend === 'cuda') {
       // The metadata rides along the rows' exchange (one launch); the rows from x through rowOf, or from send.
-      const from = b.rowOf ? { input: a.x, [GATHER]: b.rowOf } : { input: b.send! };
+      // On one GPU each x row is read once for all its send rows (SCATTER: the slots name them).
+      const from = b.rowOf ? { input: a.x, [GATHER]: b.rowOf, [SCATTER]: { slots: b.slot, dests: b.dests!, tokens: b.routeTokens, topk: sh.topk, rows: p.tokenCap } } : { input: b.send! };
       parts.push(comm.allToAllV2d(Object.assign({ ...rows, ...from }, { [COMPANION]: meta, [ONE_GPU_FUSED]: sh.sendRows * sh.rowBytes < DISPATCH_FUSED_BELOW })));
     } else {
       parts.push(comm.allToAllV2d({ ...rows, input: b.send! }));

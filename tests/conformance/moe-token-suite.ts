@@ -58,6 +58,15 @@ export const moeTokenSuite: Case[] = [
     arg: job('compact', 32, 8, 48, 1, 1024, 32, 4),
     only: { backend: 'cuda', why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
   },
+  // Past x_fused at W = 8 on one GPU (rows out past 4 MiB a rank): each x row read once for all its
+  // send rows (x_copy_scatter), top-8 in two batches of the table.
+  ...(['expanded', 'compact'] as const).map((layout) => ({
+    name: `MoE tokens W=8 on one GPU, ${layout}, rows of 14336 B past x_fused: 256 experts, top-8, up to 100 tokens`,
+    fn: 'moeTokens',
+    ranks: 8,
+    arg: job(layout, 32, 8, 100, layout === 'expanded' ? 4 : 1, 14336, 8, 2),
+    only: { backend: 'cuda' as const, why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
+  })),
   // y in symmetric memory: on cuda with every rank on one GPU each combine reads the expert outputs where they lie.
   ...([
     [1, job('expanded', 4, 2, 9, 1, 16, 3, 5)],

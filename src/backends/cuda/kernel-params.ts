@@ -43,7 +43,7 @@ export function writeA2avParams(v: DataView, p: A2avParams): void {
 }
 
 // Writes struct XParams (kernels/exchange.cuh).
-export const X_PARAMS_BYTES = 200;
+export const X_PARAMS_BYTES = 240;
 
 export interface XParams {
   input: bigint;
@@ -83,6 +83,15 @@ export interface XParams {
   gatherInputRows?: number;
   /** The call's plan agreement word (kernels/config.cuh, round 1's header): 0 a direct call (the default), -1 a plan's exchange; a move's comes from its plan. */
   callPlan?: number;
+  /** x_scatter_index and x_copy_scatter (backend.ts SCATTER): int32 [scatterRows][scatterTopk], each (row, k)'s send row; 0n: none. */
+  scatterSlots?: bigint;
+  /** u64 [scatterRows][scatterTopk]: where each (row, k)'s send row lands (x_scatter_index writes it). */
+  scatterDests?: bigint;
+  /** int64 [1]: the input rows the call sends from, read when it runs. */
+  scatterTokens?: bigint;
+  scatterTopk?: number;
+  /** The rows the slots and the input both hold. */
+  scatterRows?: number;
 }
 
 export function writeXParams(v: DataView, p: XParams): void {
@@ -114,6 +123,11 @@ export function writeXParams(v: DataView, p: XParams): void {
   v.setBigInt64(176, BigInt(p.gridBytes ?? 0), true);
   v.setBigInt64(184, BigInt(p.gatherInputRows ?? 0), true);
   v.setBigInt64(192, BigInt(p.callPlan ?? 0), true);
+  v.setBigUint64(200, p.scatterSlots ?? 0n, true);
+  v.setBigUint64(208, p.scatterDests ?? 0n, true);
+  v.setBigUint64(216, p.scatterTokens ?? 0n, true);
+  v.setBigInt64(224, BigInt(p.scatterTopk ?? 0), true);
+  v.setBigInt64(232, BigInt(p.scatterRows ?? 0), true);
 }
 
 // Writes struct ArParams (kernels/all-reduce.cuh).

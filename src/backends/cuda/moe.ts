@@ -3,7 +3,7 @@
 // else x_exchange + x_copy + x_done; a plan's exchange x_exchange + x_done, a move x_check +
 // x_copy + x_done. Each is one call on the lane (its last kernel numbers it), so handles, records,
 // replays and timeouts work as for allToAllV.
-import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, type Between, type Companion, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
+import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, SCATTER, type Between, type Companion, type Scatter, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
@@ -61,6 +61,8 @@ export interface Payload {
   companion?: Companion;
   /** int32 [send rows]: where each send row is in the input (backend.ts GATHER). */
   gather?: GpuBuffer;
+  /** With `gather`: the same rows from the input's side (backend.ts SCATTER). */
+  scatter?: Scatter;
   /** The caller's work in place of the copy (backend.ts BETWEEN). */
   between?: Between;
 }
@@ -89,7 +91,7 @@ export function rowsOf(a: { input: DeviceBuffer; output: DeviceBuffer; rowBytes:
   return { inRows: Math.min(own.inRows, other.inRows), outRows: Math.min(own.outRows, other.outRows) };
 }
 
-type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [ONE_GPU_FUSED]?: boolean; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer; [BETWEEN]?: Between };
+type PayloadArgs = { input: DeviceBuffer; output: DeviceBuffer; rowBytes: number; maxBlocks?: number; sizeHintBytes?: number; [ONE_GPU_FUSED]?: boolean; [COMPANION]?: Companion; [GATHER]?: DeviceBuffer; [SCATTER]?: Scatter; [BETWEEN]?: Between };
 export function payloadOf(a: PayloadArgs): Payload {
   const companion = a[COMPANION];
   if (companion !== undefined && (companion.rowBytes < 1 || (companion.output as GpuBuffer).peerTable === 0n)) {
@@ -97,7 +99,13 @@ export function payloadOf(a: PayloadArgs): Payload {
   }
   const between = a[BETWEEN];
   if (between !== undefined && (a.input as GpuBuffer).peerTable === 0n) throw new UsageError('a call whose data the caller moves needs a symmetric input');
-  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, oneGpuFused: a[ONE_GPU_FUSED], companion, gather: a[GATHER] as GpuBuffer | undefined, between };
+  return { input: a.input as GpuBuffer, output: a.output as GpuBuffer, rowBytes: a.rowBytes, maxBlocks: a.maxBlocks, sizeHintBytes: a.sizeHintBytes, oneGpuFused: a[ONE_GPU_FUSED], companion, gather: a[GATHER] as GpuBuffer | undefined, scatter: a[GATHER] !== undefined ? a[SCATTER] : undefined, between };
+}
+
+/** x_scatter_index's and x_copy_scatter's parameters: the rows that may send, within what the slots and the input hold. */
+function scatterParams(sc: Scatter, input: GpuBuffer, rowBytes: number): Required<Pick<XParams, 'scatterSlots' | 'scatterDests' | 'scatterTokens' | 'scatterTopk' | 'scatterRows'>> {
+  const rows = Math.min(sc.rows, Math.floor(input.bytes / rowBytes), Math.floor(sc.slots.bytes / (4 * sc.topk)), Math.floor(sc.dests.bytes / (8 * sc.topk)));
+  return { scatterSlots: (sc.slots as GpuBuffer).ptr, scatterDests: (sc.dests as GpuBuffer).ptr, scatterTokens: (sc.tokens as GpuBuffer).ptr, scatterTopk: sc.topk, scatterRows: rows };
 }
 
 /** The bytes a call's data grid is sized for: its input (through a gather table, the table's rows), or the hint when smaller. */
@@ -136,6 +144,13 @@ const GATHER_SLICES = !probeSwitch('A2AV_PROBE_X_COPY_GATHER');
  * A2AV_PROBE_DEFINES=A2AV_PROBE_X_PLAIN (a probe's) launches them plainly, for a same-run comparison.
  */
 const SLICES_EARLY = !probeSwitch('A2AV_PROBE_X_PLAIN');
+/**
+ * Gathered dispatches on one GPU read each input row once and store it at each of its send rows'
+ * places (x_scatter_index, x_copy_scatter) where the caller names the rows from the input's side
+ * (backend.ts SCATTER): docs/perf.md "Token dispatch read once a token". A2AV_PROBE_DEFINES=A2AV_PROBE_X_NO_SCATTER
+ * (a probe's) keeps them on x_copy_slices_gather, for a same-run comparison.
+ */
+const SCATTERS = !probeSwitch('A2AV_PROBE_X_NO_SCATTER');
 
 /**
  * x_copy_slices' index span (kernels/exchange.cuh XS_INDEX_ENTRIES): the least power of two, from
@@ -159,7 +174,7 @@ export class MoeCalls {
   readonly #host: MoeHost;
   readonly #module: KernelModule;
   readonly #launcher: StructLauncher;
-  readonly #fns: Record<'exchange' | 'check' | 'copy' | 'copyGather' | 'sliceIndex' | 'slices' | 'slicesGather' | 'done' | 'doneOpen' | 'fused' | 'fusedGather', KernelFunction>;
+  readonly #fns: Record<'exchange' | 'check' | 'copy' | 'copyGather' | 'sliceIndex' | 'slices' | 'slicesGather' | 'scatterIndex' | 'copyScatter' | 'done' | 'doneOpen' | 'fused' | 'fusedGather', KernelFunction>;
   readonly #scratch = new Map<CudaLane, bigint>();
   /** A2AV_MOE_FUSED=0: every call as x_exchange + x_copy + x_done (to compare the two). */
   readonly #fused = moeFusedOn();
@@ -192,6 +207,8 @@ export class MoeCalls {
       sliceIndex: module.fn('x_slice_index'),
       slices: module.fn('x_copy_slices'),
       slicesGather: module.fn('x_copy_slices_gather'),
+      scatterIndex: module.fn('x_scatter_index'),
+      copyScatter: module.fn('x_copy_scatter'),
       done: module.fn('x_done'),
       doneOpen: module.fn('x_done_open'),
       fused: module.fn('x_fused'),
@@ -362,6 +379,7 @@ export class MoeCalls {
       rowBytes2: payload.companion?.rowBytes ?? 0,
       gatherRows: payload.gather?.ptr ?? 0n,
       gatherInputRows: payload.gather && payload.input ? Math.floor(payload.input.bytes / payload.rowBytes) : 0,
+      ...(payload.scatter && payload.input ? scatterParams(payload.scatter, payload.input, payload.rowBytes) : {}),
     };
   }
 
@@ -399,6 +417,10 @@ export class MoeCalls {
     // 4 GiB of table rows (its quotients are 32-bit); else x_copy_gather.
     const gathered = GATHER_SLICES && payload.gather !== undefined && params.kind === ExchangeKind.dispatch && (payload.gather.bytes / 4) * payload.rowBytes < 2 ** 32;
     const slices = this.#sliceGrid() && aligned && (!payload.gather || gathered);
+    // Read from the input's side (x_copy_scatter): its quotients are 32-bit too.
+    const sc = payload.scatter;
+    const scatterRows = sc && payload.input ? scatterParams(sc, payload.input, payload.rowBytes).scatterRows : 0;
+    const scatters = SCATTERS && slices && gathered && scatterRows * payload.rowBytes < 2 ** 32;
     writeXParams(launcher.view, slices ? { ...params, sliceSpanLog2: sliceSpanLog2(bytes), gridBytes: bytes } : params);
     const device = this.#host.device;
     // The slice grid's kernels are launched early, each behind the one before, and its x_done lets
@@ -413,6 +435,11 @@ export class MoeCalls {
         const threads = Math.min(1024, 32 * Math.ceil(this.#host.worldSize / 32));
         if (early) launcher.launchEarly(1, threads, stream, 0, this.#fns.doneOpen, true);
         else launcher.launch(1, threads, stream, 0, this.#fns.done);
+      } else if (scatters) {
+        // Each (row, k)'s place (a thread an entry), then a block a slice of the input (kernels/exchange-slices.cuh).
+        const budget = payload.maxBlocks ?? Infinity;
+        go(Math.max(1, Math.min(budget, Math.ceil((scatterRows * sc!.topk) / SLICE_THREADS))), SLICE_THREADS, this.#fns.scatterIndex);
+        go(Math.max(1, Math.min(budget, Math.ceil((scatterRows * payload.rowBytes) / SLICE_BYTES))), SLICE_THREADS, this.#fns.copyScatter);
       } else if (slices) {
         // The index (a warp a chunk), then a block two slices (kernels/exchange-slices.cuh).
         const chunks = this.#host.worldSize * params.experts;
