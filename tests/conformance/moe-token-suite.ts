@@ -86,6 +86,13 @@ export const moeTokenSuite: Case[] = [
     only: { backend: 'cuda' as const, why: 'W=8 on one GPU: too many threads for CI\'s two cores on cpu, too many GPUs for nccl' },
   })),
   { name: 'MoE tokens graph replay W=2, expanded: new ids, rows and device token count each launch', fn: 'moeTokenReplay', ranks: 2, arg: job('expanded', 3, 2, 8, 4, 12, 3, 5) },
+  // Rows out past 4 MiB: on one GPU the replayed dispatch reads each x row once (x_copy_scatter) up to the device count.
+  ...(['expanded', 'compact'] as const).map((layout) => ({
+    name: `MoE tokens graph replay W=2, ${layout}, rows of 14336 B past x_fused: new ids, rows and device token count each launch`,
+    fn: 'moeTokenReplay',
+    ranks: 2,
+    arg: job(layout, 4, 3, 100, layout === 'expanded' ? 4 : 1, 14336, 3, 3),
+  })),
   { name: 'MoE tokens graph replay W=2, expanded, y symmetric (on one GPU the combine reads it in place)', fn: 'moeTokenReplay', ranks: 2, arg: { ...job('expanded', 3, 2, 8, 4, 12, 3, 5), symmetricY: true } },
   { name: 'MoE tokens graph replay W=3, compact: new ids, rows and device token count each launch', fn: 'moeTokenReplay', ranks: 3, arg: job('compact', 2, 3, 6, 1, 9, 2, 5) },
   ...([
