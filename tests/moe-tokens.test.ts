@@ -55,7 +55,7 @@ describe('MoE token kernels', () => {
 
 describe('MoE token group with the kernels compiled for the host (cpu backend)', () => {
   // Small ones: every kernel runs in a host thread per GPU thread where it syncs.
-  const picked = ['MoE tokens W=2, expanded', 'MoE tokens W=3, compact', 'MoE tokens graph replay W=2', 'MoE tokens errors W=2', 'MoE tokens errors W=3'];
+  const picked = ['MoE tokens W=2, expanded', 'MoE tokens W=3, compact', 'MoE tokens graph replay W=2, expanded: new ids', 'MoE tokens errors W=2', 'MoE tokens errors W=3'];
   // (y symmetric changes nothing here: the host build names no peer's buffers, so combine never pulls.)
   const found = suite.filter((c) => picked.some((p) => c.name.startsWith(p)) && !c.name.includes('y symmetric'));
   test('the cases are there', () => assert.equal(found.length, picked.length));
