@@ -269,7 +269,8 @@ program
     'a line per backend (and op, and file) and the same-run reference dashed, each named at its right end')
   .argument('<results.json...>', 'bench results; several are drawn together, their differences (splits, ranks...) in the line names')
   .requiredOption('-o, --output <file.svg>', 'the SVG file to write')
-  .action((files: string[], flags: { output: string }) => plot(files, flags.output));
+  .addOption(new Option('--time <which>', 'the measured lines\' times: eager (each call launched from the host), or graph (cuda: the calls replayed from a CUDA graph, at the sizes bench timed so; the references stay eager)').choices(['eager', 'graph']).default('eager'))
+  .action((files: string[], flags: { output: string; time: 'eager' | 'graph' }) => plot(files, flags.output, flags.time));
 
 program
   .command('launch')
@@ -570,12 +571,12 @@ async function eachBackend<R>(names: readonly BackendName[], run: (backend: Back
   return results;
 }
 
-async function plot(files: string[], output: string): Promise<void> {
+async function plot(files: string[], output: string, timing: 'eager' | 'graph'): Promise<void> {
   const { checkOutput, readResultFile, writePlot } = await import('./plot/index.js');
   checkOutput(output);
   const twice = files.find((f, i) => files.findIndex((g) => resolve(g) === resolve(f)) !== i);
   if (twice !== undefined) fail(`${twice} is given twice: its lines would be drawn on each other`);
-  await writePlot(files.map(readResultFile), output);
+  await writePlot(files.map(readResultFile), output, timing);
 }
 
 /**

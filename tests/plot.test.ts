@@ -162,6 +162,30 @@ describe('a2av plot', () => {
     }
   });
 
+  test('graph times: the measured lines at the sizes replayed from a graph, the references eager; none anywhere is refused', { skip: noLibraries }, async () => {
+    // cuda replayed 1 and 2 MiB from a graph (not 4); nccl has no graph at all.
+    const result = synthetic();
+    result.rows = result.rows.map((r) => (r.backend === 'cuda' && r.bytes <= 2 * MiB ? { ...r, graphUs: r.timeUs / 2 } : r));
+    const chart = chartOf([{ source: 'g.json', result }], 'graph');
+    assert.equal(chart.timing, 'graph');
+    assert.deepEqual(chart.series.map((s) => s.label), ['cuda', 'peer-copy ref']);
+    assert.deepEqual(chart.series[0].points.map((p) => p.bytes), [MiB, 2 * MiB]);
+    const eagerRow = result.rows.find((r) => r.backend === 'cuda' && r.bytes === MiB)!;
+    assert.equal(chart.series[0].points[0].gbps, MiB / (eagerRow.timeUs / 2) / 1e3);
+    assert.equal(chart.series[1].points.length, 3, 'the reference keeps every size, eager');
+    assert.deepEqual(chartOf([{ source: 'g.json', result }]).series.map((s) => s.points.length), [3, 4, 3]);
+    const svg = await renderSvg(chart);
+    assert.match(svg, /CUDA graph replays\); dashed: the same-run reference, eager/);
+    assert.deepEqual(linePaths(svg).map((l) => [l.label, l.points]), [['peer-copy ref', 3], ['cuda', 2]]);
+    assert.throws(() => chartOf([{ source: 'e.json', result: synthetic() }], 'graph'), (err: unknown) => err instanceof UsageError && /^e\.json: no graph times/.test(err.message));
+    const file = join(dir, 'eager-only.json');
+    writeFileSync(file, JSON.stringify(synthetic()));
+    const refused = plotCli(file, '--time', 'graph', '-o', join(dir, 'g.svg'));
+    assert.notEqual(refused.status, 0);
+    assert.equal(refused.stderr.trim().split('\n').length, 1, refused.stderr);
+    assert.match(refused.stderr, /no graph times/);
+  });
+
   test('bad input is a usage error that names the file', () => {
     assert.throws(() => parseResult('{"hello": 1}', 'x.json'), (err: unknown) => err instanceof UsageError && /^x\.json: not an a2av bench result/.test(err.message));
     assert.throws(() => parseResult(JSON.stringify({ ...synthetic(), rows: [] }), 'e.json'), /^UsageError: e\.json: no rows/);

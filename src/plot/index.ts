@@ -3,10 +3,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { UsageError } from '../errors.js';
 import { checkWritable } from '../output-file.js';
 import { renderSvg } from './render.js';
-import { chartOf, parseResult, type PlotInput } from './series.js';
+import { chartOf, parseResult, type PlotInput, type Timing } from './series.js';
 
 export { loadPlotLibraries } from './render.js';
-export type { PlotInput } from './series.js';
+export type { PlotInput, Timing } from './series.js';
 
 /** Reads a result file; a missing or unreadable one is a usage error naming it. */
 export function readResultFile(path: string): PlotInput {
@@ -28,9 +28,9 @@ export function checkOutput(outPath: string): void {
   checkWritable(outPath);
 }
 
-/** Renders the inputs' chart and writes it to `outPath`. */
-export async function writePlot(inputs: readonly PlotInput[], outPath: string): Promise<void> {
-  const svg = await renderSvg(chartOf(inputs));
+/** Renders the inputs' chart (their eager or graph times) and writes it to `outPath`. */
+export async function writePlot(inputs: readonly PlotInput[], outPath: string, timing: Timing = 'eager'): Promise<void> {
+  const svg = await renderSvg(chartOf(inputs, timing));
   try {
     writeFileSync(outPath, svg);
   } catch (err) {

@@ -29,8 +29,16 @@ export interface Series {
 export interface Chart {
   /** What every line has in common: device, ranks, splits, row bytes, date. */
   title: string;
+  /** Which time the measured lines show: eager calls, or the calls replayed from a CUDA graph. */
+  timing: Timing;
   series: Series[];
 }
+
+/**
+ * eager: each call launched from the host (every size has it); graph: back-to-back calls replayed
+ * from a CUDA graph (cuda, the sizes bench timed that way), device time without the host's launches.
+ */
+export type Timing = 'eager' | 'graph';
 
 /** What a2av plot draws, for its errors. */
 const DRAWS = "a2av plot draws only the all-to-all sweeps of 'a2av bench --json' (--op alltoallv, dispatch, combine, roundtrip)";
@@ -100,8 +108,14 @@ const FIELDS: { name: string; value(r: BenchResult): string }[] = [
  * the same-run reference of each backend that has one. Several inputs: what tells them apart goes
  * into the labels (their splits, ranks... or, when nothing in the JSON does, the file name).
  */
-export function chartOf(inputs: readonly PlotInput[]): Chart {
+export function chartOf(inputs: readonly PlotInput[], timing: Timing = 'eager'): Chart {
   if (inputs.length === 0) throw new UsageError('no bench results to plot');
+  // A graph line has the sizes bench replayed from a graph; the references stay eager (a copy is
+  // one launch either way).
+  const timeOf = timing === 'graph' ? (r: BenchRow) => r.graphUs : (r: BenchRow) => r.timeUs;
+  if (timing === 'graph' && !inputs.some((i) => i.result.rows.some((r) => isPositive(r.graphUs)))) {
+    throw new UsageError(`${inputs.map((i) => i.source).join(', ')}: no graph times (graphUs) to plot: bench replays calls from a CUDA graph on cuda only, at the sizes up to its graph bound; plot the eager times (--time eager)`);
+  }
   const shared = FIELDS.filter((f) => new Set(inputs.map((i) => f.value(i.result))).size === 1);
   const differing = FIELDS.filter((f) => !shared.includes(f) && f.name !== 'date');
   const tags = distinctTags(inputs.map((input) => differing.map((f) => f.value(input.result))), inputs.map((i) => i.source));
@@ -114,7 +128,8 @@ export function chartOf(inputs: readonly PlotInput[]): Chart {
     const refs: Series[] = [];
     for (const [backend, rows] of byBackend) {
       const colourOf = series.filter((s) => !s.reference).length;
-      series.push({ label: `${backend}${tag}`, reference: false, colourOf, points: pointsOf(rows, (r) => r.timeUs) });
+      const timed = rows.filter((r) => isPositive(timeOf(r)));
+      if (timed.length > 0) series.push({ label: `${backend}${tag}`, reference: false, colourOf, points: pointsOf(timed, timeOf) });
       const refRows = rows.filter((r) => isPositive(r.refUs));
       if (refRows.length === 0) continue;
       const kinds = [...new Set(refRows.map((r) => r.ref ?? 'copy'))].join('/');
@@ -123,7 +138,7 @@ export function chartOf(inputs: readonly PlotInput[]): Chart {
     series.push(...refs);
   }
   const title = `a2av bench: ${shared.map((f) => f.value(inputs[0].result)).filter((v) => v !== '').join(', ')}`;
-  return { title, series };
+  return { title, timing, series };
 }
 
 /**
