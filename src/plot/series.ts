@@ -84,7 +84,7 @@ export function parseResult(text: string, source: string): BenchResult {
   try {
     value = JSON.parse(text);
   } catch (err) {
-    throw new UsageError(`${source}: not JSON (${(err as Error).message}); want the output of 'a2av bench --json'`);
+    throw new UsageError(`${source}: not JSON (${(err as Error).message.replace(/\s*\n\s*/g, ' ')}); want the output of 'a2av bench --json'`);
   }
   return checkResult(value, source);
 }

@@ -22,6 +22,11 @@ export async function allGather(a: AllGatherArgs): Promise<Uint8Array[]> {
   const deadline = Date.now() + a.timeoutMs;
   const out: Uint8Array[] = [];
   for (let r = 0; r < a.worldSize; r++) {
+    // Its own value is known: a read of it past the deadline would blame this rank for its peers.
+    if (r === a.rank) {
+      out.push(a.value);
+      continue;
+    }
     try {
       out.push(await a.store.get(`${a.key}/${r}`, Math.max(1, deadline - Date.now())));
     } catch (err) {
