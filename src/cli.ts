@@ -119,9 +119,11 @@ const version = (JSON.parse(readFileSync(new URL('../../package.json', import.me
 
 function integer(min: number, max = Number.MAX_SAFE_INTEGER, why = '') {
   return (text: string): number => {
+    if (!/^\d+$/.test(text.trim())) throw new InvalidArgumentError(`expected an integer >= ${min}`);
+    // Digits past 2^53 - 1 are an integer too, only too large: said so, not "expected an integer".
     const n = Number(text);
-    if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(n) || n < min) throw new InvalidArgumentError(`expected an integer >= ${min}`);
     if (n > max) throw new InvalidArgumentError(`expected an integer <= ${max}${why}`);
+    if (n < min) throw new InvalidArgumentError(`expected an integer >= ${min}`);
     return n;
   };
 }
