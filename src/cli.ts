@@ -128,6 +128,24 @@ function integer(min: number, max = Number.MAX_SAFE_INTEGER, why = '') {
   };
 }
 
+/**
+ * A list option's comma-separated items, trimmed. An empty item (`1,,2`, a trailing comma) is
+ * refused by its place, not read: Number('') is 0, and "got 0" would name a value never typed.
+ */
+function listItems(text: string, what: string): string[] {
+  const items = text.split(',').map((t) => t.trim());
+  const empty = items.indexOf('');
+  if (empty >= 0) throw new InvalidArgumentError(`item ${empty + 1} of '${text}' is empty: give ${what} separated by single commas`);
+  return items;
+}
+
+/** Refuses a list naming an item twice: the run would measure it twice (or, for --backend, compare it with itself). */
+function once<T>(items: T[], noun: string): T[] {
+  const twice = items.find((t, i) => items.indexOf(t) !== i);
+  if (twice !== undefined) throw new InvalidArgumentError(`${noun} ${twice} is named twice`);
+  return items;
+}
+
 /** Seeds: the split layouts and the pipeline's data are drawn from 32 bits, so a larger seed would repeat a smaller one's. */
 const seedInteger = integer(0, 2 ** 32 - 1, ' (layouts and data are drawn from a 32-bit seed)');
 
@@ -298,19 +316,17 @@ function rankList(text: string): number[] {
 }
 
 function armList(text: string): Arm[] {
-  const names = text.split(',').map((n) => n.trim());
+  const names = listItems(text, 'arms');
   const odd = names.find((n) => !(ARMS as readonly string[]).includes(n));
   if (odd !== undefined) throw new InvalidArgumentError(`unknown arm '${odd}' (choose from ${ARMS.join(', ')})`);
-  if (new Set(names).size !== names.length) throw new InvalidArgumentError('an arm is named twice');
-  return names as Arm[];
+  return once(names, 'arm') as Arm[];
 }
 
 function backends(text: string): BackendName[] {
-  const names = text.split(',').map((n) => n.trim());
+  const names = listItems(text, 'backends');
   const odd = names.find((n) => !(BACKENDS as string[]).includes(n));
   if (odd !== undefined) throw new InvalidArgumentError(`unknown backend '${odd}' (choose from ${BACKENDS.join(', ')})`);
-  if (new Set(names).size !== names.length) throw new InvalidArgumentError('a backend is named twice');
-  return names as BackendName[];
+  return once(names, 'backend') as BackendName[];
 }
 
 /** --op's parser: the choices, and a pointer to the sub-command for an op that is one. */
@@ -434,10 +450,11 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
 }
 
 function countList(text: string): number[] {
-  const list = text.split(',').map((t) => Number(t.trim()));
-  const bad = list.find((t) => !Number.isSafeInteger(t) || t < 1);
-  if (bad !== undefined) throw new InvalidArgumentError(`counts are positive integers, got ${bad}`);
-  return list.sort((a, b) => a - b);
+  const items = listItems(text, 'token counts');
+  // Digits only: Number() would also read 0x10, 1e3 and 2.0.
+  const bad = items.find((t) => !/^\d+$/.test(t) || !Number.isSafeInteger(Number(t)) || Number(t) < 1);
+  if (bad !== undefined) throw new InvalidArgumentError(`token counts are whole numbers >= 1, got '${bad}'`);
+  return once(items.map(Number), 'token count').sort((a, b) => a - b);
 }
 
 async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> {
@@ -511,10 +528,10 @@ interface TuneFlags {
 }
 
 function threadList(text: string): number[] {
-  const list = text.split(',').map((t) => Number(t.trim()));
-  const bad = list.find((t) => !Number.isInteger(t) || t < 32 || t > 1024 || t % 32 !== 0);
+  const items = listItems(text, 'block sizes');
+  const bad = items.find((t) => !/^\d+$/.test(t) || Number(t) < 32 || Number(t) > 1024 || Number(t) % 32 !== 0);
   if (bad !== undefined) throw new InvalidArgumentError(`block sizes are multiples of 32 in [32, 1024], got ${bad}`);
-  return list;
+  return once(items.map(Number), 'block size');
 }
 
 async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {

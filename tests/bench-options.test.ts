@@ -79,6 +79,23 @@ describe('a2av bench: values refused up front', () => {
   });
 });
 
+describe('a2av bench: lists and options the run would not use', () => {
+  it('a list with an empty item names its place, not a 0 never typed; an item named twice is refused', () => {
+    const invalid = (option: string, value: string, why: string) => `option '${option}' argument '${value}' is invalid. ${why}`;
+    for (const [args, message] of [
+      [['--op', 'moe-dispatch', '--tokens', '1,,2'], invalid('--tokens <list>', '1,,2', "item 2 of '1,,2' is empty: give token counts separated by single commas")],
+      [['--op', 'moe-dispatch', '--tokens', '4,'], invalid('--tokens <list>', '4,', "item 2 of '4,' is empty: give token counts separated by single commas")],
+      [['--op', 'moe-dispatch', '--tokens', '2,2'], invalid('--tokens <list>', '2,2', 'token count 2 is named twice')],
+      // Number() would read these as 16 and 1000.
+      [['--op', 'moe-dispatch', '--tokens', '0x10'], invalid('--tokens <list>', '0x10', "token counts are whole numbers >= 1, got '0x10'")],
+      [['--op', 'moe-dispatch', '--tokens', '1e3'], invalid('--tokens <list>', '1e3', "token counts are whole numbers >= 1, got '1e3'")],
+      // bench() gives --backend cpu first: the last --backend given is the one read.
+      [['--backend', 'cpu,cpu'], invalid('--backend <names>', 'cpu,cpu', 'backend cpu is named twice')],
+      [['--backend', ',cpu'], invalid('--backend <names>', ',cpu', "item 1 of ',cpu' is empty: give backends separated by single commas")],
+    ] as const) refused([...args], message);
+  });
+});
+
 describe('a2av bench: a rank that fails', () => {
   it('is named once, whether or not its error names it', () => {
     // Past the group's top-k limit, which only the ranks check (the CLI checks topk against the experts).
