@@ -362,6 +362,12 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   if (flags.rowsPerExpert !== undefined && explicitSizes.length > 0) fail(`--rows-per-expert sets the size: leave out --${explicitSizes.join(' and --')}`);
   // n rows in every chunk is uniform splits: zipf would spread the same total unevenly, not n a chunk.
   if (flags.rowsPerExpert !== undefined && flags.splits !== 'uniform') fail(`--rows-per-expert gives every (peer, expert) chunk n rows (uniform splits): leave out --splits ${flags.splits}, or give --min/--max`);
+  // Uniform splits are the same whatever the seed: run as asked, it would change nothing, and the
+  // result (which names no seed for them) could not say it was given.
+  if (flags.splits === 'uniform' && cmd.getOptionValueSource('seed') === 'cli') {
+    const splits = cmd.getOptionValueSource('splits') === 'cli' ? '--splits uniform' : 'the default --splits uniform';
+    fail(`--seed only shapes zipf split layouts; ${splits} has none to shape: give --splits zipf, or leave out --seed`);
+  }
   const { names, ranks } = await backendsAndRanks(flags);
   // The budget binds cuda's kernels only: beside another backend the table would compare unlike calls.
   const unbound = names.filter((n) => n !== 'cuda');

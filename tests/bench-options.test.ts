@@ -94,6 +94,16 @@ describe('a2av bench: lists and options the run would not use', () => {
       [['--backend', ',cpu'], invalid('--backend <names>', ',cpu', "item 1 of ',cpu' is empty: give backends separated by single commas")],
     ] as const) refused([...args], message);
   });
+
+  it('--seed with uniform splits, which it would not change, is refused; zipf and the moe-* ops take it', () => {
+    const why = (splits: string) => `--seed only shapes zipf split layouts; ${splits} has none to shape: give --splits zipf, or leave out --seed`;
+    refused(['--seed', '7', '--max', '1M'], why('the default --splits uniform'));
+    refused(['--seed', '7', '--splits', 'uniform', '--op', 'combine', '--max', '1M'], why('--splits uniform'));
+    refused(['--seed', '7', '--op', 'dispatch', '--rows-per-expert', '2'], why('the default --splits uniform'));
+    const zipf = bench('--ranks', '2', '--seed', '7', '--splits', 'zipf', '--min', '64K', '--max', '64K', '--repeats', '1', '--iters', '1', '--json');
+    assert.equal(zipf.status, 0, zipf.stderr);
+    assert.equal(JSON.parse(zipf.stdout).seed, 7);
+  });
 });
 
 describe('a2av bench: a rank that fails', () => {
