@@ -257,7 +257,8 @@ benchCommand
   .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest buffer per rank').argParser(size).default(4096, '4K'))
-  .option('--max <size>', `largest buffer per rank (default: 256M on cuda and nccl, 16M on cpu)`, size)
+  .option('--max <size>', 'largest buffer per rank: sizes double from --min and stop at the last one not past it, said in a note ' +
+    '(default: 256M on cuda and nccl, 16M on cpu)', size)
   .addOption(new Option('--dtype <dtype>', 'element type').choices(['f32', 'bf16']).default('f32'))
   .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
@@ -272,7 +273,8 @@ program
     'to ship it. Sizes where the built-in heuristic is as fast get no entry')
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (smaller calls keep the heuristic)').argParser(size).default(parseSize(TUNE_MIN), TUNE_MIN))
-  .addOption(new Option('--max <size>', 'largest input per rank').argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
+  .addOption(new Option('--max <size>', 'largest input per rank: sizes double from --min and stop at the last one not past it, said in a note')
+    .argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
   .option('--row-bytes <size>', 'bytes per row, as --min takes them (16-byte multiples also try grid mode)', size, DEFAULT_ROW_BYTES)
   .option('--lanes <n>', "lanes of the communicator measured (default 2, init()'s): its plans apply to communicators with as many", integer(1))
   .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
@@ -377,6 +379,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const minBytes = stepBytes ?? flags.min;
   const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
   checkSizeRange(cmd, { min: minBytes, max: maxBytes, rowBytes: flags.rowBytes });
+  const asked = { bytes: maxBytes, name: boundName(cmd, 'max'), short: shortOfMax(cmd, minBytes, maxBytes, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`) };
   // Missing plot libraries, or a file that cannot be written, end the run before the sweep, not after it.
   const plotting = flags.plot === undefined ? undefined : await import('./plot/index.js');
   if (flags.plot !== undefined) plotting?.checkOutput(flags.plot);
@@ -384,7 +387,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const { runBench } = await import('./bench/run.js');
   // A wrong result (WrongResultError, naming the first wrong byte) makes the exit status 1 too.
   const results: BenchResult[] = await eachBackend(names, async (backend, label) => {
-    const progress = new Progress(label);
+    const progress = new Progress(asked, label);
     try {
       return await runBench(
         { backend, ranks, minBytes, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed, maxBlocks: flags.maxBlocks,
@@ -509,6 +512,8 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   if (!holdsWholeUnit(flags.min, max, element)) fail(`no whole number of ${flags.dtype} elements lies between --min ${formatBytes(flags.min)} and --max ${formatBytes(max)}`);
   // Whole elements, each rounded up: no size below --min.
   const sizes = doublingSizes(flags.min, max, element);
+  const short = shortOfMax(cmd, flags.min, max, element, `${flags.dtype} elements`);
+  if (short) process.stderr.write(`a2av: note: ${short}\n`);
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
       process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
@@ -551,6 +556,8 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);
   const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
+  const short = shortOfMax(cmd, flags.min, flags.max, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`);
+  if (short) process.stderr.write(`a2av: note: ${short}\n`);
   let bar: SingleBar | undefined;
   const out = await runTune(
     { ranks, lanes: flags.lanes, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, graphMaxBytes: flags.graphMax, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
@@ -636,17 +643,29 @@ async function gpuCount(backend: string): Promise<number> {
   return n;
 }
 
+/** The --max a sweep was asked for: its bytes, its name (--max, or the default --max), and shortOfMax's note. */
+interface AskedMax {
+  bytes: number;
+  name: string;
+  short?: string;
+}
+
 /** The sweep's progress on stderr: a bar on a terminal, else one line per size (logs, CI). */
 class Progress implements BenchEvents {
   #bar: SingleBar | undefined;
+  readonly #max: AskedMax;
   /** Names the backend when one run compares several. */
   readonly #label: string;
 
-  constructor(label = '') {
+  constructor(max: AskedMax, label = '') {
+    this.#max = max;
     this.#label = label;
   }
 
-  onPlan({ sizes, note }: PlanReport): void {
+  onPlan({ sizes, dropped }: PlanReport): void {
+    // Memory's limit, else the ladder's: one note saying what was asked and what will run.
+    const { bytes, name, short } = this.#max;
+    const note = dropped ? `lowered ${name} from ${formatBytes(bytes)} to ${formatBytes(sizes.at(-1)!)}: ${dropped}` : short;
     if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
     if (!process.stderr.isTTY) {
       // Off a terminal the first line would otherwise come when the first size is done: 20 s at 2 GiB on cpu.
@@ -789,6 +808,29 @@ function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max
   }
   if (!holdsWholeUnit(min, max, rowBytes))
     fail(`no whole number of ${formatBytes(rowBytes)} rows (${dflt('rowBytes')}--row-bytes) lies between ${dflt('min')}--min ${formatBytes(min)} and ${dflt('max')}--max ${formatBytes(max)}`);
+}
+
+/** A size bound as the user knows it: the option typed, or the default it is. */
+function boundName(cmd: Command, key: 'min' | 'max'): string {
+  return `${cmd.getOptionValueSource(key) === 'cli' ? '' : 'the default '}--${key}`;
+}
+
+/**
+ * Sizes double from --min and stop at the last one not past --max, as nccl-tests' -b/-e sweep does
+ * (-f 2), each in whole units (rows, elements): a --max off that ladder, or not whole units, is not
+ * run itself. The note saying so, naming where the sweep stops, for a --max the user typed (a
+ * default's range is the progress line's); undefined where the sweep reaches --max.
+ */
+function shortOfMax(cmd: Command, min: number, max: number, unit: number, unitName: string): string | undefined {
+  const top = doublingSizes(min, max, unit).at(-1)!;
+  if (top === max || cmd.getOptionValueSource('max') !== 'cli') return undefined;
+  let doubling = min;
+  while (doubling < top) doubling *= 2;
+  const stops = `the sweep stops at ${formatBytes(top)}`;
+  if (doubling !== top && top === max - (max % unit)) return `--max ${formatBytes(max)} is not a whole number of ${unitName}: ${stops}, its last whole one`;
+  const rounded = doubling === top ? '' : ` (each rounded up to whole ${unitName})`;
+  return `--max ${formatBytes(max)} is not a doubling of ${boundName(cmd, 'min')} ${formatBytes(min)}${rounded}: ${stops}, the last one not past it, ` +
+    "as nccl-tests' -b/-e sweep does";
 }
 
 function fail(message: string): never {

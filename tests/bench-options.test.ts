@@ -2,7 +2,7 @@
 // that take it; out-of-range values and the sub-commands named as ops are refused up front; a
 // rank's failure names the rank once.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
@@ -103,6 +103,45 @@ describe('a2av bench: lists and options the run would not use', () => {
     const zipf = bench('--ranks', '2', '--seed', '7', '--splits', 'zipf', '--min', '64K', '--max', '64K', '--repeats', '1', '--iters', '1', '--json');
     assert.equal(zipf.status, 0, zipf.stderr);
     assert.equal(JSON.parse(zipf.stdout).seed, 7);
+  });
+});
+
+describe('a2av bench: a sweep that stops short of --max says where, naming the --max given', () => {
+  /** The sweep's notes: stderr's lines up to its "bench: N sizes" line. */
+  function notes(...args: string[]): string[] {
+    const { status, stderr } = bench('--ranks', '1', '--repeats', '1', '--iters', '1', ...args);
+    assert.equal(status, 0, stderr);
+    const lines = stderr.split('\n');
+    return lines.slice(0, lines.findIndex((l) => l.startsWith('bench: ')));
+  }
+  const nccl = "the last one not past it, as nccl-tests' -b/-e sweep does";
+
+  it('a --max off the doubling ladder: the sweep stops at its last step below it', () => {
+    assert.deepEqual(notes('--min', '1K', '--max', '3K'), [`a2av: note: --max 3 KiB is not a doubling of --min 1 KiB: the sweep stops at 2 KiB, ${nccl}`]);
+    // Doublings rounded up to whole rows: 1500 -> 2 KiB, 3000 -> 3 KiB, 6000 -> 6 KiB, and 12000 is past --max.
+    assert.deepEqual(notes('--min', '1500', '--max', '9000'),
+      [`a2av: note: --max 8.8 KiB is not a doubling of --min 1.5 KiB (each rounded up to whole 1 KiB rows): the sweep stops at 6 KiB, ${nccl}`]);
+    assert.deepEqual(notes('--min', '1500', '--max', '6000'), ['a2av: note: --max 5.9 KiB is not a whole number of 1 KiB rows: the sweep stops at 5 KiB, its last whole one']);
+    // On the ladder, or the default --max: no note.
+    assert.deepEqual(notes('--min', '1K', '--max', '4K'), []);
+    const allreduce = a2av('bench', 'allreduce', '--backend', 'cpu', '--ranks', '1', '--repeats', '1', '--iters', '1', '--max', '12K');
+    assert.equal(allreduce.status, 0, allreduce.stderr);
+    assert.equal(allreduce.stderr.split('\n')[0], `a2av: note: --max 12 KiB is not a doubling of the default --min 4 KiB: the sweep stops at 8 KiB, ${nccl}`);
+  });
+
+  it('lowered to fit: the note names the --max given, not the ladder\'s top below it', { timeout: 60_000 }, async () => {
+    // 3 TiB is past the ladder's 2 TiB from 1 KiB; memory (or a cpu buffer's limit) lowers it far below. Stopped once the plan is said.
+    const child = spawn(process.execPath, [cli, 'bench', '--backend', 'cpu', '--ranks', '1', '--min', '1K', '--max', '3T', '--repeats', '1', '--iters', '1'],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    await new Promise<void>((done) => {
+      child.stderr.on('data', (d: Buffer) => {
+        stderr += d.toString();
+        if (/^bench: /m.test(stderr)) child.kill();
+      });
+      child.on('close', () => done());
+    });
+    assert.match(stderr.split('\n')[0], /^a2av: note: lowered --max from 3 TiB to \d+(\.\d)? [KMG]iB: \d+(\.\d)? [KMG]iB per rank needs /);
   });
 });
 
