@@ -186,10 +186,12 @@ const benchCommand = program
     'Sub-commands: a2av bench allreduce (comm.allReduce), a2av bench pipeline (a training step); --help on each')
   .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
-  .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
-  .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
-  .addOption(new Option('--splits <kind>', 'rows to each peer (MoE ops: to each (peer, expert) chunk): uniform (an even share), or zipf (exponent 1.1 over a per-sender permutation of them)').choices(SPLITS_KINDS).default('uniform'))
-  .option('--row-bytes <size>', 'bytes per row (64, 4K, bytes)', size, DEFAULT_ROW_BYTES)
+  .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes); not the moe-* ops').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
+  .option('--max <size>', 'largest input per rank: sizes double from --min and stop at the last one not past it (as nccl-tests\' -b/-e), ' +
+    `or lower to fit memory; a note says where the sweep stops short of it; not the moe-* ops (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
+  .addOption(new Option('--splits <kind>', 'rows to each peer (--op dispatch, combine, roundtrip: to each (peer, expert) chunk): uniform (an even share), ' +
+    'or zipf (exponent 1.1 over a per-sender permutation of them, drawn from --seed); not the moe-* ops').choices(SPLITS_KINDS).default('uniform'))
+  .option('--row-bytes <size>', 'bytes per row (64, 4K, bytes); not the moe-* ops', size, DEFAULT_ROW_BYTES)
   .addOption(new Option('--op <op>', 'what is timed: alltoallv (the 1-D call), or the MoE ops: dispatch (allToAllV2d), combine ' +
     '(allToAllV2dOffset, fed by one untimed dispatch), roundtrip (dispatch then combine); the MoE ops show the 1-D call of the same bytes beside them; ' +
     'moe-dispatch, moe-combine: a token MoE group (createMoeGroup) per --tokens count, DeepSeek-V3\'s shape by default. ' +
@@ -205,9 +207,9 @@ const benchCommand = program
   .option('--rows-per-expert <n>', '--op dispatch, combine, roundtrip: one size instead of --min/--max: W×E×n×row-bytes per rank, n rows per (peer, expert) chunk with uniform splits ' +
     '(the small MoE step: --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096; its graph µs is µs per dispatch in a CUDA graph)', integer(1))
   .option('--max-blocks <n>', 'cuda: every call at most this many thread blocks (its maxBlocks, an SM budget that leaves the rest to compute beside it); ' +
-    'run once per budget and plot the results together to see bandwidth against SMs used', integer(1))
-  .option('--seed <n>', 'seed of the split layouts', seedInteger, 1)
-  .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
+    'run once per budget and plot the results together to see bandwidth against SMs used; not the moe-* ops', integer(1))
+  .option('--seed <n>', 'seed of the zipf split layouts (uniform splits, having none, refuse it) and of the moe-* ops\' routing', seedInteger, 1)
+  .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms); not the moe-* ops, which always time loops of >= 20 ms', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
@@ -279,7 +281,8 @@ program
   .option('--lanes <n>', "lanes of the communicator measured (default 2, init()'s): its plans apply to communicators with as many", integer(1))
   .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
   .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
-  .addOption(new Option('--graph-max <size>', 'sizes up to this are timed as a CUDA graph of back-to-back calls replays them (device time; eager times of small calls are set by the host launches); 0: every size eagerly').argParser(sizeOrZero).default(4 << 20, '4M'))
+  .addOption(new Option('--graph-max <size>', 'sizes up to this are timed by replaying a CUDA graph of back-to-back calls, which measures ' +
+    'the device (eager times of small calls are set by the host\'s launches); larger sizes are timed eagerly; 0 times every size eagerly').argParser(sizeOrZero).default(4 << 20, '4M'))
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('-o, --output <file.json>', 'write the table here (default: stdout)')
   .option('--merge <file.json>', "an existing table: its other shapes' entries are kept, this shape's replaced")

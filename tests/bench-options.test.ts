@@ -104,6 +104,12 @@ describe('a2av bench: lists and options the run would not use', () => {
     assert.equal(zipf.status, 0, zipf.stderr);
     assert.equal(JSON.parse(zipf.stdout).seed, 7);
   });
+
+  it('--help says the moe-* ops refuse --iters (they time loops of >= 20 ms themselves), as they do', () => {
+    const help = a2av('bench', '--help').stdout.replace(/\s+/g, ' ');
+    assert.match(help, /--iters <n> calls per timed loop \(default: enough for >= 20 ms\); not the moe-\* ops, /);
+    refused(['--op', 'moe-combine', '--iters', '2'], '--op moe-combine does not take --iters (an option of --op alltoallv, dispatch, combine or roundtrip)');
+  });
 });
 
 describe('a2av bench: a sweep that stops short of --max says where, naming the --max given', () => {

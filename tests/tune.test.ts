@@ -136,6 +136,12 @@ test('a2av tune without a GPU: one line saying it needs one, exit status 1; bad 
   assert.match(launched.stderr, /^a2av launch: rank [01] \(pid \d+\) failed first: exit code 1 \(UsageError: tune times the cuda backend's launch plans and needs a GPU: /m);
 });
 
+test('a2av tune --help: --graph-max says which sizes a graph replay times and which are eager', () => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const help = spawnSync(process.execPath, [cli, 'tune', '--help'], { encoding: 'utf8' }).stdout.replace(/\s+/g, ' ');
+  assert.match(help, /--graph-max <size> sizes up to this are timed by replaying a CUDA graph of back-to-back calls, which measures the device \(eager times of small calls are set by the host's launches\); larger sizes are timed eagerly; 0 times every size eagerly \(default: 4M\)/);
+});
+
 function gpus(): number {
   try {
     return cudaDeviceCount();
