@@ -119,11 +119,31 @@ const version = (JSON.parse(readFileSync(new URL('../../package.json', import.me
 
 function integer(min: number, max = Number.MAX_SAFE_INTEGER, why = '') {
   return (text: string): number => {
+    if (!/^\d+$/.test(text.trim())) throw new InvalidArgumentError(`expected an integer >= ${min}`);
+    // Digits past 2^53 - 1 are an integer too, only too large: said so, not "expected an integer".
     const n = Number(text);
-    if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(n) || n < min) throw new InvalidArgumentError(`expected an integer >= ${min}`);
     if (n > max) throw new InvalidArgumentError(`expected an integer <= ${max}${why}`);
+    if (n < min) throw new InvalidArgumentError(`expected an integer >= ${min}`);
     return n;
   };
+}
+
+/**
+ * A list option's comma-separated items, trimmed. An empty item (`1,,2`, a trailing comma) is
+ * refused by its place, not read: Number('') is 0, and "got 0" would name a value never typed.
+ */
+function listItems(text: string, what: string): string[] {
+  const items = text.split(',').map((t) => t.trim());
+  const empty = items.indexOf('');
+  if (empty >= 0) throw new InvalidArgumentError(`item ${empty + 1} of '${text}' is empty: give ${what} separated by single commas`);
+  return items;
+}
+
+/** Refuses a list naming an item twice: the run would measure it twice (or, for --backend, compare it with itself). */
+function once<T>(items: T[], noun: string): T[] {
+  const twice = items.find((t, i) => items.indexOf(t) !== i);
+  if (twice !== undefined) throw new InvalidArgumentError(`${noun} ${twice} is named twice`);
+  return items;
 }
 
 /** Seeds: the split layouts and the pipeline's data are drawn from 32 bits, so a larger seed would repeat a smaller one's. */
@@ -166,10 +186,12 @@ const benchCommand = program
     'Sub-commands: a2av bench allreduce (comm.allReduce), a2av bench pipeline (a training step); --help on each')
   .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
-  .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes)').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
-  .option('--max <size>', `largest input per rank; lowered to fit memory (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
-  .addOption(new Option('--splits <kind>', 'rows to each peer (MoE ops: to each (peer, expert) chunk): uniform (an even share), or zipf (exponent 1.1 over a per-sender permutation of them)').choices(SPLITS_KINDS).default('uniform'))
-  .option('--row-bytes <size>', 'bytes per row (64, 4K, bytes)', size, DEFAULT_ROW_BYTES)
+  .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes); not the moe-* ops').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
+  .option('--max <size>', 'largest input per rank: sizes double from --min and stop at the last one not past it (as nccl-tests\' -b/-e), ' +
+    `or lower to fit memory; a note says where the sweep stops short of it; not the moe-* ops (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
+  .addOption(new Option('--splits <kind>', 'rows to each peer (--op dispatch, combine, roundtrip: to each (peer, expert) chunk): uniform (an even share), ' +
+    'or zipf (exponent 1.1 over a per-sender permutation of them, drawn from --seed); not the moe-* ops').choices(SPLITS_KINDS).default('uniform'))
+  .option('--row-bytes <size>', 'bytes per row (64, 4K, bytes); not the moe-* ops', size, DEFAULT_ROW_BYTES)
   .addOption(new Option('--op <op>', 'what is timed: alltoallv (the 1-D call), or the MoE ops: dispatch (allToAllV2d), combine ' +
     '(allToAllV2dOffset, fed by one untimed dispatch), roundtrip (dispatch then combine); the MoE ops show the 1-D call of the same bytes beside them; ' +
     'moe-dispatch, moe-combine: a token MoE group (createMoeGroup) per --tokens count, DeepSeek-V3\'s shape by default. ' +
@@ -185,9 +207,9 @@ const benchCommand = program
   .option('--rows-per-expert <n>', '--op dispatch, combine, roundtrip: one size instead of --min/--max: W×E×n×row-bytes per rank, n rows per (peer, expert) chunk with uniform splits ' +
     '(the small MoE step: --op dispatch --experts 16 --rows-per-expert 4 --row-bytes 4096; its graph µs is µs per dispatch in a CUDA graph)', integer(1))
   .option('--max-blocks <n>', 'cuda: every call at most this many thread blocks (its maxBlocks, an SM budget that leaves the rest to compute beside it); ' +
-    'run once per budget and plot the results together to see bandwidth against SMs used', integer(1))
-  .option('--seed <n>', 'seed of the split layouts', seedInteger, 1)
-  .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
+    'run once per budget and plot the results together to see bandwidth against SMs used; not the moe-* ops', integer(1))
+  .option('--seed <n>', 'seed of the zipf split layouts (uniform splits, having none, refuse it) and of the moe-* ops\' routing', seedInteger, 1)
+  .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms); not the moe-* ops, which always time loops of >= 20 ms', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('--json', 'print only the JSON result to stdout')
@@ -237,7 +259,8 @@ benchCommand
   .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest buffer per rank').argParser(size).default(4096, '4K'))
-  .option('--max <size>', `largest buffer per rank (default: 256M on cuda and nccl, 16M on cpu)`, size)
+  .option('--max <size>', 'largest buffer per rank: sizes double from --min and stop at the last one not past it, said in a note ' +
+    '(default: 256M on cuda and nccl, 16M on cpu)', size)
   .addOption(new Option('--dtype <dtype>', 'element type').choices(['f32', 'bf16']).default('f32'))
   .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
   .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
@@ -252,12 +275,14 @@ program
     'to ship it. Sizes where the built-in heuristic is as fast get no entry')
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (smaller calls keep the heuristic)').argParser(size).default(parseSize(TUNE_MIN), TUNE_MIN))
-  .addOption(new Option('--max <size>', 'largest input per rank').argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
+  .addOption(new Option('--max <size>', 'largest input per rank: sizes double from --min and stop at the last one not past it, said in a note')
+    .argParser(size).default(parseSize(DEFAULT_MAX.cuda), DEFAULT_MAX.cuda))
   .option('--row-bytes <size>', 'bytes per row, as --min takes them (16-byte multiples also try grid mode)', size, DEFAULT_ROW_BYTES)
   .option('--lanes <n>', "lanes of the communicator measured (default 2, init()'s): its plans apply to communicators with as many", integer(1))
   .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
   .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
-  .addOption(new Option('--graph-max <size>', 'sizes up to this are timed as a CUDA graph of back-to-back calls replays them (device time; eager times of small calls are set by the host launches); 0: every size eagerly').argParser(sizeOrZero).default(4 << 20, '4M'))
+  .addOption(new Option('--graph-max <size>', 'sizes up to this are timed by replaying a CUDA graph of back-to-back calls, which measures ' +
+    'the device (eager times of small calls are set by the host\'s launches); larger sizes are timed eagerly; 0 times every size eagerly').argParser(sizeOrZero).default(4 << 20, '4M'))
   .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
   .option('-o, --output <file.json>', 'write the table here (default: stdout)')
   .option('--merge <file.json>', "an existing table: its other shapes' entries are kept, this shape's replaced")
@@ -296,19 +321,17 @@ function rankList(text: string): number[] {
 }
 
 function armList(text: string): Arm[] {
-  const names = text.split(',').map((n) => n.trim());
+  const names = listItems(text, 'arms');
   const odd = names.find((n) => !(ARMS as readonly string[]).includes(n));
   if (odd !== undefined) throw new InvalidArgumentError(`unknown arm '${odd}' (choose from ${ARMS.join(', ')})`);
-  if (new Set(names).size !== names.length) throw new InvalidArgumentError('an arm is named twice');
-  return names as Arm[];
+  return once(names, 'arm') as Arm[];
 }
 
 function backends(text: string): BackendName[] {
-  const names = text.split(',').map((n) => n.trim());
+  const names = listItems(text, 'backends');
   const odd = names.find((n) => !(BACKENDS as string[]).includes(n));
   if (odd !== undefined) throw new InvalidArgumentError(`unknown backend '${odd}' (choose from ${BACKENDS.join(', ')})`);
-  if (new Set(names).size !== names.length) throw new InvalidArgumentError('a backend is named twice');
-  return names as BackendName[];
+  return once(names, 'backend') as BackendName[];
 }
 
 /** --op's parser: the choices, and a pointer to the sub-command for an op that is one. */
@@ -344,6 +367,12 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   if (flags.rowsPerExpert !== undefined && explicitSizes.length > 0) fail(`--rows-per-expert sets the size: leave out --${explicitSizes.join(' and --')}`);
   // n rows in every chunk is uniform splits: zipf would spread the same total unevenly, not n a chunk.
   if (flags.rowsPerExpert !== undefined && flags.splits !== 'uniform') fail(`--rows-per-expert gives every (peer, expert) chunk n rows (uniform splits): leave out --splits ${flags.splits}, or give --min/--max`);
+  // Uniform splits are the same whatever the seed: run as asked, it would change nothing, and the
+  // result (which names no seed for them) could not say it was given.
+  if (flags.splits === 'uniform' && cmd.getOptionValueSource('seed') === 'cli') {
+    const splits = cmd.getOptionValueSource('splits') === 'cli' ? '--splits uniform' : 'the default --splits uniform';
+    fail(`--seed only shapes zipf split layouts; ${splits} has none to shape: give --splits zipf, or leave out --seed`);
+  }
   const { names, ranks } = await backendsAndRanks(flags);
   // The budget binds cuda's kernels only: beside another backend the table would compare unlike calls.
   const unbound = names.filter((n) => n !== 'cuda');
@@ -353,6 +382,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const minBytes = stepBytes ?? flags.min;
   const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
   checkSizeRange(cmd, { min: minBytes, max: maxBytes, rowBytes: flags.rowBytes });
+  const asked = { bytes: maxBytes, name: boundName(cmd, 'max'), short: shortOfMax(cmd, minBytes, maxBytes, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`) };
   // Missing plot libraries, or a file that cannot be written, end the run before the sweep, not after it.
   const plotting = flags.plot === undefined ? undefined : await import('./plot/index.js');
   if (flags.plot !== undefined) plotting?.checkOutput(flags.plot);
@@ -360,7 +390,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const { runBench } = await import('./bench/run.js');
   // A wrong result (WrongResultError, naming the first wrong byte) makes the exit status 1 too.
   const results: BenchResult[] = await eachBackend(names, async (backend, label) => {
-    const progress = new Progress(label);
+    const progress = new Progress(asked, label);
     try {
       return await runBench(
         { backend, ranks, minBytes, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed, maxBlocks: flags.maxBlocks,
@@ -432,10 +462,11 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
 }
 
 function countList(text: string): number[] {
-  const list = text.split(',').map((t) => Number(t.trim()));
-  const bad = list.find((t) => !Number.isSafeInteger(t) || t < 1);
-  if (bad !== undefined) throw new InvalidArgumentError(`counts are positive integers, got ${bad}`);
-  return list.sort((a, b) => a - b);
+  const items = listItems(text, 'token counts');
+  // Digits only: Number() would also read 0x10, 1e3 and 2.0.
+  const bad = items.find((t) => !/^\d+$/.test(t) || !Number.isSafeInteger(Number(t)) || Number(t) < 1);
+  if (bad !== undefined) throw new InvalidArgumentError(`token counts are whole numbers >= 1, got '${bad}'`);
+  return once(items.map(Number), 'token count').sort((a, b) => a - b);
 }
 
 async function benchMoeTokens(flags: BenchFlags, op: MoeTokenOp): Promise<void> {
@@ -484,6 +515,8 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   if (!holdsWholeUnit(flags.min, max, element)) fail(`no whole number of ${flags.dtype} elements lies between --min ${formatBytes(flags.min)} and --max ${formatBytes(max)}`);
   // Whole elements, each rounded up: no size below --min.
   const sizes = doublingSizes(flags.min, max, element);
+  const short = shortOfMax(cmd, flags.min, max, element, `${flags.dtype} elements`);
+  if (short) process.stderr.write(`a2av: note: ${short}\n`);
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
       process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
@@ -509,10 +542,10 @@ interface TuneFlags {
 }
 
 function threadList(text: string): number[] {
-  const list = text.split(',').map((t) => Number(t.trim()));
-  const bad = list.find((t) => !Number.isInteger(t) || t < 32 || t > 1024 || t % 32 !== 0);
+  const items = listItems(text, 'block sizes');
+  const bad = items.find((t) => !/^\d+$/.test(t) || Number(t) < 32 || Number(t) > 1024 || Number(t) % 32 !== 0);
   if (bad !== undefined) throw new InvalidArgumentError(`block sizes are multiples of 32 in [32, 1024], got ${bad}`);
-  return list;
+  return once(items.map(Number), 'block size');
 }
 
 async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
@@ -526,6 +559,8 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);
   const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
+  const short = shortOfMax(cmd, flags.min, flags.max, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`);
+  if (short) process.stderr.write(`a2av: note: ${short}\n`);
   let bar: SingleBar | undefined;
   const out = await runTune(
     { ranks, lanes: flags.lanes, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, graphMaxBytes: flags.graphMax, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
@@ -611,17 +646,29 @@ async function gpuCount(backend: string): Promise<number> {
   return n;
 }
 
+/** The --max a sweep was asked for: its bytes, its name (--max, or the default --max), and shortOfMax's note. */
+interface AskedMax {
+  bytes: number;
+  name: string;
+  short?: string;
+}
+
 /** The sweep's progress on stderr: a bar on a terminal, else one line per size (logs, CI). */
 class Progress implements BenchEvents {
   #bar: SingleBar | undefined;
+  readonly #max: AskedMax;
   /** Names the backend when one run compares several. */
   readonly #label: string;
 
-  constructor(label = '') {
+  constructor(max: AskedMax, label = '') {
+    this.#max = max;
     this.#label = label;
   }
 
-  onPlan({ sizes, note }: PlanReport): void {
+  onPlan({ sizes, dropped }: PlanReport): void {
+    // Memory's limit, else the ladder's: one note saying what was asked and what will run.
+    const { bytes, name, short } = this.#max;
+    const note = dropped ? `lowered ${name} from ${formatBytes(bytes)} to ${formatBytes(sizes.at(-1)!)}: ${dropped}` : short;
     if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
     if (!process.stderr.isTTY) {
       // Off a terminal the first line would otherwise come when the first size is done: 20 s at 2 GiB on cpu.
@@ -764,6 +811,29 @@ function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max
   }
   if (!holdsWholeUnit(min, max, rowBytes))
     fail(`no whole number of ${formatBytes(rowBytes)} rows (${dflt('rowBytes')}--row-bytes) lies between ${dflt('min')}--min ${formatBytes(min)} and ${dflt('max')}--max ${formatBytes(max)}`);
+}
+
+/** A size bound as the user knows it: the option typed, or the default it is. */
+function boundName(cmd: Command, key: 'min' | 'max'): string {
+  return `${cmd.getOptionValueSource(key) === 'cli' ? '' : 'the default '}--${key}`;
+}
+
+/**
+ * Sizes double from --min and stop at the last one not past --max, as nccl-tests' -b/-e sweep does
+ * (-f 2), each in whole units (rows, elements): a --max off that ladder, or not whole units, is not
+ * run itself. The note saying so, naming where the sweep stops, for a --max the user typed (a
+ * default's range is the progress line's); undefined where the sweep reaches --max.
+ */
+function shortOfMax(cmd: Command, min: number, max: number, unit: number, unitName: string): string | undefined {
+  const top = doublingSizes(min, max, unit).at(-1)!;
+  if (top === max || cmd.getOptionValueSource('max') !== 'cli') return undefined;
+  let doubling = min;
+  while (doubling < top) doubling *= 2;
+  const stops = `the sweep stops at ${formatBytes(top)}`;
+  if (doubling !== top && top === max - (max % unit)) return `--max ${formatBytes(max)} is not a whole number of ${unitName}: ${stops}, its last whole one`;
+  const rounded = doubling === top ? '' : ` (each rounded up to whole ${unitName})`;
+  return `--max ${formatBytes(max)} is not a doubling of ${boundName(cmd, 'min')} ${formatBytes(min)}${rounded}: ${stops}, the last one not past it, ` +
+    "as nccl-tests' -b/-e sweep does";
 }
 
 function fail(message: string): never {

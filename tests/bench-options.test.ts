@@ -2,7 +2,7 @@
 // that take it; out-of-range values and the sub-commands named as ops are refused up front; a
 // rank's failure names the rank once.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
@@ -76,6 +76,78 @@ describe('a2av bench: values refused up front', () => {
   it('--plot into a missing folder or not .svg is refused before the sweep', () => {
     refused(['--plot', '/nonexistent/x.svg', '--max', '1M'], '/nonexistent/x.svg: cannot write (ENOENT on /nonexistent)');
     refused(['--plot', 'x.png', '--max', '1M'], 'x.png: plots are written as SVG; name the file *.svg');
+  });
+});
+
+describe('a2av bench: lists and options the run would not use', () => {
+  it('a list with an empty item names its place, not a 0 never typed; an item named twice is refused', () => {
+    const invalid = (option: string, value: string, why: string) => `option '${option}' argument '${value}' is invalid. ${why}`;
+    for (const [args, message] of [
+      [['--op', 'moe-dispatch', '--tokens', '1,,2'], invalid('--tokens <list>', '1,,2', "item 2 of '1,,2' is empty: give token counts separated by single commas")],
+      [['--op', 'moe-dispatch', '--tokens', '4,'], invalid('--tokens <list>', '4,', "item 2 of '4,' is empty: give token counts separated by single commas")],
+      [['--op', 'moe-dispatch', '--tokens', '2,2'], invalid('--tokens <list>', '2,2', 'token count 2 is named twice')],
+      // Number() would read these as 16 and 1000.
+      [['--op', 'moe-dispatch', '--tokens', '0x10'], invalid('--tokens <list>', '0x10', "token counts are whole numbers >= 1, got '0x10'")],
+      [['--op', 'moe-dispatch', '--tokens', '1e3'], invalid('--tokens <list>', '1e3', "token counts are whole numbers >= 1, got '1e3'")],
+      // bench() gives --backend cpu first: the last --backend given is the one read.
+      [['--backend', 'cpu,cpu'], invalid('--backend <names>', 'cpu,cpu', 'backend cpu is named twice')],
+      [['--backend', ',cpu'], invalid('--backend <names>', ',cpu', "item 1 of ',cpu' is empty: give backends separated by single commas")],
+    ] as const) refused([...args], message);
+  });
+
+  it('--seed with uniform splits, which it would not change, is refused; zipf and the moe-* ops take it', () => {
+    const why = (splits: string) => `--seed only shapes zipf split layouts; ${splits} has none to shape: give --splits zipf, or leave out --seed`;
+    refused(['--seed', '7', '--max', '1M'], why('the default --splits uniform'));
+    refused(['--seed', '7', '--splits', 'uniform', '--op', 'combine', '--max', '1M'], why('--splits uniform'));
+    refused(['--seed', '7', '--op', 'dispatch', '--rows-per-expert', '2'], why('the default --splits uniform'));
+    const zipf = bench('--ranks', '2', '--seed', '7', '--splits', 'zipf', '--min', '64K', '--max', '64K', '--repeats', '1', '--iters', '1', '--json');
+    assert.equal(zipf.status, 0, zipf.stderr);
+    assert.equal(JSON.parse(zipf.stdout).seed, 7);
+  });
+
+  it('--help says the moe-* ops refuse --iters (they time loops of >= 20 ms themselves), as they do', () => {
+    const help = a2av('bench', '--help').stdout.replace(/\s+/g, ' ');
+    assert.match(help, /--iters <n> calls per timed loop \(default: enough for >= 20 ms\); not the moe-\* ops, /);
+    refused(['--op', 'moe-combine', '--iters', '2'], '--op moe-combine does not take --iters (an option of --op alltoallv, dispatch, combine or roundtrip)');
+  });
+});
+
+describe('a2av bench: a sweep that stops short of --max says where, naming the --max given', () => {
+  /** The sweep's notes: stderr's lines up to its "bench: N sizes" line. */
+  function notes(...args: string[]): string[] {
+    const { status, stderr } = bench('--ranks', '1', '--repeats', '1', '--iters', '1', ...args);
+    assert.equal(status, 0, stderr);
+    const lines = stderr.split('\n');
+    return lines.slice(0, lines.findIndex((l) => l.startsWith('bench: ')));
+  }
+  const nccl = "the last one not past it, as nccl-tests' -b/-e sweep does";
+
+  it('a --max off the doubling ladder: the sweep stops at its last step below it', () => {
+    assert.deepEqual(notes('--min', '1K', '--max', '3K'), [`a2av: note: --max 3 KiB is not a doubling of --min 1 KiB: the sweep stops at 2 KiB, ${nccl}`]);
+    // Doublings rounded up to whole rows: 1500 -> 2 KiB, 3000 -> 3 KiB, 6000 -> 6 KiB, and 12000 is past --max.
+    assert.deepEqual(notes('--min', '1500', '--max', '9000'),
+      [`a2av: note: --max 8.8 KiB is not a doubling of --min 1.5 KiB (each rounded up to whole 1 KiB rows): the sweep stops at 6 KiB, ${nccl}`]);
+    assert.deepEqual(notes('--min', '1500', '--max', '6000'), ['a2av: note: --max 5.9 KiB is not a whole number of 1 KiB rows: the sweep stops at 5 KiB, its last whole one']);
+    // On the ladder, or the default --max: no note.
+    assert.deepEqual(notes('--min', '1K', '--max', '4K'), []);
+    const allreduce = a2av('bench', 'allreduce', '--backend', 'cpu', '--ranks', '1', '--repeats', '1', '--iters', '1', '--max', '12K');
+    assert.equal(allreduce.status, 0, allreduce.stderr);
+    assert.equal(allreduce.stderr.split('\n')[0], `a2av: note: --max 12 KiB is not a doubling of the default --min 4 KiB: the sweep stops at 8 KiB, ${nccl}`);
+  });
+
+  it('lowered to fit: the note names the --max given, not the ladder\'s top below it', { timeout: 60_000 }, async () => {
+    // 3 TiB is past the ladder's 2 TiB from 1 KiB; memory (or a cpu buffer's limit) lowers it far below. Stopped once the plan is said.
+    const child = spawn(process.execPath, [cli, 'bench', '--backend', 'cpu', '--ranks', '1', '--min', '1K', '--max', '3T', '--repeats', '1', '--iters', '1'],
+      { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    await new Promise<void>((done) => {
+      child.stderr.on('data', (d: Buffer) => {
+        stderr += d.toString();
+        if (/^bench: /m.test(stderr)) child.kill();
+      });
+      child.on('close', () => done());
+    });
+    assert.match(stderr.split('\n')[0], /^a2av: note: lowered --max from 3 TiB to \d+(\.\d)? [KMG]iB: \d+(\.\d)? [KMG]iB per rank needs /);
   });
 });
 

@@ -124,6 +124,23 @@ describe('a2av: --row-bytes takes sizes as --min and --max do', () => {
   });
 });
 
+describe('a2av: numbers past what a number holds are refused as too large, naming the limit', () => {
+  it('sizes past 2^53 - 1 bytes, in bench, bench allreduce and tune', () => {
+    const tooLarge = (option: string, value: string) =>
+      `option '${option} <size>' argument '${value}' is invalid. too large: '${value}' (a size is at most 2^53 - 1 bytes, just under 8192T)`;
+    refused(['bench', '--backend', 'cpu', '--max', '8192T'], tooLarge('--max', '8192T'));
+    refused(['bench', '--backend', 'cpu', '--row-bytes', '99999T'], tooLarge('--row-bytes', '99999T'));
+    refused(['bench', 'allreduce', '--backend', 'cpu', '--min', '8192T'], tooLarge('--min', '8192T'));
+    refused(['tune', '--graph-max', '1000000T'], tooLarge('--graph-max', '1000000T'));
+  });
+
+  it('counts past 2^53 - 1: too large, not "expected an integer"', () => {
+    const over = (option: string, value: string) => `option '${option}' argument '${value}' is invalid. expected an integer <= ${Number.MAX_SAFE_INTEGER}`;
+    refused(['bench', '--backend', 'cpu', '--ranks', '99999999999999999999'], over('--ranks <n>', '99999999999999999999'));
+    refused(['bench', '--backend', 'cpu', '--repeats', '9007199254740992'], over('--repeats <n>', '9007199254740992'));
+  });
+});
+
 describe('a2av: rank and expert counts the run cannot take, before a rank starts', () => {
   it('bench allreduce past its 64 ranks', () => {
     refused(['bench', 'allreduce', '--backend', 'cpu', '--ranks', '65'], "bench allreduce: at most 64 ranks (the check's sums stay exact), got 65");

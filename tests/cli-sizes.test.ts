@@ -24,7 +24,14 @@ describe('parseSize', () => {
 
   it('rejects sizes that are not a whole positive number of bytes', () => {
     for (const bad of ['0', '0K', '0.3K', '1.5']) assert.throws(() => parseSize(bad), /not a whole positive number of bytes/, bad);
-    assert.throws(() => parseSize('99999999T'), /not a whole positive/);
+  });
+
+  it('rejects sizes past 2^53 - 1 bytes as too large, naming the limit, not as fractional', () => {
+    for (const big of ['8192T', '99999999T', '9007199254740992']) {
+      assert.throws(() => parseSize(big), { name: 'RangeError', message: `too large: '${big}' (a size is at most 2^53 - 1 bytes, just under 8192T)` }, big);
+    }
+    assert.equal(parseSize('8191T'), 8191 * 2 ** 40);
+    assert.equal(parseSize('9007199254740991'), Number.MAX_SAFE_INTEGER);
   });
 });
 

@@ -112,6 +112,16 @@ test('a2av tune without a GPU: one line saying it needs one, exit status 1; bad 
   const bad = spawnSync(process.execPath, [cli, 'tune', '--threads', '256,100'], { encoding: 'utf8' });
   assert.notEqual(bad.status, 0);
   assert.match(bad.stderr, /block sizes are multiples of 32 in \[32, 1024\], got 100/);
+  // Number('') is 0: an empty item is named by its place. A block size twice would be timed twice.
+  for (const [list, said] of [
+    ['256,,512', "item 2 of '256,,512' is empty: give block sizes separated by single commas"],
+    ['256,512,256', 'block size 256 is named twice'],
+    ['0x100', 'block sizes are multiples of 32 in [32, 1024], got 0x100'],
+  ] as const) {
+    const run = spawnSync(process.execPath, [cli, 'tune', '--threads', list], { encoding: 'utf8' });
+    assert.equal(run.status, 1, list);
+    assert.equal(run.stderr.trim(), `a2av: option '--threads <list>' argument '${list}' is invalid. ${said}`);
+  }
   if (gpus() > 0) return t.skip('a GPU is visible: the refusal cannot be seen here');
   const run = spawnSync(process.execPath, [cli, 'tune', '--max', '1M'], { encoding: 'utf8', env: { ...process.env, RANK: undefined, WORLD_SIZE: undefined } });
   assert.equal(run.status, 1);
@@ -124,6 +134,12 @@ test('a2av tune without a GPU: one line saying it needs one, exit status 1; bad 
   assert.doesNotMatch(launched.stderr, /--backend/);
   assert.match(launched.stderr, /^\[rank [01]\] a2av: tune times the cuda backend's launch plans and needs a GPU: /m);
   assert.match(launched.stderr, /^a2av launch: rank [01] \(pid \d+\) failed first: exit code 1 \(UsageError: tune times the cuda backend's launch plans and needs a GPU: /m);
+});
+
+test('a2av tune --help: --graph-max says which sizes a graph replay times and which are eager', () => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const help = spawnSync(process.execPath, [cli, 'tune', '--help'], { encoding: 'utf8' }).stdout.replace(/\s+/g, ' ');
+  assert.match(help, /--graph-max <size> sizes up to this are timed by replaying a CUDA graph of back-to-back calls, which measures the device \(eager times of small calls are set by the host's launches\); larger sizes are timed eagerly; 0 times every size eagerly \(default: 4M\)/);
 });
 
 function gpus(): number {

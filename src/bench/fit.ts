@@ -1,6 +1,6 @@
 // How much of the asked sweep a device can hold: the leading sizes whose buffers fit its free
 // memory, each buffer within the backend's largest (the cpu backend's views are typed arrays, capped
-// by Node), and a note when that drops sizes.
+// by Node), and why, when that drops sizes.
 import { UsageError } from '../errors.js';
 import { opBytes, type OpShape } from './ops.js';
 import { copyBytes, copyPairs } from './reference.js';
@@ -31,8 +31,9 @@ export function memoryNeeded(plans: readonly Splits[], shape: OpShape, perDevice
 }
 
 /**
- * The leading plans that fit `limits`, what they need, and a note naming the limit when that drops
- * sizes. None fits: a UsageError naming the limit.
+ * The leading plans that fit `limits`, what they need, and, when that drops sizes, `dropped`: why the
+ * first one left out does not fit, naming the limit. The caller words the note: only it knows the
+ * --max asked, which may lie past the sweep's largest size. None fits: a UsageError naming the limit.
  */
 export function fitSweep(all: readonly Splits[], sizes: readonly number[], shape: OpShape, ref: RefKind, limits: FitLimits) {
   const need = (count: number) => memoryNeeded(all.slice(0, count), shape, limits.perDevice, ref);
@@ -46,8 +47,7 @@ export function fitSweep(all: readonly Splits[], sizes: readonly number[], shape
     : `${formatBytes(sizes[count])} per rank needs ${formatBytes(need(count + 1).total)} on ${limits.deviceName}, ` +
       `${formatBytes(limits.free)} is free (${limits.perDevice} rank${limits.perDevice > 1 ? 's' : ''} share it)`;
   if (count === 0) throw new UsageError(why(0));
-  const note = count < all.length ? `lowered --max from ${formatBytes(sizes[all.length - 1])} to ${formatBytes(sizes[count - 1])}: ${why(count)}` : undefined;
-  return { plans: all.slice(0, count), memory: need(count), note };
+  return { plans: all.slice(0, count), memory: need(count), dropped: count < all.length ? why(count) : undefined };
 }
 
 /**

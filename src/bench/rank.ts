@@ -50,8 +50,8 @@ const SWEEP_FLAGS = { sizes: 'sizes (--min, --max, --rows-per-expert)', rowBytes
 
 export type SweepStage = 'verify' | 'eager' | 'graph' | '1d' | 'reference';
 
-/** The sizes the sweep will run: fewer than asked when memory is short, and `note` says so. */
-export type PlanReport = { type: 'plan'; device: string; sizes: number[]; note?: string };
+/** The sizes the sweep will run: fewer than asked when memory is short, and `dropped` says why (fit.ts). */
+export type PlanReport = { type: 'plan'; device: string; sizes: number[]; dropped?: string };
 export type ProgressReport = { type: 'progress'; index: number; count: number; bytes: number; stage: SweepStage };
 export type RowReport = { type: 'row'; index: number; count: number; row: BenchRow };
 /** What rank 0 sends to the main thread through ctx.report(). */
@@ -92,9 +92,9 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
     const reference = planReference(comm, agree);
     const all = arg.sizes.map((bytesPerRank) =>
       makeSplits({ kind: arg.splits, worldSize: w, bytesPerRank, rowBytes: arg.rowBytes, seed: arg.seed, experts: shape.experts }));
-    const { plans, memory, note } = fitToMemory(comm, agree, all, shape, arg.sizes, reference.kind);
+    const { plans, memory, dropped } = fitToMemory(comm, agree, all, shape, arg.sizes, reference.kind);
     // The sizes are whole rows (runBench rounds them), so each is the bytes a rank sends.
-    report({ type: 'plan', device: comm.deviceName, sizes: arg.sizes.slice(0, plans.length), note });
+    report({ type: 'plan', device: comm.deviceName, sizes: arg.sizes.slice(0, plans.length), dropped });
 
     const bench = await OpBench.create(comm, shape, memory, keep);
     const copy = reference.timesCopy ? { src: keep(comm.alloc(memory.copyBytes)), dst: keep(comm.alloc(memory.copyBytes)) } : undefined;
@@ -232,7 +232,7 @@ async function checkedRun(comm: Comm, agree: Agreement, check: Check, form: Chec
 
 /**
  * The leading plans whose buffers fit free memory and the backend's largest buffer (the same on
- * every rank: ranks on different devices may see different free memory), and a note when that drops sizes.
+ * every rank: ranks on different devices may see different free memory), and why, when that drops sizes.
  */
 function fitToMemory(comm: Comm, agree: Agreement, all: Splits[], shape: OpShape, sizes: readonly number[], ref: RefKind) {
   const [free] = agree.min([comm.freeMemory()]);

@@ -1,7 +1,7 @@
 // `a2av tune`'s rank program: for each size, times the 1-D call under candidate launch plans (block
 // counts from one to the fair share, three block sizes, and grid mode) beside the heuristic's plan,
-// with uniform splits, and keeps the fastest. Small sizes (up to graphMaxBytes) are timed as a CUDA
-// graph of back-to-back calls replays them: eager times there are set by the host's launches, not
+// with uniform splits, and keeps the fastest. Small sizes (up to graphMaxBytes) are timed by replaying
+// a CUDA graph of back-to-back calls: eager times there are set by the host's launches, not
 // by the plan (2026-12-03, one H200, W = 8, 64 KiB: 4x512 won eagerly, 11.62 against 12.41 µs,
 // and lost in a graph, 7.65 against 8x256's 7.07). Rank 0 returns the measured sizes; table.ts
 // turns them into a plan table. Timing only: the plans' results are checked by the test suite.
