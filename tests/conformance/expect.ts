@@ -44,10 +44,11 @@ export function expectTimeout(handle: Handle, missingRank: number, me: number, l
   return err;
 }
 
-/** `fn` must throw UsageError at once. */
-export function expectUsageError(fn: () => unknown, label: string): void {
+/** `fn` must throw UsageError at once (saying `message`, where given). */
+export function expectUsageError(fn: () => unknown, label: string, message?: RegExp): void {
   const err = thrownBy(fn, `${label}: expected UsageError`);
   if (!(err instanceof UsageError)) throw new ConformanceError(`${label}: expected UsageError, got ${describe(err)}`, { cause: err });
+  if (message !== undefined && !message.test(err.message)) throw new ConformanceError(`${label}: UsageError message does not match ${message}: ${err.message}`, { cause: err });
 }
 
 function thrownBy(fn: () => unknown, what: string): unknown {
