@@ -27,25 +27,31 @@ describe('error classes', () => {
     assert.deepEqual(samples.map((e) => e.name), ['KernelSourcesNotFoundError', 'PeerAccessError', 'RankExitedError', 'UnsupportedDeviceError']);
   });
 
-  it('a mismatch names the field that differs from rank 0\'s, with both values', () => {
+  it('a mismatch names the field that differs, with rank 0\'s value and the other rank\'s, and blames neither', () => {
     const at = { problem: 'mismatch' as const, rank: 1, peer: 0, needed: 2n, available: 1n, reportedBy: 3 };
     const said = (field: api.MismatchField, op: string, needed = 2n, available = 1n) => new api.SplitsError({ ...at, op, field, needed, available }).message;
-    assert.equal(said('rowBytes', 'allToAllV', 16n, 8n), "rank 1: its call does not match rank 0's: rowBytes 16 where rank 0's is 8 (reported by rank 3, in its allToAllV)");
-    assert.equal(said('output', 'allToAllV2d', 5n, 4n), "rank 1: its call does not match rank 0's: another output buffer (symmetric buffer 5 where rank 0's is 4) (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), "rank 1: its call does not match rank 0's: rank 1 called allToAllV2dOffset where rank 0 called allToAllV2d (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('expertsPerRank', 'allToAllV2d', 16n, 8n), "rank 1: its call does not match rank 0's: expertsPerRank 16 where rank 0's is 8 (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('majorAlign', 'allToAllV2d'), "rank 1: its call does not match rank 0's: majorAlign 2 where rank 0's is 1 (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('count', 'allReduce', 7n, 9n), "rank 1: its call does not match rank 0's: count 7 where rank 0's is 9 (reported by rank 3, in its allReduce)");
-    assert.equal(said('dtype', 'allReduce'), "rank 1: its call does not match rank 0's: dtype bf16 where rank 0's is f32 (reported by rank 3, in its allReduce)");
-    assert.equal(said('dtype', 'allReduce', 9n, 1n), "rank 1: its call does not match rank 0's: dtype code 9 where rank 0's is f32 (reported by rank 3, in its allReduce)");
+    // The rule names the first rank that differs from rank 0: the odd one out is either of the two.
+    const first = "(rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out)";
+    assert.equal(said('rowBytes', 'allToAllV', 16n, 8n), `rank 0 and rank 1 disagree: rowBytes 8 on rank 0, 16 on rank 1 ${first} (reported by rank 3, in its allToAllV)`);
+    assert.equal(said('output', 'allToAllV2d', 5n, 4n), `rank 0 and rank 1 disagree: output symmetric buffer 4 on rank 0, 5 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), `rank 0 and rank 1 disagree: rank 0 called allToAllV2d, rank 1 allToAllV2dOffset ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('expertsPerRank', 'allToAllV2d', 16n, 8n), `rank 0 and rank 1 disagree: expertsPerRank 8 on rank 0, 16 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('majorAlign', 'allToAllV2d'), `rank 0 and rank 1 disagree: majorAlign 1 on rank 0, 2 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('count', 'allReduce', 7n, 9n), `rank 0 and rank 1 disagree: count 9 on rank 0, 7 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
+    assert.equal(said('dtype', 'allReduce'), `rank 0 and rank 1 disagree: dtype f32 on rank 0, bf16 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
+    assert.equal(said('dtype', 'allReduce', 9n, 1n), `rank 0 and rank 1 disagree: dtype f32 on rank 0, code 9 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
+    assert.equal(said('plan', 'allToAllV2d', 0n, 5n), `rank 0 and rank 1 disagree: rank 0 made a move of the exchange plan made by call 5 on the lane, rank 1 a direct call ${first} (reported by rank 3, in its allToAllV2d)`);
     assert.equal(new api.SplitsError({ ...at, field: 'count' }).field, 'count');
   });
 
   it('a mismatch with no field named says what the operation compares', () => {
     const at = { problem: 'mismatch' as const, rank: 1, peer: 0, needed: 2n, available: 1n, reportedBy: 0 };
-    assert.equal(new api.SplitsError({ ...at, op: 'allReduce' }).message, "rank 1: its call does not match rank 0's (count, element type or output buffer differ: 2 vs 1) (reported by rank 0, in its allReduce)");
-    assert.match(new api.SplitsError({ ...at, op: 'allToAllV2d' }).message, /^rank 1: its call does not match rank 0's \(call kind, row size, output buffer, experts or alignment differ: 2 vs 1\)/);
-    assert.match(new api.SplitsError(at).message, /^rank 1: its call does not match rank 0's/);
+    assert.equal(
+      new api.SplitsError({ ...at, op: 'allReduce' }).message,
+      "rank 0 and rank 1 disagree (count, element type or output buffer differ: 1 on rank 0, 2 on rank 1) (rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out) (reported by rank 0, in its allReduce)",
+    );
+    assert.match(new api.SplitsError({ ...at, op: 'allToAllV2d' }).message, /^rank 0 and rank 1 disagree \(call kind, row size, output buffer, experts or alignment differ: 1 on rank 0, 2 on rank 1\)/);
+    assert.match(new api.SplitsError(at).message, /^rank 0 and rank 1 disagree/);
   });
 
   it('a combine chunk at a negative offset is named as one, not as rows needed', () => {
@@ -66,12 +72,12 @@ describe('error classes', () => {
     assert.equal(err.message, "MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255); ids are read as int64 unless dispatch is given topkIdxType: 'int32' (reported by rank 0); nothing was written");
   });
 
-  it('a token combine whose ranks differ says that y must be of one kind on every rank', () => {
+  it('a token combine whose ranks differ names both ranks and says that y must be of one kind on every rank', () => {
     const refused = new api.SplitsError({ problem: 'mismatch', rank: 2, peer: 0, needed: 7n, available: 5n, reportedBy: 1, op: 'allToAllV2dOffset' });
     const err = combineError(refused);
     assert.ok(err instanceof api.UsageError, String(err));
-    assert.match((err as Error).message, /^rank 2: its combine differs from rank 0's: pass y of the same kind on every rank/);
-    assert.match((err as Error).message, /does not match rank 0's/);
+    assert.match((err as Error).message, /^rank 0 and rank 2 made different combines: pass y of the same kind on every rank/);
+    assert.match((err as Error).message, /rank 0 and rank 2 disagree/);
     const other = new api.SplitsError({ problem: 'output-overflow', rank: 2, peer: 0, needed: 7n, available: 5n, reportedBy: 1 });
     assert.equal(combineError(other), other);
   });

@@ -88,9 +88,10 @@ export function combineError(err: unknown): unknown {
   // The group's combines agree on all else by construction (its shape, its buffers): only y can
   // differ, read in place on some ranks (symmetric, ranks on one GPU) and moved back on others.
   // A rank that made another call here (its own combine refused on the host, then the next call)
-  // is refused the same way, and on cpu (y never read in place) it is the only cause.
+  // is refused the same way, and on cpu (y never read in place) it is the only cause. The rule
+  // names the first rank that differs from rank 0: either of the two may be the odd one out.
   if (err instanceof SplitsError && err.problem === 'mismatch') {
-    return new UsageError(`rank ${err.rank}: its combine differs from rank 0's: pass y of the same kind on every rank (from one comm.allocSymmetric on every rank, or a local buffer on every rank) and the same A2AV_MOE_PULL, and make the same calls in the same order on every rank (a rank whose own combine was refused, or that called something else here, differs too) (${err.message})`);
+    return new UsageError(`rank 0 and rank ${err.rank} made different combines: pass y of the same kind on every rank (from one comm.allocSymmetric on every rank, or a local buffer on every rank) and the same A2AV_MOE_PULL, and make the same calls in the same order on every rank (a rank whose own combine was refused, or that called something else here, differs too) (${err.message})`);
   }
   if (!(err instanceof SplitsError) || err.problem !== 'negative') return err;
   return new MoeRoutingError({ problem: 'route-refused', rank: err.rank, token: -1, k: -1, reportedBy: err.reportedBy }, err);

@@ -15,6 +15,8 @@ export interface ExpectedSplitsError {
   op?: string;
   /** A mismatch: the field it names as differing. */
   field?: MismatchField;
+  /** What the message must say, where the case checks it. */
+  message?: RegExp;
 }
 
 /** handle.wait() must throw a SplitsError with these fields, reported by `me`. */
@@ -26,7 +28,9 @@ export function expectSplitsError(handle: Handle, want: ExpectedSplitsError, me:
     ...(want.op === undefined ? {} : { op: err.op }),
     ...(want.field === undefined ? {} : { field: err.field }),
   };
-  const exp = { ...want, expert: want.expert ?? -1, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
+  const { message, ...fields } = want;
+  if (message !== undefined && !message.test(err.message)) throw new ConformanceError(`${label}: SplitsError message does not match ${message}: ${err.message}`, { cause: err });
+  const exp = { ...fields, expert: want.expert ?? -1, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
   for (const key of Object.keys(exp) as (keyof typeof exp)[]) {
     if (got[key] !== exp[key]) {
       throw new ConformanceError(`${label}: SplitsError ${key} is ${got[key]}, expected ${exp[key]} (${err.message})`, { cause: err });
