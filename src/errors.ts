@@ -140,12 +140,15 @@ const OPS = byCode(OP_CODE);
  * first rank whose call differs from rank 0's, which is all a kernel sees, so the odd one out may be
  * either (with W = 3, ranks 1 and 2 alike and rank 0 apart, rank 1 is named): neither is blamed.
  */
-function mismatchText(field: MismatchField, rank: number, needed: bigint, available: bigint): string {
+function mismatchText(field: MismatchField, rank: number, needed: bigint, available: bigint, own?: { rank: number; call: string }): string {
   const named = (names: Record<string, string>, v: bigint) => names[String(v)] ?? `code ${v}`;
   const both = (zero: string, mine: string) => `${zero} on rank 0, ${mine} on rank ${rank}`;
   switch (field) {
-    case 'kind':
-      return `rank 0 called ${named(KIND_OPS, available)}, rank ${rank} ${named(KIND_OPS, needed)}`;
+    case 'kind': {
+      // The kind names the operation; the reporting rank, where it is one of the two, knows its call as made (a plan's move).
+      const called = (r: number, v: bigint) => (own?.rank === r ? own.call : named(KIND_OPS, v));
+      return `rank 0 called ${called(0, available)}, rank ${rank} ${called(rank, needed)}`;
+    }
     case 'output':
       return `output symmetric buffer ${both(String(available), String(needed))}`;
     case 'dtype':
@@ -160,6 +163,12 @@ function mismatchText(field: MismatchField, rank: number, needed: bigint, availa
     default:
       return `${field} ${both(String(available), String(needed))}`;
   }
+}
+
+/** How a mismatch's message names the reporting rank's call: a plan's exchange and a plan's move by what the program called. */
+function callText(op: string, call: string | undefined): string {
+  if (call === 'plan.move') return `plan.move of a plan${op[0].toUpperCase()}${op.slice(1)} plan`;
+  return call ?? op;
 }
 
 const INT64_MAX = 0x7fffffffffffffffn;
@@ -185,6 +194,11 @@ export interface SplitsFault {
   reportedBy: number;
   /** The operation refused (allToAllV, allToAllV2d, allToAllV2dOffset, allReduce), where known: a mismatch names what it compares. */
   op?: string;
+  /**
+   * The call the reporting rank made, where it is not `op` itself: `planAllToAllV2d` (and the
+   * others' plans) for a plan's exchange, `plan.move` for a move of a plan of `op`.
+   */
+  call?: string;
   /** A mismatch: the first field found different (needed = rank `rank`'s value, available = rank 0's). */
   field?: MismatchField;
 }
@@ -204,6 +218,7 @@ export class SplitsError extends A2avError implements SplitsFault {
   readonly available: bigint;
   readonly reportedBy: number;
   readonly op?: string;
+  readonly call?: string;
   readonly field?: MismatchField;
 
   constructor(f: SplitsFault) {
@@ -216,6 +231,7 @@ export class SplitsError extends A2avError implements SplitsFault {
     this.available = f.available;
     this.reportedBy = f.reportedBy;
     if (f.op !== undefined) this.op = f.op;
+    if (f.call !== undefined) this.call = f.call;
     if (f.field !== undefined) this.field = f.field;
   }
 
@@ -224,7 +240,7 @@ export class SplitsError extends A2avError implements SplitsFault {
     return this.needed >= INT64_MAX;
   }
 
-  private static describe(f: Required<Omit<SplitsFault, 'field'>> & Pick<SplitsFault, 'field'>): string {
+  private static describe(f: Required<Omit<SplitsFault, 'field' | 'call'>> & Pick<SplitsFault, 'field' | 'call'>): string {
     const { rank, needed, available } = f;
     const at = `(reported by rank ${f.reportedBy})`;
     const where = (f.peer >= 0 ? `peer ${f.peer}` : 'the padding') + (f.expert >= 0 ? `, expert ${f.expert}` : '');
@@ -245,8 +261,9 @@ export class SplitsError extends A2avError implements SplitsFault {
         // The op is the reporting rank's own call: rank `rank` may have made another (a kind mismatch).
         const pair = `rank 0 and rank ${rank} disagree`;
         const first = `(rank ${rank} is the first rank whose call differs from rank 0's; either may be the odd one out)`;
-        const by = f.op ? `(reported by rank ${f.reportedBy}, in its ${f.op})` : at;
-        if (f.field !== undefined) return `${pair}: ${mismatchText(f.field, rank, needed, available)} ${first} ${by}`;
+        const by = f.op ? `(reported by rank ${f.reportedBy}, in its ${callText(f.op, f.call)})` : at;
+        const own = f.op && f.call !== undefined ? { rank: f.reportedBy, call: callText(f.op, f.call) } : undefined;
+        if (f.field !== undefined) return `${pair}: ${mismatchText(f.field, rank, needed, available, own)} ${first} ${by}`;
         // No field named (a SplitsError made by hand, a code this build does not know): what is compared.
         const fields = f.op === 'allReduce' ? 'count, element type or output buffer' : 'call kind, row size, output buffer, experts or alignment';
         return `${pair} (${fields} differ: ${available} on rank 0, ${needed} on rank ${rank}) ${first} ${by}`;

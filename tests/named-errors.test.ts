@@ -5,6 +5,7 @@ import { describe, it } from 'node:test';
 import * as api from '../src/index.js';
 import { A2avError, LibraryNotFoundError, PeerAccessError, RankExitedError } from '../src/errors.js';
 import { cudaUnavailableReason } from '../src/cuda/probe.js';
+import { MismatchCode, StatusCode, entryError } from '../src/collectives/status.js';
 import { combineError, dispatchError } from '../src/moe/errors.js';
 import { loadLibrary } from '../src/native/find-library.js';
 import { reviveError, serializeError } from '../src/world/error-transfer.js';
@@ -42,6 +43,25 @@ describe('error classes', () => {
     assert.equal(said('dtype', 'allReduce', 9n, 1n), `rank 0 and rank 1 disagree: dtype f32 on rank 0, code 9 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
     assert.equal(said('plan', 'allToAllV2d', 0n, 5n), `rank 0 and rank 1 disagree: rank 0 made a move of the exchange plan made by call 5 on the lane, rank 1 a direct call ${first} (reported by rank 3, in its allToAllV2d)`);
     assert.equal(new api.SplitsError({ ...at, field: 'count' }).field, 'count');
+  });
+
+  it('a mismatch found in a plan\'s exchange or move names that call, not the direct one', () => {
+    // What the backends name these calls (cuda, cpu and nccl alike), as their status records are decoded.
+    const entry = { code: StatusCode.mismatch, rank: 1, peer: 0, needed: 9n, available: 8n, reportedBy: 0, expert: MismatchCode.rowBytes };
+    const move = entryError(entry, 1000, 'a move of the exchange plan of allToAllV2d on lane 0, call 7') as api.SplitsError;
+    assert.deepEqual([move.op, move.call, move.field], ['allToAllV2d', 'plan.move', 'rowBytes']);
+    assert.match(move.message, /\(reported by rank 0, in its plan.move of a planAllToAllV2d plan\)$/);
+    const made = entryError({ ...entry, expert: MismatchCode.plan, needed: -1n, available: 0n }, 1000, 'the exchange plan of allToAllV2dOffset on lane 1') as api.SplitsError;
+    assert.deepEqual([made.op, made.call], ['allToAllV2dOffset', 'planAllToAllV2dOffset']);
+    assert.match(made.message, /rank 0 made a direct call, rank 1 an exchange plan's exchange .* \(reported by rank 0, in its planAllToAllV2dOffset\)$/);
+    const oneD = entryError(entry, 1000, 'a move of the exchange plan of allToAllV on lane 0') as api.SplitsError;
+    assert.match(oneD.message, /in its plan.move of a planAllToAllV plan\)$/);
+    // Another kind on rank 1 while rank 0 moves a dispatch plan: rank 0's side is named as it was made.
+    const kinds = entryError({ ...entry, expert: MismatchCode.kind, needed: 3n, available: 2n }, 1000, 'a move of the exchange plan of allToAllV2d on lane 0') as api.SplitsError;
+    assert.match(kinds.message, /^rank 0 and rank 1 disagree: rank 0 called plan\.move of a planAllToAllV2d plan, rank 1 allToAllV2dOffset /);
+    const direct = entryError(entry, 1000, 'allToAllV2d on lane 0, call 3') as api.SplitsError;
+    assert.deepEqual([direct.op, direct.call], ['allToAllV2d', undefined]);
+    assert.match(direct.message, /\(reported by rank 0, in its allToAllV2d\)$/);
   });
 
   it('a mismatch with no field named says what the operation compares', () => {

@@ -13,6 +13,8 @@ export interface ExpectedSplitsError {
   available: bigint | number;
   /** The operation the error names (a mismatch says it), where the case checks it. */
   op?: string;
+  /** The call the error names where it is not `op` (a plan's exchange, plan.move), where the case checks it; null: none named. */
+  call?: string | null;
   /** A mismatch: the field it names as differing. */
   field?: MismatchField;
   /** What the message must say, where the case checks it. */
@@ -26,6 +28,7 @@ export function expectSplitsError(handle: Handle, want: ExpectedSplitsError, me:
   const got = {
     problem: err.problem, rank: err.rank, peer: err.peer, expert: err.expert, needed: err.needed, available: err.available, reportedBy: err.reportedBy,
     ...(want.op === undefined ? {} : { op: err.op }),
+    ...(want.call === undefined ? {} : { call: err.call ?? null }),
     ...(want.field === undefined ? {} : { field: err.field }),
   };
   const { message, ...fields } = want;

@@ -174,7 +174,7 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
       label: 'rank 0 alone with another row size',
       call: () => dispatch({ rowBytes: me === 0 ? rowBytes + 1 : rowBytes }),
       want: {
-        problem: 'mismatch', rank: 1, peer: 0, needed: rowBytes, available: rowBytes + 1, field: 'rowBytes', op: 'allToAllV2d',
+        problem: 'mismatch', rank: 1, peer: 0, needed: rowBytes, available: rowBytes + 1, field: 'rowBytes', op: 'allToAllV2d', call: null,
         message: new RegExp(`^rank 0 and rank 1 disagree: rowBytes ${rowBytes + 1} on rank 0, ${rowBytes} on rank 1 \\(rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out\\) \\(reported by rank \\d+, in its allToAllV2d\\)$`),
       },
     },
