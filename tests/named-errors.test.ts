@@ -6,10 +6,13 @@ import * as api from '../src/index.js';
 import { A2avError, LibraryNotFoundError, PeerAccessError, RankExitedError } from '../src/errors.js';
 import { cudaUnavailableReason } from '../src/cuda/probe.js';
 import { MismatchCode, StatusCode, entryError } from '../src/collectives/status.js';
-import { combineError, dispatchError } from '../src/moe/errors.js';
+import { combineError, dispatchError, type DispatchFacts, type TokenLimit } from '../src/moe/errors.js';
 import { loadLibrary } from '../src/native/find-library.js';
 import { reviveError, serializeError } from '../src/world/error-transfer.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
+
+/** A token MoE group's shape as the errors read it: 256 experts on 2 ranks, top-8, 64 tokens a rank. */
+const group = { layout: 'expanded' as const, experts: 256, expertsPerRank: 128, topk: 8, tokenCap: 64 };
 
 describe('error classes', () => {
   it('are exported from the package, each with its own code', () => {
@@ -83,13 +86,44 @@ describe('error classes', () => {
     assert.equal(new api.SplitsError({ ...at, needed: 300n }).message, 'rank 1: splits need 300 input rows but the input holds 256 (peer 0, expert 2) (reported by rank 0)');
   });
 
-  it('a bad expert id names its entry and the ids allowed', () => {
+  it('a bad expert id names its entry and the ids allowed, and has no cause (the exchange saw only a stand-in split)', () => {
     // The exchange's refusal of rank 1's topkIdx entry 9 (token 1, k 1 of 8): a negative count -1 - 9.
     const refused = new api.SplitsError({ problem: 'negative', rank: 1, peer: 0, expert: 0, needed: -10n, available: 0n, reportedBy: 0 });
-    const err = dispatchError(refused, { layout: 'expanded', experts: 256, expertsPerRank: 128, topk: 8 });
+    const err = dispatchError(refused, group);
     assert.ok(err instanceof api.MoeRoutingError, String(err));
     assert.deepEqual([err.problem, err.rank, err.token, err.k], ['expert-id', 1, 1, 1]);
     assert.equal(err.message, "MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255); ids are read as int64 unless dispatch is given topkIdxType: 'int32' (reported by rank 0); nothing was written");
+    assert.equal(err.cause, undefined);
+  });
+
+  it('a refused device token count names the count and what the call takes on its rank, and where to find them on the others', () => {
+    const refused = new api.SplitsError({ problem: 'negative', rank: 1, peer: 0, expert: 0, needed: -(2n ** 40n), available: 0n, reportedBy: 1 });
+    const facts = (count: bigint | undefined, limit: TokenLimit = 'maxTokensPerRank', tokenCap = 64): DispatchFacts => ({ rank: 1, deviceCount: true, tokenCap, limit, readCount: () => count });
+    const own = dispatchError(refused, group, facts(65n)) as api.MoeRoutingError;
+    assert.ok(own instanceof api.MoeRoutingError, String(own));
+    assert.deepEqual([own.problem, own.rank, own.numTokens, own.capacity, own.cause], ['token-count', 1, 65n, 64n, undefined]);
+    assert.equal(own.message, 'MoE rank 1: the device token count (numTokens) is 65, more than 64: its call takes 0..64 tokens (maxTokensPerRank 64) (reported by rank 1); nothing was written');
+    const negative = dispatchError(refused, group, facts(-3n, 'x', 10)) as api.MoeRoutingError;
+    assert.deepEqual([negative.numTokens, negative.capacity], [-3n, 10n]);
+    assert.match(negative.message, /is -3, negative: its call takes 0\.\.10 tokens \(x holds 10 tokens\)/);
+    // A count back in range was written since the call: not named, the capacity still is.
+    const changed = dispatchError(refused, group, facts(5n)) as api.MoeRoutingError;
+    assert.deepEqual([changed.numTokens, changed.capacity], [undefined, 64n]);
+    assert.match(changed.message, /is negative or more than 64: its call takes 0\.\.64 tokens/);
+    // A peer of rank 1: neither is known there.
+    const fromPeer = dispatchError(new api.SplitsError({ ...refused, reportedBy: 0 }), group, { ...facts(undefined), rank: 0 }) as api.MoeRoutingError;
+    assert.deepEqual([fromPeer.rank, fromPeer.numTokens, fromPeer.capacity], [1, undefined, undefined]);
+    assert.equal(fromPeer.message, "MoE rank 1: the device token count (numTokens) is negative or more than its call takes (at most maxTokensPerRank, 64); rank 1's own error names the count and what its call takes (reported by rank 0); nothing was written");
+  });
+
+  it('a compact capacity refusal\'s cause names no expert: the exchange\'s one bucket a rank is no expert of the job', () => {
+    const refused = new api.SplitsError({ problem: 'output-overflow', rank: 2, peer: 1, expert: 0, needed: 9n, available: 8n, reportedBy: 0 });
+    const compact = dispatchError(refused, { ...group, layout: 'compact' }) as api.MoeCapacityError;
+    assert.ok(compact instanceof api.MoeCapacityError && compact.cause instanceof api.SplitsError, String(compact));
+    assert.deepEqual([compact.expert, compact.cause.expert, compact.cause.rank, compact.cause.peer], [-1, -1, 2, 1]);
+    assert.doesNotMatch(compact.cause.message, /expert/);
+    const expanded = dispatchError(refused, group) as api.MoeCapacityError;
+    assert.equal(expanded.cause, refused);
   });
 
   it('a token combine whose ranks differ names both ranks and says that y must be of one kind on every rank', () => {

@@ -8,6 +8,7 @@ import { gatherOnce } from '../collectives/agree.js';
 import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
 import { DTYPES } from './compute.js';
+import type { TokenLimit } from './errors.js';
 import { tokenShape, type TokenShape } from './shape.js';
 
 /** K at most: a token's ids are scanned once per k in the compact layout. */
@@ -120,6 +121,8 @@ export interface DispatchPlan {
   tokens: number;
   tokenCap: number;
   numTokens?: DeviceBuffer;
+  /** With a device count: what bounds tokenCap (the group's maxTokensPerRank, or the buffer holding the fewest tokens). */
+  limit: TokenLimit;
   /** Rows recvX holds (at most the group's recvRows). */
   recvCap: number;
 }
@@ -142,6 +145,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     ...(a.topkWeights ? [['topkWeights', Math.floor(a.topkWeights.bytes / (4 * K))] as const] : []),
   ] as const;
   const cap = Math.min(s.tokenCap, ...held.map(([, rows]) => rows));
+  const limit: TokenLimit = cap === s.tokenCap ? 'maxTokensPerRank' : held.find(([, rows]) => rows === cap)![0];
   let tokens = Math.min(s.tokenCap, held[1][1]);
   let numTokens: DeviceBuffer | undefined;
   if (reused !== undefined) {
@@ -181,7 +185,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     : r === a.recvTopkIdx ? 'recvTopkIdx' : r === a.recvTopkWeights ? 'recvTopkWeights' : r === a.expertCounts ? 'expertCounts' : r === a.expertOffsets ? 'expertOffsets' : r === a.numRecvRows ? 'numRecvRows' : undefined;
   if (aliased !== undefined) fail(`recvX is also ${aliased}: peers write recvX while the call uses ${aliased}; give each its own buffer`);
   const tokenCap = reused?.tokenCap ?? (numTokens ? cap : tokens);
-  return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap };
+  return { idx64: type === 'int64', tokens, tokenCap, numTokens, limit, recvCap };
 }
 
 export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs, route: { tokenCap: number; recvCap: number }): number {
