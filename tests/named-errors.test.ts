@@ -136,6 +136,23 @@ describe('error classes', () => {
     assert.equal(combineError(other), other);
   });
 
+  it('the combine of a refused dispatch\'s route carries that dispatch\'s error, not the stand-in counts of rank 0', () => {
+    // Every rank's route of a refused dispatch holds -1 counts: the exchange names rank 0's first.
+    const refused = new api.SplitsError({ problem: 'negative', rank: 0, peer: 0, expert: 0, needed: -1n, available: 0n, reportedBy: 2 });
+    const badId = dispatchError(new api.SplitsError({ problem: 'negative', rank: 1, peer: 0, expert: 0, needed: -10n, available: 0n, reportedBy: 2 }), group) as api.MoeRoutingError;
+    const err = combineError(refused, () => badId) as api.MoeRoutingError;
+    assert.ok(err instanceof api.MoeRoutingError, String(err));
+    assert.deepEqual([err.problem, err.rank, err.token, err.k, err.reportedBy, err.cause], ['route-refused', 1, 1, 1, 2, badId]);
+    assert.equal(err.message, `MoE combine of a route whose dispatch was refused (reported by rank 2); nothing was written. The dispatch's error: MoeRoutingError: ${badId.message}`);
+    const full = new api.MoeCapacityError({ rank: 3, expert: 7, localExpert: 3, needed: 9n, capacity: 8n, reportedBy: 2 }, refused);
+    const past = combineError(refused, () => full) as api.MoeRoutingError;
+    assert.deepEqual([past.rank, past.token, past.k, past.cause], [3, -1, -1, full]);
+    // A dispatch whose handle cannot say (one captured in a graph): no rank named, no cause.
+    const unknown = combineError(refused, () => new api.UsageError('a captured call has no outcome of its own')) as api.MoeRoutingError;
+    assert.deepEqual([unknown.problem, unknown.rank, unknown.cause], ['route-refused', -1, undefined]);
+    assert.match(unknown.message, /nothing was written\. That dispatch's handle \(or, for a dispatch in a graph, its replay's\) says why$/);
+  });
+
   it('keep their class and fields across threads', () => {
     const back = reviveError(serializeError(new PeerAccessError(0, 1)));
     assert.ok(back instanceof PeerAccessError);

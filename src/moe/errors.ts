@@ -66,7 +66,8 @@ export interface MoeRoutingFault {
  * the ids allowed, 0..experts-1, not the id found: only that rank holds it, on the device);
  * 'token-count': rank `rank`'s device token count is negative or past what its call's buffers hold
  * (on that rank, `numTokens` and `capacity` say both; its peers cannot see them: undefined there);
- * 'route-refused': a combine of a route whose dispatch was refused.
+ * 'route-refused': a combine of a route whose dispatch was refused: `cause` is that dispatch's error
+ * where its handle can still say it, and `rank`, `token` and `k` are that error's.
  * The first two have no `cause`: the exchange that carried the refusal saw only a stand-in split.
  */
 export class MoeRoutingError extends A2avError {
@@ -81,7 +82,7 @@ export class MoeRoutingError extends A2avError {
   readonly capacity?: bigint;
   constructor(f: MoeRoutingFault, cause?: unknown) {
     const by = `(reported by rank ${f.reportedBy}); nothing was written`;
-    const text = f.problem === 'route-refused' ? `MoE combine of a route whose dispatch was refused ${by}` : `MoE ${routingText(f)} ${by}`;
+    const text = f.problem === 'route-refused' ? `MoE combine of a route whose dispatch was refused ${by}. ${refusedBecause(cause)}` : `MoE ${routingText(f)} ${by}`;
     super('A2AV_MOE_ROUTING', text, cause === undefined ? undefined : { cause });
     this.problem = f.problem;
     this.rank = f.rank;
@@ -109,6 +110,12 @@ function routingText(f: MoeRoutingFault): string {
   // A peer's count and buffers are on that peer: its own error names them.
   const most = f.maxTokensPerRank === undefined ? '' : ` (at most maxTokensPerRank, ${f.maxTokensPerRank})`;
   return `${count} is negative or more than its call takes${most}; rank ${f.rank}'s own error names the count and what its call takes`;
+}
+
+/** The second sentence of a route-refused message: the dispatch's own error, where its handle still said it. */
+function refusedBecause(cause: unknown): string {
+  if (cause instanceof Error) return `The dispatch's error: ${cause.name}: ${cause.message}`;
+  return "That dispatch's handle (or, for a dispatch in a graph, its replay's) says why";
 }
 
 /** A dispatch's facts its refusal is told with, on this rank. */
@@ -160,8 +167,11 @@ function tokenCountFacts(rank: number, maxTokensPerRank: number, call: DispatchF
   return { capacity: cap, limit: call.limit, ...(refused ? { numTokens: n } : {}) };
 }
 
-/** What the group's combine exchange's refusal means: a negative count is a refused dispatch's route. */
-export function combineError(err: unknown): unknown {
+/**
+ * What the group's combine exchange's refusal means: a negative count is a refused dispatch's route.
+ * `dispatched` returns that dispatch's error (undefined where its handle cannot say).
+ */
+export function combineError(err: unknown, dispatched: () => unknown = () => undefined): unknown {
   // The group's combines agree on all else by construction (its shape, its buffers): only y can
   // differ, read in place on some ranks (symmetric, ranks on one GPU) and moved back on others.
   // A rank that made another call here (its own combine refused on the host, then the next call)
@@ -171,5 +181,10 @@ export function combineError(err: unknown): unknown {
     return new UsageError(`rank 0 and rank ${err.rank} made different combines: pass y of the same kind on every rank (from one comm.allocSymmetric on every rank, or a local buffer on every rank) and the same A2AV_MOE_PULL, and make the same calls in the same order on every rank (a rank whose own combine was refused, or that called something else here, differs too) (${err.message})`);
   }
   if (!(err instanceof SplitsError) || err.problem !== 'negative') return err;
-  return new MoeRoutingError({ problem: 'route-refused', rank: err.rank, token: -1, k: -1, reportedBy: err.reportedBy }, err);
+  // Every rank's route of a refused dispatch holds -1 counts (compute.ts routeOso), so the exchange
+  // names rank 0's: the dispatch's own error says whose call was at fault and why.
+  const why = dispatched();
+  const known = why instanceof MoeRoutingError || why instanceof MoeCapacityError || why instanceof SplitsError ? why : undefined;
+  const at = known instanceof MoeRoutingError ? { token: known.token, k: known.k } : { token: -1, k: -1 };
+  return new MoeRoutingError({ problem: 'route-refused', rank: known?.rank ?? -1, ...at, reportedBy: err.reportedBy }, known);
 }

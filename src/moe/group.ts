@@ -100,6 +100,8 @@ function gathersRows(comm: Comm): boolean {
 
 /** A route: the group's routing as of one dispatch, and that dispatch's capacities. */
 class TokenRoute implements MoeRoute {
+  /** The latest dispatch along this route: a combine of a refused one reports that dispatch's error. */
+  dispatched: Handle | undefined;
   constructor(
     readonly layout: MoeLayout,
     readonly group: TokenGroup,
@@ -202,7 +204,9 @@ class TokenGroup implements MoeGroup {
     this.#follow(parts, s);
     compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets, numRecvRows: a.numRecvRows });
     const along = route;
-    return { route, done: joined(parts, comm.record(s), (err) => dispatchError(err, sh, this.#facts(along))) };
+    const done = joined(parts, comm.record(s), (err) => dispatchError(err, sh, this.#facts(along)));
+    route.dispatched = done;
+    return { route, done };
   }
 
   combine(a: MoeCombineArgs): Handle {
@@ -232,7 +236,9 @@ class TokenGroup implements MoeGroup {
     }, how));
     this.#follow([h], s);
     if (pull === undefined) compute.reduce(s, reduce);
-    return joined([h], this.#comm.record(s), combineError);
+    // The dispatch this combine follows (a later one along the route may be refused otherwise).
+    const dispatched = route.dispatched;
+    return joined([h], this.#comm.record(s), (err) => combineError(err, () => outcome(dispatched)));
   }
 
   async close(): Promise<void> {
@@ -293,6 +299,16 @@ function unlessAborted(call: () => Handle): Handle {
   } catch (err) {
     if (!(err instanceof CommAbortedError)) throw err;
     return { wait: () => { throw err; }, waitOn: () => {} };
+  }
+}
+
+/** What a handle's wait() throws, or undefined where it returns. */
+function outcome(h: Handle | undefined): unknown {
+  try {
+    h?.wait();
+    return undefined;
+  } catch (err) {
+    return err;
   }
 }
 

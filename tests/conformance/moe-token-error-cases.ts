@@ -31,6 +31,20 @@ function expectError<C extends typeof MoeCapacityError | typeof MoeRoutingError>
   return err as InstanceType<C>;
 }
 
+/**
+ * The combine of a refused dispatch's route: route-refused, naming that dispatch's error as its
+ * cause (its rank, and for a bad id its token and k), never rank 0 of the exchange's stand-in counts.
+ */
+function expectRefusedRoute(handle: Handle, dispatched: MoeCapacityError | MoeRoutingError, label: string): void {
+  const at = dispatched instanceof MoeRoutingError ? { token: dispatched.token, k: dispatched.k } : { token: -1, k: -1 };
+  const err = expectError(handle, MoeRoutingError, { problem: 'route-refused', rank: dispatched.rank, ...at, reportedBy: dispatched.reportedBy }, label);
+  const cause = err.cause;
+  if (!(cause instanceof dispatched.constructor) || (cause as Error).message !== dispatched.message) {
+    throw new ConformanceError(`${label}: the cause is ${cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause)}, expected the dispatch's ${dispatched.name}: ${dispatched.message}`, { cause: err });
+  }
+  if (!err.message.includes(dispatched.message)) throw new ConformanceError(`${label}: the message does not carry the dispatch's: ${err.message}`, { cause: err });
+}
+
 /** A routing refusal carries no cause: the exchange's SplitsError held only the routing's stand-in split. */
 function expectNoCause(err: Error, label: string): void {
   if (err.cause !== undefined) throw new ConformanceError(`${label}: ${err.name} has a cause (${String(err.cause)}): the stand-in split would show`, { cause: err });
@@ -100,7 +114,7 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
     throw new ConformanceError(`every token to one expert: the cause is ${String(exchanged)}, expected the exchange's output-overflow on rank ${owner}${expanded ? '' : ' with expert -1'}`, { cause: full });
   }
   rig.verifyUntouched('every token to one expert');
-  expectError(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), MoeRoutingError, { problem: 'route-refused', reportedBy: me }, 'combine of a refused dispatch');
+  expectRefusedRoute(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), full, 'combine of a refused dispatch');
   rig.verifyUntouched('combine of a refused dispatch');
   good('good round trip after a refused capacity');
 
@@ -117,7 +131,7 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
   expectNoCause(badId, `a bad expert id on rank ${q}`);
   rig.verifyUntouched(`a bad expert id on rank ${q}`);
   // Its combine, after a good one: what let that one's reduction through must not let this one's.
-  expectError(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), MoeRoutingError, { problem: 'route-refused', reportedBy: me }, 'combine of a refused dispatch after a good one');
+  expectRefusedRoute(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), badId, 'combine of a refused dispatch after a good one');
   rig.verifyUntouched('combine of a refused dispatch after a good one');
   good('good round trip after a bad expert id');
 
@@ -136,6 +150,8 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
     const count = expectError(r.done, MoeRoutingError, { problem: 'token-count', rank: q, reportedBy: me, ...facts }, `device token count ${n} on rank ${q}`);
     expectNoCause(count, `device token count ${n} on rank ${q}`);
     rig.verifyUntouched(`device token count ${n} on rank ${q}`);
+    expectRefusedRoute(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), count, `combine of device token count ${n}'s route`);
+    rig.verifyUntouched(`combine of device token count ${n}'s route`);
     good(`good round trip after device token count ${n}`);
   }
   return call - 700 + (await misuse(comm, arg, rig, good));
