@@ -213,11 +213,22 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
   ];
   for (const [label, change] of combines) expectUsageError(() => group.combine({ ...combineArgs, ...change }), `combine with ${label}`);
   expectUsageError(() => group.combine({ ...combineArgs, route: old.route }), 'combine along an old route');
+  // out's size says where T comes from: the host count, or with a device count the most the dispatch could carry.
+  const rowOut = 4 * rig.hidden;
+  expectUsageError(() => group.combine({ ...combineArgs, out: comm.alloc(1) }), 'combine with out short of the host count', new RegExp(`out \\(f32\\[T\\]\\[H\\]\\) holds 1 bytes, needs at least ${rowOut}: T rows of ${rowOut} bytes, T = 1, the route's dispatch's tokens$`));
+  comm.write(inputs.numTokens, BigInt64Array.of(1n));
+  const onDevice = d({ count: 'device', idx64: true, weights: false, tokens: 1 });
+  onDevice.done.wait();
+  const T = job.maxTokens;
+  const most = new RegExp(`needs at least ${T * rowOut}: T rows of ${rowOut} bytes, T = ${T}, the most tokens the route's dispatch could carry \\(maxTokensPerRank ${T}\\): its numTokens was on the device`);
+  const deviceArgs = { ...combineArgs, route: onDevice.route };
+  expectUsageError(() => group.combine({ ...deviceArgs, out: comm.alloc(rowOut) }), 'combine with out short of the most a device count could be', most);
+  expectUsageError(() => group.combine({ ...deviceArgs, bias: comm.alloc(rowOut) }), 'combine with bias short of the most a device count could be', most);
   // No arguments at all: a UsageError, not a TypeError from reading a field of undefined.
   expectUsageError(() => group.dispatch(undefined as never), 'dispatch with no arguments');
   expectUsageError(() => group.combine(undefined as never), 'combine with no arguments');
   good('good round trip after misuse');
-  return options.length + dispatches.length + combines.length;
+  return options.length + dispatches.length + combines.length + 3;
 }
 
 /** Rank `absent` makes the group but never dispatches: every other rank's dispatch must end in a TimeoutError naming it. */
