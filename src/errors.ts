@@ -121,9 +121,9 @@ export class TimeoutError extends A2avError {
 export type SplitsProblem = 'negative' | 'input-overflow' | 'output-overflow' | 'mismatch';
 
 /**
- * What a mismatch found different from rank 0's call, the first in the order compared: the call's
- * kind (allToAllV, allToAllV2d, allToAllV2dOffset on one lane), its row size, its output buffer
- * (symmetric buffer ids), its experts or alignment; an allReduce's count, dtype or op.
+ * What a mismatch found different between rank 0's call and another rank's, the first in the order
+ * compared: the call's kind (allToAllV, allToAllV2d, allToAllV2dOffset on one lane), its row size,
+ * its output buffer (symmetric buffer ids), its experts or alignment; an allReduce's count, dtype or op.
  */
 export type MismatchField = 'kind' | 'rowBytes' | 'output' | 'expertsPerRank' | 'majorAlign' | 'count' | 'dtype' | 'op' | 'plan';
 
@@ -135,25 +135,40 @@ const KIND_OPS = { ...byCode(ExchangeKind, (kind) => CALL_OF_KIND[kind as Exchan
 const DTYPES = byCode(DTYPE_CODE);
 const OPS = byCode(OP_CODE);
 
-function mismatchText(field: MismatchField, rank: number, needed: bigint, available: bigint): string {
+/**
+ * What a mismatch found, as "rank 0 ..., rank `rank` ...": the two calls compared. The rule finds the
+ * first rank whose call differs from rank 0's, which is all a kernel sees, so the odd one out may be
+ * either (with W = 3, ranks 1 and 2 alike and rank 0 apart, rank 1 is named): neither is blamed.
+ */
+function mismatchText(field: MismatchField, rank: number, needed: bigint, available: bigint, own?: { rank: number; call: string }): string {
   const named = (names: Record<string, string>, v: bigint) => names[String(v)] ?? `code ${v}`;
+  const both = (zero: string, mine: string) => `${zero} on rank 0, ${mine} on rank ${rank}`;
   switch (field) {
-    case 'kind':
-      return `rank ${rank} called ${named(KIND_OPS, needed)} where rank 0 called ${named(KIND_OPS, available)}`;
+    case 'kind': {
+      // The kind names the operation; the reporting rank, where it is one of the two, knows its call as made (a plan's move).
+      const called = (r: number, v: bigint) => (own?.rank === r ? own.call : named(KIND_OPS, v));
+      return `rank 0 called ${called(0, available)}, rank ${rank} ${called(rank, needed)}`;
+    }
     case 'output':
-      return `another output buffer (symmetric buffer ${needed} where rank 0's is ${available})`;
+      return `output symmetric buffer ${both(String(available), String(needed))}`;
     case 'dtype':
-      return `dtype ${named(DTYPES, needed)} where rank 0's is ${named(DTYPES, available)}`;
+      return `dtype ${both(named(DTYPES, available), named(DTYPES, needed))}`;
     case 'op':
-      return `op ${named(OPS, needed)} where rank 0's is ${named(OPS, available)}`;
+      return `op ${both(named(OPS, available), named(OPS, needed))}`;
     case 'plan': {
       // The record's plan word: 0 a direct call, -1 a plan's exchange, else a move of the plan whose exchange was that lane call.
       const made = (v: bigint) => (v === 0n ? 'a direct call' : v < 0n ? "an exchange plan's exchange" : `a move of the exchange plan made by call ${v} on the lane`);
-      return `rank ${rank} made ${made(needed)} where rank 0 made ${made(available)}`;
+      return `rank 0 made ${made(available)}, rank ${rank} ${made(needed)}`;
     }
     default:
-      return `${field} ${needed} where rank 0's is ${available}`;
+      return `${field} ${both(String(available), String(needed))}`;
   }
+}
+
+/** How a mismatch's message names the reporting rank's call: a plan's exchange and a plan's move by what the program called. */
+function callText(op: string, call: string | undefined): string {
+  if (call === 'plan.move') return `plan.move of a plan${op[0].toUpperCase()}${op.slice(1)} plan`;
+  return call ?? op;
 }
 
 const INT64_MAX = 0x7fffffffffffffffn;
@@ -161,7 +176,11 @@ const INT64_MAX = 0x7fffffffffffffffn;
 /** What SplitsError carries: the problem and where it is. */
 export interface SplitsFault {
   problem: SplitsProblem;
-  /** The rank whose splits or capacity are at fault. */
+  /**
+   * The rank whose splits or capacity are at fault. A mismatch: the first rank whose call differs
+   * from rank 0's (the odd one out is that rank or rank 0: with W = 3, ranks 1 and 2 alike and rank 0
+   * apart, it is 1).
+   */
   rank: number;
   /** The peer involved; -1 where none is (the padding of an expert's block). */
   peer: number;
@@ -175,7 +194,12 @@ export interface SplitsFault {
   reportedBy: number;
   /** The operation refused (allToAllV, allToAllV2d, allToAllV2dOffset, allReduce), where known: a mismatch names what it compares. */
   op?: string;
-  /** A mismatch: the first field found different (needed = this rank's value, available = rank 0's). */
+  /**
+   * The call the reporting rank made, where it is not `op` itself: `planAllToAllV2d` (and the
+   * others' plans) for a plan's exchange, `plan.move` for a move of a plan of `op`.
+   */
+  call?: string;
+  /** A mismatch: the first field found different (needed = rank `rank`'s value, available = rank 0's). */
   field?: MismatchField;
 }
 
@@ -194,6 +218,7 @@ export class SplitsError extends A2avError implements SplitsFault {
   readonly available: bigint;
   readonly reportedBy: number;
   readonly op?: string;
+  readonly call?: string;
   readonly field?: MismatchField;
 
   constructor(f: SplitsFault) {
@@ -206,6 +231,7 @@ export class SplitsError extends A2avError implements SplitsFault {
     this.available = f.available;
     this.reportedBy = f.reportedBy;
     if (f.op !== undefined) this.op = f.op;
+    if (f.call !== undefined) this.call = f.call;
     if (f.field !== undefined) this.field = f.field;
   }
 
@@ -214,7 +240,7 @@ export class SplitsError extends A2avError implements SplitsFault {
     return this.needed >= INT64_MAX;
   }
 
-  private static describe(f: Required<Omit<SplitsFault, 'field'>> & Pick<SplitsFault, 'field'>): string {
+  private static describe(f: Required<Omit<SplitsFault, 'field' | 'call'>> & Pick<SplitsFault, 'field' | 'call'>): string {
     const { rank, needed, available } = f;
     const at = `(reported by rank ${f.reportedBy})`;
     const where = (f.peer >= 0 ? `peer ${f.peer}` : 'the padding') + (f.expert >= 0 ? `, expert ${f.expert}` : '');
@@ -233,12 +259,14 @@ export class SplitsError extends A2avError implements SplitsFault {
           : `rank ${rank}: receives ${needed} rows (passing the output at ${where}) but the output holds ${available} ${at}`;
       case 'mismatch': {
         // The op is the reporting rank's own call: rank `rank` may have made another (a kind mismatch).
-        const call = `rank ${rank}: its call does not match rank 0's`;
-        const by = f.op ? `(reported by rank ${f.reportedBy}, in its ${f.op})` : at;
-        if (f.field !== undefined) return `${call}: ${mismatchText(f.field, rank, needed, available)} ${by}`;
+        const pair = `rank 0 and rank ${rank} disagree`;
+        const first = `(rank ${rank} is the first rank whose call differs from rank 0's; either may be the odd one out)`;
+        const by = f.op ? `(reported by rank ${f.reportedBy}, in its ${callText(f.op, f.call)})` : at;
+        const own = f.op && f.call !== undefined ? { rank: f.reportedBy, call: callText(f.op, f.call) } : undefined;
+        if (f.field !== undefined) return `${pair}: ${mismatchText(f.field, rank, needed, available, own)} ${first} ${by}`;
         // No field named (a SplitsError made by hand, a code this build does not know): what is compared.
         const fields = f.op === 'allReduce' ? 'count, element type or output buffer' : 'call kind, row size, output buffer, experts or alignment';
-        return `${call} (${fields} differ: ${needed} vs ${available}) ${by}`;
+        return `${pair} (${fields} differ: ${available} on rank 0, ${needed} on rank ${rank}) ${first} ${by}`;
       }
     }
   }

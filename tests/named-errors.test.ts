@@ -5,10 +5,14 @@ import { describe, it } from 'node:test';
 import * as api from '../src/index.js';
 import { A2avError, LibraryNotFoundError, PeerAccessError, RankExitedError } from '../src/errors.js';
 import { cudaUnavailableReason } from '../src/cuda/probe.js';
-import { combineError, dispatchError } from '../src/moe/errors.js';
+import { MismatchCode, StatusCode, entryError } from '../src/collectives/status.js';
+import { combineError, dispatchError, type DispatchFacts, type TokenLimit } from '../src/moe/errors.js';
 import { loadLibrary } from '../src/native/find-library.js';
 import { reviveError, serializeError } from '../src/world/error-transfer.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
+
+/** A token MoE group's shape as the errors read it: 256 experts on 2 ranks, top-8, 64 tokens a rank. */
+const group = { layout: 'expanded' as const, experts: 256, expertsPerRank: 128, topk: 8, tokenCap: 64 };
 
 describe('error classes', () => {
   it('are exported from the package, each with its own code', () => {
@@ -27,25 +31,50 @@ describe('error classes', () => {
     assert.deepEqual(samples.map((e) => e.name), ['KernelSourcesNotFoundError', 'PeerAccessError', 'RankExitedError', 'UnsupportedDeviceError']);
   });
 
-  it('a mismatch names the field that differs from rank 0\'s, with both values', () => {
+  it('a mismatch names the field that differs, with rank 0\'s value and the other rank\'s, and blames neither', () => {
     const at = { problem: 'mismatch' as const, rank: 1, peer: 0, needed: 2n, available: 1n, reportedBy: 3 };
     const said = (field: api.MismatchField, op: string, needed = 2n, available = 1n) => new api.SplitsError({ ...at, op, field, needed, available }).message;
-    assert.equal(said('rowBytes', 'allToAllV', 16n, 8n), "rank 1: its call does not match rank 0's: rowBytes 16 where rank 0's is 8 (reported by rank 3, in its allToAllV)");
-    assert.equal(said('output', 'allToAllV2d', 5n, 4n), "rank 1: its call does not match rank 0's: another output buffer (symmetric buffer 5 where rank 0's is 4) (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), "rank 1: its call does not match rank 0's: rank 1 called allToAllV2dOffset where rank 0 called allToAllV2d (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('expertsPerRank', 'allToAllV2d', 16n, 8n), "rank 1: its call does not match rank 0's: expertsPerRank 16 where rank 0's is 8 (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('majorAlign', 'allToAllV2d'), "rank 1: its call does not match rank 0's: majorAlign 2 where rank 0's is 1 (reported by rank 3, in its allToAllV2d)");
-    assert.equal(said('count', 'allReduce', 7n, 9n), "rank 1: its call does not match rank 0's: count 7 where rank 0's is 9 (reported by rank 3, in its allReduce)");
-    assert.equal(said('dtype', 'allReduce'), "rank 1: its call does not match rank 0's: dtype bf16 where rank 0's is f32 (reported by rank 3, in its allReduce)");
-    assert.equal(said('dtype', 'allReduce', 9n, 1n), "rank 1: its call does not match rank 0's: dtype code 9 where rank 0's is f32 (reported by rank 3, in its allReduce)");
+    // The rule names the first rank that differs from rank 0: the odd one out is either of the two.
+    const first = "(rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out)";
+    assert.equal(said('rowBytes', 'allToAllV', 16n, 8n), `rank 0 and rank 1 disagree: rowBytes 8 on rank 0, 16 on rank 1 ${first} (reported by rank 3, in its allToAllV)`);
+    assert.equal(said('output', 'allToAllV2d', 5n, 4n), `rank 0 and rank 1 disagree: output symmetric buffer 4 on rank 0, 5 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), `rank 0 and rank 1 disagree: rank 0 called allToAllV2d, rank 1 allToAllV2dOffset ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('expertsPerRank', 'allToAllV2d', 16n, 8n), `rank 0 and rank 1 disagree: expertsPerRank 8 on rank 0, 16 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('majorAlign', 'allToAllV2d'), `rank 0 and rank 1 disagree: majorAlign 1 on rank 0, 2 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('count', 'allReduce', 7n, 9n), `rank 0 and rank 1 disagree: count 9 on rank 0, 7 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
+    assert.equal(said('dtype', 'allReduce'), `rank 0 and rank 1 disagree: dtype f32 on rank 0, bf16 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
+    assert.equal(said('dtype', 'allReduce', 9n, 1n), `rank 0 and rank 1 disagree: dtype f32 on rank 0, code 9 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
+    assert.equal(said('plan', 'allToAllV2d', 0n, 5n), `rank 0 and rank 1 disagree: rank 0 made a move of the exchange plan made by call 5 on the lane, rank 1 a direct call ${first} (reported by rank 3, in its allToAllV2d)`);
     assert.equal(new api.SplitsError({ ...at, field: 'count' }).field, 'count');
+  });
+
+  it('a mismatch found in a plan\'s exchange or move names that call, not the direct one', () => {
+    // What the backends name these calls (cuda, cpu and nccl alike), as their status records are decoded.
+    const entry = { code: StatusCode.mismatch, rank: 1, peer: 0, needed: 9n, available: 8n, reportedBy: 0, expert: MismatchCode.rowBytes };
+    const move = entryError(entry, 1000, 'a move of the exchange plan of allToAllV2d on lane 0, call 7') as api.SplitsError;
+    assert.deepEqual([move.op, move.call, move.field], ['allToAllV2d', 'plan.move', 'rowBytes']);
+    assert.match(move.message, /\(reported by rank 0, in its plan.move of a planAllToAllV2d plan\)$/);
+    const made = entryError({ ...entry, expert: MismatchCode.plan, needed: -1n, available: 0n }, 1000, 'the exchange plan of allToAllV2dOffset on lane 1') as api.SplitsError;
+    assert.deepEqual([made.op, made.call], ['allToAllV2dOffset', 'planAllToAllV2dOffset']);
+    assert.match(made.message, /rank 0 made a direct call, rank 1 an exchange plan's exchange .* \(reported by rank 0, in its planAllToAllV2dOffset\)$/);
+    const oneD = entryError(entry, 1000, 'a move of the exchange plan of allToAllV on lane 0') as api.SplitsError;
+    assert.match(oneD.message, /in its plan.move of a planAllToAllV plan\)$/);
+    // Another kind on rank 1 while rank 0 moves a dispatch plan: rank 0's side is named as it was made.
+    const kinds = entryError({ ...entry, expert: MismatchCode.kind, needed: 3n, available: 2n }, 1000, 'a move of the exchange plan of allToAllV2d on lane 0') as api.SplitsError;
+    assert.match(kinds.message, /^rank 0 and rank 1 disagree: rank 0 called plan\.move of a planAllToAllV2d plan, rank 1 allToAllV2dOffset /);
+    const direct = entryError(entry, 1000, 'allToAllV2d on lane 0, call 3') as api.SplitsError;
+    assert.deepEqual([direct.op, direct.call], ['allToAllV2d', undefined]);
+    assert.match(direct.message, /\(reported by rank 0, in its allToAllV2d\)$/);
   });
 
   it('a mismatch with no field named says what the operation compares', () => {
     const at = { problem: 'mismatch' as const, rank: 1, peer: 0, needed: 2n, available: 1n, reportedBy: 0 };
-    assert.equal(new api.SplitsError({ ...at, op: 'allReduce' }).message, "rank 1: its call does not match rank 0's (count, element type or output buffer differ: 2 vs 1) (reported by rank 0, in its allReduce)");
-    assert.match(new api.SplitsError({ ...at, op: 'allToAllV2d' }).message, /^rank 1: its call does not match rank 0's \(call kind, row size, output buffer, experts or alignment differ: 2 vs 1\)/);
-    assert.match(new api.SplitsError(at).message, /^rank 1: its call does not match rank 0's/);
+    assert.equal(
+      new api.SplitsError({ ...at, op: 'allReduce' }).message,
+      "rank 0 and rank 1 disagree (count, element type or output buffer differ: 1 on rank 0, 2 on rank 1) (rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out) (reported by rank 0, in its allReduce)",
+    );
+    assert.match(new api.SplitsError({ ...at, op: 'allToAllV2d' }).message, /^rank 0 and rank 1 disagree \(call kind, row size, output buffer, experts or alignment differ: 1 on rank 0, 2 on rank 1\)/);
+    assert.match(new api.SplitsError(at).message, /^rank 0 and rank 1 disagree/);
   });
 
   it('a combine chunk at a negative offset is named as one, not as rows needed', () => {
@@ -57,23 +86,71 @@ describe('error classes', () => {
     assert.equal(new api.SplitsError({ ...at, needed: 300n }).message, 'rank 1: splits need 300 input rows but the input holds 256 (peer 0, expert 2) (reported by rank 0)');
   });
 
-  it('a bad expert id names its entry and the ids allowed', () => {
+  it('a bad expert id names its entry and the ids allowed, and has no cause (the exchange saw only a stand-in split)', () => {
     // The exchange's refusal of rank 1's topkIdx entry 9 (token 1, k 1 of 8): a negative count -1 - 9.
     const refused = new api.SplitsError({ problem: 'negative', rank: 1, peer: 0, expert: 0, needed: -10n, available: 0n, reportedBy: 0 });
-    const err = dispatchError(refused, { layout: 'expanded', experts: 256, expertsPerRank: 128, topk: 8 });
+    const err = dispatchError(refused, group);
     assert.ok(err instanceof api.MoeRoutingError, String(err));
     assert.deepEqual([err.problem, err.rank, err.token, err.k], ['expert-id', 1, 1, 1]);
     assert.equal(err.message, "MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255); ids are read as int64 unless dispatch is given topkIdxType: 'int32' (reported by rank 0); nothing was written");
+    assert.equal(err.cause, undefined);
   });
 
-  it('a token combine whose ranks differ says that y must be of one kind on every rank', () => {
+  it('a refused device token count names the count and what the call takes on its rank, and where to find them on the others', () => {
+    const refused = new api.SplitsError({ problem: 'negative', rank: 1, peer: 0, expert: 0, needed: -(2n ** 40n), available: 0n, reportedBy: 1 });
+    const facts = (count: bigint | undefined, limit: TokenLimit = 'maxTokensPerRank', tokenCap = 64): DispatchFacts => ({ rank: 1, deviceCount: true, tokenCap, limit, readCount: () => count });
+    const own = dispatchError(refused, group, facts(65n)) as api.MoeRoutingError;
+    assert.ok(own instanceof api.MoeRoutingError, String(own));
+    assert.deepEqual([own.problem, own.rank, own.numTokens, own.capacity, own.cause], ['token-count', 1, 65n, 64n, undefined]);
+    assert.equal(own.message, 'MoE rank 1: the device token count (numTokens) is 65, more than 64: its call takes 0..64 tokens (maxTokensPerRank 64) (reported by rank 1); nothing was written');
+    const negative = dispatchError(refused, group, facts(-3n, 'x', 10)) as api.MoeRoutingError;
+    assert.deepEqual([negative.numTokens, negative.capacity], [-3n, 10n]);
+    assert.match(negative.message, /is -3, negative: its call takes 0\.\.10 tokens \(x holds 10 tokens\)/);
+    // A count back in range was written since the call: not named, the capacity still is.
+    const changed = dispatchError(refused, group, facts(5n)) as api.MoeRoutingError;
+    assert.deepEqual([changed.numTokens, changed.capacity], [undefined, 64n]);
+    assert.match(changed.message, /is negative or more than 64: its call takes 0\.\.64 tokens/);
+    // A peer of rank 1: neither is known there.
+    const fromPeer = dispatchError(new api.SplitsError({ ...refused, reportedBy: 0 }), group, { ...facts(undefined), rank: 0 }) as api.MoeRoutingError;
+    assert.deepEqual([fromPeer.rank, fromPeer.numTokens, fromPeer.capacity], [1, undefined, undefined]);
+    assert.equal(fromPeer.message, "MoE rank 1: the device token count (numTokens) is negative or more than its call takes (at most maxTokensPerRank, 64); rank 1's own error names the count and what its call takes (reported by rank 0); nothing was written");
+  });
+
+  it('a compact capacity refusal\'s cause names no expert: the exchange\'s one bucket a rank is no expert of the job', () => {
+    const refused = new api.SplitsError({ problem: 'output-overflow', rank: 2, peer: 1, expert: 0, needed: 9n, available: 8n, reportedBy: 0 });
+    const compact = dispatchError(refused, { ...group, layout: 'compact' }) as api.MoeCapacityError;
+    assert.ok(compact instanceof api.MoeCapacityError && compact.cause instanceof api.SplitsError, String(compact));
+    assert.deepEqual([compact.expert, compact.cause.expert, compact.cause.rank, compact.cause.peer], [-1, -1, 2, 1]);
+    assert.doesNotMatch(compact.cause.message, /expert/);
+    const expanded = dispatchError(refused, group) as api.MoeCapacityError;
+    assert.equal(expanded.cause, refused);
+  });
+
+  it('a token combine whose ranks differ names both ranks and says that y must be of one kind on every rank', () => {
     const refused = new api.SplitsError({ problem: 'mismatch', rank: 2, peer: 0, needed: 7n, available: 5n, reportedBy: 1, op: 'allToAllV2dOffset' });
     const err = combineError(refused);
     assert.ok(err instanceof api.UsageError, String(err));
-    assert.match((err as Error).message, /^rank 2: its combine differs from rank 0's: pass y of the same kind on every rank/);
-    assert.match((err as Error).message, /does not match rank 0's/);
+    assert.match((err as Error).message, /^rank 0 and rank 2 made different combines: pass y of the same kind on every rank/);
+    assert.match((err as Error).message, /rank 0 and rank 2 disagree/);
     const other = new api.SplitsError({ problem: 'output-overflow', rank: 2, peer: 0, needed: 7n, available: 5n, reportedBy: 1 });
     assert.equal(combineError(other), other);
+  });
+
+  it('the combine of a refused dispatch\'s route carries that dispatch\'s error, not the stand-in counts of rank 0', () => {
+    // Every rank's route of a refused dispatch holds -1 counts: the exchange names rank 0's first.
+    const refused = new api.SplitsError({ problem: 'negative', rank: 0, peer: 0, expert: 0, needed: -1n, available: 0n, reportedBy: 2 });
+    const badId = dispatchError(new api.SplitsError({ problem: 'negative', rank: 1, peer: 0, expert: 0, needed: -10n, available: 0n, reportedBy: 2 }), group) as api.MoeRoutingError;
+    const err = combineError(refused, () => badId) as api.MoeRoutingError;
+    assert.ok(err instanceof api.MoeRoutingError, String(err));
+    assert.deepEqual([err.problem, err.rank, err.token, err.k, err.reportedBy, err.cause], ['route-refused', 1, 1, 1, 2, badId]);
+    assert.equal(err.message, `MoE combine of a route whose dispatch was refused (reported by rank 2); nothing was written. The dispatch's error: MoeRoutingError: ${badId.message}`);
+    const full = new api.MoeCapacityError({ rank: 3, expert: 7, localExpert: 3, needed: 9n, capacity: 8n, reportedBy: 2 }, refused);
+    const past = combineError(refused, () => full) as api.MoeRoutingError;
+    assert.deepEqual([past.rank, past.token, past.k, past.cause], [3, -1, -1, full]);
+    // A dispatch whose handle cannot say (one captured in a graph): no rank named, no cause.
+    const unknown = combineError(refused, () => new api.UsageError('a captured call has no outcome of its own')) as api.MoeRoutingError;
+    assert.deepEqual([unknown.problem, unknown.rank, unknown.cause], ['route-refused', -1, undefined]);
+    assert.match(unknown.message, /nothing was written\. That dispatch's handle \(or, for a dispatch in a graph, its replay's\) says why$/);
   });
 
   it('keep their class and fields across threads', () => {

@@ -181,7 +181,7 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
   const n = ctx.worldSize * checkExperts(ctx, args.expertsPerRank);
   checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
   checkBuffer(ctx, 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
-  checkPayload(ctx, args.input, args.output, args.inSplitsOffsets, args.outSplitsOffsets);
+  checkPayload(ctx, args.input, args.output, args.inSplitsOffsets, args.outSplitsOffsets, 'inSplitsOffsets');
   checkMaxBlocks(ctx, args.maxBlocks);
   checkSizeHint(ctx, args.sizeHintBytes);
   return checkLane(ctx, args.lane, args.stream);
@@ -226,8 +226,9 @@ export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheck
   if (kind === 'combine') checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
   else checkBuffer(ctx, kind === '1d' ? 'inSplits (int64[W])' : 'inSplits (int64[W*E])', args.inSplits, 8 * n);
   checkBuffer(ctx, kind === 'dispatch' ? 'outSplitsOffsets (int64[2][E*W])' : 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
-  if ((kind === 'combine' ? args.inSplitsOffsets : args.inSplits) === args.outSplitsOffsets) {
-    throw new UsageError(`rank ${ctx.rank}: the plan's splits in and outSplitsOffsets are the same buffer (give each its own)`);
+  const splitsIn = kind === 'combine' ? 'inSplitsOffsets' : 'inSplits';
+  if (args[splitsIn] === args.outSplitsOffsets) {
+    throw new UsageError(`rank ${ctx.rank}: the plan's ${splitsIn} and outSplitsOffsets are the same buffer (give each its own)`);
   }
   return checkLane(ctx, args.lane, args.stream);
 }
@@ -268,18 +269,24 @@ function checkMajorAlign(ctx: CheckContext, align: number | undefined): void {
   }
 }
 
-/** The payload buffers: ours, a symmetric output that is neither the input nor a splits buffer. */
-function checkPayload(ctx: CheckContext, input: DeviceBuffer, output: DeviceBuffer, splitsA?: DeviceBuffer, splitsB?: DeviceBuffer): void {
+/**
+ * The payload buffers: ours, a symmetric output that is neither the input nor a splits buffer.
+ * `splitsName` names `splits` in the messages: the call's argument (combine's is inSplitsOffsets).
+ */
+function checkPayload(ctx: CheckContext, input: DeviceBuffer, output: DeviceBuffer, splits?: DeviceBuffer, outSplitsOffsets?: DeviceBuffer, splitsName = 'inSplits'): void {
   checkBuffer(ctx, 'input', input);
   checkBuffer(ctx, 'output', output);
   if (!output.symmetric) {
     throw new UsageError(`rank ${ctx.rank}: output must be a symmetric buffer (allocSymmetric) so peers can write it`);
   }
   if (output === input) throw new UsageError(`rank ${ctx.rank}: output and input are the same buffer`);
-  if (output === splitsA || output === splitsB) throw new UsageError(`rank ${ctx.rank}: output must not also hold splits`);
+  if (splits === undefined) return;
+  if (output === splits || output === outSplitsOffsets) {
+    throw new UsageError(`rank ${ctx.rank}: output is also ${output === splits ? splitsName : 'outSplitsOffsets'}: peers write rows into output (give each its own)`);
+  }
   // The call writes the offsets it receives while its own kernels (and a graph's next replay) may
   // still read the splits: one buffer for both would read half-overwritten splits.
-  if (splitsA !== undefined && splitsA === splitsB) throw new UsageError(`rank ${ctx.rank}: the splits in and outSplitsOffsets are the same buffer (give each its own)`);
+  if (splits === outSplitsOffsets) throw new UsageError(`rank ${ctx.rank}: ${splitsName} and outSplitsOffsets are the same buffer (give each its own)`);
 }
 
 /** barrier()'s options: only timeoutMs, a positive number of ms. */

@@ -8,6 +8,7 @@ import { gatherOnce } from '../collectives/agree.js';
 import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
 import { DTYPES } from './compute.js';
+import { limitText, type TokenLimit } from './errors.js';
 import { tokenShape, type TokenShape } from './shape.js';
 
 /** K at most: a token's ids are scanned once per k in the compact layout. */
@@ -120,6 +121,8 @@ export interface DispatchPlan {
   tokens: number;
   tokenCap: number;
   numTokens?: DeviceBuffer;
+  /** With a device count: what bounds tokenCap (the group's maxTokensPerRank, or the buffer holding the fewest tokens). */
+  limit: TokenLimit;
   /** Rows recvX holds (at most the group's recvRows). */
   recvCap: number;
 }
@@ -142,6 +145,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     ...(a.topkWeights ? [['topkWeights', Math.floor(a.topkWeights.bytes / (4 * K))] as const] : []),
   ] as const;
   const cap = Math.min(s.tokenCap, ...held.map(([, rows]) => rows));
+  const limit: TokenLimit = cap === s.tokenCap ? 'maxTokensPerRank' : held.find(([, rows]) => rows === cap)![0];
   let tokens = Math.min(s.tokenCap, held[1][1]);
   let numTokens: DeviceBuffer | undefined;
   if (reused !== undefined) {
@@ -181,10 +185,18 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     : r === a.recvTopkIdx ? 'recvTopkIdx' : r === a.recvTopkWeights ? 'recvTopkWeights' : r === a.expertCounts ? 'expertCounts' : r === a.expertOffsets ? 'expertOffsets' : r === a.numRecvRows ? 'numRecvRows' : undefined;
   if (aliased !== undefined) fail(`recvX is also ${aliased}: peers write recvX while the call uses ${aliased}; give each its own buffer`);
   const tokenCap = reused?.tokenCap ?? (numTokens ? cap : tokens);
-  return { idx64: type === 'int64', tokens, tokenCap, numTokens, recvCap };
+  return { idx64: type === 'int64', tokens, tokenCap, numTokens, limit, recvCap };
 }
 
-export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs, route: { tokenCap: number; recvCap: number }): number {
+/** What combine's sizes come from: the route's dispatch (its tokens, or with a device count the most it could carry, and its recvX). */
+export interface CombineRoute {
+  tokenCap: number;
+  recvCap: number;
+  deviceCount: boolean;
+  limit: TokenLimit;
+}
+
+export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs, route: CombineRoute): number {
   const fail = (what: string): never => {
     throw new UsageError(`rank ${ctx.rank}: MoE combine: ${what}`);
   };
@@ -193,13 +205,22 @@ export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs
   if (dtype === undefined || !Object.hasOwn(DTYPES, a.dtype)) fail(`dtype must be 'bf16', 'f16' or 'f32', got ${shown(a.dtype, 'string')}`);
   if (s.combineRowBytes % dtype.bytes !== 0) fail(`combineRowBytes ${s.combineRowBytes} is not a whole number of ${a.dtype} elements`);
   const rowOut = s.combineRowBytes;
-  // With their shapes, as dispatch's labels: the sizes come from the route (its recvX and T), not from this call.
-  checkBuffer(ctx, 'y ([recvX rows][combineRowBytes])', a.y, route.recvCap * rowOut);
-  checkBuffer(ctx, `out (${a.dtype}[T][H], T the route's tokens)`, a.out, route.tokenCap * rowOut);
-  if (a.bias !== undefined) checkBuffer(ctx, `bias (${a.dtype}[T][H])`, a.bias, route.tokenCap * rowOut);
+  // The sizes come from the route (its recvX and T), not from this call: each message says which, and why.
+  const sized = (what: string, buf: DeviceBuffer | undefined, bytes: number, why: () => string): void => {
+    checkBuffer(ctx, what, buf);
+    if (buf!.bytes < bytes) fail(`${what} holds ${buf!.bytes} bytes, needs at least ${bytes}: ${why()}`);
+  };
+  const T = route.tokenCap;
+  // With a device count the host never learns T: out, bias and weights must hold the most the dispatch could have carried.
+  const tokens = (): string => route.deviceCount
+    ? `T = ${T}, the most tokens the route's dispatch could carry (${limitText(route.limit, T)}): its numTokens was on the device, read only when it ran, so combine needs room for all ${T}`
+    : `T = ${T}, the route's dispatch's tokens`;
+  sized('y ([recvX rows][combineRowBytes])', a.y, route.recvCap * rowOut, () => `${route.recvCap} rows of ${rowOut} bytes (y has the layout of the route's recvX: its rows, at most the group's recvRows)`);
+  sized(`out (${a.dtype}[T][H])`, a.out, T * rowOut, () => `T rows of ${rowOut} bytes, ${tokens()}`);
+  if (a.bias !== undefined) sized(`bias (${a.dtype}[T][H])`, a.bias, T * rowOut, () => `T rows of ${rowOut} bytes, ${tokens()}`);
   if (a.topkWeights !== undefined) {
     if (s.layout === 'compact') fail('topkWeights is for the expanded layout (compact rows arrive weighted and summed by their rank)');
-    checkBuffer(ctx, 'topkWeights (f32[T][K])', a.topkWeights, route.tokenCap * s.topk * 4);
+    sized('topkWeights (f32[T][K])', a.topkWeights, T * s.topk * 4, () => `T rows of ${s.topk} weights, ${tokens()}`);
   }
   return rowOut / dtype.bytes;
 }

@@ -11,14 +11,14 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { BETWEEN, COMPANION, GATHER, ON_REPLAY, ONE_GPU_FUSED, SCATTER, type Comm, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { BETWEEN, COMPANION, GATHER, ON_REPLAY, ONE_GPU_FUSED, SCATTER, type Comm, type DeviceBuffer, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { checkArgsObject } from '../collectives/check.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch, MOE_COMBINE_ARGS, MOE_DISPATCH_ARGS } from './check.js';
 import type { ComputeFactory, TokenBuffers, TokenCompute } from './compute.js';
-import { combineError, dispatchError } from './errors.js';
+import { combineError, dispatchError, type DispatchFacts, type TokenLimit } from './errors.js';
 import { HostCompute } from './host-compute.js';
 import { KernelCompute } from './kernel-compute.js';
 import type { TokenShape } from './shape.js';
@@ -100,12 +100,21 @@ function gathersRows(comm: Comm): boolean {
 
 /** A route: the group's routing as of one dispatch, and that dispatch's capacities. */
 class TokenRoute implements MoeRoute {
+  /** The latest dispatch along this route: a combine of a refused one reports that dispatch's error. */
+  dispatched: Handle | undefined;
   constructor(
     readonly layout: MoeLayout,
     readonly group: TokenGroup,
     readonly tokenCap: number,
     readonly recvCap: number,
+    /** The count's device buffer, if it was one (tokenCap is then the most it could be, bounded by `limit`). */
+    readonly numTokens: DeviceBuffer | undefined,
+    readonly limit: TokenLimit,
   ) {}
+
+  get deviceCount(): boolean {
+    return this.numTokens !== undefined;
+  }
 }
 
 class TokenGroup implements MoeGroup {
@@ -167,7 +176,7 @@ class TokenGroup implements MoeGroup {
     else compute.gather(s, gather);
     let route = reused;
     if (route === undefined) {
-      const fresh = new TokenRoute(sh.layout, this, p.tokenCap, p.recvCap);
+      const fresh = new TokenRoute(sh.layout, this, p.tokenCap, p.recvCap, p.numTokens, p.limit);
       this.#route = route = fresh;
       // A capture's replay works this routing out again on the device: its route is then the current one.
       comm[ON_REPLAY]?.(() => {
@@ -194,7 +203,10 @@ class TokenGroup implements MoeGroup {
     }
     this.#follow(parts, s);
     compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets, numRecvRows: a.numRecvRows });
-    return { route, done: joined(parts, comm.record(s), (err) => dispatchError(err, sh)) };
+    const along = route;
+    const done = joined(parts, comm.record(s), (err) => dispatchError(err, sh, this.#facts(along)));
+    route.dispatched = done;
+    return { route, done };
   }
 
   combine(a: MoeCombineArgs): Handle {
@@ -224,7 +236,9 @@ class TokenGroup implements MoeGroup {
     }, how));
     this.#follow([h], s);
     if (pull === undefined) compute.reduce(s, reduce);
-    return joined([h], this.#comm.record(s), combineError);
+    // The dispatch this combine follows (a later one along the route may be refused otherwise).
+    const dispatched = route.dispatched;
+    return joined([h], this.#comm.record(s), (err) => combineError(err, () => outcome(dispatched)));
   }
 
   async close(): Promise<void> {
@@ -240,6 +254,26 @@ class TokenGroup implements MoeGroup {
   /** Orders `stream` after the exchanges; on the lane's own stream they are already before it. */
   #follow(parts: Handle[], stream: Stream): void {
     if (stream !== this.#lane.stream) for (const h of parts) h.waitOn(stream);
+  }
+
+  /** What a refusal of a dispatch along `route` is told with on this rank. */
+  #facts(route: TokenRoute): DispatchFacts {
+    const comm = this.#comm;
+    return {
+      rank: comm.rank,
+      deviceCount: route.deviceCount,
+      tokenCap: route.tokenCap,
+      limit: route.limit,
+      readCount(): bigint | undefined {
+        // After the refusal the count is what the call read, unless the program wrote another since
+        // (dispatchError names it only if it is still out of range); a freed buffer reads nothing.
+        try {
+          return route.numTokens && new BigInt64Array(comm.read(route.numTokens, 0, 8).slice().buffer)[0];
+        } catch {
+          return undefined;
+        }
+      },
+    };
   }
 
   #current(route: MoeRoute, what: string): TokenRoute {
@@ -265,6 +299,16 @@ function unlessAborted(call: () => Handle): Handle {
   } catch (err) {
     if (!(err instanceof CommAbortedError)) throw err;
     return { wait: () => { throw err; }, waitOn: () => {} };
+  }
+}
+
+/** What a handle's wait() throws, or undefined where it returns. */
+function outcome(h: Handle | undefined): unknown {
+  try {
+    h?.wait();
+    return undefined;
+  } catch (err) {
+    return err;
   }
 }
 

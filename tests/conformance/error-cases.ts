@@ -108,8 +108,15 @@ export async function splitsErrors(comm: Comm, arg: ErrorsArg): Promise<number> 
       other.verifyUntouched(label);
       good(`good call after ${label}`);
     };
+    // The message names both ranks compared and blames neither: rank 0 may be the odd one out.
+    const pair = new RegExp(`^rank 0 and rank ${p} disagree: `);
     mismatched(`rank ${q} with another rowBytes`, (r) => (r === q ? rowBytes + 1 : rowBytes), () => ex, {
-      problem: 'mismatch', rank: p, peer: 0, needed: mine, available: theirs, field: 'rowBytes',
+      problem: 'mismatch', rank: p, peer: 0, needed: mine, available: theirs, field: 'rowBytes', message: pair,
+    });
+    // Rank 0 alone differs: the rule still names rank 1 (the first that differs from rank 0's).
+    mismatched('rank 0 alone with another rowBytes', (r) => (r === 0 ? rowBytes + 1 : rowBytes), () => ex, {
+      problem: 'mismatch', rank: 1, peer: 0, needed: rowBytes, available: rowBytes + 1, field: 'rowBytes',
+      message: new RegExp(`^rank 0 and rank 1 disagree: rowBytes ${rowBytes + 1} on rank 0, ${rowBytes} on rank 1 \\(rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out\\) \\(reported by rank \\d+, in its allToAllV\\)$`),
     });
     const [idQ, idRest] = [other.output.symmetricId, ex.output.symmetricId];
     mismatched(`rank ${q} with another output buffer`, () => rowBytes, (r) => (r === q ? other : ex), {

@@ -13,8 +13,12 @@ export interface ExpectedSplitsError {
   available: bigint | number;
   /** The operation the error names (a mismatch says it), where the case checks it. */
   op?: string;
+  /** The call the error names where it is not `op` (a plan's exchange, plan.move), where the case checks it; null: none named. */
+  call?: string | null;
   /** A mismatch: the field it names as differing. */
   field?: MismatchField;
+  /** What the message must say, where the case checks it. */
+  message?: RegExp;
 }
 
 /** handle.wait() must throw a SplitsError with these fields, reported by `me`. */
@@ -24,9 +28,12 @@ export function expectSplitsError(handle: Handle, want: ExpectedSplitsError, me:
   const got = {
     problem: err.problem, rank: err.rank, peer: err.peer, expert: err.expert, needed: err.needed, available: err.available, reportedBy: err.reportedBy,
     ...(want.op === undefined ? {} : { op: err.op }),
+    ...(want.call === undefined ? {} : { call: err.call ?? null }),
     ...(want.field === undefined ? {} : { field: err.field }),
   };
-  const exp = { ...want, expert: want.expert ?? -1, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
+  const { message, ...fields } = want;
+  if (message !== undefined && !message.test(err.message)) throw new ConformanceError(`${label}: SplitsError message does not match ${message}: ${err.message}`, { cause: err });
+  const exp = { ...fields, expert: want.expert ?? -1, needed: BigInt(want.needed), available: BigInt(want.available), reportedBy: me };
   for (const key of Object.keys(exp) as (keyof typeof exp)[]) {
     if (got[key] !== exp[key]) {
       throw new ConformanceError(`${label}: SplitsError ${key} is ${got[key]}, expected ${exp[key]} (${err.message})`, { cause: err });
@@ -44,10 +51,11 @@ export function expectTimeout(handle: Handle, missingRank: number, me: number, l
   return err;
 }
 
-/** `fn` must throw UsageError at once. */
-export function expectUsageError(fn: () => unknown, label: string): void {
+/** `fn` must throw UsageError at once (saying `message`, where given). */
+export function expectUsageError(fn: () => unknown, label: string, message?: RegExp): void {
   const err = thrownBy(fn, `${label}: expected UsageError`);
   if (!(err instanceof UsageError)) throw new ConformanceError(`${label}: expected UsageError, got ${describe(err)}`, { cause: err });
+  if (message !== undefined && !message.test(err.message)) throw new ConformanceError(`${label}: UsageError message does not match ${message}: ${err.message}`, { cause: err });
 }
 
 function thrownBy(fn: () => unknown, what: string): unknown {

@@ -156,7 +156,9 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
   const p = q === 0 ? 1 : q;
   /** rank's value: q's differs from everyone else's. */
   const of = (rank: number, mine: number, others: number): number => (rank === q ? mine : others);
-  const want = (field: MismatchField, mine: number, others: number): ExpectedSplitsError => ({ problem: 'mismatch', rank: p, peer: 0, needed: of(p, mine, others), available: of(0, mine, others), field });
+  // The message names both ranks compared and blames neither: rank 0 may be the odd one out.
+  const pair = new RegExp(`^rank 0 and rank ${p} disagree: `);
+  const want = (field: MismatchField, mine: number, others: number): ExpectedSplitsError => ({ problem: 'mismatch', rank: p, peer: 0, needed: of(p, mine, others), available: of(0, mine, others), field, message: pair });
   const dispatch = (a: { experts?: number; rowBytes?: number; align?: number; output?: typeof alt }) =>
     moe.dispatch({ experts: a.experts ?? E, rowBytes: a.rowBytes ?? rowBytes, align: a.align ?? ALIGN, output: a.output });
   const cases: { label: string; call: () => ReturnType<Comm['allToAllV2d']>; want: ExpectedSplitsError }[] = [
@@ -166,6 +168,16 @@ export async function moeMismatch(comm: Comm, arg: MoeErrorsArg): Promise<number
       want: want('kind', 3, 2), // ExchangeKind: dispatch 2, combine 3
     },
     { label: `rank ${q} with another row size`, call: () => dispatch({ rowBytes: of(me, rowBytes + 1, rowBytes) }), want: want('rowBytes', rowBytes + 1, rowBytes) },
+    {
+      // Rank 0 alone differs: the rule names rank 1, the first whose call differs from rank 0's (at
+      // W = 3 rank 2 agrees with rank 1), so the message must not put it on rank 1.
+      label: 'rank 0 alone with another row size',
+      call: () => dispatch({ rowBytes: me === 0 ? rowBytes + 1 : rowBytes }),
+      want: {
+        problem: 'mismatch', rank: 1, peer: 0, needed: rowBytes, available: rowBytes + 1, field: 'rowBytes', op: 'allToAllV2d', call: null,
+        message: new RegExp(`^rank 0 and rank 1 disagree: rowBytes ${rowBytes + 1} on rank 0, ${rowBytes} on rank 1 \\(rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out\\) \\(reported by rank \\d+, in its allToAllV2d\\)$`),
+      },
+    },
     { label: `rank ${q} with another output`, call: () => dispatch({ output: me === q ? alt : moe.mid }), want: want('output', alt.symmetricId, moe.mid.symmetricId) },
     { label: `rank ${q} with another E`, call: () => dispatch({ experts: of(me, E - 1, E) }), want: want('expertsPerRank', E - 1, E) },
     { label: `rank ${q} with another majorAlign`, call: () => dispatch({ align: of(me, 2 * ALIGN, ALIGN) }), want: want('majorAlign', 2 * ALIGN, ALIGN) },

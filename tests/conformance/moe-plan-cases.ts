@@ -69,42 +69,44 @@ export async function moePlans(comm: Comm, arg: MoePlansArg): Promise<number> {
       moe.verifyUntouched(label, ['mid']);
       if (comm.read(alt, 0, alt.bytes).some((b, k) => b !== poison[k])) throw new ConformanceError(`${label}: the other output was written`);
     };
-    // A move of the dispatch plan is refused as one of allToAllV2d: the message names it.
-    const op = 'allToAllV2d';
-    refusedMove(`rank ${q} moves with another row size`, at(me, 9, 8), moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, 9, 8), available: at(0, 9, 8), op, field: 'rowBytes' });
+    // A move of the dispatch plan is refused as one of allToAllV2d (op), made as plan.move (call):
+    // the message names the move, not a direct allToAllV2d.
+    const move = { op: 'allToAllV2d', call: 'plan.move', message: /\(reported by rank \d+, in its plan.move of a planAllToAllV2d plan\)$/ };
+    refusedMove(`rank ${q} moves with another row size`, at(me, 9, 8), moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, 9, 8), available: at(0, 9, 8), ...move, field: 'rowBytes' });
     const [idAlt, idMid] = [alt.symmetricId, moe.mid.symmetricId];
-    refusedMove(`rank ${q} moves into another output`, 8, me === q ? alt : moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, idAlt, idMid), available: at(0, idAlt, idMid), op, field: 'output' });
+    refusedMove(`rank ${q} moves into another output`, 8, me === q ? alt : moe.mid, { problem: 'mismatch', rank: p, peer: 0, needed: at(p, idAlt, idMid), available: at(0, idAlt, idMid), ...move, field: 'output' });
     // A plan is named in its moves by the lane call of its exchange; the twin's is the next one.
     // needed: rank p's plan word, available: rank 0's (0: a direct call).
-    const planMismatch = (label: string, handle: Handle, want: (needed: bigint, available: bigint) => boolean): SplitsError => {
+    // `call`: what this rank's error says it made (undefined: a direct allToAllV2d).
+    const planMismatch = (label: string, handle: Handle, want: (needed: bigint, available: bigint) => boolean, call: string | undefined): SplitsError => {
       let err: unknown;
       try {
         handle.wait();
       } catch (e) {
         err = e;
       }
-      const ok = err instanceof SplitsError && err.problem === 'mismatch' && err.field === 'plan' && err.rank === p && err.peer === 0 && err.reportedBy === me && want(err.needed, err.available);
-      if (!ok) throw new ConformanceError(`${label}: expected SplitsError mismatch of field 'plan' naming rank ${p}, got ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`, { cause: err });
+      const ok = err instanceof SplitsError && err.problem === 'mismatch' && err.field === 'plan' && err.rank === p && err.peer === 0 && err.reportedBy === me && want(err.needed, err.available) && err.call === call;
+      if (!ok) throw new ConformanceError(`${label}: expected SplitsError mismatch of field 'plan' naming rank ${p} (call ${call}), got ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`, { cause: err });
       moe.verifyUntouched(label, ['mid']);
       return err as SplitsError;
     };
     moe.poison(10, ['mid']);
     const twinMove = (me === q ? twin : there).move({ input: moe.input, output: moe.mid, rowBytes: 8 });
-    const seen = planMismatch(`rank ${q} moves the twin plan`, twinMove, (n, a) => a > 0n && n - a === (q === 0 ? -1n : 1n));
+    const seen = planMismatch(`rank ${q} moves the twin plan`, twinMove, (n, a) => a > 0n && n - a === (q === 0 ? -1n : 1n), 'plan.move');
     const thereId = q === 0 ? seen.needed : seen.available;
     // A move on rank q while the others call allToAllV2d directly, the same rows and output (on
     // cuda a move and a direct call run different kernels: they meet in round 1's agreement words).
     const direct = () => comm.allToAllV2d({ input: moe.input, output: moe.mid, inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, rowBytes: 8 });
     moe.poison(11, ['mid', 'midOffsets']);
     const handle = me === q ? there.move({ input: moe.input, output: moe.mid, rowBytes: 8 }) : direct();
-    planMismatch(`rank ${q} moves a plan while the others call allToAllV2d`, handle, (n, a) => (q === 0 ? n === 0n && a === thereId : n === thereId && a === 0n));
+    planMismatch(`rank ${q} moves a plan while the others call allToAllV2d`, handle, (n, a) => (q === 0 ? n === 0n && a === thereId : n === thereId && a === 0n), me === q ? 'plan.move' : undefined);
     moe.verifyUntouched(`rank ${q} moves a plan while the others call allToAllV2d`, ['midOffsets']);
     // Rank q builds a plan while the others call allToAllV2d: plan word -1 against 0 (not the row
     // size, which a plan's exchange has none of).
     moe.poison(12, ['mid', 'midOffsets']);
     const odd = me === q ? comm.planAllToAllV2d({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, inputRows, outputRows }) : undefined;
     const label = `rank ${q} builds a plan while the others call allToAllV2d`;
-    planMismatch(label, odd?.ready ?? direct(), (n, a) => (q === 0 ? n === 0n && a === -1n : n === -1n && a === 0n));
+    planMismatch(label, odd?.ready ?? direct(), (n, a) => (q === 0 ? n === 0n && a === -1n : n === -1n && a === 0n), me === q ? 'planAllToAllV2d' : undefined);
     moe.verifyUntouched(label, ['midOffsets']);
     odd?.close();
   }

@@ -3,7 +3,7 @@
 // written, then a good round trip), host-side misuse (UsageError at once) and a rank that never
 // dispatches (TimeoutError naming it).
 import type { Comm, DeviceBuffer, Handle } from '../../src/backends/backend.js';
-import { A2avError, TimeoutError } from '../../src/errors.js';
+import { A2avError, SplitsError, TimeoutError } from '../../src/errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeRoute } from '../../src/moe/api.js';
 import { MoeCapacityError, MoeRoutingError } from '../../src/moe/errors.js';
 import { createMoeGroup } from '../../src/moe/group.js';
@@ -14,8 +14,8 @@ import { TokenRig, type CallData } from './moe-token-harness.js';
 import { receiveLayout, routing, type Routing, type TokenPattern } from './moe-token-reference.js';
 import { Rng } from './reference.js';
 
-/** handle.wait() must throw `cls` with these fields. */
-function expectError(handle: Handle, cls: typeof MoeCapacityError | typeof MoeRoutingError, want: Record<string, unknown>, label: string): void {
+/** handle.wait() must throw `cls` with these fields (`message`: a RegExp its message must match); returns the error. */
+function expectError<C extends typeof MoeCapacityError | typeof MoeRoutingError>(handle: Handle, cls: C, want: Record<string, unknown>, label: string): InstanceType<C> {
   let err: unknown;
   try {
     handle.wait();
@@ -25,8 +25,29 @@ function expectError(handle: Handle, cls: typeof MoeCapacityError | typeof MoeRo
   if (!(err instanceof cls)) throw new ConformanceError(`${label}: expected ${cls.name}, got ${err instanceof Error ? `${err.name}: ${err.message}` : String(err)}`, { cause: err });
   for (const [key, value] of Object.entries(want)) {
     const got = (err as unknown as Record<string, unknown>)[key];
-    if (got !== value) throw new ConformanceError(`${label}: ${cls.name} ${key} is ${String(got)}, expected ${String(value)} (${err.message})`, { cause: err });
+    const ok = value instanceof RegExp ? typeof got === 'string' && value.test(got) : got === value;
+    if (!ok) throw new ConformanceError(`${label}: ${cls.name} ${key} is ${String(got)}, expected ${String(value)} (${err.message})`, { cause: err });
   }
+  return err as InstanceType<C>;
+}
+
+/**
+ * The combine of a refused dispatch's route: route-refused, naming that dispatch's error as its
+ * cause (its rank, and for a bad id its token and k), never rank 0 of the exchange's stand-in counts.
+ */
+function expectRefusedRoute(handle: Handle, dispatched: MoeCapacityError | MoeRoutingError, label: string): void {
+  const at = dispatched instanceof MoeRoutingError ? { token: dispatched.token, k: dispatched.k } : { token: -1, k: -1 };
+  const err = expectError(handle, MoeRoutingError, { problem: 'route-refused', rank: dispatched.rank, ...at, reportedBy: dispatched.reportedBy }, label);
+  const cause = err.cause;
+  if (!(cause instanceof dispatched.constructor) || (cause as Error).message !== dispatched.message) {
+    throw new ConformanceError(`${label}: the cause is ${cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause)}, expected the dispatch's ${dispatched.name}: ${dispatched.message}`, { cause: err });
+  }
+  if (!err.message.includes(dispatched.message)) throw new ConformanceError(`${label}: the message does not carry the dispatch's: ${err.message}`, { cause: err });
+}
+
+/** A routing refusal carries no cause: the exchange's SplitsError held only the routing's stand-in split. */
+function expectNoCause(err: Error, label: string): void {
+  if (err.cause !== undefined) throw new ConformanceError(`${label}: ${err.name} has a cause (${String(err.cause)}): the stand-in split would show`, { cause: err });
 }
 
 async function expectRejected(fn: () => Promise<unknown>, label: string): Promise<void> {
@@ -86,9 +107,14 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
   const { rows, counts, starts } = receiveLayout(job, d.routings, owner);
   const past = counts.findIndex((c, e) => starts[e] + (c === 0 ? A : Math.ceil(c / A) * A) > capacity);
   const named = { expert: expanded ? owner * E + past : -1, localExpert: expanded ? past : -1 };
-  expectError(r.done, MoeCapacityError, { rank: owner, ...named, needed: BigInt(rows.length), capacity: BigInt(capacity), reportedBy: me }, 'every token to one expert');
+  const full = expectError(r.done, MoeCapacityError, { rank: owner, ...named, needed: BigInt(rows.length), capacity: BigInt(capacity), reportedBy: me }, 'every token to one expert');
+  // The exchange's own refusal, in its terms (compact: one bucket a rank, no expert of the job's).
+  const exchanged = full.cause;
+  if (!(exchanged instanceof SplitsError) || exchanged.problem !== 'output-overflow' || exchanged.rank !== owner || (!expanded && exchanged.expert !== -1)) {
+    throw new ConformanceError(`every token to one expert: the cause is ${String(exchanged)}, expected the exchange's output-overflow on rank ${owner}${expanded ? '' : ' with expert -1'}`, { cause: full });
+  }
   rig.verifyUntouched('every token to one expert');
-  expectError(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), MoeRoutingError, { problem: 'route-refused', reportedBy: me }, 'combine of a refused dispatch');
+  expectRefusedRoute(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), full, 'combine of a refused dispatch');
   rig.verifyUntouched('combine of a refused dispatch');
   good('good round trip after a refused capacity');
 
@@ -101,10 +127,11 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
   bad.ids[t * K + k] = rng.pick([W * E, W * E + 77, -2]);
   if (t * K + k + 1 < bad.ids.length) bad.ids[bad.ids.length - 1] = -9;
   r = dispatch(d);
-  expectError(r.done, MoeRoutingError, { problem: 'expert-id', rank: q, token: t, k, reportedBy: me }, `a bad expert id on rank ${q}`);
+  const badId = expectError(r.done, MoeRoutingError, { problem: 'expert-id', rank: q, token: t, k, reportedBy: me }, `a bad expert id on rank ${q}`);
+  expectNoCause(badId, `a bad expert id on rank ${q}`);
   rig.verifyUntouched(`a bad expert id on rank ${q}`);
   // Its combine, after a good one: what let that one's reduction through must not let this one's.
-  expectError(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), MoeRoutingError, { problem: 'route-refused', reportedBy: me }, 'combine of a refused dispatch after a good one');
+  expectRefusedRoute(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), badId, 'combine of a refused dispatch after a good one');
   rig.verifyUntouched('combine of a refused dispatch after a good one');
   good('good round trip after a bad expert id');
 
@@ -115,8 +142,16 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
     rig.poison(d.call);
     if (me === q) comm.write(rig.inputs.numTokens, BigInt64Array.of(BigInt(n)));
     r = rig.dispatch({ count: 'device', idx64: true, weights: true, tokens: 0 });
-    expectError(r.done, MoeRoutingError, { problem: 'token-count', rank: q, reportedBy: me }, `device token count ${n} on rank ${q}`);
+    // Rank q names its count and the tokens its call takes (every buffer here holds maxTokens); its
+    // peers cannot see them on q's device and say where they are.
+    const facts = me === q
+      ? { numTokens: BigInt(n), capacity: BigInt(T), message: new RegExp(`rank ${q}: the device token count \\(numTokens\\) is ${n}, ${n < 0 ? 'negative' : `more than ${T}`}: its call takes 0\\.\\.${T} tokens \\(maxTokensPerRank ${T}\\)`) }
+      : { numTokens: undefined, capacity: undefined, message: new RegExp(`at most maxTokensPerRank, ${T}\\); rank ${q}'s own error names the count`) };
+    const count = expectError(r.done, MoeRoutingError, { problem: 'token-count', rank: q, reportedBy: me, ...facts }, `device token count ${n} on rank ${q}`);
+    expectNoCause(count, `device token count ${n} on rank ${q}`);
     rig.verifyUntouched(`device token count ${n} on rank ${q}`);
+    expectRefusedRoute(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), count, `combine of device token count ${n}'s route`);
+    rig.verifyUntouched(`combine of device token count ${n}'s route`);
     good(`good round trip after device token count ${n}`);
   }
   return call - 700 + (await misuse(comm, arg, rig, good));
@@ -178,11 +213,22 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
   ];
   for (const [label, change] of combines) expectUsageError(() => group.combine({ ...combineArgs, ...change }), `combine with ${label}`);
   expectUsageError(() => group.combine({ ...combineArgs, route: old.route }), 'combine along an old route');
+  // out's size says where T comes from: the host count, or with a device count the most the dispatch could carry.
+  const rowOut = 4 * rig.hidden;
+  expectUsageError(() => group.combine({ ...combineArgs, out: comm.alloc(1) }), 'combine with out short of the host count', new RegExp(`out \\(f32\\[T\\]\\[H\\]\\) holds 1 bytes, needs at least ${rowOut}: T rows of ${rowOut} bytes, T = 1, the route's dispatch's tokens$`));
+  comm.write(inputs.numTokens, BigInt64Array.of(1n));
+  const onDevice = d({ count: 'device', idx64: true, weights: false, tokens: 1 });
+  onDevice.done.wait();
+  const T = job.maxTokens;
+  const most = new RegExp(`needs at least ${T * rowOut}: T rows of ${rowOut} bytes, T = ${T}, the most tokens the route's dispatch could carry \\(maxTokensPerRank ${T}\\): its numTokens was on the device`);
+  const deviceArgs = { ...combineArgs, route: onDevice.route };
+  expectUsageError(() => group.combine({ ...deviceArgs, out: comm.alloc(rowOut) }), 'combine with out short of the most a device count could be', most);
+  expectUsageError(() => group.combine({ ...deviceArgs, bias: comm.alloc(rowOut) }), 'combine with bias short of the most a device count could be', most);
   // No arguments at all: a UsageError, not a TypeError from reading a field of undefined.
   expectUsageError(() => group.dispatch(undefined as never), 'dispatch with no arguments');
   expectUsageError(() => group.combine(undefined as never), 'combine with no arguments');
   good('good round trip after misuse');
-  return options.length + dispatches.length + combines.length;
+  return options.length + dispatches.length + combines.length + 3;
 }
 
 /** Rank `absent` makes the group but never dispatches: every other rank's dispatch must end in a TimeoutError naming it. */

@@ -19,7 +19,8 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
   const c: AllToAllV2dOffsetArgs = { input: moe.mid, output: moe.back, inSplitsOffsets: moe.midOffsets, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, rowBytes: ROW_BYTES };
   const p: PlanAllToAllV2dArgs = { inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: 2, inputRows: ROWS, outputRows: ROWS };
   const small = comm.alloc(8 * W * E - 1);
-  const misuse: [string, () => unknown][] = [
+  // Where a third element is given, the message must say it: the argument by the name the call takes.
+  const misuse: [string, () => unknown, RegExp?][] = [
     ...[0, -1, 1.5, NaN, 257, 2 * E].map((x): [string, () => unknown] => [`dispatch with expertsPerRank ${x}`, () => comm.allToAllV2d({ ...d, expertsPerRank: x })]),
     ...[0, -2, 2.5, 2 ** 21].map((x): [string, () => unknown] => [`dispatch with majorAlign ${x}`, () => comm.allToAllV2d({ ...d, majorAlign: x })]),
     ['dispatch with rowBytes 0', () => comm.allToAllV2d({ ...d, rowBytes: 0 })],
@@ -30,13 +31,14 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ['dispatch with inSplits smaller than int64[W*E]', () => comm.allToAllV2d({ ...d, inSplits: small })],
     ['dispatch with outSplitsOffsets smaller than int64[2][E*W]', () => comm.allToAllV2d({ ...d, outSplitsOffsets: small })],
     ['dispatch into a buffer that is not symmetric', () => comm.allToAllV2d({ ...d, output: local })],
-    ['dispatch into its own splits', () => comm.allToAllV2d({ ...d, inSplits: moe.mid })],
+    ['dispatch into its own splits', () => comm.allToAllV2d({ ...d, inSplits: moe.mid }), /: output is also inSplits:/],
+    ['combine into its own inSplitsOffsets', () => comm.allToAllV2dOffset({ ...c, inSplitsOffsets: moe.back }), /: output is also inSplitsOffsets:/],
     ['combine with expertsPerRank 0', () => comm.allToAllV2dOffset({ ...c, expertsPerRank: 0 })],
     ['combine with inSplitsOffsets smaller than int64[2][E*W]', () => comm.allToAllV2dOffset({ ...c, inSplitsOffsets: small })],
     ['combine with outSplitsOffsets smaller than int64[2][W*E]', () => comm.allToAllV2dOffset({ ...c, outSplitsOffsets: small })],
     ['combine with output = input', () => comm.allToAllV2dOffset({ ...c, output: moe.mid })],
-    ['dispatch with inSplits = outSplitsOffsets', () => comm.allToAllV2d({ ...d, inSplits: moe.midOffsets })],
-    ['combine with inSplitsOffsets = outSplitsOffsets', () => comm.allToAllV2dOffset({ ...c, inSplitsOffsets: moe.backOffsets })],
+    ['dispatch with inSplits = outSplitsOffsets', () => comm.allToAllV2d({ ...d, inSplits: moe.midOffsets }), /: inSplits and outSplitsOffsets are the same buffer/],
+    ['combine with inSplitsOffsets = outSplitsOffsets', () => comm.allToAllV2dOffset({ ...c, inSplitsOffsets: moe.backOffsets }), /: inSplitsOffsets and outSplitsOffsets are the same buffer/],
     ['combine on a lane past the last', () => comm.allToAllV2dOffset({ ...c, lane: { index: comm.laneCount, stream: comm.lane(0).stream } })],
     ['plan with negative inputRows', () => comm.planAllToAllV2d({ ...p, inputRows: -1 })],
     ['plan with outputRows 1.5', () => comm.planAllToAllV2d({ ...p, outputRows: 1.5 })],
@@ -45,13 +47,18 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     // A misspelt option would otherwise be dropped and the call run without it (majorAlign 1 here).
     ['dispatch with majoralign (misspelt)', () => comm.allToAllV2d({ ...d, majoralign: 2 } as never)],
     ['combine with rowbytes beside rowBytes', () => comm.allToAllV2dOffset({ ...c, rowbytes: ROW_BYTES } as never)],
-    ['plan with inSplits = outSplitsOffsets', () => comm.planAllToAllV2d({ ...p, inSplits: moe.midOffsets })],
+    ['plan with inSplits = outSplitsOffsets', () => comm.planAllToAllV2d({ ...p, inSplits: moe.midOffsets }), /the plan's inSplits and outSplitsOffsets are the same buffer/],
+    [
+      'combine plan with inSplitsOffsets = outSplitsOffsets',
+      () => comm.planAllToAllV2dOffset({ inSplitsOffsets: moe.backOffsets, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, inputRows: 1, outputRows: 1 }),
+      /the plan's inSplitsOffsets and outSplitsOffsets are the same buffer/,
+    ],
     ['plan with majoralign (misspelt)', () => comm.planAllToAllV2d({ ...p, majoralign: 2 } as never)],
     ['1-D plan with sizeHintBytes (not a plan option)', () => comm.planAllToAllV({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, inputRows: 1, outputRows: 1, sizeHintBytes: 8 } as never)],
     ['combine plan with inSplitsOffsets smaller than int64[2][E*W]', () => comm.planAllToAllV2dOffset({ inSplitsOffsets: small, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, inputRows: 1, outputRows: 1 })],
   ];
   moe.poison(1);
-  for (const [label, fn] of misuse) expectUsageError(fn, label);
+  for (const [label, fn, message] of misuse) expectUsageError(fn, label, message);
   moe.verifyUntouched('misuse');
   // The misuse allocated: no rank may spin in the next call until every rank is past that.
   await comm.barrier();
