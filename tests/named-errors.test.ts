@@ -160,6 +160,19 @@ describe('error classes', () => {
     assert.match(back.message, /GPU 0 cannot access GPU 1 \(no P2P path\)/);
   });
 
+  it('every exported error class comes back as itself across threads, the MoE group\'s too', () => {
+    const capacity = new api.MoeCapacityError({ rank: 1, expert: 300, localExpert: 44, needed: 70n, capacity: 64n, reportedBy: 0 }, Object.create(api.SplitsError.prototype) as api.SplitsError);
+    const back = reviveError(serializeError(capacity));
+    assert.ok(back instanceof api.MoeCapacityError, back.constructor.name);
+    assert.deepEqual([(back as api.MoeCapacityError).expert, (back as api.MoeCapacityError).needed], [300, 70n]);
+    const exported = Object.entries(api).filter(([, v]) => typeof v === 'function' && v.prototype instanceof A2avError);
+    for (const [name, cls] of exported) {
+      const fake = Object.create((cls as { prototype: object }).prototype) as Error;
+      Object.defineProperty(fake, 'message', { value: `a ${name}` });
+      assert.ok(reviveError(serializeError(fake)) instanceof (cls as unknown as new () => Error), `${name} revived as ${name}`);
+    }
+  });
+
   it('a rank thread that exits without returning rejects runRanks with RankExitedError', async () => {
     const err = (await runRanks({ backend: 'cpu', ranks: 2 }, new URL('./fixtures/exit-rank.js', import.meta.url), 'exits', { code: 3 }).then(
       () => assert.fail('expected a rejection'),

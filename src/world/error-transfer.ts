@@ -3,6 +3,10 @@
 // for the caller of runRanks as if the rank had run in its own thread. Structured clone alone keeps
 // only name and message of an Error, which would lose `code` and the typed fields.
 import * as errors from '../errors.js';
+import * as moeErrors from '../moe/errors.js';
+
+// Every module of public error classes: a class missing here comes back as its nearest base.
+const ERROR_MODULES: Record<string, unknown>[] = [errors, moeErrors];
 
 export interface SerializedError {
   /** Class names from the error's own class up to Error, so the nearest known one can be rebuilt. */
@@ -36,7 +40,7 @@ export function serializeError(err: unknown, depth = 0): SerializedError {
 
 /** Rebuilds the error as the nearest a2av class in its chain (fields kept), else a plain Error. */
 export function reviveError(s: SerializedError): Error {
-  const known = s.classChain.map((name) => (errors as Record<string, unknown>)[name]).find(isA2avClass);
+  const known = s.classChain.flatMap((name) => ERROR_MODULES.map((m) => m[name])).find(isA2avClass);
   const err: Error = known !== undefined ? (Object.create(known.prototype) as Error) : new Error(s.message);
   // Fields as own properties, like the constructors set them; message and stack non-enumerable like Error's.
   Object.defineProperty(err, 'message', { value: s.message, writable: true, configurable: true, enumerable: false });
