@@ -115,7 +115,7 @@ class CpuComm implements Comm, CheckContext {
     this.#usable();
     checkSize(bytes);
     const id = this.#nextSymmetricId++;
-    const regions = await this.#setUp(this.#exchange.share(`sym/${id}`, bytes, this.timeoutMs, `allocSymmetric #${id}`));
+    const regions = await this.#setUp(this.#exchange.share(`sym/${id}`, bytes, startWaitMs(this.timeoutMs), `allocSymmetric #${id}`));
     if (this.#broken !== undefined) {
       closeAll(regions); // closed while the peers were being mapped
       this.#usable();
@@ -267,7 +267,7 @@ class CpuComm implements Comm, CheckContext {
   async barrier(options?: BarrierOptions): Promise<void> {
     this.#usable();
     checkBarrier(this.rank, options);
-    await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, options?.timeoutMs ?? this.timeoutMs));
+    await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, options?.timeoutMs ?? startWaitMs(this.timeoutMs)));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
