@@ -4,8 +4,8 @@
 
 /**
  * Waits that span a peer starting (threads, processes) or doing host work of its own (filling
- * buffers): the cpu backend's store exchanges (pads, allocSymmetric, barrier() without its own
- * timeoutMs). A lane's wait in a collective keeps timeoutMs.
+ * buffers): connecting to the store rank 0 serves, and the cpu backend's store exchanges (pads,
+ * allocSymmetric, barrier() without its own timeoutMs). A lane's wait in a collective keeps timeoutMs.
  */
 export const START_WAIT_FLOOR_MS = 10_000;
 
