@@ -251,6 +251,11 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
     expectUsageError(() => comm.allToAllV({ ...base, ...change }), label);
   }
   expectUsageError(() => comm.lane(comm.laneCount), 'comm.lane(laneCount)');
+  // Named by rank on every backend: ranks as processes print to one terminal.
+  const named = new RegExp(`^rank ${comm.rank}: `);
+  expectUsageError(() => comm.alloc(-1), 'alloc(-1)', named);
+  expectUsageError(() => comm.read(local, local.bytes, 1), 'read past the end', named);
+  expectUsageError(() => comm.write(local, new Uint8Array(2), local.bytes - 1), 'write past the end', named);
   ex.verifyUntouched('misuse');
   // The misuse allocated and freed: no rank may spin in the good call until every rank is past that.
   await comm.barrier();

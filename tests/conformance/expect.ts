@@ -45,9 +45,10 @@ export function expectTimeout(handle: Handle, missingRank: number, me: number, l
 }
 
 /** `fn` must throw UsageError at once. */
-export function expectUsageError(fn: () => unknown, label: string): void {
+export function expectUsageError(fn: () => unknown, label: string, message?: RegExp): void {
   const err = thrownBy(fn, `${label}: expected UsageError`);
   if (!(err instanceof UsageError)) throw new ConformanceError(`${label}: expected UsageError, got ${describe(err)}`, { cause: err });
+  if (message && !message.test(err.message)) throw new ConformanceError(`${label}: the UsageError's message does not match ${message}: ${err.message}`, { cause: err });
 }
 
 function thrownBy(fn: () => unknown, what: string): unknown {
