@@ -77,6 +77,20 @@ test('ranks started without a2av launch (torchrun\'s, Slurm\'s, Open MPI\'s vari
   assert.deepEqual(done.map((d) => d.line.rank).sort(), [0, 1, 2]);
 });
 
+test('with a timeoutMs shorter than rank 0\'s start, the others wait for its store at A2AV_STORE_PORT (set-up waits have a floor)', T, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const timeoutMs = 1000;
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  const rank1 = rankProcess({ ...common, RANK: '1', LOCAL_RANK: '1' }, timeoutMs);
+  await new Promise((resolve) => setTimeout(resolve, 3 * timeoutMs));
+  const rank0 = rankProcess({ ...common, RANK: '0', LOCAL_RANK: '0' }, timeoutMs);
+  for (const { code, line } of await Promise.all([rank0, rank1])) {
+    assert.equal(code, 0, JSON.stringify(line));
+    assert.ok(line.result > 0, JSON.stringify(line));
+  }
+});
+
 test('A2AV_STORE_PORT without a token, or not a port, is a UsageError', T, async () => {
   const env = { RANK: '0', WORLD_SIZE: '1', MASTER_ADDR: '127.0.0.1', MASTER_PORT: '1' };
   for (const [extra, message] of [

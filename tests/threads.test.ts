@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { SplitsError, TimeoutError, UsageError } from '../src/errors.js';
+import { START_WAIT_FLOOR_MS } from '../src/world/set-up-waits.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
 
 const programs = new URL('./threads/programs.js', import.meta.url);
@@ -41,6 +42,18 @@ test('a timeout inside a rank arrives as a TimeoutError naming the missing rank'
 test('after a timeout the cpu communicator refuses further collectives', async () => {
   const [r0] = await runRanks<unknown, string>({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'abortsAfterTimeout', {});
   assert.equal(r0, 'TimeoutError then CommAbortedError');
+});
+
+test('cpu set-up waits (allocSymmetric, barrier) outlast a short timeoutMs for a late rank; a collective keeps it', async () => {
+  const timeoutMs = 300;
+  const outcomes = await runRanks({ backend: 'cpu', ranks: 3, timeoutMs }, programs, 'lateSetUp', { lateMs: 4 * timeoutMs });
+  assert.equal(outcomes[1], 'absent');
+  for (const r of [0, 2]) {
+    const o = outcomes[r] as { missingRank: number; waitedMs: number };
+    assert.equal(o.missingRank, 1, `rank ${r}`);
+    // Well under the set-up floor: a missing peer in a collective is found at the communicator's timeout.
+    assert.ok(o.waitedMs >= timeoutMs / 2 && o.waitedMs < START_WAIT_FLOOR_MS / 2, `rank ${r} waited ${o.waitedMs} ms`);
+  }
 });
 
 test('a missing export is a UsageError', async () => {

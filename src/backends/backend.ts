@@ -378,7 +378,7 @@ export interface Comm {
    * without the host-side skew between ranks (threads that woke or launched later than others).
    */
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn?: number): number;
-  /** Host barrier across ranks (rendezvous store), bounded by `options.timeoutMs`, else the communicator's timeoutMs. */
+  /** Host barrier across ranks (rendezvous store), bounded by `options.timeoutMs`, else the communicator's timeoutMs (on cpu at least its start floor: set-up-waits.ts). */
   barrier(options?: BarrierOptions): Promise<void>;
   /** Free memory for this rank's allocations, in bytes (shared between ranks on one device). */
   freeMemory(): number;

@@ -8,6 +8,7 @@ import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken 
 import { recordUncaughtErrors } from './exit-record.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
+import { startWaitMs } from './set-up-waits.js';
 import { StoreServerThread } from './store-server-thread.js';
 import { TcpStoreClient } from './tcp-store.js';
 
@@ -42,7 +43,9 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   const served = await serveStore(place);
   let store: TcpStoreClient;
   try {
-    store = await TcpStoreClient.connectFromEnv({ timeoutMs });
+    // Rank 0's store is up only once its process has started: the others wait for that as for any peer's start.
+    const connectTimeoutMs = storePort() !== undefined ? startWaitMs(timeoutMs) : timeoutMs;
+    store = await TcpStoreClient.connectFromEnv({ timeoutMs, connectTimeoutMs });
   } catch (err) {
     await served?.close();
     throw err;

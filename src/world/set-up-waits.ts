@@ -2,7 +2,11 @@
 // timeout is for finding a dead peer in a collective, but a set-up wait also spans a peer starting
 // its thread or process, loading the driver and compiling kernels, which take longer.
 
-/** Waits that span a peer starting (threads, processes): the cpu backend's pad exchange. */
+/**
+ * Waits that span a peer starting (threads, processes) or doing host work of its own (filling
+ * buffers): connecting to the store rank 0 serves, and the cpu backend's store exchanges (pads,
+ * allocSymmetric, barrier() without its own timeoutMs). A lane's wait in a collective keeps timeoutMs.
+ */
 export const START_WAIT_FLOOR_MS = 10_000;
 
 /**

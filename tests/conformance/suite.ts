@@ -41,7 +41,7 @@ export const suite: Case[] = [
     timeoutMs: TIMEOUT_CASE_MS,
   },
   ...(['barrier', 'allocSymmetric'] as const).map((first) => ({
-    name: `set-up timeout W=3: a rank that misses ${first}() is named, and the communicator is ended (${TIMEOUT_CASE_MS} ms)`,
+    name: `set-up timeout W=3: a rank that misses ${first}() is named, and the communicator is ended (${TIMEOUT_CASE_MS} ms; cpu: its 10 s set-up floor)`,
     fn: 'setUpTimeout',
     ranks: 3,
     arg: { absent: -1, timeoutMs: TIMEOUT_CASE_MS, first },

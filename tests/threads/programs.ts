@@ -1,6 +1,6 @@
 // Rank programs for tests/threads.test.ts (runRanks itself, on the cpu backend).
 import type { Comm } from '../../src/backends/backend.js';
-import { SplitsError } from '../../src/errors.js';
+import { SplitsError, TimeoutError } from '../../src/errors.js';
 import type { RankContext } from '../../src/world/ranks.js';
 
 export async function echo(comm: Comm, arg: { tag: string }, ctx: RankContext): Promise<{ rank: number; world: number; tag: string }> {
@@ -49,4 +49,28 @@ export async function countsLeadIn(comm: Comm, arg: { iters: number; leadIn: num
   const ms = comm.timeLoop(comm.lane(0).stream, arg.iters, () => void calls++, arg.leadIn);
   if (!(ms >= 0)) throw new Error(`timeLoop returned ${ms}`);
   return calls;
+}
+
+/**
+ * Rank W-1 comes to allocSymmetric and rank 0 to a barrier `lateMs` after the others, then rank 1
+ * misses a collective: the others return what ended their wait in it and how long it took.
+ */
+export async function lateSetUp(comm: Comm, arg: { lateMs: number }): Promise<{ missingRank: number; waitedMs: number } | 'absent'> {
+  const W = comm.worldSize;
+  const late = () => new Promise((resolve) => setTimeout(resolve, arg.lateMs));
+  if (comm.rank === W - 1) await late();
+  const out = await comm.allocSymmetric(8 * W);
+  if (comm.rank === 0) await late();
+  await comm.barrier();
+  if (comm.rank === 1) return 'absent';
+  const inSplits = comm.alloc(8 * W);
+  comm.write(inSplits, new BigInt64Array(W).fill(1n));
+  const started = performance.now();
+  try {
+    comm.allToAllV({ input: comm.alloc(8 * W), output: out, inSplits, outSplitsOffsets: comm.alloc(16 * W), rowBytes: 8 }).wait();
+  } catch (err) {
+    if (err instanceof TimeoutError) return { missingRank: err.missingRank, waitedMs: performance.now() - started };
+    throw err;
+  }
+  throw new Error('the call with rank 1 absent returned');
 }

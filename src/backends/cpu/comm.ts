@@ -106,16 +106,16 @@ class CpuComm implements Comm, CheckContext {
 
   alloc(bytes: number): DeviceBuffer {
     this.#usable();
-    checkSize(bytes);
+    checkSize(this.rank, bytes);
     // Only this rank touches a local buffer, so it needs no shared mapping.
     return this.#keep(new CpuBuffer(this, new SharedArrayBuffer(bytes)));
   }
 
   async allocSymmetric(bytes: number): Promise<DeviceBuffer> {
     this.#usable();
-    checkSize(bytes);
+    checkSize(this.rank, bytes);
     const id = this.#nextSymmetricId++;
-    const regions = await this.#setUp(this.#exchange.share(`sym/${id}`, bytes, this.timeoutMs, `allocSymmetric #${id}`));
+    const regions = await this.#setUp(this.#exchange.share(`sym/${id}`, bytes, startWaitMs(this.timeoutMs), `allocSymmetric #${id}`));
     if (this.#broken !== undefined) {
       closeAll(regions); // closed while the peers were being mapped
       this.#usable();
@@ -134,14 +134,14 @@ class CpuComm implements Comm, CheckContext {
     this.#open();
     checkBuffer(this, 'write target', buf);
     checkWriteData(this, data);
-    checkRange(buf, offsetBytes, data.byteLength, 'write');
+    checkRange(this.rank, buf, offsetBytes, data.byteLength, 'write');
     copyBytes((buf as CpuBuffer).u8, offsetBytes, Buffer.from(data.buffer, data.byteOffset, data.byteLength), 0, data.byteLength);
   }
 
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array {
     this.#open();
     checkBuffer(this, 'read source', buf);
-    checkRange(buf, offsetBytes, bytes, 'read');
+    checkRange(this.rank, buf, offsetBytes, bytes, 'read');
     const out = new Uint8Array(bytes);
     copyBytes(Buffer.from(out.buffer), 0, (buf as CpuBuffer).u8, offsetBytes, bytes);
     return out;
@@ -151,8 +151,8 @@ class CpuComm implements Comm, CheckContext {
     this.#open();
     checkBuffer(this, 'copy destination', dst);
     checkBuffer(this, 'copy source', src);
-    checkRange(dst, 0, bytes, 'copy');
-    checkRange(src, 0, bytes, 'copy');
+    checkRange(this.rank, dst, 0, bytes, 'copy');
+    checkRange(this.rank, src, 0, bytes, 'copy');
     if (dst !== src) copyBytes((dst as CpuBuffer).u8, 0, (src as CpuBuffer).u8, 0, bytes);
   }
 
@@ -267,7 +267,7 @@ class CpuComm implements Comm, CheckContext {
   async barrier(options?: BarrierOptions): Promise<void> {
     this.#usable();
     checkBarrier(this.rank, options);
-    await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, options?.timeoutMs ?? this.timeoutMs));
+    await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, options?.timeoutMs ?? startWaitMs(this.timeoutMs)));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
@@ -315,16 +315,17 @@ class CpuComm implements Comm, CheckContext {
   }
 }
 
-function checkSize(bytes: number): void {
-  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`allocation size must be a non-negative integer, got ${shown(bytes)}`);
+// Messages name the rank, as the GPU backends' do: ranks as processes print to one terminal.
+function checkSize(rank: number, bytes: number): void {
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${rank}: allocation size must be a non-negative integer, got ${shown(bytes)}`);
   // Before the memory is made: a SharedArrayBuffer of 1 TiB fails with a bare RangeError.
   checkCpuBufferBytes(bytes);
 }
 
-function checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
-  if (!Number.isSafeInteger(offset) || offset < 0) throw new UsageError(`${what}: offset must be a non-negative integer, got ${shown(offset)}`);
-  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`${what}: byte count must be a non-negative integer, got ${shown(bytes)}`);
+function checkRange(rank: number, buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new UsageError(`rank ${rank}: ${what}: offset must be a non-negative integer, got ${shown(offset)}`);
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${rank}: ${what}: byte count must be a non-negative integer, got ${shown(bytes)}`);
   if (offset + bytes > buf.bytes) {
-    throw new UsageError(`${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
+    throw new UsageError(`rank ${rank}: ${what} of ${bytes} bytes at offset ${offset} is outside a ${buf.bytes}-byte buffer`);
   }
 }
