@@ -274,8 +274,8 @@ export class SplitsError extends A2avError implements SplitsFault {
 
 /** Host-side misuse: wrong sizes, wrong world, freed buffers, bad options. Thrown before anything runs. */
 export class UsageError extends A2avError {
-  constructor(message: string) {
-    super('A2AV_USAGE', message);
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('A2AV_USAGE', message, options);
   }
 }
 

@@ -61,6 +61,30 @@ test('a missing export is a UsageError', async () => {
   assert.ok(err instanceof UsageError, `got ${err}`);
 });
 
+test('a rank\'s return value that cannot be cloned is a UsageError naming the export, with the DataCloneError as cause', async () => {
+  const err = (await runRanks({ backend: 'cpu', ranks: 2 }, programs, 'returnsFunction', {}).catch((e: unknown) => e)) as RankFailure;
+  assert.ok(err instanceof UsageError, `got ${err}`);
+  assert.match(err.message, new RegExp(`^rank ${err.failedRank} failed: the return value of 'returnsFunction' cannot be sent back to runRanks: it must be structured-cloneable`));
+  assert.equal((err.cause as Error).name, 'DataCloneError');
+});
+
+test('a report that cannot be cloned is a UsageError of the reporting rank, with the DataCloneError as cause', async () => {
+  const err = (await runRanks({ backend: 'cpu', ranks: 2, onReport: () => {} }, programs, 'reportsFunction', {}).catch((e: unknown) => e)) as RankFailure;
+  assert.ok(err instanceof UsageError, `got ${err}`);
+  assert.match(err.message, new RegExp(`^rank ${err.failedRank} failed: ctx\\.report\\(\\): the report cannot be sent to onReport: it must be structured-cloneable`));
+  assert.equal((err.cause as Error).name, 'DataCloneError');
+});
+
+test('an argument that cannot be cloned is a UsageError of runRanks itself, before any rank starts', async () => {
+  const reports: unknown[] = [];
+  const err = (await runRanks({ backend: 'cpu', ranks: 2, onReport: (_r, m) => reports.push(m) }, programs, 'echo', { tag: () => 1 }).catch((e: unknown) => e)) as RankFailure;
+  assert.ok(err instanceof UsageError, `got ${err}`);
+  assert.match(err.message, /^runRanks: the argument for 'echo' cannot be sent to the rank threads: it must be structured-cloneable/);
+  assert.equal((err.cause as Error).name, 'DataCloneError');
+  assert.equal(err.failedRank, undefined);
+  assert.deepEqual(reports, []);
+});
+
 test('timeLoop runs its lead-in calls before the timed ones', async () => {
   const calls = await runRanks<unknown, number>({ backend: 'cpu', ranks: 2 }, programs, 'countsLeadIn', { iters: 3, leadIn: 2 });
   assert.deepEqual(calls, [5, 5]);

@@ -83,3 +83,15 @@ function describe(value: unknown): string {
     return typeof value;
   }
 }
+
+/**
+ * The UsageError for a value runRanks could not pass between threads (`what`: the argument, a
+ * rank's return value or report, and where it was going), the DataCloneError as `cause`: the
+ * clone's own message names the value but not which of them it was.
+ */
+export function unsendable(what: string, err: unknown): errors.UsageError {
+  const why = err instanceof Error ? ` (${err.message})` : '';
+  return new errors.UsageError(`${what}: it must be structured-cloneable (plain data, typed arrays, Map, Set, Error; not a function, a symbol or a port)${why}`, { cause: err });
+}
+
+export const isDataCloneError = (err: unknown): boolean => err instanceof Error && err.name === 'DataCloneError';

@@ -8,7 +8,7 @@ export const DEFAULT_TIMEOUT_MS = 60_000;
 export const DEFAULT_LANES = 2;
 
 export interface RankContext {
-  /** Sends a small structured-cloneable message to the main thread's `onReport` (progress, rows). */
+  /** Sends a small structured-cloneable message to the main thread's `onReport` (progress, rows); throws UsageError for one that cannot be cloned. */
   report(message: unknown): void;
 }
 

@@ -4,7 +4,7 @@ import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import { createComm } from '../backends/create.js';
 import type { BackendName, Comm } from '../backends/backend.js';
 import { UsageError } from '../errors.js';
-import { serializeError } from './error-transfer.js';
+import { isDataCloneError, serializeError, unsendable } from './error-transfer.js';
 import type { RankContext, RankFn } from './ranks.js';
 import { ThreadStoreClient } from './thread-store.js';
 import { traceThisRank, type DriverTraceBuffer } from '../cuda/driver-trace.js';
@@ -34,6 +34,15 @@ const init = workerData as RankThreadInit;
 const port = parentPort!;
 const post = (msg: RankThreadMessage): void => port.postMessage(msg);
 
+/** Posts `msg`; a value it carries that cannot be cloned is a UsageError saying which (`what`). */
+function postValue(msg: RankThreadMessage, what: string): void {
+  try {
+    post(msg);
+  } catch (err) {
+    throw isDataCloneError(err) ? unsendable(`rank ${init.rank}: ${what}`, err) : err;
+  }
+}
+
 async function main(): Promise<void> {
   const store = new ThreadStoreClient(init.storePort, init.timeoutMs);
   try {
@@ -44,7 +53,7 @@ async function main(): Promise<void> {
     if (init.driverTrace) traceThisRank(init.driverTrace, rank);
     const comm = await createComm({ backend, rank, worldSize, timeoutMs, lanes, store });
     const value = await runAndClose(comm, fn as RankFn);
-    post({ type: 'result', value });
+    postValue({ type: 'result', value }, `the return value of '${init.exportName}' cannot be sent back to runRanks`);
   } catch (err) {
     post({ type: 'error', error: serializeError(err) });
   } finally {
@@ -53,7 +62,7 @@ async function main(): Promise<void> {
 }
 
 async function runAndClose(comm: Comm, fn: RankFn): Promise<unknown> {
-  const ctx: RankContext = { report: (message) => post({ type: 'report', message }) };
+  const ctx: RankContext = { report: (message) => postValue({ type: 'report', message }, 'ctx.report(): the report cannot be sent to onReport') };
   let value: unknown;
   try {
     value = await fn(comm, init.arg, ctx);

@@ -6,7 +6,7 @@ import { defaultBackend } from '../backends/create.js';
 import { useEveryHardwareQueue } from '../cuda/hardware-queues.js';
 import { checkCpuWorld } from '../backends/cpu/world.js';
 import { RankExitedError, shown, UsageError } from '../errors.js';
-import { reviveError } from './error-transfer.js';
+import { reviveError, unsendable } from './error-transfer.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
@@ -27,12 +27,15 @@ export type RankFailure = Error & { failedRank: number };
  * Calls `module`'s export `exportName(comm, arg, ctx)` on `opts.ranks` worker threads (backend: as
  * given, else cuda where a GPU is visible and cpu otherwise, as init() picks) and returns
  * the results in rank order. If a rank throws, rejects with that error (same class and fields,
- * message starting "rank R failed: ", `failedRank` set) once every thread has ended.
+ * message starting "rank R failed: ", `failedRank` set) once every thread has ended. `arg`, each
+ * result and each report cross threads by structured clone: one that cannot is a UsageError naming
+ * it (the argument's before any thread starts), with the DataCloneError as `cause`.
  */
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
   checkRankOptions('runRanks', opts, ['backend', 'ranks', 'timeoutMs', 'lanes', 'onReport']);
   const ranks = opts.ranks;
   if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${shown(ranks)}`);
+  checkSendable(arg, exportName);
   // Ranks sharing a GPU each drive their own streams (hardware-queues.ts says why they need a queue
   // each). Set here, before the rank threads or the default backend's probe start the driver.
   if ((opts.backend ?? 'cuda') === 'cuda') useEveryHardwareQueue();
@@ -164,6 +167,15 @@ class RankRun<R> {
     } catch {
       // A broken progress callback must not take the run down with it.
     }
+  }
+}
+
+/** Cloned once here as each rank's workerData is: otherwise the first Worker throws a bare DataCloneError. */
+function checkSendable(arg: unknown, exportName: string): void {
+  try {
+    structuredClone(arg);
+  } catch (err) {
+    throw unsendable(`runRanks: the argument for '${exportName}' cannot be sent to the rank threads`, err);
   }
 }
 

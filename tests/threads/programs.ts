@@ -74,3 +74,13 @@ export async function lateSetUp(comm: Comm, arg: { lateMs: number }): Promise<{ 
   }
   throw new Error('the call with rank 1 absent returned');
 }
+
+/** Returns a function, which cannot be cloned back to the main thread. */
+export async function returnsFunction(): Promise<() => number> {
+  return () => 1;
+}
+
+/** Reports a function, which cannot be cloned to onReport. */
+export async function reportsFunction(comm: Comm, _arg: unknown, ctx: RankContext): Promise<void> {
+  ctx.report(() => 1);
+}
