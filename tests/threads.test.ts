@@ -1,6 +1,7 @@
 // runRanks: results in rank order, reports, and failures that name the rank and keep their class.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { SplitsError, TimeoutError, UsageError } from '../src/errors.js';
 import { START_WAIT_FLOOR_MS } from '../src/world/set-up-waits.js';
 import { runRanks, type RankFailure } from '../src/world/threads.js';
@@ -83,6 +84,27 @@ test('an argument that cannot be cloned is a UsageError of runRanks itself, befo
   assert.equal((err.cause as Error).name, 'DataCloneError');
   assert.equal(err.failedRank, undefined);
   assert.deepEqual(reports, []);
+});
+
+test('a module path that names no file is one UsageError naming the path, before any rank starts', async () => {
+  const missing = fileURLToPath(new URL('./threads/no-such-programs.js', import.meta.url));
+  for (const module of [missing, pathToFileURL(missing)]) {
+    const err = (await runRanks({ backend: 'cpu', ranks: 2 }, module, 'echo', {}).catch((e: unknown) => e)) as RankFailure;
+    assert.ok(err instanceof UsageError, `got ${err}`);
+    assert.equal(err.message, `runRanks: module ${missing} not found`);
+    assert.equal((err.cause as NodeJS.ErrnoException).code, 'ENOENT');
+    assert.equal(err.failedRank, undefined);
+  }
+  const relative = await runRanks({ backend: 'cpu', ranks: 2 }, 'no-such-dir/programs.js', 'echo', {}).catch((e: unknown) => e);
+  assert.ok(relative instanceof UsageError, `got ${relative}`);
+  assert.match(relative.message, /not found \(a relative path is resolved against the working directory; new URL\('\.\/rank\.js', import\.meta\.url\)/);
+  const folder = fileURLToPath(new URL('./threads/', import.meta.url));
+  await assert.rejects(runRanks({ backend: 'cpu', ranks: 2 }, folder, 'echo', {}), { name: 'UsageError', message: `runRanks: module ${folder} is not a file` });
+});
+
+test('a data: module goes to the ranks as given', async () => {
+  const module = `data:text/javascript,${encodeURIComponent('export const rank = (comm) => comm.rank;')}`;
+  assert.deepEqual(await runRanks({ backend: 'cpu', ranks: 2 }, module, 'rank', {}), [0, 1]);
 });
 
 test('timeLoop runs its lead-in calls before the timed ones', async () => {

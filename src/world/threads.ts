@@ -1,6 +1,8 @@
 // Runs W ranks as worker threads of this process (SPMD): every thread builds its communicator,
 // calls the same exported rank function, and the main thread brokers their rendezvous store.
-import { pathToFileURL } from 'node:url';
+import { statSync } from 'node:fs';
+import { isAbsolute } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import { defaultBackend } from '../backends/create.js';
 import { useEveryHardwareQueue } from '../cuda/hardware-queues.js';
@@ -36,6 +38,8 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
   const ranks = opts.ranks;
   if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${shown(ranks)}`);
   checkSendable(arg, exportName);
+  const moduleUrl = moduleHref(module);
+  checkModuleFile(moduleUrl, module);
   // Ranks sharing a GPU each drive their own streams (hardware-queues.ts says why they need a queue
   // each). Set here, before the rank threads or the default backend's probe start the driver.
   if ((opts.backend ?? 'cuda') === 'cuda') useEveryHardwareQueue();
@@ -60,7 +64,7 @@ export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string
         worldSize: ranks,
         timeoutMs: opts.timeoutMs ?? DEFAULT_TIMEOUT_MS,
         lanes: opts.lanes ?? DEFAULT_LANES,
-        moduleUrl: moduleHref(module),
+        moduleUrl,
         exportName,
         arg,
         storePort: channel.port2,
@@ -177,6 +181,28 @@ function checkSendable(arg: unknown, exportName: string): void {
   } catch (err) {
     throw unsendable(`runRanks: the argument for '${exportName}' cannot be sent to the rank threads`, err);
   }
+}
+
+/**
+ * A file: module must be a file that exists; else every rank would fail alike, with an import error
+ * "imported from thread-worker.js". Its exports are left to the ranks: reading them here means
+ * importing it, which runs its top-level code on the main thread too (and keeps it loaded there).
+ * Other URLs (data:, node:) go to the ranks as given.
+ */
+function checkModuleFile(href: string, module: URL | string): void {
+  if (!href.startsWith('file:')) return;
+  const path = fileURLToPath(href);
+  const relative = typeof module === 'string' && !module.startsWith('file:') && !isAbsolute(module)
+    ? ` (a relative path is resolved against the working directory; new URL('./rank.js', import.meta.url) names a file next to the calling module)` : '';
+  let isFile: boolean;
+  try {
+    isFile = statSync(path).isFile();
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' || code === 'ENOTDIR' ? 'not found' : `cannot be read (${code ?? (err as Error).message})`;
+    throw new UsageError(`runRanks: module ${path} ${why}${relative}`, { cause: err });
+  }
+  if (!isFile) throw new UsageError(`runRanks: module ${path} is not a file`);
 }
 
 function moduleHref(module: URL | string): string {
