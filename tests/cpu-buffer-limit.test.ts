@@ -17,11 +17,12 @@ const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
 const unreachable = CPU_MAX_BUFFER_BYTES > 2 ** 40 && `this Node's typed arrays reach ${CPU_MAX_BUFFER_BYTES} bytes: memory runs out first`;
 
 describe('cpu buffers past the limit', () => {
-  it('alloc and allocSymmetric refuse them with a UsageError naming the limit, on every rank', { timeout: 30_000, skip: unreachable }, async () => {
+  it('alloc and allocSymmetric refuse them with a UsageError naming the rank and the limit, on every rank', { timeout: 30_000, skip: unreachable }, async () => {
     const seen = await runRanks<number, string[]>({ backend: 'cpu', ranks: 2, timeoutMs: 10_000 }, new URL('./fixtures/cpu-alloc-limit.js', import.meta.url),
       'allocBoth', CPU_MAX_BUFFER_BYTES + 4);
-    for (const outcomes of seen) {
-      for (const outcome of outcomes!) assert.equal(outcome, `UsageError: a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${CPU_MAX_BUFFER_BYTES + 4}`);
+    // Named by rank, as every other refusal is: ranks as processes print to one terminal.
+    for (const [rank, outcomes] of seen.entries()) {
+      for (const outcome of outcomes!) assert.equal(outcome, `UsageError: rank ${rank}: a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${CPU_MAX_BUFFER_BYTES + 4}`);
     }
   });
 

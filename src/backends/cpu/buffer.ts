@@ -11,18 +11,18 @@ import type { SharedRegion } from './memory.js';
  */
 export const CPU_MAX_BUFFER_BYTES = constants.MAX_LENGTH;
 
-/** Refuses a size past CPU_MAX_BUFFER_BYTES with a UsageError, before any view is made. */
-export function checkCpuBufferBytes(bytes: number): void {
+/** Refuses rank `rank` a size past CPU_MAX_BUFFER_BYTES with a UsageError, before any view is made. */
+export function checkCpuBufferBytes(rank: number, bytes: number): void {
   if (bytes > CPU_MAX_BUFFER_BYTES) {
-    throw new UsageError(`a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${bytes}`);
+    throw new UsageError(`rank ${rank}: a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${bytes}`);
   }
 }
 
 export class CpuBuffer implements DeviceBuffer {
   readonly bytes: number;
   readonly symmetricId: number;
-  /** The communicator that allocated it (ownership checks). */
-  readonly owner: object;
+  /** The communicator that allocated it (ownership checks; its rank names refusals). */
+  readonly owner: { readonly rank: number };
   #freed = false;
   /** A Buffer (not a bare Uint8Array) so copies can take the memcpy path in memcpy.ts. */
   #u8: Buffer;
@@ -33,9 +33,9 @@ export class CpuBuffer implements DeviceBuffer {
   #regions: SharedRegion[];
 
   /** A local buffer over `memory`, or (with `regions`, by rank) symmetric allocation `symmetricId`. */
-  constructor(owner: object, memory: ArrayBufferLike, symmetricId = -1, regions: SharedRegion[] = []) {
+  constructor(owner: { readonly rank: number }, memory: ArrayBufferLike, symmetricId = -1, regions: SharedRegion[] = []) {
     try {
-      checkCpuBufferBytes(memory.byteLength);
+      checkCpuBufferBytes(owner.rank, memory.byteLength);
     } catch (err) {
       // Every rank asked for the same size and is refused here too: each lets go of its mappings.
       closeAll(regions);

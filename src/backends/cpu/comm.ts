@@ -319,7 +319,7 @@ class CpuComm implements Comm, CheckContext {
 function checkSize(rank: number, bytes: number): void {
   if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${rank}: allocation size must be a non-negative integer, got ${shown(bytes)}`);
   // Before the memory is made: a SharedArrayBuffer of 1 TiB fails with a bare RangeError.
-  checkCpuBufferBytes(bytes);
+  checkCpuBufferBytes(rank, bytes);
 }
 
 function checkRange(rank: number, buf: DeviceBuffer, offset: number, bytes: number, what: string): void {

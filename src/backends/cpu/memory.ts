@@ -3,7 +3,6 @@
 // (POSIX shared memory, see process-memory.ts). Buffers, pads and lanes only see SharedRegion.
 import { freemem } from 'node:os';
 import { UsageError } from '../../errors.js';
-import { checkCpuBufferBytes } from './buffer.js';
 
 /** One rank's shareable memory, as this rank sees it (its own, or its mapping of a peer's). */
 export interface SharedRegion {
@@ -44,8 +43,6 @@ export const threadMemory: SharedMemory = {
   where: 'thread',
   named: false,
   allocate(bytes) {
-    // Refused before the memory is made, rather than when the buffer's views are.
-    checkCpuBufferBytes(bytes);
     return new ThreadRegion(new SharedArrayBuffer(bytes));
   },
   map(handle, peer) {

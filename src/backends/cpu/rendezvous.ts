@@ -3,7 +3,7 @@
 import { UsageError } from '../../errors.js';
 import { allGather } from '../../world/all-gather.js';
 import type { Store } from '../../world/store.js';
-import { closeAll } from './buffer.js';
+import { checkCpuBufferBytes, closeAll } from './buffer.js';
 import type { SharedMemory, SharedRegion } from './memory.js';
 
 /** Set-up exchanges over the rendezvous store; a peer that does not show up is named. */
@@ -26,6 +26,8 @@ export class Rendezvous {
    * mapped it. On failure nothing stays allocated or mapped here.
    */
   async share(name: string, bytes: number, timeoutMs: number, what = name): Promise<SharedRegion[]> {
+    // Refused before the memory is made (by either kind of memory), rather than when the buffer's views are.
+    checkCpuBufferBytes(this.#rank, bytes);
     const own = this.memory.allocate(bytes);
     const regions: SharedRegion[] = [];
     try {
