@@ -20,9 +20,9 @@ const T = { timeout: 15_000 };
 const rankProgram = fileURLToPath(new URL('./fixtures/process-rank.js', import.meta.url));
 const a2avShmFiles = () => readdirSync(SHM_DIR).filter((name) => name.startsWith('a2av-'));
 
-/** Runs the rank fixture as rank `rank` of `world` against the store at `port`; resolves with its one JSON line. */
-async function rankProcess(env: Record<string, string>, timeoutMs: number) {
-  const child = spawn(process.execPath, [rankProgram, 'exchange', JSON.stringify({ seed: 1, calls: 1, budget: 64 }), String(timeoutMs)], {
+/** Runs the rank fixture's `program` (default: one exchange) with `env`; resolves with its one JSON line and when it exited (Date.now()). */
+async function rankProcess(env: Record<string, string>, timeoutMs: number, program = 'exchange', arg: object = { seed: 1, calls: 1, budget: 64 }) {
+  const child = spawn(process.execPath, [rankProgram, program, JSON.stringify(arg), String(timeoutMs)], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -30,7 +30,7 @@ async function rankProcess(env: Record<string, string>, timeoutMs: number) {
   child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
   const started = performance.now();
   const [code] = (await once(child, 'exit')) as [number];
-  return { code, ms: performance.now() - started, line: JSON.parse(out.trim().split('\n').pop()!) };
+  return { code, ms: performance.now() - started, exitedAt: Date.now(), line: JSON.parse(out.trim().split('\n').pop()!) };
 }
 
 test('init() outside a launcher is a UsageError that says how to start ranks', T, async (t) => {
@@ -89,6 +89,18 @@ test('with a timeoutMs shorter than rank 0\'s start, the others wait for its sto
     assert.equal(code, 0, JSON.stringify(line));
     assert.ok(line.result > 0, JSON.stringify(line));
   }
+});
+
+test('rank 0 keeps its store at A2AV_STORE_PORT up past a short timeoutMs until the others have closed (that wait has the set-up floor too)', T, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const timeoutMs = 200;
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  const arg = { late: 1, ms: 10 * timeoutMs };
+  const [rank0, rank1] = await Promise.all(['0', '1'].map((r) => rankProcess({ ...common, RANK: r, LOCAL_RANK: r }, timeoutMs, 'leavesLate', arg)));
+  for (const { code, line } of [rank0, rank1]) assert.equal(code, 0, JSON.stringify(line));
+  // Rank 1 closes after its program returned (its result: when it did); rank 0's store waited for that.
+  assert.ok(rank0!.exitedAt >= rank1!.line.result, `rank 0 exited ${rank1!.line.result - rank0!.exitedAt} ms before rank 1's program returned`);
 });
 
 test('A2AV_STORE_PORT without a token, or not a port, is a UsageError', T, async () => {

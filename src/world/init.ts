@@ -75,7 +75,8 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     (closing ??= (async () => {
       try {
         await closeComm();
-        if (served !== undefined) await othersLeft(store, place.worldSize, timeoutMs);
+        // With the set-up floor: a peer slower than timeoutMs may still be reading its last set-up exchange from this store.
+        if (served !== undefined) await othersLeft(store, place.worldSize, startWaitMs(timeoutMs));
         // Only rank 0's own store waits for this (a2av launch's outlives every rank). Past the
         // communicator's close, a store already gone only means nobody waits for it.
         else if (storePort() !== undefined) await store.set(`${LEFT}/${place.rank}`, new Uint8Array(1)).catch(() => {});
