@@ -92,7 +92,7 @@ describe('error classes', () => {
     const err = dispatchError(refused, group);
     assert.ok(err instanceof api.MoeRoutingError, String(err));
     assert.deepEqual([err.problem, err.rank, err.token, err.k], ['expert-id', 1, 1, 1]);
-    assert.equal(err.message, "MoE rank 1: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255); ids are read as int64 unless dispatch is given topkIdxType: 'int32' (reported by rank 0); nothing was written");
+    assert.equal(err.message, "rank 1: MoE dispatch: topkIdx[1][1] is neither -1 nor an expert id of the job (expected -1 or 0..255); ids are read as int64 unless dispatch is given topkIdxType: 'int32' (reported by rank 0); nothing was written");
     assert.equal(err.cause, undefined);
   });
 
@@ -102,7 +102,7 @@ describe('error classes', () => {
     const own = dispatchError(refused, group, facts(65n)) as api.MoeRoutingError;
     assert.ok(own instanceof api.MoeRoutingError, String(own));
     assert.deepEqual([own.problem, own.rank, own.numTokens, own.capacity, own.cause], ['token-count', 1, 65n, 64n, undefined]);
-    assert.equal(own.message, 'MoE rank 1: the device token count (numTokens) is 65, more than 64: its call takes 0..64 tokens (maxTokensPerRank 64) (reported by rank 1); nothing was written');
+    assert.equal(own.message, 'rank 1: MoE dispatch: the device token count (numTokens) is 65, more than 64: its call takes 0..64 tokens (maxTokensPerRank 64) (reported by rank 1); nothing was written');
     const negative = dispatchError(refused, group, facts(-3n, 'x', 10)) as api.MoeRoutingError;
     assert.deepEqual([negative.numTokens, negative.capacity], [-3n, 10n]);
     assert.match(negative.message, /is -3, negative: its call takes 0\.\.10 tokens \(x holds 10 tokens\)/);
@@ -113,7 +113,7 @@ describe('error classes', () => {
     // A peer of rank 1: neither is known there.
     const fromPeer = dispatchError(new api.SplitsError({ ...refused, reportedBy: 0 }), group, { ...facts(undefined), rank: 0 }) as api.MoeRoutingError;
     assert.deepEqual([fromPeer.rank, fromPeer.numTokens, fromPeer.capacity], [1, undefined, undefined]);
-    assert.equal(fromPeer.message, "MoE rank 1: the device token count (numTokens) is negative or more than its call takes (at most maxTokensPerRank, 64); rank 1's own error names the count and what its call takes (reported by rank 0); nothing was written");
+    assert.equal(fromPeer.message, "rank 1: MoE dispatch: the device token count (numTokens) is negative or more than its call takes (at most maxTokensPerRank, 64); rank 1's own error names the count and what its call takes (reported by rank 0); nothing was written");
   });
 
   it('a compact capacity refusal\'s cause names no expert: the exchange\'s one bucket a rank is no expert of the job', () => {

@@ -82,7 +82,8 @@ export class MoeRoutingError extends A2avError {
   readonly capacity?: bigint;
   constructor(f: MoeRoutingFault, cause?: unknown) {
     const by = `(reported by rank ${f.reportedBy}); nothing was written`;
-    const text = f.problem === 'route-refused' ? `MoE combine of a route whose dispatch was refused ${by}. ${refusedBecause(cause)}` : `MoE ${routingText(f)} ${by}`;
+    // A bad id or count is the named rank's dispatch: "rank R: MoE dispatch: ", as the group's host refusals read.
+    const text = f.problem === 'route-refused' ? `MoE combine of a route whose dispatch was refused ${by}. ${refusedBecause(cause)}` : `rank ${f.rank}: MoE dispatch: ${routingText(f)} ${by}`;
     super('A2AV_MOE_ROUTING', text, cause === undefined ? undefined : { cause });
     this.problem = f.problem;
     this.rank = f.rank;
@@ -99,9 +100,9 @@ function routingText(f: MoeRoutingFault): string {
     const ids = f.experts === undefined ? '' : ` (expected -1 or 0..${f.experts - 1})`;
     // The usual cause of a huge or odd id: int32 ids read as int64 (the default), which may also
     // misroute silently where an odd int32 is 0, so the hint is always given.
-    return `rank ${f.rank}: topkIdx[${f.token}][${f.k}] is neither -1 nor an expert id of the job${ids}; ids are read as int64 unless dispatch is given topkIdxType: 'int32'`;
+    return `topkIdx[${f.token}][${f.k}] is neither -1 nor an expert id of the job${ids}; ids are read as int64 unless dispatch is given topkIdxType: 'int32'`;
   }
-  const count = `rank ${f.rank}: the device token count (numTokens)`;
+  const count = 'the device token count (numTokens)';
   if (f.capacity !== undefined) {
     const takes = `its call takes 0..${f.capacity} tokens (${limitText(f.limit ?? 'maxTokensPerRank', f.capacity)})`;
     if (f.numTokens === undefined) return `${count} is negative or more than ${f.capacity}: ${takes}`;

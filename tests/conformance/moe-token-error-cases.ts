@@ -145,7 +145,7 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
     // Rank q names its count and the tokens its call takes (every buffer here holds maxTokens); its
     // peers cannot see them on q's device and say where they are.
     const facts = me === q
-      ? { numTokens: BigInt(n), capacity: BigInt(T), message: new RegExp(`rank ${q}: the device token count \\(numTokens\\) is ${n}, ${n < 0 ? 'negative' : `more than ${T}`}: its call takes 0\\.\\.${T} tokens \\(maxTokensPerRank ${T}\\)`) }
+      ? { numTokens: BigInt(n), capacity: BigInt(T), message: new RegExp(`^rank ${q}: MoE dispatch: the device token count \\(numTokens\\) is ${n}, ${n < 0 ? 'negative' : `more than ${T}`}: its call takes 0\\.\\.${T} tokens \\(maxTokensPerRank ${T}\\)`) }
       : { numTokens: undefined, capacity: undefined, message: new RegExp(`at most maxTokensPerRank, ${T}\\); rank ${q}'s own error names the count`) };
     const count = expectError(r.done, MoeRoutingError, { problem: 'token-count', rank: q, reportedBy: me, ...facts }, `device token count ${n} on rank ${q}`);
     expectNoCause(count, `device token count ${n} on rank ${q}`);
