@@ -6,8 +6,11 @@ import { Writable } from 'node:stream';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { SingleBar } from 'cli-progress';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from './backends/backend.js';
-import { MAX_CPU_WORLD } from './backends/cpu/world.js';
 import { MAX_MAJOR_ALIGN } from './collectives/check.js';
+import { backendList, backendsAndRanks, eachBackend, gpuCount } from './cli/backends.js';
+import { fail, HelpShown, reportError, stdoutFailed, watchStdout } from './cli/exit.js';
+import { integer, listItems, once, seedInteger, size, sizeOrZero } from './cli/options.js';
+import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './cli/sizes.js';
 import { checkKnobs } from './knobs.js';
 import { checkWritable } from './output-file.js';
 import { BENCH_OPS } from './bench/ops.js';
@@ -16,29 +19,18 @@ import type { BenchEvents, BenchOptions } from './bench/run.js';
 import { SPLITS_KINDS } from './bench/splits.js';
 import { counted, formatGBps, formatJson, formatMicros, formatTable, type BenchResult } from './bench/table.js';
 import { doublingSizes, formatBytes, holdsWholeUnit, parseSize } from './bench/units.js';
-import { UsageError } from './errors.js';
 import { rankEnv } from './world/env.js';
-import { recordExitError } from './world/exit-record.js';
 import type { LaunchOptions } from './launch/launcher.js';
 import type { PipelineEvents } from './pipeline/run.js';
 import { SHAPE_NAMES, type ShapeName } from './pipeline/shapes.js';
 import { ARMS, type Arm } from './pipeline/train.js';
 
-/**
- * 1 KiB rows: a 256-float embedding row or a 512-wide bf16 activation; a multiple of 16 bytes, so
- * vector copies stay aligned; small enough that the smallest default size (512 KiB) still has 512
- * rows, enough for zipf splits to give even the coldest of 8 peers about 20.
- */
-const DEFAULT_ROW_BYTES = 1024;
 const DEFAULT_MIN = '512K';
 /**
  * tune starts lower than bench: a table covers only the sizes it measured (from half a doubling
  * below its smallest), and calls of 64-256 KiB are where a launch plan's few blocks matter most.
  */
 const TUNE_MIN = '64K';
-const DEFAULT_MAX = { cuda: '4G', nccl: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
-const BACKENDS = Object.keys(DEFAULT_MAX) as BackendName[];
-const DEFAULT_CPU_RANKS = 2;
 /** The MoE ops' experts per rank unless --experts says: the issue's small MoE step (and a common EP layout). */
 const DEFAULT_EXPERTS = 16;
 /** bench --op values that time a token MoE group (src/bench/moe-tokens.ts), not a split sweep. */
@@ -117,51 +109,6 @@ interface LaunchFlags {
 
 const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
-function integer(min: number, max = Number.MAX_SAFE_INTEGER, why = '') {
-  return (text: string): number => {
-    if (!/^\d+$/.test(text.trim())) throw new InvalidArgumentError(`expected an integer >= ${min}`);
-    // Digits past 2^53 - 1 are an integer too, only too large: said so, not "expected an integer".
-    const n = Number(text);
-    if (n > max) throw new InvalidArgumentError(`expected an integer <= ${max}${why}`);
-    if (n < min) throw new InvalidArgumentError(`expected an integer >= ${min}`);
-    return n;
-  };
-}
-
-/**
- * A list option's comma-separated items, trimmed. An empty item (`1,,2`, a trailing comma) is
- * refused by its place, not read: Number('') is 0, and "got 0" would name a value never typed.
- */
-function listItems(text: string, what: string): string[] {
-  const items = text.split(',').map((t) => t.trim());
-  const empty = items.indexOf('');
-  if (empty >= 0) throw new InvalidArgumentError(`item ${empty + 1} of '${text}' is empty: give ${what} separated by single commas`);
-  return items;
-}
-
-/** Refuses a list naming an item twice: the run would measure it twice (or, for --backend, compare it with itself). */
-function once<T>(items: T[], noun: string): T[] {
-  const twice = items.find((t, i) => items.indexOf(t) !== i);
-  if (twice !== undefined) throw new InvalidArgumentError(`${noun} ${twice} is named twice`);
-  return items;
-}
-
-/** Seeds: the split layouts and the pipeline's data are drawn from 32 bits, so a larger seed would repeat a smaller one's. */
-const seedInteger = integer(0, 2 ** 32 - 1, ' (layouts and data are drawn from a 32-bit seed)');
-
-function size(text: string): number {
-  try {
-    return parseSize(text);
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
-  }
-}
-
-/** A size, or 0 (none). */
-function sizeOrZero(text: string): number {
-  return /^\s*0+\s*$/.test(text) ? 0 : size(text);
-}
-
 const program = new Command('a2av')
   .description('Variable-size all-to-all (all-to-all-v) between GPUs')
   .version(version)
@@ -184,7 +131,7 @@ const benchCommand = program
     'of the same bytes (across GPUs: peer copies between them); the MoE ops also with the 1-D call of the same bytes. Every size is ' +
     'checked first; a wrong result ends the run with exit status 1, naming the first wrong byte. ' +
     'Sub-commands: a2av bench allreduce (comm.allReduce), a2av bench pipeline (a training step); --help on each')
-  .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
+  .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backendList)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes); not the moe-* ops').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
   .option('--max <size>', 'largest input per rank: sizes double from --min and stop at the last one not past it (as nccl-tests\' -b/-e), ' +
@@ -233,7 +180,7 @@ benchCommand
     'embedding lookup, output dist, dense forward and backward, gradient all-to-all, embedding update, gradient all-reduce, SGD), timed per arm: ' +
     'one-lane (every collective on lane 0), two-lanes (the input dist on lane 1), two-lanes-serialized (lane 1, but each collective waits for ' +
     'the one before: the control). Every arm must end with the same loss, tables and weights; a difference ends the run with exit status 1')
-  .option('--backend <names>', 'backend, or several: cuda, nccl (host-side splits: TorchRec\'s way), cpu (default: cuda when a GPU is visible, else cpu)', backends)
+  .option('--backend <names>', 'backend, or several: cuda, nccl (host-side splits: TorchRec\'s way), cpu (default: cuda when a GPU is visible, else cpu)', backendList)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--shape <name>', 'tiny; dlrm (26 features, dim 64, 100k rows, batch 8192, dense 512-256-64 over 512-512-256-1); ' +
     'dlrm-128 (dim 128); many-tables (170 features, dim 256, pooling 30, batch 32768) (default: dlrm, or tiny where cpu is one of the backends)').choices(SHAPE_NAMES))
@@ -256,7 +203,7 @@ benchCommand
   .command('allreduce')
   .description('Sweep comm.allReduce over sizes (eager, and on cuda in graphs), every size checked against the host sum first; ' +
     'with several backends one table and each row against NCCL (vs nccl = NCCL time / its time)')
-  .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backends)
+  .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backendList)
   .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
   .addOption(new Option('--min <size>', 'smallest buffer per rank').argParser(size).default(4096, '4K'))
   .option('--max <size>', 'largest buffer per rank: sizes double from --min and stop at the last one not past it, said in a note ' +
@@ -325,13 +272,6 @@ function armList(text: string): Arm[] {
   const odd = names.find((n) => !(ARMS as readonly string[]).includes(n));
   if (odd !== undefined) throw new InvalidArgumentError(`unknown arm '${odd}' (choose from ${ARMS.join(', ')})`);
   return once(names, 'arm') as Arm[];
-}
-
-function backends(text: string): BackendName[] {
-  const names = listItems(text, 'backends');
-  const odd = names.find((n) => !(BACKENDS as string[]).includes(n));
-  if (odd !== undefined) throw new InvalidArgumentError(`unknown backend '${odd}' (choose from ${BACKENDS.join(', ')})`);
-  return once(names, 'backend') as BackendName[];
 }
 
 /** --op's parser: the choices, and a pointer to the sub-command for an op that is one. */
@@ -586,64 +526,12 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   process.stderr.write(formatTune(out.result));
 }
 
-/**
- * Runs `run` for each backend in turn; with several, one that cannot run (no NCCL here) still
- * leaves the others' results, its error one line on stderr and the exit status 1. Launched ranks
- * other than 0 get no result: the job prints one table.
- */
-async function eachBackend<R>(names: readonly BackendName[], run: (backend: BackendName, label: string) => Promise<R | undefined>): Promise<R[]> {
-  const results: R[] = [];
-  for (const backend of names) {
-    try {
-      const result = await run(backend, names.length > 1 ? `${backend}: ` : '');
-      if (result !== undefined) results.push(result);
-    } catch (err) {
-      if (names.length === 1) throw err;
-      process.stderr.write(`a2av: ${backend}: ${errorLine(err)}\n`);
-      process.exitCode = 1;
-    }
-  }
-  return results;
-}
-
 async function plot(files: string[], output: string, timing: 'eager' | 'graph'): Promise<void> {
   const { checkOutput, readResultFile, writePlot } = await import('./plot/index.js');
   checkOutput(output);
   const twice = files.find((f, i) => files.findIndex((g) => resolve(g) === resolve(f)) !== i);
   if (twice !== undefined) fail(`${twice} is given twice: its lines would be drawn on each other`);
   await writePlot(files.map(readResultFile), output, timing);
-}
-
-/**
- * The backends a bench command runs (--backend, else the default) and its ranks: --ranks, else a
- * launched job's, else one per GPU, or DEFAULT_CPU_RANKS on cpu.
- */
-async function backendsAndRanks(flags: { backend?: BackendName[]; ranks?: number }): Promise<{ names: BackendName[]; ranks: number }> {
-  // Every rank's communicator would refuse a bad A2AV_* switch: said once, before any starts.
-  checkKnobs();
-  const names = flags.backend ?? [await (await import('./backends/create.js')).defaultBackend()];
-  // runRanks refuses it too (checkCpuWorld), but only when cpu's turn comes: after cuda's whole sweep
-  // with --backend cuda,cpu. Said here, naming the option, before any backend runs.
-  if (flags.ranks !== undefined && flags.ranks > MAX_CPU_WORLD && names.includes('cpu')) {
-    fail(`--ranks ${flags.ranks}: the cpu backend runs at most ${MAX_CPU_WORLD} ranks (each a thread of this process, with its own buffers)`);
-  }
-  const gpu = names.some((n) => n !== 'cpu');
-  return { names, ranks: flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS) };
-}
-
-async function gpuCount(backend: string): Promise<number> {
-  const { cudaDeviceCount, cudaUnavailableReason } = await import('./cuda/probe.js');
-  const n = cudaDeviceCount();
-  if (n === 0) {
-    const { overrideProblem } = await import('./native/find-library.js');
-    const bad = overrideProblem('A2AV_LIBCUDA');
-    if (bad) fail(`--backend ${backend}: A2AV_LIBCUDA=${process.env.A2AV_LIBCUDA}: it does not load (${bad})`);
-    // The driver's error may already end in the way out (LibraryNotFoundError: "... use the cpu
-    // backend (--backend cpu), ..."): say it once.
-    const reason = (cudaUnavailableReason() ?? 'none visible').replace(/\.$/, '');
-    fail(reason.includes('--backend cpu') ? `--backend ${backend}: no GPU: ${reason}` : `--backend ${backend}: no GPU (${reason}); use --backend cpu`);
-  }
-  return n;
 }
 
 /** The --max a sweep was asked for: its bytes, its name (--max, or the default --max), and shortOfMax's note. */
@@ -760,7 +648,7 @@ class PipelineProgress implements PipelineEvents {
 function rankLinesOut(): Writable {
   return new Writable({
     write(chunk: Buffer, _encoding, callback) {
-      if (stdoutLost !== undefined) return callback();
+      if (stdoutFailed()) return callback();
       // Its error is stdout's 'error' too, said there: this stream must not fail with it.
       process.stdout.write(chunk, () => callback());
     },
@@ -786,90 +674,9 @@ async function launchCommand(command: string[], flags: LaunchFlags): Promise<voi
   process.exitCode = await launch(options);
 }
 
-/** An error's first line: errors are one line; a multi-line message (a compile log) is cut. */
-function errorLine(err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split('\n')[0];
-}
-
-/**
- * Refuses --min past --max, below one row, or a range holding no whole row (the sweep's sizes are
- * whole rows, each rounded up, never past --max). A bound the user did not type is named as the
- * default it is, with the option to give: "--min 512 KiB is larger than --max 1 KiB" after only
- * --max 1K would blame an option never given.
- */
-function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max: number; rowBytes?: number }): void {
-  const given = (key: string) => cmd.getOptionValueSource(key) === 'cli';
-  const dflt = (key: string) => (given(key) ? '' : 'the default ');
-  if (min > max) {
-    if (given('min')) fail(`--min ${formatBytes(min)} is larger than ${dflt('max')}--max ${formatBytes(max)}${given('max') ? '' : ': give --max too'}`);
-    fail(`--max ${formatBytes(max)} is smaller than the default --min ${formatBytes(min)}: give --min too`);
-  }
-  if (rowBytes === undefined) return;
-  if (min < rowBytes) {
-    if (given('min')) fail(`--min ${formatBytes(min)} is smaller than one row (${dflt('rowBytes')}--row-bytes ${formatBytes(rowBytes)})`);
-    fail(`--row-bytes ${formatBytes(rowBytes)} is larger than the default --min ${formatBytes(min)}: give --min too`);
-  }
-  if (!holdsWholeUnit(min, max, rowBytes))
-    fail(`no whole number of ${formatBytes(rowBytes)} rows (${dflt('rowBytes')}--row-bytes) lies between ${dflt('min')}--min ${formatBytes(min)} and ${dflt('max')}--max ${formatBytes(max)}`);
-}
-
-/** A size bound as the user knows it: the option typed, or the default it is. */
-function boundName(cmd: Command, key: 'min' | 'max'): string {
-  return `${cmd.getOptionValueSource(key) === 'cli' ? '' : 'the default '}--${key}`;
-}
-
-/**
- * Sizes double from --min and stop at the last one not past --max, as nccl-tests' -b/-e sweep does
- * (-f 2), each in whole units (rows, elements): a --max off that ladder, or not whole units, is not
- * run itself. The note saying so, naming where the sweep stops, for a --max the user typed (a
- * default's range is the progress line's); undefined where the sweep reaches --max.
- */
-function shortOfMax(cmd: Command, min: number, max: number, unit: number, unitName: string): string | undefined {
-  const top = doublingSizes(min, max, unit).at(-1)!;
-  if (top === max || cmd.getOptionValueSource('max') !== 'cli') return undefined;
-  let doubling = min;
-  while (doubling < top) doubling *= 2;
-  const stops = `the sweep stops at ${formatBytes(top)}`;
-  if (doubling !== top && top === max - (max % unit)) return `--max ${formatBytes(max)} is not a whole number of ${unitName}: ${stops}, its last whole one`;
-  const rounded = doubling === top ? '' : ` (each rounded up to whole ${unitName})`;
-  return `--max ${formatBytes(max)} is not a doubling of ${boundName(cmd, 'min')} ${formatBytes(min)}${rounded}: ${stops}, the last one not past it, ` +
-    "as nccl-tests' -b/-e sweep does";
-}
-
-function fail(message: string): never {
-  throw new UsageError(message);
-}
-
-/**
- * stdout that cannot take the results (a full disk: ENOSPC; a read-only descriptor: EBADF) is said in
- * one line. A closed pipe (EPIPE, `| head -c1`) is not: the reader chose to stop, and a C program
- * would die of SIGPIPE without a word. Either way the exit status is 1, whatever the command set
- * (a launch whose ranks all passed): output was lost.
- */
-let stdoutLost: string | undefined;
-process.stdout.on('error', (err: NodeJS.ErrnoException) => {
-  if (stdoutLost !== undefined) return;
-  stdoutLost = err.code ?? err.message;
-  if (err.code !== 'EPIPE') process.stderr.write(`a2av: stdout: cannot write (${stdoutLost})\n`);
-});
-process.on('exit', () => {
-  if (stdoutLost !== undefined && !process.exitCode) process.exitCode = 1;
-});
-
-/** Thrown by the exit override once help or the version is printed: the run then ends normally. */
-class HelpShown extends Error {}
-
+watchStdout();
 try {
   await program.parseAsync();
 } catch (err) {
-  if (!(err instanceof HelpShown)) {
-    process.stderr.write(`a2av: ${errorLine(err)}\n`);
-    // Under a2av launch (or torchrun), the launcher reads this to name a rank that stopped answering.
-    try {
-      recordExitError(err);
-    } catch {
-      // The message above is what matters; a record that cannot be written only loses the naming.
-    }
-    process.exitCode = 1;
-  }
+  reportError(err);
 }
