@@ -1,0 +1,64 @@
+// `a2av bench allreduce`: comm.allReduce swept over sizes, each checked against the host sum first.
+import { Option, type Command } from 'commander';
+import type { BackendName } from '../backends/backend.js';
+import { formatGBps, formatMicros } from '../bench/table.js';
+import { doublingSizes, formatBytes, holdsWholeUnit } from '../bench/units.js';
+import { backendList, backendsAndRanks, eachBackend } from './backends.js';
+import { fail } from './exit.js';
+import { integer, size } from './options.js';
+import { checkSizeRange, shortOfMax } from './sizes.js';
+
+interface AllReduceFlags {
+  backend?: BackendName[];
+  ranks?: number;
+  min: number;
+  max?: number;
+  dtype: 'f32' | 'bf16';
+  iters?: number;
+  repeats: number;
+  timeoutMs?: number;
+  json?: boolean;
+}
+
+/** Adds `allreduce` to `a2av bench`. */
+export function addBenchAllReduce(bench: Command): void {
+  bench
+    .command('allreduce')
+    .description('Sweep comm.allReduce over sizes (eager, and on cuda in graphs), every size checked against the host sum first; ' +
+      'with several backends one table and each row against NCCL (vs nccl = NCCL time / its time)')
+    .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backendList)
+    .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
+    .addOption(new Option('--min <size>', 'smallest buffer per rank').argParser(size).default(4096, '4K'))
+    .option('--max <size>', 'largest buffer per rank: sizes double from --min and stop at the last one not past it, said in a note ' +
+      '(default: 256M on cuda and nccl, 16M on cpu)', size)
+    .addOption(new Option('--dtype <dtype>', 'element type').choices(['f32', 'bf16']).default('f32'))
+    .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
+    .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
+    .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+    .option('--json', 'print only the JSON result to stdout')
+    .action((flags: AllReduceFlags, cmd: Command) => benchAllReduce(flags, cmd));
+}
+
+async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void> {
+  const { names, ranks } = await backendsAndRanks(flags);
+  // Refused before the ranks start (each would refuse it, after 65 threads had started).
+  const { ALL_REDUCE_MAX_RANKS, formatAllReduceTable, runAllReduceBench } = await import('../bench/all-reduce.js');
+  if (ranks > ALL_REDUCE_MAX_RANKS) fail(`bench allreduce: at most ${ALL_REDUCE_MAX_RANKS} ranks (the check's sums stay exact), got ${ranks}`);
+  const max = flags.max ?? (names.includes('cpu') ? 16 << 20 : 256 << 20);
+  checkSizeRange(cmd, { min: flags.min, max });
+  const element = flags.dtype === 'f32' ? 4 : 2;
+  if (flags.min < element) fail(`--min ${formatBytes(flags.min)} is smaller than one ${flags.dtype} element`);
+  if (!holdsWholeUnit(flags.min, max, element)) fail(`no whole number of ${flags.dtype} elements lies between --min ${formatBytes(flags.min)} and --max ${formatBytes(max)}`);
+  // Whole elements, each rounded up: no size below --min.
+  const sizes = doublingSizes(flags.min, max, element);
+  const short = shortOfMax(cmd, flags.min, max, element, `${flags.dtype} elements`);
+  if (short) process.stderr.write(`a2av: note: ${short}\n`);
+  const results = await eachBackend(names, (backend, label) =>
+    runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
+      process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
+        `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${formatGBps(r.row.busbwGBps)} GB/s, checked\n`);
+    }),
+  );
+  if (results.length === 0) return;
+  process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatAllReduceTable(results));
+}

@@ -1,0 +1,54 @@
+// How a run of `a2av` ends: its errors as one line on stderr, and the exit status (stdout's failures included).
+import { UsageError } from '../errors.js';
+import { recordExitError } from '../world/exit-record.js';
+
+/** Refuses what was asked: the message is the run's one line on stderr, and the exit status is 1. */
+export function fail(message: string): never {
+  throw new UsageError(message);
+}
+
+/** An error's first line: errors are one line; a multi-line message (a compile log) is cut. */
+export function errorLine(err: unknown): string {
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0];
+}
+
+/** Thrown by the exit override once help or the version is printed: the run then ends normally. */
+export class HelpShown extends Error {}
+
+/**
+ * stdout that cannot take the results (a full disk: ENOSPC; a read-only descriptor: EBADF) is said in
+ * one line. A closed pipe (EPIPE, `| head -c1`) is not: the reader chose to stop, and a C program
+ * would die of SIGPIPE without a word. Either way the exit status is 1, whatever the command set
+ * (a launch whose ranks all passed): output was lost.
+ */
+let stdoutLost: string | undefined;
+
+/** Watches stdout for the failure above, from the start of the run. */
+export function watchStdout(): void {
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (stdoutLost !== undefined) return;
+    stdoutLost = err.code ?? err.message;
+    if (err.code !== 'EPIPE') process.stderr.write(`a2av: stdout: cannot write (${stdoutLost})\n`);
+  });
+  process.on('exit', () => {
+    if (stdoutLost !== undefined && !process.exitCode) process.exitCode = 1;
+  });
+}
+
+/** Whether stdout has failed: what is still written to it is lost. */
+export function stdoutFailed(): boolean {
+  return stdoutLost !== undefined;
+}
+
+/** The end of a run that threw: its error's line on stderr and exit status 1 (help or the version, shown, end normally). */
+export function reportError(err: unknown): void {
+  if (err instanceof HelpShown) return;
+  process.stderr.write(`a2av: ${errorLine(err)}\n`);
+  // Under a2av launch (or torchrun), the launcher reads this to name a rank that stopped answering.
+  try {
+    recordExitError(err);
+  } catch {
+    // The message above is what matters; a record that cannot be written only loses the naming.
+  }
+  process.exitCode = 1;
+}

@@ -1,0 +1,60 @@
+// Size options: the defaults that more than one command uses, the check of a --min/--max range,
+// and the note saying where a doubling sweep stops short of --max.
+import type { Command } from 'commander';
+import type { BackendName } from '../backends/backend.js';
+import { doublingSizes, formatBytes, holdsWholeUnit } from '../bench/units.js';
+import { fail } from './exit.js';
+
+/**
+ * 1 KiB rows: a 256-float embedding row or a 512-wide bf16 activation; a multiple of 16 bytes, so
+ * vector copies stay aligned; small enough that the smallest default size (512 KiB) still has 512
+ * rows, enough for zipf splits to give even the coldest of 8 peers about 20.
+ */
+export const DEFAULT_ROW_BYTES = 1024;
+/** The largest input per rank unless --max says: bench's, per backend (tune's is cuda's). */
+export const DEFAULT_MAX = { cuda: '4G', nccl: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
+
+/**
+ * Refuses --min past --max, below one row, or a range holding no whole row (the sweep's sizes are
+ * whole rows, each rounded up, never past --max). A bound the user did not type is named as the
+ * default it is, with the option to give: "--min 512 KiB is larger than --max 1 KiB" after only
+ * --max 1K would blame an option never given.
+ */
+export function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: number; max: number; rowBytes?: number }): void {
+  const given = (key: string) => cmd.getOptionValueSource(key) === 'cli';
+  const dflt = (key: string) => (given(key) ? '' : 'the default ');
+  if (min > max) {
+    if (given('min')) fail(`--min ${formatBytes(min)} is larger than ${dflt('max')}--max ${formatBytes(max)}${given('max') ? '' : ': give --max too'}`);
+    fail(`--max ${formatBytes(max)} is smaller than the default --min ${formatBytes(min)}: give --min too`);
+  }
+  if (rowBytes === undefined) return;
+  if (min < rowBytes) {
+    if (given('min')) fail(`--min ${formatBytes(min)} is smaller than one row (${dflt('rowBytes')}--row-bytes ${formatBytes(rowBytes)})`);
+    fail(`--row-bytes ${formatBytes(rowBytes)} is larger than the default --min ${formatBytes(min)}: give --min too`);
+  }
+  if (!holdsWholeUnit(min, max, rowBytes))
+    fail(`no whole number of ${formatBytes(rowBytes)} rows (${dflt('rowBytes')}--row-bytes) lies between ${dflt('min')}--min ${formatBytes(min)} and ${dflt('max')}--max ${formatBytes(max)}`);
+}
+
+/** A size bound as the user knows it: the option typed, or the default it is. */
+export function boundName(cmd: Command, key: 'min' | 'max'): string {
+  return `${cmd.getOptionValueSource(key) === 'cli' ? '' : 'the default '}--${key}`;
+}
+
+/**
+ * Sizes double from --min and stop at the last one not past --max, as nccl-tests' -b/-e sweep does
+ * (-f 2), each in whole units (rows, elements): a --max off that ladder, or not whole units, is not
+ * run itself. The note saying so, naming where the sweep stops, for a --max the user typed (a
+ * default's range is the progress line's); undefined where the sweep reaches --max.
+ */
+export function shortOfMax(cmd: Command, min: number, max: number, unit: number, unitName: string): string | undefined {
+  const top = doublingSizes(min, max, unit).at(-1)!;
+  if (top === max || cmd.getOptionValueSource('max') !== 'cli') return undefined;
+  let doubling = min;
+  while (doubling < top) doubling *= 2;
+  const stops = `the sweep stops at ${formatBytes(top)}`;
+  if (doubling !== top && top === max - (max % unit)) return `--max ${formatBytes(max)} is not a whole number of ${unitName}: ${stops}, its last whole one`;
+  const rounded = doubling === top ? '' : ` (each rounded up to whole ${unitName})`;
+  return `--max ${formatBytes(max)} is not a doubling of ${boundName(cmd, 'min')} ${formatBytes(min)}${rounded}: ${stops}, the last one not past it, ` +
+    "as nccl-tests' -b/-e sweep does";
+}
