@@ -56,6 +56,10 @@ run "pipeline-w3-tiny" "${cli[@]}" bench pipeline --backend cuda --ranks 3 --sha
 run "launch-w3-zipf-rb13" "${cli[@]}" launch -n 3 --output-ranks 0 -- "${cli[@]}" bench --backend cuda --row-bytes 13 --splits zipf --min 4K --max 16M "${small[@]}"
 run "launch-w2-dispatch" "${cli[@]}" launch -n 2 --output-ranks 0 -- "${cli[@]}" bench --backend cuda --op dispatch --experts 7 --align 4 --min 64K --max 16M "${small[@]}"
 run "launch-w4-allreduce" "${cli[@]}" launch -n 4 --output-ranks 0 -- "${cli[@]}" bench allreduce --backend cuda --dtype bf16 --min 2 --max 8M "${small[@]}"
+# Paths of the CLI that only a GPU reaches: two backends in one table, cuBLAS GEMMs, a2av tune.
+run "bench-cuda-nccl-w1" "${cli[@]}" bench --backend cuda,nccl --ranks 1 --min 64K --max 4M "${small[@]}"
+run "pipeline-w2-cublas" "${cli[@]}" bench pipeline --backend cuda --ranks 2 --shape tiny --gemm cublas --iters 20 --warmup 3
+run "tune-w2-small" "${cli[@]}" tune --ranks 2 --min 64K --max 1M -o "$OUT/tune-w2-small.json"
 
 echo "$((n - fails)) of $n passed"
 [ $fails -eq 0 ]
