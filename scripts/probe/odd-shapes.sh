@@ -32,7 +32,7 @@ for w in 3 5 7; do
   done
 done
 run "a2a-w16-rb33-zipf" "${cli[@]}" bench --backend cuda --ranks 16 --row-bytes 33 --splits zipf --min 64K --max 32M "${small[@]}"
-run "a2a-w12-rb14336-1G" "${cli[@]}" bench --backend cuda --ranks 12 --row-bytes 14336 --min 1G --max 1G "${small[@]}"
+run "a2a-w12-rb14336-896M" "${cli[@]}" bench --backend cuda --ranks 12 --row-bytes 14336 --min 896M --max 896M "${small[@]}"
 run "a2a-w6-uniform-big" "${cli[@]}" bench --backend cuda --ranks 6 --min 96M --max 384M "${small[@]}"
 for op in dispatch combine roundtrip; do
   run "moe2d-$op-w3-e5-a8" "${cli[@]}" bench --backend cuda --ranks 3 --op $op --experts 5 --align 8 --splits zipf --row-bytes 96 --min 64K --max 16M "${small[@]}"
