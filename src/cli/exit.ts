@@ -1,6 +1,7 @@
 // How a run of `a2av` ends: its errors as one line on stderr, and the exit status (stdout's failures included).
-import { UsageError } from '../errors.js';
+import { TimeoutError, UsageError } from '../errors.js';
 import { recordExitError } from '../world/exit-record.js';
+import { DEFAULT_TIMEOUT_MS } from '../world/ranks.js';
 
 /** Refuses what was asked: the message is the run's one line on stderr, and the exit status is 1. */
 export function fail(message: string): never {
@@ -9,7 +10,14 @@ export function fail(message: string): never {
 
 /** An error's first line: errors are one line; a multi-line message (a compile log) is cut. */
 export function errorLine(err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split('\n')[0];
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0] + timeoutHint(err);
+}
+
+// Only --timeout-ms sets a bound below the default in the commands, and ranks that share cores or
+// a GPU fall tens of ms apart between calls without anything being wrong: say which it may be.
+function timeoutHint(err: unknown): string {
+  if (!(err instanceof TimeoutError) || !(err.timeoutMs < DEFAULT_TIMEOUT_MS)) return '';
+  return ` (--timeout-ms ${err.timeoutMs} bounds every wait between ranks; ranks that share cores or a GPU can fall that far apart without failing: raise it, or leave out --timeout-ms for ${DEFAULT_TIMEOUT_MS} ms)`;
 }
 
 /** Thrown by the exit override once help or the version is printed: the run then ends normally. */
