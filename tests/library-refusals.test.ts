@@ -190,6 +190,16 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     ]);
   });
 
+  test('cpu: a capture inside a replayed closure, and a launch on something that is not a stream, are refused as on cuda', async () => {
+    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend: 'cpu', ranks: 1 }, programs, 'replayMisuse', {});
+    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+      'UsageError: rank 0: capture() is already in progress',
+      'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 42',
+      'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got a Lane (pass it as lane, or its .stream)',
+      'no error',
+    ]);
+  });
+
   test('runRanks refuses an unknown option or a bad timeout before starting a thread', async () => {
     for (const [opts, message] of [
       [{ ranks: 2, timeoutMS: 100 }, "runRanks: unknown option 'timeoutMS' (the options are backend, ranks, timeoutMs, lanes, onReport)"],

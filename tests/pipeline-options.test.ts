@@ -32,6 +32,19 @@ describe('pipeline options', () => {
     assert.equal(r?.seed, 2 ** 32 - 1);
   });
 
+  test('runPipeline without a backend reports the one its ranks ran on; options that are not an object are a UsageError', async () => {
+    // Where no GPU is visible the ranks pick cpu: the result must say so, and time with the host clock.
+    const { backend: _named, ...unnamed } = base;
+    const r = await runPipeline(unnamed);
+    const ran = r?.backend;
+    assert.ok(ran === 'cpu' || ran === 'cuda', `backend ${String(ran)}`);
+    if (ran === 'cpu') assert.match(r!.clock, /^host clock/);
+    else assert.match(r!.clock, /^device events/);
+    for (const bad of [null, undefined, 'cpu']) {
+      await assert.rejects(runPipeline(bad as never), (err: Error) => err.name === 'UsageError' && /^runPipeline takes one object of options, got /.test(err.message), String(bad));
+    }
+  });
+
   test('pipelineRank on a one-lane communicator refuses a two-lane arm before any arm runs', async () => {
     const reports: unknown[] = [];
     const arg: PipelineArg = { shape: 'tiny', arms: ['one-lane', 'two-lanes'], warmup: 0, iters: 1, seed: 1, trace: false };

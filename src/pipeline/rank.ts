@@ -2,7 +2,7 @@
 // compute and the model once, runs every arm from the same initial model, and gathers every rank's
 // timings, results and spans to rank 0, which returns the table's rows.
 import { checkSameOptions } from '../bench/same-options.js';
-import type { Comm } from '../backends/backend.js';
+import type { BackendName, Comm } from '../backends/backend.js';
 import { Agreement } from '../collectives/agree.js';
 import { median } from '../bench/measure.js';
 import { formatBytes } from '../bench/units.js';
@@ -66,6 +66,8 @@ export interface ArmResult {
 }
 
 export interface PipelineRankResult {
+  /** The backend the ranks ran on (runPipeline's, where its caller named none). */
+  backend: BackendName;
   device: string;
   /** What computed the GEMMs (Compute.gemmName). */
   gemm: string;
@@ -115,6 +117,7 @@ export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankConte
     if (!gathered) return undefined;
     const perRank = gathered.map((words) => decodeRuns(words, arg));
     return {
+      backend: comm.backend,
       device: comm.deviceName,
       gemm: compute.gemmName,
       arms: arg.arms.map((_, a) => armResult(perRank.map((runs) => runs[a]))),

@@ -1,6 +1,7 @@
 // The driving side of `a2av bench pipeline`: starts the ranks as threads (or, in a process started
 // by a launcher, runs this rank's part), turns rank 0's reports into events, returns its result.
 import type { BackendName } from '../backends/backend.js';
+import { shown, UsageError } from '../errors.js';
 import { runJob } from '../world/job.js';
 import { checkPipelineArg } from './options.js';
 import type { ArmResult, PipelineArg, PipelineRankResult, PipelineReport } from './rank.js';
@@ -9,7 +10,8 @@ import type { ArmTrace } from './trace.js';
 
 /** The run: the rank program's argument (PipelineArg), and where it runs. */
 export interface PipelineOptions extends PipelineArg {
-  backend: BackendName;
+  /** Default: as runRanks and init() pick (cuda where a GPU is visible, else cpu). */
+  backend?: BackendName;
   ranks: number;
   timeoutMs?: number;
 }
@@ -41,6 +43,8 @@ export interface PipelineEvents {
 
 /** Runs every arm on `opts.backend`; rank 0's result (undefined on a launched job's other ranks). */
 export async function runPipeline(opts: PipelineOptions, events: PipelineEvents = {}): Promise<PipelineResult | undefined> {
+  // Else a bare TypeError from the destructuring below, where runRanks names its own refusal.
+  if (opts === null || typeof opts !== 'object') throw new UsageError(`runPipeline takes one object of options, got ${shown(opts)}`);
   const date = new Date().toISOString();
   // The ranks get the rank program's options only (they refuse keys it does not know).
   const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...arg } = opts;
@@ -58,8 +62,11 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
     arg,
   );
   if (rank0 === undefined) return undefined;
+  // The backend that ran, as rank 0 saw it: with none named the ranks pick one (resolving it here
+  // first would start the driver before runRanks has set up the ranks' hardware queues).
+  const backend = rank0.backend;
   return {
-    backend: opts.backend,
+    backend,
     ranks: opts.ranks,
     shape: SHAPES[opts.shape],
     device: rank0.device,
@@ -68,7 +75,7 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
     iters: opts.iters,
     ...(opts.inputDistBlocks === undefined ? {} : { inputDistBlocks: opts.inputDistBlocks }),
     seed: opts.seed,
-    clock: opts.backend === 'cpu'
+    clock: backend === 'cpu'
       ? 'host clock (performance.now) around each phase; the cpu backend runs each collective in the calling thread'
       : 'device events recorded around each phase on its stream, cuEventElapsedTime; ranks lined up by an all-reduce before the timed steps',
     gemm: rank0.gemm,

@@ -9,7 +9,8 @@ import type { RankFn } from './ranks.js';
 import { runRanks } from './threads.js';
 
 export interface JobOptions {
-  backend: BackendName;
+  /** Default: as runRanks and init() pick. */
+  backend?: BackendName;
   ranks: number;
   timeoutMs?: number;
   /** Lanes of each rank's communicator (default: init()'s). */

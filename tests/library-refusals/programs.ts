@@ -62,3 +62,19 @@ export async function misuse(comm: Comm): Promise<(Caught | 'no error')[]> {
     await caught(async () => comm.write(buf, [1, 2, 3] as never)),
   ];
 }
+
+/**
+ * cpu: what a capture refuses on cuda, where its closure runs at capture, refused here at launch,
+ * where it runs: a capture inside the closure, a launch on something that is not a stream.
+ */
+export async function replayMisuse(comm: Comm): Promise<(Caught | 'no error')[]> {
+  const lane = comm.lane(0);
+  const nested = comm.capture(lane.stream, () => void comm.capture(lane.stream, () => {}));
+  const plain = comm.capture(lane.stream, () => {});
+  return [
+    await caught(async () => nested.launch().wait()),
+    await caught(async () => plain.launch(42 as never)),
+    await caught(async () => plain.launch(lane as never)),
+    await caught(async () => plain.launch(comm.lane(1).stream).wait()),
+  ];
+}

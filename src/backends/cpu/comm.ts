@@ -224,16 +224,21 @@ class CpuComm implements Comm, CheckContext {
 
   capture(stream: Stream, fn: () => void): Replay {
     this.#usable();
+    // On cuda the closure runs at capture, so a capture inside it is refused there; here it runs at
+    // each launch, and code tried here must not come to rely on one.
+    if (this.#replayed !== undefined) throw new UsageError(`rank ${this.rank}: capture() is already in progress`);
     // Checked now, as a capture on cuda runs it now: not as a TypeError at the first launch.
     checkCapture(this, stream, fn);
     let closed = false;
     // Nothing to record on CPU: replaying is calling the closure again, which re-reads the splits.
     // The replay's handle reports the first refused call of the closure, as a graph's would.
     return {
-      launch: () => {
+      launch: (on?: Stream) => {
         this.#usable();
         // A closed graph is gone on cuda: code tried here must not come to rely on launching one.
         if (closed) throw new UsageError(`rank ${this.rank}: this replay is closed`);
+        // Unused here, but cuda queues the graph on it: a Lane or a number must not pass unsaid.
+        checkStream(this, on);
         const calls: Handle[] = [];
         this.#replayed = calls;
         try {
