@@ -200,6 +200,18 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     ]);
   });
 
+  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: handle.waitOn and replay.launch with what is not a stream are refused by name, a stream passes`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
+    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1 }, programs, 'waitOnMisuse', {});
+    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+      'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 42',
+      'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got a Lane (pass it as lane, or its .stream)',
+      'UsageError: rank 0: waitOn needs the stream to order after the call (comm.lane(i).stream, or a stream of yours)',
+      "UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 's' (a string)",
+      'no error',
+      'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 42',
+    ]);
+  });
+
   test('runRanks refuses an unknown option or a bad timeout before starting a thread', async () => {
     for (const [opts, message] of [
       [{ ranks: 2, timeoutMS: 100 }, "runRanks: unknown option 'timeoutMS' (the options are backend, ranks, timeoutMs, lanes, onReport)"],

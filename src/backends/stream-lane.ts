@@ -3,6 +3,7 @@
 import type { Handle, Lane, Stream } from './backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../cuda/device.js';
 import { UsageError } from '../errors.js';
+import { checkWaitOn } from '../collectives/check.js';
 
 /**
  * Events per ring: a handle stays valid for this many later calls on its lane. The cuda kernels
@@ -71,6 +72,7 @@ export class EventHandle implements Handle {
   }
 
   waitOn(stream: Stream): void {
+    checkWaitOn(this.host.rank, stream);
     (stream as CudaStream).waitEvent(this.#event());
   }
 

@@ -68,12 +68,18 @@ export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer |
  * A call's `stream`, where given, must be a Stream (a lane's, or one the library made): a Lane or a
  * handle passed in its place would otherwise reach the driver (cuda) or be ignored (cpu).
  */
-export function checkStream(ctx: CheckContext, stream: Stream | undefined): void {
+export function checkStream(ctx: Pick<CheckContext, 'rank'>, stream: Stream | undefined): void {
   // null as undefined (the default), as the backends read it.
   if (stream === undefined || stream === null) return;
   if (typeof stream === 'object' && (stream as { kind?: unknown }).kind === 'stream') return;
   const lane = typeof stream === 'object' && 'index' in stream && 'stream' in stream;
   throw new UsageError(`rank ${ctx.rank}: stream must be a Stream (comm.lane(i).stream), got ${lane ? 'a Lane (pass it as lane, or its .stream)' : shown(stream)}`);
+}
+
+/** handle.waitOn(stream): the stream to order after the call, required (there is no default to order). */
+export function checkWaitOn(rank: number, stream: unknown): void {
+  if (stream === undefined || stream === null) throw new UsageError(`rank ${rank}: waitOn needs the stream to order after the call (comm.lane(i).stream, or a stream of yours)`);
+  checkStream({ rank }, stream as Stream);
 }
 
 /** Resolves the lane argument (default lane 0) and checks it belongs to this communicator; checks the call's stream too. */

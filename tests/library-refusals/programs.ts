@@ -78,3 +78,22 @@ export async function replayMisuse(comm: Comm): Promise<(Caught | 'no error')[]>
     await caught(async () => plain.launch(comm.lane(1).stream).wait()),
   ];
 }
+
+/** handle.waitOn with what is not a stream: a call's handle, record()'s, a replay's; then a good one. */
+export async function waitOnMisuse(comm: Comm): Promise<(Caught | 'no error')[]> {
+  const lane = comm.lane(0);
+  const recorded = comm.record(lane.stream);
+  const replay = comm.capture(lane.stream, () => void comm.record(lane.stream));
+  const launched = replay.launch();
+  const outcomes = [
+    await caught(async () => recorded.waitOn(42 as never)),
+    await caught(async () => recorded.waitOn(lane as never)),
+    await caught(async () => recorded.waitOn(undefined as never)),
+    await caught(async () => launched.waitOn('s' as never)),
+    await caught(async () => recorded.waitOn(comm.lane(1).stream)),
+    await caught(async () => replay.launch(42 as never)),
+  ];
+  launched.wait();
+  replay.close();
+  return outcomes;
+}

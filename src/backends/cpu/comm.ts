@@ -21,7 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkBarrier, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWriteData, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -219,7 +219,13 @@ class CpuComm implements Comm, CheckContext {
   /** A capture in progress collects the handles of the calls its closure makes. */
   #track(handle: Handle): Handle {
     this.#replayed?.push(handle);
-    return handle;
+    return this.#checked(handle.wait);
+  }
+
+  // Work here is done when its call returns, so waitOn orders nothing; its stream is still checked,
+  // as cuda's is: code tried here must not pass a Lane or a number there unsaid.
+  #checked(wait: () => void): Handle {
+    return { wait, waitOn: (stream) => checkWaitOn(this.rank, stream) };
   }
 
   capture(stream: Stream, fn: () => void): Replay {
@@ -246,7 +252,7 @@ class CpuComm implements Comm, CheckContext {
         } finally {
           this.#replayed = undefined;
         }
-        return { wait: () => calls.forEach((h) => h.wait()), waitOn: () => {} };
+        return this.#checked(() => calls.forEach((h) => h.wait()));
       },
       close: () => {
         closed = true;
@@ -258,7 +264,7 @@ class CpuComm implements Comm, CheckContext {
     this.#open();
     checkStream(this, stream);
     // Work on cpu is done when its call returns: there is nothing left to wait for.
-    return { wait: () => {}, waitOn: () => {} };
+    return this.#checked(() => {});
   }
 
   timeLoop(_stream: Stream, iters: number, fn: () => void, leadIn = 0): number {

@@ -363,6 +363,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         // Before anything is queued: a destroyed graph would fail in the driver, a lane's counters already moved.
         if (closed) throw new UsageError(`rank ${this.rank}: this replay is closed`);
         if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
+        checkStream(this, on);
         const target = (on as CudaStream | undefined) ?? s;
         for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
         graph.launch(target);
