@@ -212,6 +212,19 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     ]);
   });
 
+  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: comm.lane takes an integer index of its lanes only; write of a whole ArrayBuffer says to wrap it`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
+    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1, lanes: 2 }, programs, 'laneAndWriteMisuse', {});
+    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+      "UsageError: rank 0: lane index must be an integer from 0 to 1, got '0' (a string)",
+      'UsageError: rank 0: lane index must be an integer from 0 to 1, got 1.5',
+      "UsageError: rank 0: lane index must be an integer from 0 to 1, got 'length' (a string)",
+      'UsageError: rank 0: lane -1 out of range (this communicator has 2)',
+      'UsageError: rank 0: lane 2 out of range (this communicator has 2)',
+      'no error',
+      'UsageError: rank 0: write takes a typed array or DataView of the bytes, got an ArrayBuffer (wrap it in a view: new Uint8Array(buffer))',
+    ]);
+  });
+
   test('runRanks refuses an unknown option or a bad timeout before starting a thread', async () => {
     for (const [opts, message] of [
       [{ ranks: 2, timeoutMS: 100 }, "runRanks: unknown option 'timeoutMS' (the options are backend, ranks, timeoutMs, lanes, onReport)"],

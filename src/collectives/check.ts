@@ -47,7 +47,18 @@ export function checkCapture(ctx: CheckContext, stream: Stream | undefined, fn: 
 
 /** The bytes of a write: an array or ArrayBuffer has no byteLength, and the range check would say "undefined bytes". */
 export function checkWriteData(ctx: CheckContext, data: unknown): asserts data is ArrayBufferView {
-  if (!ArrayBuffer.isView(data)) throw new UsageError(`rank ${ctx.rank}: write takes a typed array or DataView of the bytes, got ${shown(data)}`);
+  if (ArrayBuffer.isView(data)) return;
+  const whole = data instanceof ArrayBuffer || (typeof SharedArrayBuffer !== 'undefined' && data instanceof SharedArrayBuffer);
+  const hint = whole ? ` (wrap it in a view: new Uint8Array(buffer))` : '';
+  throw new UsageError(`rank ${ctx.rank}: write takes a typed array or DataView of the bytes, got ${whole ? `an ${data.constructor.name}` : shown(data)}${hint}`);
+}
+
+/** comm.lane(index): an integer index of one of its lanes (an array lookup alone would take '0', or 'length'). */
+export function checkLaneIndex(ctx: Pick<CheckContext, 'rank' | 'laneCount'>, index: unknown): asserts index is number {
+  if (typeof index !== 'number' || !Number.isInteger(index)) {
+    throw new UsageError(`rank ${ctx.rank}: lane index must be an integer from 0 to ${ctx.laneCount - 1}, got ${shown(index)}`);
+  }
+  if (index < 0 || index >= ctx.laneCount) throw new UsageError(`rank ${ctx.rank}: lane ${index} out of range (this communicator has ${ctx.laneCount})`);
 }
 
 /** Checks one buffer argument: present, ours, not freed, at least `minBytes` long. */

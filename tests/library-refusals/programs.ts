@@ -97,3 +97,17 @@ export async function waitOnMisuse(comm: Comm): Promise<(Caught | 'no error')[]>
   replay.close();
   return outcomes;
 }
+
+/** comm.lane with what is not a lane's index, and write with a whole ArrayBuffer. */
+export async function laneAndWriteMisuse(comm: Comm): Promise<(Caught | 'no error')[]> {
+  const buf = comm.alloc(16);
+  return [
+    await caught(async () => comm.lane('0' as never)),
+    await caught(async () => comm.lane(1.5)),
+    await caught(async () => comm.lane('length' as never)),
+    await caught(async () => comm.lane(-1)),
+    await caught(async () => comm.lane(comm.laneCount)),
+    await caught(async () => void comm.lane(comm.laneCount - 1)),
+    await caught(async () => comm.write(buf, new ArrayBuffer(4) as never)),
+  ];
+}

@@ -21,7 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkBarrier, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -180,9 +180,8 @@ class CpuComm implements Comm, CheckContext {
 
   lane(index: number): Lane {
     this.#open();
-    const lane = this.#lanes[index];
-    if (lane === undefined) throw new UsageError(`rank ${this.rank}: lane ${index} out of range (this communicator has ${this.laneCount})`);
-    return lane;
+    checkLaneIndex(this, index);
+    return this.#lanes[index];
   }
 
   allToAllV(args: AllToAllVArgs): Handle {

@@ -30,7 +30,7 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkBarrier, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { endingOnTimeout, meet } from '../../world/all-gather.js';
@@ -258,9 +258,8 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
 
   lane(index: number): Lane {
     this.#open();
-    const lane = this.#lanes[index];
-    if (!lane) throw new UsageError(`rank ${this.rank}: lane ${index} out of range (this communicator has ${this.laneCount})`);
-    return lane;
+    checkLaneIndex(this, index);
+    return this.#lanes[index];
   }
 
   allToAllV(args: AllToAllVArgs): Handle {

@@ -32,7 +32,7 @@ import type {
 } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
-import { checkBarrier, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -161,9 +161,8 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
 
   lane(index: number): Lane {
     this.#open();
-    const lane = this.#lanes[index];
-    if (!lane) throw new UsageError(`rank ${this.rank}: lane ${index} out of range (this communicator has ${this.laneCount})`);
-    return lane;
+    checkLaneIndex(this, index);
+    return this.#lanes[index];
   }
 
   record(stream?: Stream): Handle {
