@@ -45,6 +45,18 @@ describe('pipeline options', () => {
     }
   });
 
+  test('runPipeline refuses what the named backend cannot do before any rank starts: cuBLAS on cpu, an SM budget off cuda', async () => {
+    for (const [change, message] of [
+      [{ gemm: 'cublas' }, /^pipeline: gemm 'cublas' is for cuda and nccl /],
+      [{ inputDistBlocks: 8 }, /^pipeline: inputDistBlocks is the cuda backend's SM budget .*; cpu has none$/],
+    ] as const) {
+      const err = (await runPipeline({ ...base, ...change }).catch((e: unknown) => e)) as Error & { failedRank?: number };
+      assert.equal(err?.name, 'UsageError', String(err));
+      assert.match(err.message, message);
+      assert.equal(err.failedRank, undefined, 'refused on the host, not by a rank');
+    }
+  });
+
   test('pipelineRank on a one-lane communicator refuses a two-lane arm before any arm runs', async () => {
     const reports: unknown[] = [];
     const arg: PipelineArg = { shape: 'tiny', arms: ['one-lane', 'two-lanes'], warmup: 0, iters: 1, seed: 1, trace: false };

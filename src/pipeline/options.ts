@@ -1,6 +1,7 @@
 // The pipeline's options as a library caller or the CLI gives them, checked on the host before any
 // rank starts (run.ts) and again by each rank (rank.ts: ranks started another way get the same
 // refusals). Light: no compute or device code is loaded for it.
+import type { BackendName } from '../backends/backend.js';
 import { shown, UsageError } from '../errors.js';
 import type { GemmChoice } from './compute-cuda.js';
 import type { PipelineArg } from './rank.js';
@@ -43,4 +44,15 @@ export function checkPipelineArg(arg: PipelineArg, runnerKeys: readonly string[]
     fail(`inputDistBlocks must be an integer >= 1, got ${shown(arg.inputDistBlocks)}`);
   }
   if (arg.gemm !== undefined && !GEMMS.includes(arg.gemm)) fail(`gemm must be 'auto', 'cublas' or 'kernel', got ${shown(arg.gemm, 'string')}`);
+}
+
+/**
+ * What a backend refuses of the options, as the CLI does: cuBLAS sums in its own order (cpu's GEMMs
+ * are host loops, and would run unsaid), and the budget binds cuda's kernels only (echoed in the
+ * result, it would name a budget nothing kept). Checked by each rank, and before they start where
+ * the backend is named.
+ */
+export function checkPipelineBackend(arg: Pick<PipelineArg, 'gemm' | 'inputDistBlocks'>, backend: BackendName): void {
+  if (arg.gemm === 'cublas' && backend === 'cpu') throw new UsageError("pipeline: gemm 'cublas' is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel)");
+  if (arg.inputDistBlocks !== undefined && backend !== 'cuda') throw new UsageError(`pipeline: inputDistBlocks is the cuda backend's SM budget (the input dist's maxBlocks); ${backend} has none`);
 }

@@ -9,7 +9,7 @@ import { formatBytes } from '../bench/units.js';
 import { shown, UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
 import { createCompute } from './create-compute.js';
-import { checkPipelineArg } from './options.js';
+import { checkPipelineArg, checkPipelineBackend } from './options.js';
 import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
@@ -87,10 +87,7 @@ export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankConte
   // Said before any arm runs: else every arm before the first two-lane one runs to its end first.
   const twoLane = arg.arms.find((arm) => arm !== 'one-lane');
   if (twoLane !== undefined && comm.laneCount < 2) throw new UsageError(`pipeline arm ${twoLane} needs 2 lanes; the communicator has ${comm.laneCount}`);
-  // As the CLI: cuBLAS sums in its own order (cpu's GEMMs are host loops, and would run unsaid), and
-  // the budget binds cuda's kernels only (echoed in the result, it would name a budget nothing kept).
-  if (arg.gemm === 'cublas' && comm.backend === 'cpu') throw new UsageError("pipeline: gemm 'cublas' is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel)");
-  if (arg.inputDistBlocks !== undefined && comm.backend !== 'cuda') throw new UsageError(`pipeline: inputDistBlocks is the cuda backend's SM budget (the input dist's maxBlocks); ${comm.backend} has none`);
+  checkPipelineBackend(arg, comm.backend);
   const lead = comm.rank === 0;
   const report = (m: PipelineReport) => lead && ctx?.report(m);
   const layout = new Layout(shapeOf(arg.shape), comm.worldSize, comm.rank);

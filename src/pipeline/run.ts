@@ -3,7 +3,7 @@
 import type { BackendName } from '../backends/backend.js';
 import { shown, UsageError } from '../errors.js';
 import { runJob } from '../world/job.js';
-import { checkPipelineArg } from './options.js';
+import { checkPipelineArg, checkPipelineBackend } from './options.js';
 import type { ArmResult, PipelineArg, PipelineRankResult, PipelineReport } from './rank.js';
 import { SHAPES, type Shape } from './shapes.js';
 import type { ArmTrace } from './trace.js';
@@ -50,6 +50,7 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
   const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...arg } = opts;
   // Checked here first: once, before any rank starts, and the same error whichever rank would have thrown it first.
   checkPipelineArg(arg, ['backend', 'ranks', 'timeoutMs']);
+  if (opts.backend !== undefined) checkPipelineBackend(arg, opts.backend);
   const onReport = (_rank: number, message: unknown) => {
     const m = message as PipelineReport;
     if (m.type === 'start') events.onStart?.(m);
