@@ -1,5 +1,6 @@
 // One base class with a stable `code`; one subclass per failure, with typed fields.
 import { ALL_REDUCE_KIND, DTYPE_CODE, ExchangeKind, OP_CODE } from './codes.js';
+import { OP_OF_KIND } from './collectives/call-names.js';
 
 export class A2avError extends Error {
   readonly code: string;
@@ -128,10 +129,9 @@ export type SplitsProblem = 'negative' | 'input-overflow' | 'output-overflow' | 
 export type MismatchField = 'kind' | 'rowBytes' | 'output' | 'expertsPerRank' | 'majorAlign' | 'count' | 'dtype' | 'op' | 'plan';
 
 /** How a mismatch's values read in its message, per field: the codes records and kernels use, by name. */
-const CALL_OF_KIND: Record<ExchangeKind, string> = { '1d': 'allToAllV', dispatch: 'allToAllV2d', combine: 'allToAllV2dOffset' };
 const byCode = (codes: Record<string, number>, name: (key: string) => string = (key) => key): Record<string, string> =>
   Object.fromEntries(Object.entries(codes).map(([key, code]) => [String(code), name(key)]));
-const KIND_OPS = { ...byCode(ExchangeKind, (kind) => CALL_OF_KIND[kind as ExchangeKind]), [String(ALL_REDUCE_KIND)]: 'allReduce' };
+const KIND_OPS = { ...byCode(ExchangeKind, (kind) => OP_OF_KIND[kind as ExchangeKind]), [String(ALL_REDUCE_KIND)]: 'allReduce' };
 const DTYPES = byCode(DTYPE_CODE);
 const OPS = byCode(OP_CODE);
 

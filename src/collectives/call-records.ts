@@ -4,9 +4,9 @@
 // hold no payload yet, and a rank that makes a direct call meanwhile differs from them.
 import type { AllToAllV2dArgs, AllToAllV2dOffsetArgs, AllToAllVArgs, DeviceBuffer, PlanCapacity } from '../backends/backend.js';
 import type { PlanCheckArgs } from './check.js';
+import { OP_OF_KIND, planWhat } from './call-names.js';
 import { recordDataWords, type ExchangeKind, type RecordHeader } from './exchange-rules.js';
 
-const NAMES: Record<ExchangeKind, string> = { '1d': 'allToAllV', dispatch: 'allToAllV2d', combine: 'allToAllV2dOffset' };
 
 /** One rank's part of a splits exchange. */
 export interface CallRecord {
@@ -37,7 +37,7 @@ function record(kind: ExchangeKind, world: number, a: Partial<AllToAllV2dArgs & 
     splits: (kind === 'combine' ? a.inSplitsOffsets : a.inSplits)!,
     words: recordDataWords(kind, world, experts),
     outSplitsOffsets: a.outSplitsOffsets!,
-    what: plan ? `the exchange plan of ${NAMES[kind]}` : NAMES[kind],
+    what: plan ? planWhat(kind) : OP_OF_KIND[kind],
   };
 }
 

@@ -14,6 +14,7 @@
 //   [6] seq         the call's sequence number on its lane (1, 2, ...): whose record this is
 //   [7] expert      the expert involved (MoE calls), else -1; for a timeout, which wait ran out
 //                   (WaitSite); for a mismatch, which field differs (MismatchCode)
+import { planCallOf } from './call-names.js';
 import { A2avError, SplitsError, TimeoutError, type MismatchField, type SplitsProblem } from '../errors.js';
 
 export const STATUS_WORDS = 8;
@@ -110,18 +111,8 @@ export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'
     return new A2avError('A2AV_STATUS', `${what}: unknown status code ${e.code} reported by rank ${e.reportedBy} (corrupt status record)`);
   }
   const op = /allReduce|allToAllV2dOffset|allToAllV2d|allToAllV/.exec(what)?.[0];
-  const at = { problem, rank: e.rank, peer: e.peer, needed: e.needed, available: e.available, reportedBy: e.reportedBy, op, call: planCall(what, op) };
+  const at = { problem, rank: e.rank, peer: e.peer, needed: e.needed, available: e.available, reportedBy: e.reportedBy, op, call: op === undefined ? undefined : planCallOf(what, op) };
   if (e.code === StatusCode.mismatch) return new SplitsError({ ...at, expert: -1, field: MISMATCH_FIELDS[e.expert ?? -1] });
   return new SplitsError({ ...at, expert: e.expert ?? -1 });
 }
 
-/**
- * The call a `what` of a plan names, as the program made it (SplitsError.call): the backends name a
- * plan's exchange "the exchange plan of <op>" and its moves "a move of" that; undefined otherwise.
- */
-function planCall(what: string, op: string | undefined): string | undefined {
-  if (op === undefined) return undefined;
-  if (what.startsWith('a move of the exchange plan of ')) return 'plan.move';
-  if (what.startsWith('the exchange plan of ')) return `plan${op[0].toUpperCase()}${op.slice(1)}`;
-  return undefined;
-}

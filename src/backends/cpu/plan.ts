@@ -6,6 +6,7 @@ import type { ExchangePlan, Handle, PlanCapacity, PlanMoveArgs } from '../backen
 import { checkPlanMove, type CheckContext } from '../../collectives/check.js';
 import { Routing } from '../../collectives/exchange-routing.js';
 import { UsageError } from '../../errors.js';
+import { moveWhat } from '../../collectives/call-names.js';
 import { moveHeader, type CallRecord } from '../../collectives/call-records.js';
 import { doneHandle, type CpuLane } from './lane.js';
 
@@ -45,7 +46,7 @@ export class CpuPlan implements ExchangePlan {
     checkPlanMove(ctx, capacity, args);
     if (this.#error !== undefined) return track(doneHandle(this.#error));
     const p = { input: args.input, output: args.output, rowBytes: args.rowBytes };
-    return track(doneHandle(lane.move(moveHeader(exchange.header, p, this.#id), this.#routing, p, `a move of ${exchange.what}`)));
+    return track(doneHandle(lane.move(moveHeader(exchange.header, p, this.#id), this.#routing, p, moveWhat(exchange.what))));
   }
 
   close(): void {

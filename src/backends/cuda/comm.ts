@@ -31,6 +31,7 @@ import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
 import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { planWhat } from '../../collectives/call-names.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { endingOnTimeout, meet } from '../../world/all-gather.js';
@@ -230,15 +231,15 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
   planAllToAllV(args: PlanAllToAllVArgs): ExchangePlan {
     this.#open();
-    return this.#planOf('1d', args, 'the exchange plan of allToAllV');
+    return this.#planOf('1d', args, planWhat('1d'));
   }
   planAllToAllV2d(args: PlanAllToAllV2dArgs): ExchangePlan {
     this.#open();
-    return this.#planOf('dispatch', args, 'the exchange plan of allToAllV2d');
+    return this.#planOf('dispatch', args, planWhat('dispatch'));
   }
   planAllToAllV2dOffset(args: PlanAllToAllV2dOffsetArgs): ExchangePlan {
     this.#open();
-    return this.#planOf('combine', args, 'the exchange plan of allToAllV2dOffset');
+    return this.#planOf('combine', args, planWhat('combine'));
   }
 
   #planOf(kind: ExchangeKind, args: PlanCheckArgs & { stream?: Stream }, what: string): ExchangePlan {

@@ -5,6 +5,7 @@
 // replays and timeouts work as for allToAllV.
 import { BETWEEN, COMPANION, GATHER, ONE_GPU_FUSED, SCATTER, type Between, type Companion, type Scatter, type DeviceBuffer, type ExchangePlan, type Handle, type PlanMoveArgs, type Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
+import { moveWhat } from '../../collectives/call-names.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
 import { moeFusedOn, moeGridFromEnv, peerSplitFromEnv, type MoeGrid } from '../../knobs.js';
@@ -286,7 +287,7 @@ export class MoeCalls {
         const payload = { input: m.input as GpuBuffer, output: m.output as GpuBuffer, rowBytes: m.rowBytes };
         host.follow(lane, m.stream);
         this.#queue(lane.stream, this.#paramsOf(lane, x, payload, buf, scratch), ['check', 'copy', 'done'], payload);
-        return host.finish(lane, `a move of ${what}`);
+        return host.finish(lane, moveWhat(what));
       },
       close: () => {
         if (closed) return;

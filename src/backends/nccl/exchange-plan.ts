@@ -4,6 +4,7 @@
 // on every rank, then moves the rows as the routing says: no second exchange of the splits.
 import type { ExchangePlan, Handle, PlanCapacity, PlanMoveArgs, Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
+import { moveWhat } from '../../collectives/call-names.js';
 import { moveHeader, type CallRecord } from '../../collectives/call-records.js';
 import { checkPlanMove, type CheckContext } from '../../collectives/check.js';
 import { judge, mismatchOf } from '../../collectives/exchange-rules.js';
@@ -59,7 +60,7 @@ export class NcclPlan implements ExchangePlan {
     if (this.#closed) throw new UsageError(`rank ${host.rank}: this exchange plan is closed`);
     checkPlanMove(host, capacity, args);
     lane.follow(args.stream as CudaStream | undefined);
-    const what = `a move of ${exchange.what}`;
+    const what = moveWhat(exchange.what);
     let err = this.#error;
     if (err === undefined) {
       const m = exchangeRecords(host, lane, { header: moveHeader(exchange.header, args, this.#id), splits: 0n, words: 0 }, what);
