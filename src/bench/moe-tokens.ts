@@ -15,7 +15,7 @@ import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
-import { captureBatch, timeReplay } from './rank.js';
+import { captureBatch, closeBatch, timeReplay } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
 import { alignColumns, counted, formatGBps, formatMicros, formatRatio } from './table.js';
@@ -117,19 +117,23 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const selections = all.reduce((s, ids) => s + ids.length, 0) / W;
       const bytes = selections * arg.hidden * 2;
       // cuda: the op and the 1-D call in graphs too; a graph of dispatches is checked like the first.
-      const graphOf = (call: () => void, check?: () => void): number | undefined => {
+      const graphOf = async (call: () => void, check?: () => void): Promise<number | undefined> => {
         if (comm.backend !== 'cuda') return undefined;
         // Fewer calls a graph than the 1-D sweep's: a dispatch is four or five kernels.
-        const batch = captureBatch(comm, stream, call, bytes, 10);
+        const batch = await captureBatch(comm, stream, call, bytes, 10);
+        let us: number;
         try {
           batch.replay.launch(stream).wait();
           check?.();
-          return timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs;
-        } finally {
+          us = timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs;
+        } catch (e) {
           batch.replay.close();
+          throw e;
         }
+        await closeBatch(comm, batch);
+        return us;
       };
-      const graphUs = graphOf(op, arg.op === 'moe-dispatch' ? () => checkCounts(comm, expertCounts, all, E) : undefined);
+      const graphUs = await graphOf(op, arg.op === 'moe-dispatch' ? () => checkCounts(comm, expertCounts, all, E) : undefined);
       // The 1-D call of the same rows: this rank's selections per destination rank (one row per
       // (token, k) in expanded; per (token, rank) in compact), there for dispatch, back for combine.
       const perRank = rowsPerRank(all, W, E, arg.topk, arg.layout);
@@ -141,7 +145,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const oneD = () => void comm.allToAllV({ input: recvX, output: oneDOut, inSplits, outSplitsOffsets, rowBytes, sizeHintBytes, stream });
       if (index === 0) measure(comm, stream, oneD, { repeats: arg.repeats, agree });
       const oneDUs = slowestRank(agree, measure(comm, stream, oneD, { repeats: arg.repeats, agree })).medianUs;
-      const oneDGraphUs = graphOf(oneD);
+      const oneDGraphUs = await graphOf(oneD);
       const row: MoeTokenRow = { tokens, selections, bytes, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, GBps: bytes / (t.medianUs * 1e3), oneDUs, vsOneD: oneDUs / t.medianUs };
       if (graphUs !== undefined) Object.assign(row, { graphUs, oneDGraphUs });
       rows.push(row);

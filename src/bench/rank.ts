@@ -130,7 +130,7 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
       let graph: Timing | undefined;
       if (capturable) {
         for (const r of replays.splice(0)) r.close();
-        const batch = captureBatch(comm, stream, call, bytes);
+        const batch = await captureBatch(comm, stream, call, bytes);
         replays.push(batch.replay);
         stoppedBy = await checkedRun(comm, agree, size.check, 'graph', () => batch.replay.launch(stream).wait());
         if (stoppedBy) return stopped(stoppedBy);
@@ -144,7 +144,7 @@ export async function sweep(comm: Comm, arg: SweepArg, ctx: RankContext): Promis
         const oneDCall = size.oneD;
         oneD = { time: slowestRank(agree, measure(comm, stream, oneDCall, { ...loops, agree })) };
         if (capturable) {
-          const batch = captureBatch(comm, stream, oneDCall, bytes);
+          const batch = await captureBatch(comm, stream, oneDCall, bytes);
           replays.push(batch.replay);
           oneD.graph = timeReplay(comm, agree, stream, loops, batch);
         }
@@ -174,16 +174,34 @@ export interface CapturedBatch {
 }
 
 /**
- * One graph of back-to-back calls: GRAPH_CALLS of them up to GRAPH_BATCH_MAX_BYTES, so the per-call
- * time is device time, not the host's launch rate (with many ranks in one process, launches
- * contend for the driver); larger calls are long enough to replay one by one.
+ * Collective: one graph of back-to-back calls, captured on every rank before any rank replays it.
+ * GRAPH_CALLS of them up to GRAPH_BATCH_MAX_BYTES, so the per-call time is device time, not the
+ * host's launch rate (with many ranks in one process, launches contend for the driver); larger
+ * calls are long enough to replay one by one.
+ *
+ * The ranks meet on the host after capturing: instantiating a graph can wait for the kernels
+ * running in the context, which ranks sharing a GPU as threads share, and a replayed call spins
+ * on the GPU until its peers' calls arrive. A rank that replayed first held its slower peers
+ * inside cuGraphInstantiate until its calls timed out (8 ranks on one H200, docs/perf.md).
  */
-export function captureBatch(comm: Comm, stream: Stream, call: () => void, bytes: number, most = GRAPH_CALLS): CapturedBatch {
+export async function captureBatch(comm: Comm, stream: Stream, call: () => void, bytes: number, most = GRAPH_CALLS): Promise<CapturedBatch> {
   const calls = bytes <= GRAPH_BATCH_MAX_BYTES ? most : 1;
   const replay = comm.capture(stream, () => {
     for (let k = 0; k < calls; k++) call();
   });
+  try {
+    await comm.barrier();
+  } catch (e) {
+    replay.close();
+    throw e;
+  }
   return { replay, calls };
+}
+
+/** Collective: closes a replay, then meets (a graph's destruction is a driver call beside peers' calls too). */
+export async function closeBatch(comm: Comm, batch: CapturedBatch): Promise<void> {
+  batch.replay.close();
+  await comm.barrier();
 }
 
 /** Collective: µs per captured call, replaying the graph back to back. */

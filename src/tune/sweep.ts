@@ -11,7 +11,7 @@ import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { InputPattern } from '../bench/data.js';
 import { measure, slowestRank } from '../bench/measure.js';
-import { captureBatch, timeReplay } from '../bench/rank.js';
+import { captureBatch, closeBatch, timeReplay } from '../bench/rank.js';
 import { makeSplits } from '../bench/splits.js';
 import type { LaunchPlan } from './plan.js';
 import { pickPlan, type MeasuredSize, type PlanProbe, type PlanShape, type Timed } from './table.js';
@@ -83,25 +83,30 @@ export async function tune(comm: Comm, arg: TuneArg, ctx: RankContext): Promise<
       const bytes = splits.rowsPerRank * arg.rowBytes;
       comm.write(inSplits, BigInt64Array.from(splits.rows[comm.rank]!, (n) => BigInt(n)));
       const timing = bytes <= arg.graphMaxBytes ? 'graph' : 'eager';
-      const timeOf = (plan: LaunchPlan): Timed => {
+      const timeOf = async (plan: LaunchPlan): Promise<Timed> => {
         const call = () => void comm.allToAllV({ input, output, inSplits, outSplitsOffsets, rowBytes: arg.rowBytes, sizeHintBytes: bytes, plan, stream });
         const eager = slowestRank(agree, measure(comm, stream, call, { repeats: arg.repeats, agree })).medianUs;
         if (timing === 'eager') return { plan, eager, us: eager };
-        const batch = captureBatch(comm, stream, call, bytes);
+        const batch = await captureBatch(comm, stream, call, bytes);
+        let us: number;
         try {
-          return { plan, eager, us: timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs };
-        } finally {
+          us = timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs;
+        } catch (e) {
           batch.replay.close();
+          throw e;
         }
+        await closeBatch(comm, batch);
+        return { plan, eager, us };
       };
       const heuristic = probe.heuristic(bytes, arg.rowBytes);
-      const first = timeOf(heuristic);
+      const first = await timeOf(heuristic);
       const tried = candidates(probe, arg.threads, bytes).filter((p) => planKey(p) !== planKey(heuristic) && !(p.grid && arg.rowBytes % 16 !== 0));
-      const timed = tried.map(timeOf);
+      const timed: Timed[] = [];
+      for (const plan of tried) timed.push(await timeOf(plan));
       // The heuristic again, last: the first size's first timing ran in a process still warming up
       // (2026-12-03, one H200: 40.8 µs at 64 KiB, W = 8, against 12.0 timed later), which made
       // every plan after it look like a gain. It keeps its better figures.
-      const again = timeOf(heuristic);
+      const again = await timeOf(heuristic);
       const fallback: Timed = { plan: heuristic, eager: Math.min(first.eager, again.eager), us: Math.min(first.us, again.us) };
       const best = pickPlan(fallback, timed);
       const size: MeasuredSize = { bytes, plan: best.plan, us: best.us, defaultUs: fallback.us, timing };
