@@ -21,6 +21,9 @@ export async function replay(comm: Comm, arg: { steps: number }): Promise<string
     comm.allToAllV({ input, output, inSplits, outSplitsOffsets, rowBytes: ROW_BYTES, lane, stream: lane.stream });
   });
   try {
+    // Every rank captures before any launches: on cuda, capturing instantiates a CUDA graph, which
+    // can wait for the kernels on the GPU, and a replay launched first waits there for this rank.
+    await comm.barrier();
     for (let step = 0; step < arg.steps; step++) {
       // The previous replay has been waited for, so these writes cannot overtake it.
       comm.write(input, inputRows(me, W, step));
