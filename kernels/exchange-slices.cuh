@@ -176,17 +176,64 @@ static __device__ __noinline__ void xs_copy_lookup(const u8* input, const int* g
   __syncthreads();  // the shared words are the next span's
 }
 
+// A span across chunks whose first chunk the index names (k): each thread's word lies in chunk k or
+// the next (a span is far shorter than most chunks), so nine threads read both chunks' running
+// sums, rows and outputs in one round, where the lookup took two rounds and a window in shared
+// memory (with 64 or more experts a rank, a span in thirty took it: docs/perf.md). A word past
+// those two chunks (short or empty ones between), or a peer's output off 16 bytes, takes
+// x_chunk_from and the chunk's own words, or bytes. `inOrder`: a dispatch's source is its input in
+// order (a gathered one's, its table's row) whatever the chunk, so its word is read beside them.
+template <bool Gather>
+static __device__ __noinline__ void xs_copy_across(const u8* input, const int* gather, u8* const* outPeers, i64* planWords, int W, int E, i64 rb, i64 k, i64 lo, i64 hi, bool inOrder) {
+  // [0, 2]: the starts of k, k + 1 and k + 2 (rows), [3, 4]: k's and k + 1's source rows, [5, 6]:
+  // their destination rows, [7, 8]: their outputs.
+  __shared__ i64 sWords[9];
+  const int tid = threadIdx.x;
+  const PlanArrays plan = plan_arrays(planWords, W);
+  const i64 n = (i64)W * E, x = lo + 16 * (i64)tid;
+  if (tid < 3) sWords[tid] = k + tid < n ? __ldg(plan.cum + k + tid) : xs_sentinel(rb);
+  else if (tid < 5) sWords[tid] = k + tid - 3 < n ? __ldg(plan.src + k + tid - 3) : 0;
+  else if (tid < 7) sWords[tid] = k + tid - 5 < n ? __ldg(plan.dst + k + tid - 5) : 0;
+  else if (tid < 9) sWords[tid] = k + tid - 7 < n ? (i64)outPeers[(k + tid - 7) / E] : 0;
+  const bool mine = x < hi;
+  uint4 word;
+  const bool early = mine && inOrder && ((u64)input & 15) == 0;
+  if (early) word = ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : input + x));
+  __syncthreads();
+  if (!mine) return;
+  i64 srcRow, dstRow, start;
+  u8* out;
+  if (x < sWords[1] * rb) {
+    srcRow = sWords[3], dstRow = sWords[5], start = sWords[0] * rb, out = (u8*)sWords[7];
+  } else if (x < sWords[2] * rb) {
+    srcRow = sWords[4], dstRow = sWords[6], start = sWords[1] * rb, out = (u8*)sWords[8];
+  } else {
+    const i64 c = x_chunk_from(plan.cum, n, rb, k + 1, x);
+    srcRow = __ldg(plan.src + c), dstRow = __ldg(plan.dst + c), start = __ldg(plan.cum + c) * rb, out = outPeers[c / E];
+  }
+  // chunk_bias's addresses: byte x goes from from + x to to + x.
+  u8* const to = out + dstRow * rb - start;
+  const u8* const from = input + srcRow * rb - start;
+  if (((u64)(to + x) & 15) != 0) {  // a peer's output off 16 bytes: byte by byte
+    for (i64 y = x; y < x + 16 && y < hi; ++y) to[y] = Gather ? *gathered_byte(input, gather, rb, y) : from[y];
+    return;
+  }
+  *(uint4*)(to + x) = early ? word : ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : from + x));
+}
+
 // The slices of [lo, total) a grid's stride apart, from the index or the lookup: for the slices
 // past a block's first (a grid sized from a low hint or a budget) and spans across chunks. Out of
 // line, so that x_copy_slices' one-slice path keeps nothing live across a call (no spills).
 template <bool Gather>
-static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gather, u8* const* outPeers, i64* plan, int W, int E, i64 rb, int shift, const i64* index, i64 lo, i64 total) {
+static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gather, u8* const* outPeers, i64* plan, int W, int E, i64 rb, int shift, const i64* index, i64 lo, i64 total, bool inOrder) {
   const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice;
   for (; lo < total; lo += step) {
     const longlong2 e = xs_entry_at(index, lo >> shift);
     if (e.x != XS_STRADDLES) {
       const i64 x = lo + 16 * (i64)threadIdx.x;
       if (x < total) *(uint4*)(e.x + x) = ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : (const u8*)e.y + x));
+    } else if (e.y >= 0) {
+      xs_copy_across<Gather>(input, gather, outPeers, plan, W, E, rb, e.y, lo, lo + slice < total ? lo + slice : total, inOrder);
     } else {
 #ifdef A2AV_PROBE_XS_LOOKUPS
       if (threadIdx.x == 0) atomicAdd(&xsLookups, 1ull);
@@ -248,7 +295,7 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
     *(uint4*)(e.x + mine) = early ? word : ld_stream(from((const void*)e.y, mine));
   }
   const i64 next = two ? first + 2 * step : one ? first + step : first;
-  if (next < total) xs_copy_rest<Gather>(p.input, gather, p.outPeers, p.plan, p.world, p.experts, p.rowBytes, shift, index, next, total);
+  if (next < total) xs_copy_rest<Gather>(p.input, gather, p.outPeers, p.plan, p.world, p.experts, p.rowBytes, shift, index, next, total, inOrder);
 #endif
 }
 extern "C" __global__ void __launch_bounds__(XS_THREADS, 8) x_copy_slices(const XParams p) { x_copy_slices_run<false>(p); }

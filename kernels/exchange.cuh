@@ -656,7 +656,9 @@ __host__ __device__ inline int xs_find(const i64* wcum, int count, i64 rb, i64 x
 // [i * span, (i + 1) * span), span = 1 << XParams.sliceSpanLog2, a multiple of a block's slice
 // (moe.ts picks the least that covers the grid's bytes): the destination and the source address
 // less the send offset, so byte x of the span goes from src + x to dst + x; dst is XS_STRADDLES
-// where the span runs across chunks or a base is not 16-byte aligned.
+// where the span runs across chunks or a base is not 16-byte aligned, and then src names the chunk
+// holding the span's first byte (x_copy_slices finds the rest from there: xs_copy_across), or is -1
+// (the base is unaligned, or the span lies past the index: the lookup).
 #define XS_INDEX_ENTRIES 65536
 #define XS_STRADDLES 1
 // 16-byte aligned (the entries are read as one 16-byte word): scratch_words(W) is odd for some W.
@@ -679,13 +681,13 @@ __host__ __device__ inline void xs_chunk_entries(const PlanArrays& plan, i64 k, 
   const bool aligned = ((dst | src) & 15) == 0;
   for (i64 i = ((start + span - 1) >> shift) + t; i < last; i += nt) {
     const i64 hi = (i << shift) + span < total ? (i << shift) + span : total;
-    emit(i, hi > end || !aligned ? XsEntry{XS_STRADDLES, 0} : XsEntry{dst, src});
+    emit(i, !aligned ? XsEntry{XS_STRADDLES, -1} : hi > end ? XsEntry{XS_STRADDLES, k} : XsEntry{dst, src});
   }
 }
 #ifdef __CUDACC__
 // Entry i as x_copy_slices reads it: past the index, a span to look up.
 __device__ __forceinline__ longlong2 xs_entry_at(const i64* index, i64 i) {
-  return i < XS_INDEX_ENTRIES ? __ldg((const longlong2*)(index + 2) + i) : make_longlong2(XS_STRADDLES, 0);
+  return i < XS_INDEX_ENTRIES ? __ldg((const longlong2*)(index + 2) + i) : make_longlong2(XS_STRADDLES, -1);
 }
 #endif
 
