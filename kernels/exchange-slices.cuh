@@ -57,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
   longlong2* out = xs_entries(index);
   const int lane32 = threadIdx.x & 31;
   for (i64 k = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; k < n; k += ((i64)gridDim.x * blockDim.x) >> 5)
-    xs_chunk_entries(plan, k, p.experts, p.rowBytes, total, shift, entries, p.outPeers, p.input, lane32, 32,
+    xs_chunk_entries(plan, k, n, p.experts, p.rowBytes, total, shift, entries, p.outPeers, p.input, lane32, 32,
                      [&](i64 i, XsEntry e) { out[i] = make_longlong2(e.dst, e.src); });
 }
 
@@ -176,45 +176,36 @@ static __device__ __noinline__ void xs_copy_lookup(const u8* input, const int* g
   __syncthreads();  // the shared words are the next span's
 }
 
-// A span across chunks whose first chunk the index names (k): each thread's word lies in chunk k or
-// the next (a span is far shorter than most chunks), so nine threads read both chunks' running
-// sums, rows and outputs in one round, where the lookup took two rounds and a window in shared
-// memory (with 64 or more experts a rank, a span in thirty took it: docs/perf.md). A word past
-// those two chunks (short or empty ones between), or a peer's output off 16 bytes, takes
-// x_chunk_from and the chunk's own words, or bytes. `inOrder`: a dispatch's source is its input in
-// order (a gathered one's, its table's row) whatever the chunk, so its word is read beside them.
+// A span across chunks whose first chunk the index names (k): the index names one only where every
+// byte of the span lies in k or k + 1 (xs_chunk_entries), so eight threads read both chunks'
+// starts, rows and outputs in one round, where the lookup took two rounds and a window in shared
+// memory (with 64 or more experts a rank a span in thirty took it: docs/perf.md). `inOrder`: a
+// dispatch's source is its input in order (a gathered one's, its table's row) whatever the
+// chunk, so its word is read in the same round. A peer's output off 16 bytes: byte by byte.
 template <bool Gather>
 static __device__ __noinline__ void xs_copy_across(const u8* input, const int* gather, u8* const* outPeers, i64* planWords, int W, int E, i64 rb, i64 k, i64 lo, i64 hi, bool inOrder) {
-  // [0, 2]: the starts of k, k + 1 and k + 2 (rows), [3, 4]: k's and k + 1's source rows, [5, 6]:
-  // their destination rows, [7, 8]: their outputs.
-  __shared__ i64 sWords[9];
+  // [0, 1]: the starts of k and k + 1 (rows), [2, 3]: their source rows, [4, 5]: their
+  // destination rows, [6, 7]: their outputs.
+  __shared__ i64 sWords[8];
   const int tid = threadIdx.x;
   const PlanArrays plan = plan_arrays(planWords, W);
-  const i64 n = (i64)W * E, x = lo + 16 * (i64)tid;
-  if (tid < 3) sWords[tid] = k + tid < n ? __ldg(plan.cum + k + tid) : xs_sentinel(rb);
-  else if (tid < 5) sWords[tid] = k + tid - 3 < n ? __ldg(plan.src + k + tid - 3) : 0;
-  else if (tid < 7) sWords[tid] = k + tid - 5 < n ? __ldg(plan.dst + k + tid - 5) : 0;
-  else if (tid < 9) sWords[tid] = k + tid - 7 < n ? (i64)outPeers[(k + tid - 7) / E] : 0;
+  const i64 x = lo + 16 * (i64)tid;
+  if (tid < 8) {
+    const i64 c = k + (tid & 1);
+    sWords[tid] = tid < 2 ? __ldg(plan.cum + c) : tid < 4 ? __ldg(plan.src + c) : tid < 6 ? __ldg(plan.dst + c) : (i64)outPeers[c / E];
+  }
   const bool mine = x < hi;
   uint4 word;
-  const bool early = mine && inOrder && ((u64)input & 15) == 0;
+  const bool early = mine && inOrder;
   if (early) word = ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : input + x));
   __syncthreads();
   if (!mine) return;
-  i64 srcRow, dstRow, start;
-  u8* out;
-  if (x < sWords[1] * rb) {
-    srcRow = sWords[3], dstRow = sWords[5], start = sWords[0] * rb, out = (u8*)sWords[7];
-  } else if (x < sWords[2] * rb) {
-    srcRow = sWords[4], dstRow = sWords[6], start = sWords[1] * rb, out = (u8*)sWords[8];
-  } else {
-    const i64 c = x_chunk_from(plan.cum, n, rb, k + 1, x);
-    srcRow = __ldg(plan.src + c), dstRow = __ldg(plan.dst + c), start = __ldg(plan.cum + c) * rb, out = outPeers[c / E];
-  }
+  const int j = x < sWords[1] * rb ? 0 : 1;
+  const i64 start = sWords[j] * rb;
   // chunk_bias's addresses: byte x goes from from + x to to + x.
-  u8* const to = out + dstRow * rb - start;
-  const u8* const from = input + srcRow * rb - start;
-  if (((u64)(to + x) & 15) != 0) {  // a peer's output off 16 bytes: byte by byte
+  u8* const to = (u8*)sWords[6 + j] + sWords[4 + j] * rb - start;
+  const u8* const from = input + sWords[2 + j] * rb - start;
+  if (((u64)(to + x) & 15) != 0) {
     for (i64 y = x; y < x + 16 && y < hi; ++y) to[y] = Gather ? *gathered_byte(input, gather, rb, y) : from[y];
     return;
   }

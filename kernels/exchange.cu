@@ -38,8 +38,14 @@ __device__ __forceinline__ void note_done(const XParams& p) {
 }
 #endif
 
+#ifdef A2AV_PROBE_CLOCKS
+__device__ unsigned xx_launches;
+#endif
+
 extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   __shared__ XBlockState st;
+  PROBE_CLOCKS;
+  PROBE_CLOCK(0);
   const int W = p.world, E = p.experts, me = p.rank, tid = threadIdx.x, nt = blockDim.x;
   u8* lane = p.pad + p.laneOffset;
   LaneHeader* h = (LaneHeader*)lane;
@@ -50,6 +56,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   const PlanArrays plan = plan_arrays(p.plan, W);
   const i64 N = (i64)W * E;
   if (!x_begin(st, h, gate)) return;
+  PROBE_CLOCK(1);
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
   const u32 flag = ll_flag(seq);
@@ -91,6 +98,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     }
   }
   __syncthreads();
+  PROBE_CLOCK(2);
 
   // Round 1: to every receiver, my call, my verdict, my counts for its experts.
   for (i64 k = tid; k < (i64)W * (A2AV_X1_HEADER + E); k += nt) {
@@ -101,6 +109,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     else v = verdict_word(st.mine, j - A2AV_X1_AGREE);
     ll_store(lane_x1(p.padPeers[r] + p.laneOffset, W, parity, me) + j, v, flag);
   }
+  PROBE_CLOCK(3);
   const XWait wait{h, flag, global_timer_ns() + (u64)p.timeoutNs, me, W, seq};
 #ifdef A2AV_PROBE_WAIT_PRINT
   if (tid == 0) g_x_when[me][1] = wait.deadline - (u64)p.timeoutNs;
@@ -118,8 +127,10 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   receive(st, wait, round1, XInbox{xin, A2AV_X1_WORDS, A2AV_X1_AGREE, -1, A2AV_WAIT_ROUND1});
   if (st.abort) return;
 
+  PROBE_CLOCK(4);
   // As a receiver: every sender's verdict, my own layout.
   receiver_verdict(st, p, xin, starts);
+  PROBE_CLOCK(5);
 
   // Round 2: to every sender, my verdict and where its chunks land in my output.
   for (i64 k = tid; k < (i64)W * (A2AV_X2_HEADER + E); k += nt) {
@@ -127,6 +138,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
     const i64 v = j < A2AV_X2_HEADER ? verdict_word(st.mine, j) : starts[(i64)s * A2AV_MAX_EXPERTS + (j - A2AV_X2_HEADER)];
     ll_store(lane_x2(p.padPeers[s] + p.laneOffset, W, parity, me) + j, v, flag);
   }
+  PROBE_CLOCK(6);
   // Every receiver's verdict; then, if all accept, where my chunks land.
   const auto round2 = [&](int r) { return lane_x2(lane, W, parity, r); };
   receive(st, wait, round2, XInbox{answers, A2AV_X2_WORDS, 0, A2AV_X2_HEADER, A2AV_WAIT_ROUND2});
@@ -143,6 +155,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
            g_x_when[me][1], global_timer_ns(), g_x_when[me][3], g_x_when[me][2]);
 #endif
   if (st.abort) return;
+  PROBE_CLOCK(7);
   for (int r = tid; r < W; r += nt) atomicMin(&st.fin, (unsigned long long)answers[(i64)r * A2AV_X2_WORDS]);
   __syncthreads();
   for (int r = tid; r < W; r += nt)
@@ -154,8 +167,15 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   }
   receive(st, wait, round2, XInbox{answers, A2AV_X2_WORDS, A2AV_X2_HEADER, A2AV_X2_HEADER + E, A2AV_WAIT_ROUND2});
   if (st.abort) return;
+  PROBE_CLOCK(8);
   for (i64 i = tid; i < N; i += nt) plan.dst[i] = answers[(i / E) * A2AV_X2_WORDS + A2AV_X2_HEADER + (i % E)];
   accept(p, xin, starts, gate, sent, seq);
+  PROBE_CLOCK(9);
+#ifdef A2AV_PROBE_CLOCKS
+  if (PROBE_CLOCKS_DUE(xx_launches))
+    printf("x_exchange kind=%d W=%d E=%d rank=%d cycles: pdl-wait %lld row %lld round-1 stores %lld round-1 wait %lld layout %lld round-2 stores %lld round-2 headers %lld round-2 counts %lld accept %lld\n",
+           (int)p.kind, W, E, me, PROBE_CYCLES(1), PROBE_CYCLES(2), PROBE_CYCLES(3), PROBE_CYCLES(4), PROBE_CYCLES(5), PROBE_CYCLES(6), PROBE_CYCLES(7), PROBE_CYCLES(8), PROBE_CYCLES(9));
+#endif
   // A gathered dispatch's table past the rows it sends, up to where x_copy_slices_gather reads
   // early (its grid is sized for the most the route can send): no row (-1), so the blocks past
   // the sends read nothing. The route writes only the entries it sends; an older entry naming a

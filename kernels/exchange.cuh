@@ -152,6 +152,7 @@ struct XBlockState {
   XVerdict mine, all;
   i64 scan[33];
   i64 tmp[A2AV_MAX_EXPERTS];  // per expert block lengths, or per source totals (W <= 256)
+  i64 len[A2AV_MAX_EXPERTS], first[A2AV_MAX_EXPERTS];  // receiver_verdict's groups: lengths, running sum at the first member
 };
 
 // The call's sequence number and fresh block state; false (and the gate shut, so x_copy moves
@@ -169,13 +170,15 @@ __device__ __forceinline__ bool x_begin(XBlockState& st, LaneHeader* h, i64* gat
   return !st.abort;
 }
 
-// Exclusive running sums of in[0, n) into out (negative values count as 0; sums saturate);
-// returns the total. Every thread of the block calls it; blockDim.x is a multiple of 32.
-__device__ i64 block_scan_sat(const i64* in, i64* out, i64 n, i64* sh) {
+// Exclusive running sums of get(0) .. get(n - 1) handed to put(i, sum) (negative values count as
+// 0; sums saturate); returns the total. Every thread of the block calls it; blockDim.x is a
+// multiple of 32. Each thread sums a run of consecutive values, so get's loads are independent.
+template <class Get, class Put>
+__device__ i64 block_scan_sat_by(i64 n, Get get, Put put, i64* sh) {
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, warps = nt >> 5;
   const i64 chunk = (n + nt - 1) / nt, lo = (i64)tid * chunk, hi = lo + chunk < n ? lo + chunk : n;
   i64 s = 0;
-  for (i64 i = lo; i < hi; ++i) s = sat_add(s, clamp0(in[i]));
+  for (i64 i = lo; i < hi; ++i) s = sat_add(s, clamp0(get(i)));
   i64 v = s;
   for (int d = 1; d < 32; d <<= 1) {
     const i64 t = __shfl_up_sync(0xffffffffu, v, d);
@@ -197,12 +200,17 @@ __device__ i64 block_scan_sat(const i64* in, i64* out, i64 n, i64* sh) {
   __syncthreads();
   i64 run = sat_add(sh[warp], before);
   for (i64 i = lo; i < hi; ++i) {
-    out[i] = run;
-    run = sat_add(run, clamp0(in[i]));
+    const i64 c = clamp0(get(i));
+    put(i, run);
+    run = sat_add(run, c);
   }
   const i64 total = sh[32];
   __syncthreads();
   return total;
+}
+// The same from in[0, n) into out (in and out may not overlap).
+__device__ i64 block_scan_sat(const i64* in, i64* out, i64 n, i64* sh) {
+  return block_scan_sat_by(n, [&](i64 i) { return in[i]; }, [&](i64 i, i64 v) { out[i] = v; }, sh);
 }
 
 // What a round's waits share: the lane, the call's flag and the deadline.
@@ -294,35 +302,37 @@ __device__ void receiver_verdict(XBlockState& st, const XParams& p, const i64* x
   __syncthreads();
   const bool byExpert = p.kind == X_DISPATCH;
   const int groups = byExpert ? E : W, members = byExpert ? W : E;
+  // The layout as one sequence, group by group (expert-major for a dispatch, source-major for a
+  // combine): running sums over all of it (with every thread: a thread a group summed E counts
+  // one after another, 30 us of a combine at W = 8, E = 256), parked in starts until each is
+  // moved by its group's start.
+  const i64 n = (i64)groups * members;
+  const auto srcOf = [&](i64 f) { return byExpert ? (int)(f % members) : (int)(f / members); };
+  const auto expertOf = [&](i64 f) { return byExpert ? (int)(f / members) : (int)(f % members); };
+  const auto slot = [&](i64 f) { return starts + (i64)srcOf(f) * A2AV_MAX_EXPERTS + expertOf(f); };
+  const i64 all = block_scan_sat_by(n, [&](i64 f) { return count(srcOf(f), expertOf(f)); }, [&](i64 f, i64 v) { *slot(f) = v; }, st.scan);
   for (int g = tid; g < groups; g += nt) {
-    i64 t = 0;
-    for (int m = 0; m < members; ++m) t = sat_add(t, byExpert ? count(m, g) : count(g, m));
+    const i64 at = *slot((i64)g * members), next = g + 1 < groups ? *slot((i64)(g + 1) * members) : all;
+    const i64 t = next - at;  // past a saturated sum the layout is refused below, whatever t is
+    st.first[g] = at;
     // an expert's block: a multiple of align rows, and at least align rows
-    st.tmp[g] = !byExpert ? t : t == 0 ? p.align : sat_add(t, (p.align - t % p.align) % p.align);
+    st.len[g] = !byExpert ? t : t == 0 ? p.align : sat_add(t, (p.align - t % p.align) % p.align);
   }
   __syncthreads();
-  if (tid == 0) {
-    i64 pos = 0;
-    for (int g = 0; g < groups; ++g) {
-      const i64 len = st.tmp[g];
-      st.tmp[g] = pos;
-      pos = sat_add(pos, len);
-    }
-    st.total = pos;
-  }
+  const i64 total = block_scan_sat(st.len, st.tmp, groups, st.scan);
+  // A saturated count sum is the total the verdict names, as summed group by group.
+  if (tid == 0) st.total = all == 0x7fffffffffffffffLL ? all : total;
   __syncthreads();
-  for (int g = tid; g < groups; g += nt) {
-    i64 pos = st.tmp[g], at = (i64)X_NONE;
-    for (int m = 0; m < members; ++m) {
-      const int src = byExpert ? m : g, e = byExpert ? g : m;
-      const i64 c = count(src, e);
-      if (at == (i64)X_NONE && c > cap - pos) at = byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e;
-      starts[(i64)src * A2AV_MAX_EXPERTS + e] = pos;
-      pos = sat_add(pos, c);
-    }
+  for (i64 f = tid; f < n; f += nt) {
+    const int g = (int)(f / members), src = srcOf(f), e = expertOf(f);
+    const i64 pos = sat_add(st.tmp[g], *slot(f) - st.first[g]), c = count(src, e);
+    // The first overrun in layout order: the least key, as each group's keys rise through it.
+    if (c > cap - pos) atomicMin(&st.out, (unsigned long long)(byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e));
+    *slot(f) = pos;
+  }
+  for (int g = tid; byExpert && g < groups; g += nt) {
     const i64 end = g + 1 < groups ? st.tmp[g + 1] : st.total;
-    if (byExpert && at == (i64)X_NONE && end > cap) at = (i64)g * (W + 1) + W;  // the padding passes
-    if (at != (i64)X_NONE) atomicMin(&st.out, (unsigned long long)at);
+    if (end > cap) atomicMin(&st.out, (unsigned long long)((i64)g * (W + 1) + W));  // the padding passes
   }
   __syncthreads();
   if (tid == 0) {
@@ -657,8 +667,9 @@ __host__ __device__ inline int xs_find(const i64* wcum, int count, i64 rb, i64 x
 // (moe.ts picks the least that covers the grid's bytes): the destination and the source address
 // less the send offset, so byte x of the span goes from src + x to dst + x; dst is XS_STRADDLES
 // where the span runs across chunks or a base is not 16-byte aligned, and then src names the chunk
-// holding the span's first byte (x_copy_slices finds the rest from there: xs_copy_across), or is -1
-// (the base is unaligned, or the span lies past the index: the lookup).
+// holding the span's first byte where the span ends in the next chunk (x_copy_slices copies it from
+// those two: xs_copy_across), or is -1: the lookup (a base unaligned, a span across more chunks or
+// an empty one, or past the index).
 #define XS_INDEX_ENTRIES 65536
 #define XS_STRADDLES 1
 // 16-byte aligned (the entries are read as one 16-byte word): scratch_words(W) is odd for some W.
@@ -667,21 +678,23 @@ __host__ __device__ __forceinline__ i64* xs_index(i64* scratch, int W) { return 
 __host__ __device__ __forceinline__ const i64* xs_index(const i64* scratch, int W) { return scratch + xs_index_word(W); }
 __host__ __device__ __forceinline__ longlong2* xs_entries(i64* index) { return (longlong2*)(index + 2); }
 using XsEntry = ChunkBias;
-// The entries of the spans that start in chunk k (none if it is empty: every byte below `total`
+// The entries of the spans that start in chunk k of n (none if it is empty: every byte below `total`
 // lies in one non-empty chunk, so each entry is written once), at most `entries`: emit(i, entry)
 // for the t-th of every `nt` of them. One round of loads, then stores: x_slice_index gives a chunk
 // to a warp, where a search for each span's chunk waited on a load at each of its steps.
 template <class Emit>
-__host__ __device__ inline void xs_chunk_entries(const PlanArrays& plan, i64 k, int E, i64 rb, i64 total, int shift, i64 entries, u8* const* out, const u8* input, int t, int nt, Emit emit) {
+__host__ __device__ inline void xs_chunk_entries(const PlanArrays& plan, i64 k, i64 n, int E, i64 rb, i64 total, int shift, i64 entries, u8* const* out, const u8* input, int t, int nt, Emit emit) {
   const i64 rows = plan_word(plan.rows + k), start = plan_word(plan.cum + k) * rb, end = start + rows * rb;
   const ChunkBias bias = chunk_bias(out, input, E, rb, k, plan_word(plan.dst + k), plan_word(plan.src + k), start);
   const i64 dst = bias.dst, src = bias.src;
   if (rows <= 0) return;
   const i64 span = (i64)1 << shift, last = ((end + span - 1) >> shift) < entries ? (end + span - 1) >> shift : entries;
   const bool aligned = ((dst | src) & 15) == 0;
+  // Where chunk k + 1 ends: a span that runs on past it (or into an empty k + 1) is looked up.
+  const i64 nextEnd = k + 2 < n ? plan_word(plan.cum + k + 2) * rb : total;
   for (i64 i = ((start + span - 1) >> shift) + t; i < last; i += nt) {
     const i64 hi = (i << shift) + span < total ? (i << shift) + span : total;
-    emit(i, !aligned ? XsEntry{XS_STRADDLES, -1} : hi > end ? XsEntry{XS_STRADDLES, k} : XsEntry{dst, src});
+    emit(i, hi <= end && aligned ? XsEntry{dst, src} : XsEntry{XS_STRADDLES, aligned && hi <= nextEnd && nextEnd > end ? k : -1});
   }
 }
 #ifdef __CUDACC__

@@ -181,7 +181,7 @@ test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word 
   assert.ok(pastAll > 0, 'some words lay past their window (the table of 2000 short chunks has them), so the fallback was checked');
 });
 
-test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every byte to its source and destination; a span across chunks names its first byte\'s chunk', (t) => {
+test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every byte to its source and destination; a span into the next chunk names its first chunk, one across more is looked up', (t) => {
   if (nvcc === undefined) return t.skip('nvcc not found: the index cannot be compiled here (CI has nvcc)');
   const rng = new Rng(seed);
   interface Case extends Routed {
@@ -217,7 +217,7 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
       `    std::vector<XsEntry> got(spans, XsEntry{0, 0}); std::vector<int> writes(spans, 0);\n` +
       `    // Chunks in reverse and each by 3 \"lanes\": the entries must not depend on the order.\n` +
       `    for (i64 k = n - 1; k >= 0; --k) for (int t = 0; t < 3; ++t)\n` +
-      `      xs_chunk_entries(plan, k, (int)E, rb, sum * rb, shift, spans, out.data(), input, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
+      `      xs_chunk_entries(plan, k, n, (int)E, rb, sum * rb, shift, spans, out.data(), input, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
       `    for (i64 i = 0; i < spans; ++i) printf("%lld %lld %d ", (long long)got[i].dst, (long long)got[i].src, writes[i]);\n` +
       `    printf("\\n");\n`,
     cases,
@@ -225,6 +225,7 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
   const INPUT = 1n << 44n;
   let whole = 0;
   let across = 0;
+  let twoChunks = 0;
   cases.forEach((c, i) => {
     const label = `${labelOf(c, i)}, E ${c.E}, span ${c.span}`;
     const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
@@ -254,8 +255,11 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
       const aligned = c.out[Math.floor(k / c.E)]! % 16n === 0n;
       if (!oneChunk || !aligned) {
         assert.equal(dst, 1n, `${label}: span ${s} (${oneChunk ? 'unaligned output' : 'across chunks'}) is marked XS_STRADDLES`);
-        // Across chunks from an aligned chunk, x_copy_slices starts from the chunk the entry names.
-        assert.equal(src, aligned ? BigInt(k) : -1n, `${label}: span ${s} names ${aligned ? `its first byte's chunk, ${k}` : 'no chunk (its base is off 16 bytes): the lookup'}`);
+        // A span from an aligned chunk into the next one names its first chunk (x_copy_slices
+        // copies it from those two); across more chunks, or an empty one, it is looked up.
+        const named = aligned && chunkOf(hi - 16) === k + 1;
+        assert.equal(src, named ? BigInt(k) : -1n, `${label}: span ${s} names ${named ? `its first byte's chunk, ${k}` : 'no chunk: the lookup'}`);
+        if (named) twoChunks++;
         across++;
         continue;
       }
@@ -268,7 +272,7 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
       }
     }
   });
-  assert.ok(whole > 0 && across > 0, `both kinds of span were checked (${whole} in one chunk, ${across} looked up)`);
+  assert.ok(whole > 0 && twoChunks > 0 && across > twoChunks, `every kind of span was checked (${whole} in one chunk, ${twoChunks} into the next, ${across - twoChunks} looked up)`);
 });
 
 test('x_fused\'s biased chunks (bias_chunk, biased_search, biased_chunk_from): every word of every tile goes from its source to its destination', (t) => {
