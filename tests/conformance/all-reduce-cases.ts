@@ -222,6 +222,8 @@ export async function allReduceReplay(comm: Comm, arg: AllReduceReplayArg): Prom
     comm.allReduce(pb.args);
   });
   try {
+    // Every rank captures before any launches (README: instantiating can wait for the kernels on the GPU).
+    await comm.barrier();
     for (let i = 0; i < arg.launches; i++) {
       const [ka, kb] = calls(100 + i);
       const [ra, rb] = [prepare(a, ka), prepare(b, kb)];

@@ -67,6 +67,8 @@ export async function replay(comm: Comm, arg: ReplayArg): Promise<number> {
     ex.call(rowBytes, lane);
   });
   try {
+    // Every rank captures before any launches (README: instantiating can wait for the kernels on the GPU).
+    await comm.barrier();
     for (let i = 0; i < arg.launches; i++) {
       const call = 1000 + i;
       const pattern = PATTERNS[i % PATTERNS.length];

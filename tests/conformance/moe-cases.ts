@@ -88,6 +88,8 @@ export async function moeReplay(comm: Comm, arg: MoeReplayArg): Promise<number> 
     moe.combine({ experts: E, rowBytes, lane });
   });
   try {
+    // Every rank captures before any launches (README: instantiating can wait for the kernels on the GPU).
+    await comm.barrier();
     for (let i = 0; i < arg.launches; i++) {
       const call = 8000 + i;
       const pattern = MOE_PATTERNS[i % MOE_PATTERNS.length];

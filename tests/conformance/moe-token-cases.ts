@@ -107,6 +107,8 @@ export async function moeTokenReplay(comm: Comm, arg: TokenJobArg): Promise<numb
     rig.combine({ route, dtype, weights, bias: true, stream: lane.stream });
   });
   try {
+    // Every rank captures before any launches (README: instantiating can wait for the kernels on the GPU).
+    await comm.barrier();
     for (let i = 0; i < arg.calls; i++) {
       const call = 500 + i;
       const pattern = TOKEN_PATTERNS[i % TOKEN_PATTERNS.length];
@@ -129,6 +131,7 @@ export async function moeTokenReplay(comm: Comm, arg: TokenJobArg): Promise<numb
       captured = rig.dispatch({ count: 'device', idx64: true, weights, tokens: 0, stream: lane.stream }).route;
     });
     try {
+      await comm.barrier();
       const [a, b] = [600, 601].map((call, i): CallData => ({ seed: arg.seed, call, routings: Array.from({ length: comm.worldSize }, (_, q) => routing(job, arg.seed, call, q, TOKEN_PATTERNS[i % TOKEN_PATTERNS.length])) }));
       rig.prepare(b, true);
       const eager = rig.dispatch({ count: 'device', idx64: true, weights, tokens: 0, stream: lane.stream });

@@ -51,7 +51,7 @@ export async function soak(comm: Comm, arg: SoakArg, ctx: RankContext): Promise<
   try {
     while (run.calls < arg.calls) {
       if (run.start === undefined && run.calls >= arg.warmupCalls) run.start = sampleMemory(comm, run.calls);
-      run.step();
+      await run.step();
       if (comm.rank === 0 && performance.now() - lastReport >= arg.reportMs) {
         ctx.report({ calls: run.calls } satisfies SoakProgress);
         lastReport = performance.now();
@@ -88,15 +88,18 @@ class SoakRun {
   static async create(comm: Comm, arg: SoakArg): Promise<SoakRun> {
     const slots: Exchange[] = [];
     for (let i = 0; i < SLOTS; i++) slots.push(await Exchange.create(comm, sizesFor(comm.worldSize, arg.budget)));
-    return new SoakRun(comm, arg, slots);
+    const run = new SoakRun(comm, arg, slots);
+    // Every rank has captured its graphs before any calls (README: instantiating can wait for the kernels on the GPU).
+    await comm.barrier();
+    return run;
   }
 
-  step(): void {
+  async step(): Promise<void> {
     const step = this.#schedule.next(this.calls, this.#arg.calls - this.calls);
     for (const c of step.calls) this.#slots[c.slot].prepare(this.#arg.seed, c.call, c.S, c.rowBytes);
     if (step.kind === 'direct') this.#direct(step.calls[0]);
     else if (step.kind === 'burst') this.#burst(step.calls);
-    else this.#replay(step);
+    else await this.#replay(step);
     for (const c of step.calls) this.#check(c, step);
     this.calls += step.calls.length;
   }
@@ -133,13 +136,15 @@ class SoakRun {
     for (const lane of new Set([...unwaited].map((i) => calls[i].lane))) this.#comm.record(this.#comm.lane(lane).stream).wait();
   }
 
-  #replay(step: Extract<Step, { kind: 'replay' }>): void {
+  async #replay(step: Extract<Step, { kind: 'replay' }>): Promise<void> {
     this.#counts.replays++;
     this.#counts.replayed += step.calls.length;
     if (step.recapture) {
       this.#counts.recaptures++;
       this.#graphs[step.graph].close();
       this.#graphs[step.graph] = this.#capture(step.graph);
+      // Every rank recaptures at this step (one schedule): all of them before any replays it.
+      await this.#comm.barrier();
     }
     this.#outcome(this.#graphs[step.graph].launch(), step.calls, `replay of graph ${step.graph}`);
   }
