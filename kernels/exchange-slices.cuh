@@ -12,8 +12,9 @@
 // So x_slice_index writes where each span of the send bytes goes once (exchange.cuh
 // xs_chunk_entries), and a block of x_copy_slices reads its spans' entries in the same round as
 // its source words where it can (a dispatch's send bytes are its input in order, so those are read
-// before the plan), then stores. A span whose bytes run across chunks (about one a chunk) takes the
-// lookup, as does a span past the index. x_copy_slices_gather: the same for a dispatch whose rows
+// before the plan), then stores. A span whose bytes run from one chunk into the next (about one a
+// chunk) is copied from those two chunks (xs_copy_across); one across more chunks, or past the
+// index, takes the lookup (xs_copy_lookup). x_copy_slices_gather: the same for a dispatch whose rows
 // are read through XParams.gatherRows (the token group's rows, read from its x): a dispatch sends
 // its send rows in order, so send byte x comes from send row x / rowBytes, wherever the plan sends
 // it; the table and the word are both read before the index.
