@@ -200,6 +200,14 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     ]);
   });
 
+  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: a replay launched inside a capture (cpu: inside a replayed closure) is refused by name; launched outside, it runs`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
+    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1 }, programs, 'launchInCapture', {});
+    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+      'UsageError: rank 0: a replay cannot be launched inside capture(): capture its calls in the one closure, or launch it before or after',
+      'no error',
+    ]);
+  });
+
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: handle.waitOn and replay.launch with what is not a stream are refused by name, a stream passes`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
     const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1 }, programs, 'waitOnMisuse', {});
     assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [

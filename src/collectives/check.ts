@@ -45,6 +45,10 @@ export function checkCapture(ctx: CheckContext, stream: Stream | undefined, fn: 
   checkStream(ctx, stream);
 }
 
+/** A replay launched inside capture() (cuda), or inside a replayed closure (cpu, where the closure runs at launch). */
+export const LAUNCH_IN_CAPTURE = (rank: number): string =>
+  `rank ${rank}: a replay cannot be launched inside capture(): capture its calls in the one closure, or launch it before or after`;
+
 /** The bytes of a write: an array or ArrayBuffer has no byteLength, and the range check would say "undefined bytes". */
 export function checkWriteData(ctx: CheckContext, data: unknown): asserts data is ArrayBufferView {
   if (ArrayBuffer.isView(data)) return;

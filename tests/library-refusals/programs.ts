@@ -1,6 +1,6 @@
 // Rank programs for tests/library-refusals.test.ts (runRanks on the cpu backend). Each catches what
 // its rank throws and returns it, so the test sees every rank's error, not only the first.
-import type { Comm } from '../../src/backends/backend.js';
+import type { Comm, Replay } from '../../src/backends/backend.js';
 import { ClosedError, UsageError } from '../../src/errors.js';
 import type { MoeGroupOptions } from '../../src/moe/api.js';
 import { createMoeGroup } from '../../src/moe/group.js';
@@ -77,6 +77,26 @@ export async function replayMisuse(comm: Comm): Promise<(Caught | 'no error')[]>
     await caught(async () => plain.launch(lane as never)),
     await caught(async () => plain.launch(comm.lane(1).stream).wait()),
   ];
+}
+
+/**
+ * A replay launched inside another's closure: on cuda inside capture() (its calls would be numbered
+ * at capture), on cpu inside the replayed closure (where cuda's runs); the outer one still works.
+ */
+export async function launchInCapture(comm: Comm): Promise<(Caught | 'no error')[]> {
+  const lane = comm.lane(0);
+  const inner = comm.capture(lane.stream, () => void comm.record(lane.stream));
+  let outer: Replay | undefined;
+  const outcomes = [
+    await caught(async () => {
+      outer = comm.capture(lane.stream, () => void inner.launch());
+      outer.launch().wait();
+    }),
+    await caught(async () => inner.launch().wait()),
+  ];
+  outer?.close();
+  inner.close();
+  return outcomes;
 }
 
 /** handle.waitOn with what is not a stream: a call's handle, record()'s, a replay's; then a good one. */

@@ -21,7 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -244,6 +244,8 @@ class CpuComm implements Comm, CheckContext {
         if (closed) throw new UsageError(`rank ${this.rank}: this replay is closed`);
         // Unused here, but cuda queues the graph on it: a Lane or a number must not pass unsaid.
         checkStream(this, on);
+        // Inside a replayed closure: on cuda that is inside capture(), where a launch is refused.
+        if (this.#replayed !== undefined) throw new UsageError(LAUNCH_IN_CAPTURE(this.rank));
         const calls: Handle[] = [];
         this.#replayed = calls;
         try {

@@ -30,7 +30,7 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, LAUNCH_IN_CAPTURE, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import { planWhat } from '../../collectives/call-names.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -364,6 +364,8 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         if (closed) throw new UsageError(`rank ${this.rank}: this replay is closed`);
         if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
         checkStream(this, on);
+        // The lanes number a replay's calls when it is launched: inside a capture they would be numbered now, not when they run.
+        if (this.#capture) throw new UsageError(LAUNCH_IN_CAPTURE(this.rank));
         const target = (on as CudaStream | undefined) ?? s;
         for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
         graph.launch(target);
