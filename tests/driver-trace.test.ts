@@ -2,7 +2,7 @@
 // and the lines runRanks prints from them when a rank fails. No driver needed: any function traces.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { createDriverTrace, describeDriverTrace, noteLaneCall, traced, traceThisRank, watchDriverTrace } from '../src/cuda/driver-trace.js';
+import { createDriverTrace, describeDriverTrace, noteLaneCall, stuckHint, traced, traceThisRank, watchDriverTrace } from '../src/cuda/driver-trace.js';
 
 const NAMES = ['cuInit', 'cuLaunchKernel', 'cuStreamSynchronize'];
 
@@ -74,4 +74,21 @@ test('the watch tells once of a rank that stays inside one driver call, and not 
   } finally {
     stop();
   }
+});
+
+test('a rank stuck inside a driver call that waits for the GPU is told what to do instead', async () => {
+  const names = ['cuLaunchKernel', 'cuGraphInstantiate'];
+  const trace = createDriverTrace(2);
+  const slots = new Int32Array(trace.buffer);
+  const told: string[] = [];
+  const stop = watchDriverTrace(trace, names, (text) => told.push(text), 200);
+  try {
+    Atomics.store(slots, slots.length / 2, 2); // rank 1 inside cuGraphInstantiate, and stays
+    for (const end = Date.now() + 5000; told.length === 0 && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+    assert.match(told[0] ?? '', /^a2av: rank 1 has been inside cuGraphInstantiate for \d+ ms \(A2AV_DRIVER_TRACE\) \(cuGraphInstantiate can wait for every kernel on the GPU, a peer's call waiting for this rank among them: capture on every rank, then meet \(comm\.barrier\(\)\) before any rank launches a replay\); every rank now:/);
+  } finally {
+    stop();
+  }
+  assert.equal(stuckHint('cuStreamSynchronize'), '', 'a wait on its own stream gets no hint');
+  assert.match(stuckHint('cuMemFree'), /free buffers between phases of work/);
 });

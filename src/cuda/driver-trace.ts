@@ -68,6 +68,23 @@ export function describeDriverTrace(trace: DriverTraceBuffer, names: readonly st
  * blocked in the driver while its peers wait for it (a failure's notes come after the fact).
  * Returns the function that stops the watch.
  */
+/**
+ * Driver calls seen to wait for every kernel in the context (docs/perf.md), so a peer's call that
+ * spins for this rank holds them until its timeout; what to do instead, as the README says.
+ */
+const WAITS_FOR_THE_GPU: Record<string, string> = {
+  cuGraphInstantiate: 'capture on every rank, then meet (comm.barrier()) before any rank launches a replay',
+  cuMemFree: 'free buffers between phases of work, not while a peer may wait in a collective for this rank',
+  cuModuleGetFunction: 'load the kernels you launch beside the collectives before they start, or set CUDA_MODULE_LOADING=EAGER',
+  cuModuleLoadData: 'load the kernels you launch beside the collectives before they start, or set CUDA_MODULE_LOADING=EAGER',
+};
+
+/** What a rank stuck inside `name` may be waiting for, when the driver call is one that waits for the GPU. */
+export function stuckHint(name: string): string {
+  const advice = WAITS_FOR_THE_GPU[name];
+  return advice === undefined ? '' : ` (${name} can wait for every kernel on the GPU, a peer's call waiting for this rank among them: ${advice})`;
+}
+
 export function watchDriverTrace(trace: DriverTraceBuffer, names: readonly string[], write: (text: string) => void, stuckMs = 2000): () => void {
   const view = new Int32Array(trace.buffer);
   const since = new Array<{ calls: number; at: number; told: boolean } | undefined>(trace.ranks);
@@ -83,7 +100,8 @@ export function watchDriverTrace(trace: DriverTraceBuffer, names: readonly strin
       }
       if (!s.told && now - s.at >= stuckMs) {
         s.told = true;
-        write(`a2av: rank ${r} has been inside ${names[inside - 1] ?? '?'} for ${now - s.at} ms (A2AV_DRIVER_TRACE); every rank now:\n${describeDriverTrace(trace, names)}\n`);
+        const name = names[inside - 1] ?? '?';
+        write(`a2av: rank ${r} has been inside ${name} for ${now - s.at} ms (A2AV_DRIVER_TRACE)${stuckHint(name)}; every rank now:\n${describeDriverTrace(trace, names)}\n`);
       }
     }
   }, Math.max(50, stuckMs / 8));
