@@ -202,10 +202,9 @@ static __device__ __noinline__ void xs_copy_across(const u8* input, const int* g
   __syncthreads();
   if (!mine) return;
   const int j = x < sWords[1] * rb ? 0 : 1;
-  const i64 start = sWords[j] * rb;
-  // chunk_bias's addresses: byte x goes from from + x to to + x.
-  u8* const to = (u8*)sWords[6 + j] + sWords[4 + j] * rb - start;
-  const u8* const from = input + sWords[2 + j] * rb - start;
+  const ChunkBias b = chunk_bias_to((const u8*)sWords[6 + j], input, rb, sWords[4 + j], sWords[2 + j], sWords[j] * rb);
+  u8* const to = (u8*)b.dst;  // byte x goes from from + x to to + x
+  const u8* const from = (const u8*)b.src;
   if (((u64)(to + x) & 15) != 0) {
     for (i64 y = x; y < x + 16 && y < hi; ++y) to[y] = Gather ? *gathered_byte(input, gather, rb, y) : from[y];
     return;

@@ -542,8 +542,12 @@ struct BiasedChunks {
 struct ChunkBias {
   i64 dst, src;
 };
+// From the chunk's output (its peer's) itself, as xs_copy_across has it; chunk_bias from the table.
+__host__ __device__ inline ChunkBias chunk_bias_to(const u8* out, const u8* input, i64 rb, i64 dstRow, i64 srcRow, i64 start) {
+  return ChunkBias{(i64)out + dstRow * rb - start, (i64)input + srcRow * rb - start};
+}
 __host__ __device__ inline ChunkBias chunk_bias(u8* const* out, const u8* input, int E, i64 rb, i64 k, i64 dstRow, i64 srcRow, i64 start) {
-  return ChunkBias{(i64)out[k / E] + dstRow * rb - start, (i64)input + srcRow * rb - start};
+  return chunk_bias_to(out[k / E], input, rb, dstRow, srcRow, start);
 }
 __host__ __device__ inline void bias_chunk(const BiasedChunks& b, const XChunks& c, i64 k) {
   const i64 s = c.cum[k] * c.rb;

@@ -19,6 +19,13 @@ import { runRanks, type RankFailure } from '../src/world/threads.js';
 import type { Caught } from './library-refusals/programs.js';
 
 const programs = new URL('./library-refusals/programs.js', import.meta.url);
+
+/** A rank program of tests/library-refusals/programs.ts on one rank: each of its outcomes as 'Name: message', or 'no error'. */
+async function outcomesOf(opts: { backend: 'cpu' | 'cuda'; ranks: 1; lanes?: number }, program: string): Promise<string[]> {
+  const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>(opts, programs, program, {});
+  return outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`));
+}
+
 const base: MoeGroupOptions = { numExperts: 8, topk: 4, maxTokensPerRank: 4, rowBytes: 16, layout: 'expanded' };
 
 /** Every rank's outcome of createMoeGroup with its own options. */
@@ -178,8 +185,7 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
   });
 
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: no arguments, capture without a function, a closed replay, a write of a plain array`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
-    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1 }, programs, 'misuse', {});
-    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+    assert.deepEqual(await outcomesOf({ backend, ranks: 1 }, 'misuse'), [
       'UsageError: rank 0: allToAllV takes one object of named arguments, got undefined',
       'UsageError: rank 0: planAllToAllV takes one object of named arguments, got undefined',
       'UsageError: rank 0: planAllToAllV2d takes one object of named arguments, got undefined',
@@ -191,8 +197,7 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
   });
 
   test('cpu: a capture inside a replayed closure, and a launch on something that is not a stream, are refused as on cuda', async () => {
-    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend: 'cpu', ranks: 1 }, programs, 'replayMisuse', {});
-    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+    assert.deepEqual(await outcomesOf({ backend: 'cpu', ranks: 1 }, 'replayMisuse'), [
       'UsageError: rank 0: capture() is already in progress',
       'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 42',
       'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got a Lane (pass it as lane, or its .stream)',
@@ -201,16 +206,14 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
   });
 
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: a replay launched inside a capture (cpu: inside a replayed closure) is refused by name; launched outside, it runs`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
-    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1 }, programs, 'launchInCapture', {});
-    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+    assert.deepEqual(await outcomesOf({ backend, ranks: 1 }, 'launchInCapture'), [
       'UsageError: rank 0: a replay cannot be launched inside capture(): capture its calls in the one closure, or launch it before or after',
       'no error',
     ]);
   });
 
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: handle.waitOn and replay.launch with what is not a stream are refused by name, a stream passes`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
-    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1 }, programs, 'waitOnMisuse', {});
-    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+    assert.deepEqual(await outcomesOf({ backend, ranks: 1 }, 'waitOnMisuse'), [
       'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 42',
       'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got a Lane (pass it as lane, or its .stream)',
       'UsageError: rank 0: waitOn needs the stream to order after the call (comm.lane(i).stream, or a stream of yours)',
@@ -221,8 +224,7 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
   });
 
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: comm.lane takes an integer index of its lanes only; write of a whole ArrayBuffer says to wrap it`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
-    const [outcomes] = await runRanks<unknown, (Caught | 'no error')[]>({ backend, ranks: 1, lanes: 2 }, programs, 'laneAndWriteMisuse', {});
-    assert.deepEqual(outcomes.map((o) => (o === 'no error' ? o : `${o.name}: ${o.message}`)), [
+    assert.deepEqual(await outcomesOf({ backend, ranks: 1, lanes: 2 }, 'laneAndWriteMisuse'), [
       "UsageError: rank 0: lane index must be an integer from 0 to 1, got '0' (a string)",
       'UsageError: rank 0: lane index must be an integer from 0 to 1, got 1.5',
       "UsageError: rank 0: lane index must be an integer from 0 to 1, got 'length' (a string)",

@@ -83,11 +83,10 @@ int main() {
     CK(cudaStreamEndCapture(work, &g));
     return g;
   };
-  // Times `op` while the spinner runs, then releases it.
-  auto beside = [&](const char* name, const std::function<void()>& op) {
+  // Times `op` while the spinner, started by `start`, runs; then releases it.
+  auto timed = [&](const char* name, const std::function<void()>& start, const std::function<void()>& op) {
     *release = 0;
-    spinner<<<1, 32, 0, spin>>>(release);
-    CK(cudaGetLastError());
+    start();
     const auto t = std::chrono::steady_clock::now();
     while (ms_since(t) < 50) {
     }
@@ -98,6 +97,12 @@ int main() {
     CK(cudaStreamSynchronize(spin));
     CK(cudaStreamSynchronize(work));
     printf("%-58s %9.3f ms%s\n", name, ms, ms > 0.5 * SPIN_MS ? "   <- waited for the spinner" : "");
+  };
+  auto beside = [&](const char* name, const std::function<void()>& op) {
+    timed(name, [&] {
+      spinner<<<1, 32, 0, spin>>>(release);
+      CK(cudaGetLastError());
+    }, op);
   };
 
   cudaGraph_t g1 = capture([&](cudaStream_t s) { plain<<<1, 256, 0, s>>>(out); });
@@ -143,20 +148,7 @@ int main() {
   CK(cudaStreamEndCapture(spin, &gs));
   cudaGraphExec_t es;
   CK(cudaGraphInstantiate(&es, gs, 0));
-  auto besideGraph = [&](const char* name, const std::function<void()>& op) {
-    *release = 0;
-    CK(cudaGraphLaunch(es, spin));
-    const auto t = std::chrono::steady_clock::now();
-    while (ms_since(t) < 50) {
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    op();
-    const double ms = ms_since(t0);
-    *release = 1;
-    CK(cudaStreamSynchronize(spin));
-    CK(cudaStreamSynchronize(work));
-    printf("%-58s %9.3f ms%s\n", name, ms, ms > 0.5 * SPIN_MS ? "   <- waited for the spinner" : "");
-  };
+  auto besideGraph = [&](const char* name, const std::function<void()>& op) { timed(name, [&] { CK(cudaGraphLaunch(es, spin)); }, op); };
   cudaGraphExec_t e7, e8, e9;
   besideGraph("[spinner in a graph] instantiate: plain", [&] { CK(cudaGraphInstantiate(&e7, capture([&](cudaStream_t s) { plain<<<1, 256, 0, s>>>(out); }), 0)); });
   besideGraph("[spinner in a graph] instantiate: the spinner's kernel", [&] { CK(cudaGraphInstantiate(&e8, capture([&](cudaStream_t s) { spinner<<<1, 32, 0, s>>>(release); }), 0)); });

@@ -10,7 +10,7 @@ import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
-import { captureBatch, closeBatch, timeReplay } from './rank.js';
+import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { alignColumns, counted, formatGBps, formatMicros } from './table.js';
 import { formatBytes } from './units.js';
@@ -109,13 +109,7 @@ export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: Ra
       let graphUs: number | undefined;
       if (comm.backend === 'cuda' && bytes <= GRAPH_MAX_BYTES) {
         const batch = await captureBatch(comm, stream, call, bytes, GRAPH_CALLS);
-        try {
-          graphUs = timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs;
-        } catch (e) {
-          batch.replay.close();
-          throw e;
-        }
-        await closeBatch(comm, batch);
+        graphUs = await usingBatch(comm, batch, (b) => timeReplay(comm, agree, stream, { repeats: arg.repeats }, b).medianUs);
       }
       const algbw = bytes / (t.medianUs * 1e3);
       const row: AllReduceRow = { bytes, count, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, graphUs, algbwGBps: algbw, busbwGBps: (algbw * 2 * (W - 1)) / W };

@@ -15,7 +15,7 @@ import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
-import { captureBatch, closeBatch, timeReplay } from './rank.js';
+import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
 import { alignColumns, counted, formatGBps, formatMicros, formatRatio } from './table.js';
@@ -121,17 +121,11 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
         if (comm.backend !== 'cuda') return undefined;
         // Fewer calls a graph than the 1-D sweep's: a dispatch is four or five kernels.
         const batch = await captureBatch(comm, stream, call, bytes, 10);
-        let us: number;
-        try {
-          batch.replay.launch(stream).wait();
+        return usingBatch(comm, batch, (b) => {
+          b.replay.launch(stream).wait();
           check?.();
-          us = timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs;
-        } catch (e) {
-          batch.replay.close();
-          throw e;
-        }
-        await closeBatch(comm, batch);
-        return us;
+          return timeReplay(comm, agree, stream, { repeats: arg.repeats }, b).medianUs;
+        });
       };
       const graphUs = await graphOf(op, arg.op === 'moe-dispatch' ? () => checkCounts(comm, expertCounts, all, E) : undefined);
       // The 1-D call of the same rows: this rank's selections per destination rank (one row per

@@ -198,10 +198,21 @@ export async function captureBatch(comm: Comm, stream: Stream, call: () => void,
   return { replay, calls };
 }
 
-/** Collective: closes a replay, then meets (a graph's destruction is a driver call beside peers' calls too). */
-export async function closeBatch(comm: Comm, batch: CapturedBatch): Promise<void> {
+/**
+ * Collective: `use(batch)`, then the replay closed and the ranks met (a graph's destruction is a
+ * driver call beside peers' calls too); closed without the meeting when `use` throws.
+ */
+export async function usingBatch<T>(comm: Comm, batch: CapturedBatch, use: (batch: CapturedBatch) => T): Promise<T> {
+  let result: T;
+  try {
+    result = use(batch);
+  } catch (e) {
+    batch.replay.close();
+    throw e;
+  }
   batch.replay.close();
   await comm.barrier();
+  return result;
 }
 
 /** Collective: µs per captured call, replaying the graph back to back. */

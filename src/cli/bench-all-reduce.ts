@@ -5,7 +5,7 @@ import { formatGBps, formatMicros } from '../bench/table.js';
 import { doublingSizes, formatBytes, holdsWholeUnit } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
-import { integer, size } from './options.js';
+import { integer, size, RANKS_HELP, TIMEOUT_HELP } from './options.js';
 import { checkSizeRange, shortOfMax } from './sizes.js';
 
 interface AllReduceFlags {
@@ -27,14 +27,14 @@ export function addBenchAllReduce(bench: Command): void {
     .description('Sweep comm.allReduce over sizes (eager, and on cuda in graphs), every size checked against the host sum first; ' +
       'with several backends one table and each row against NCCL (vs nccl = NCCL time / its time)')
     .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backendList)
-    .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
+    .option('--ranks <n>', RANKS_HELP, integer(1))
     .addOption(new Option('--min <size>', 'smallest buffer per rank').argParser(size).default(4096, '4K'))
     .option('--max <size>', 'largest buffer per rank: sizes double from --min and stop at the last one not past it, said in a note ' +
       '(default: 256M on cuda and nccl, 16M on cpu)', size)
     .addOption(new Option('--dtype <dtype>', 'element type').choices(['f32', 'bf16']).default('f32'))
     .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
     .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
-    .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+    .option('--timeout-ms <ms>', TIMEOUT_HELP, integer(1))
     .option('--json', 'print only the JSON result to stdout')
     .action((flags: AllReduceFlags, cmd: Command) => benchAllReduce(flags, cmd));
 }

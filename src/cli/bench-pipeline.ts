@@ -9,7 +9,7 @@ import { SHAPE_NAMES, type ShapeName } from '../pipeline/shapes.js';
 import { ARMS, type Arm } from '../pipeline/train.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
-import { integer, listItems, once, seedInteger } from './options.js';
+import { integer, listItems, once, seedInteger, RANKS_HELP, TIMEOUT_HELP } from './options.js';
 
 /** commander's parse of `a2av bench pipeline`; unset counts take the backend's defaults (PIPELINE_DEFAULTS). */
 interface PipelineFlags {
@@ -45,14 +45,14 @@ export function addBenchPipeline(bench: Command): void {
       'one-lane (every collective on lane 0), two-lanes (the input dist on lane 1), two-lanes-serialized (lane 1, but each collective waits for ' +
       'the one before: the control). Every arm must end with the same loss, tables and weights; a difference ends the run with exit status 1')
     .option('--backend <names>', 'backend, or several: cuda, nccl (host-side splits: TorchRec\'s way), cpu (default: cuda when a GPU is visible, else cpu)', backendList)
-    .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
+    .option('--ranks <n>', RANKS_HELP, integer(1))
     .addOption(new Option('--shape <name>', 'tiny; dlrm (26 features, dim 64, 100k rows, batch 8192, dense 512-256-64 over 512-512-256-1); ' +
       'dlrm-128 (dim 128); many-tables (170 features, dim 256, pooling 30, batch 32768) (default: dlrm, or tiny where cpu is one of the backends)').choices(SHAPE_NAMES))
     .addOption(new Option('--arms <list>', 'arms to run, in this order').argParser(armList).default([...ARMS], ARMS.join(',')))
     .option('--iters <n>', 'timed steps per arm: the median and spread are over them (default 200; 100 with cpu)', integer(1))
     .option('--warmup <n>', 'untimed steps before them (default 20)', integer(0))
     .option('--seed <n>', 'seed of the synthetic batches and the initial weights', seedInteger, 1)
-    .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+    .option('--timeout-ms <ms>', TIMEOUT_HELP, integer(1))
     .option('--input-dist-blocks <n>', 'at most this many thread blocks for each input-dist all-to-all on cuda: the SM budget of the lane that ' +
       'overlaps the compute (default: the launch plan\'s)', integer(1))
     .addOption(new Option('--gemm <kind>', "cuda and nccl: the dense layers' GEMMs in kernel (the pipeline's own, bit-exact against the cpu backend), " +

@@ -13,7 +13,7 @@ import { formatBytes, parseSize } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
-import { integer, seedInteger, size } from './options.js';
+import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP } from './options.js';
 import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './sizes.js';
 
 const DEFAULT_MIN = '512K';
@@ -59,7 +59,7 @@ export function addBench(program: Command): Command {
       'checked first; a wrong result ends the run with exit status 1, naming the first wrong byte. ' +
       'Sub-commands: a2av bench allreduce (comm.allReduce), a2av bench pipeline (a training step); --help on each')
     .option('--backend <names>', 'backend, or several to compare in one table: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backendList)
-    .option('--ranks <n>', 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)', integer(1))
+    .option('--ranks <n>', RANKS_HELP, integer(1))
     .addOption(new Option('--min <size>', 'smallest input per rank (512K, 4M, bytes); not the moe-* ops').argParser(size).default(parseSize(DEFAULT_MIN), DEFAULT_MIN))
     .option('--max <size>', 'largest input per rank: sizes double from --min and stop at the last one not past it (as nccl-tests\' -b/-e), ' +
       `or lower to fit memory; a note says where the sweep stops short of it; not the moe-* ops (default: ${DEFAULT_MAX.cuda} on cuda and nccl, ${DEFAULT_MAX.cpu} on cpu)`, size)
@@ -85,7 +85,7 @@ export function addBench(program: Command): Command {
     .option('--seed <n>', 'seed of the zipf split layouts (uniform splits, having none, refuse it) and of the moe-* ops\' routing', seedInteger, 1)
     .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms); not the moe-* ops, which always time loops of >= 20 ms', integer(1))
     .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
-    .option('--timeout-ms <ms>', 'bound on every wait between ranks (default 60000)', integer(1))
+    .option('--timeout-ms <ms>', TIMEOUT_HELP, integer(1))
     .option('--json', 'print only the JSON result to stdout')
     .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does; not the moe-* ops)')
     // `bench help pipeline`: without it, bench's own action takes `help` as an argument and refuses it.

@@ -47,3 +47,7 @@ export function size(text: string): number {
 export function sizeOrZero(text: string): number {
   return /^\s*0+\s*$/.test(text) ? 0 : size(text);
 }
+
+/** The help of the options every command that runs ranks shares (tune's --ranks has no cpu default). */
+export const RANKS_HELP = 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)';
+export const TIMEOUT_HELP = 'bound on every wait between ranks (default 60000)';

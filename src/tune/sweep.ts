@@ -11,7 +11,7 @@ import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { InputPattern } from '../bench/data.js';
 import { measure, slowestRank } from '../bench/measure.js';
-import { captureBatch, closeBatch, timeReplay } from '../bench/rank.js';
+import { captureBatch, timeReplay, usingBatch } from '../bench/rank.js';
 import { makeSplits } from '../bench/splits.js';
 import type { LaunchPlan } from './plan.js';
 import { pickPlan, type MeasuredSize, type PlanProbe, type PlanShape, type Timed } from './table.js';
@@ -88,14 +88,7 @@ export async function tune(comm: Comm, arg: TuneArg, ctx: RankContext): Promise<
         const eager = slowestRank(agree, measure(comm, stream, call, { repeats: arg.repeats, agree })).medianUs;
         if (timing === 'eager') return { plan, eager, us: eager };
         const batch = await captureBatch(comm, stream, call, bytes);
-        let us: number;
-        try {
-          us = timeReplay(comm, agree, stream, { repeats: arg.repeats }, batch).medianUs;
-        } catch (e) {
-          batch.replay.close();
-          throw e;
-        }
-        await closeBatch(comm, batch);
+        const us = await usingBatch(comm, batch, (b) => timeReplay(comm, agree, stream, { repeats: arg.repeats }, b).medianUs);
         return { plan, eager, us };
       };
       const heuristic = probe.heuristic(bytes, arg.rowBytes);
