@@ -302,33 +302,61 @@ __device__ void receiver_verdict(XBlockState& st, const XParams& p, const i64* x
   __syncthreads();
   const bool byExpert = p.kind == X_DISPATCH;
   const int groups = byExpert ? E : W, members = byExpert ? W : E;
-  // The layout as one sequence, group by group (expert-major for a dispatch, source-major for a
-  // combine): running sums over all of it (with every thread: a thread a group summed E counts
-  // one after another, 30 us of a combine at W = 8, E = 256), parked in starts until each is
-  // moved by its group's start.
-  const i64 n = (i64)groups * members;
-  const auto srcOf = [&](i64 f) { return byExpert ? (int)(f % members) : (int)(f / members); };
-  const auto expertOf = [&](i64 f) { return byExpert ? (int)(f / members) : (int)(f % members); };
-  const auto slot = [&](i64 f) { return starts + (i64)srcOf(f) * A2AV_MAX_EXPERTS + expertOf(f); };
-  const i64 all = block_scan_sat_by(n, [&](i64 f) { return count(srcOf(f), expertOf(f)); }, [&](i64 f, i64 v) { *slot(f) = v; }, st.scan);
-  for (int g = tid; g < groups; g += nt) {
-    const i64 at = *slot((i64)g * members), next = g + 1 < groups ? *slot((i64)(g + 1) * members) : all;
-    const i64 t = next - at;  // past a saturated sum the layout is refused below, whatever t is
-    st.first[g] = at;
-    // an expert's block: a multiple of align rows, and at least align rows
-    st.len[g] = !byExpert ? t : t == 0 ? p.align : sat_add(t, (p.align - t % p.align) % p.align);
+  // Groups of a few members (a dispatch's W sources): a thread a group walks them. Many (a
+  // combine's E experts): the layout as one sequence, group by group, with running sums over all
+  // of it by every thread (a thread a group summed E counts one load after another: 30 us of a
+  // combine at W = 8, E = 256), parked in starts until each is moved by its group's start.
+  const bool flat = members > 32;
+  const int n = groups * members;  // <= 256 x 256
+  const auto srcOf = [&](int f) { return byExpert ? f % members : f / members; };
+  const auto expertOf = [&](int f) { return byExpert ? f / members : f % members; };
+  const auto slot = [&](int f) { return starts + (i64)srcOf(f) * A2AV_MAX_EXPERTS + expertOf(f); };
+  const auto padded = [&](i64 t) { return !byExpert ? t : t == 0 ? p.align : sat_add(t, (p.align - t % p.align) % p.align); };
+  i64 all = 0;
+  if (flat) {
+    all = block_scan_sat_by((i64)n, [&](i64 f) { return count(srcOf((int)f), expertOf((int)f)); }, [&](i64 f, i64 v) { *slot((int)f) = v; }, st.scan);
+    for (int g = tid; g < groups; g += nt) {
+      const i64 at = *slot(g * members), next = g + 1 < groups ? *slot((g + 1) * members) : all;
+      st.first[g] = at;
+      st.len[g] = padded(next - at);  // past a saturated sum the layout is refused below, whatever this is
+    }
+  } else {
+    for (int g = tid; g < groups; g += nt) {
+      i64 t = 0;
+      for (int m = 0; m < members; ++m) t = sat_add(t, byExpert ? count(m, g) : count(g, m));
+      // an expert's block: a multiple of align rows, and at least align rows
+      st.len[g] = padded(t);
+    }
   }
   __syncthreads();
   const i64 total = block_scan_sat(st.len, st.tmp, groups, st.scan);
   // A saturated count sum is the total the verdict names, as summed group by group.
   if (tid == 0) st.total = all == 0x7fffffffffffffffLL ? all : total;
   __syncthreads();
-  for (i64 f = tid; f < n; f += nt) {
-    const int g = (int)(f / members), src = srcOf(f), e = expertOf(f);
-    const i64 pos = sat_add(st.tmp[g], *slot(f) - st.first[g]), c = count(src, e);
-    // The first overrun in layout order: the least key, as each group's keys rise through it.
-    if (c > cap - pos) atomicMin(&st.out, (unsigned long long)(byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e));
-    *slot(f) = pos;
+  // The first overrun in layout order: the least key, as each group's keys rise through it.
+  const auto overrun = [&](int src, int e) { atomicMin(&st.out, (unsigned long long)(byExpert ? (i64)e * (W + 1) + src : (i64)src * E + e)); };
+  if (flat) {
+    for (int f = tid; f < n; f += nt) {
+      const int src = srcOf(f), e = expertOf(f);
+      const i64 pos = sat_add(st.tmp[f / members], *slot(f) - st.first[f / members]), c = count(src, e);
+      if (c > cap - pos) overrun(src, e);
+      *slot(f) = pos;
+    }
+  } else {
+    for (int g = tid; g < groups; g += nt) {
+      i64 pos = st.tmp[g];
+      bool over = false;
+      for (int m = 0; m < members; ++m) {
+        const int src = byExpert ? m : g, e = byExpert ? g : m;
+        const i64 c = count(src, e);
+        if (!over && c > cap - pos) {
+          overrun(src, e);
+          over = true;
+        }
+        starts[(i64)src * A2AV_MAX_EXPERTS + e] = pos;
+        pos = sat_add(pos, c);
+      }
+    }
   }
   for (int g = tid; byExpert && g < groups; g += nt) {
     const i64 end = g + 1 < groups ? st.tmp[g + 1] : st.total;
