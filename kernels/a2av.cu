@@ -101,6 +101,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   // Launched early (programmatic dependent launch): wait here for the previous kernel on this
   // stream, then let the next call's kernel get scheduled while this one runs. No-ops otherwise.
   pdl_wait();
+  PROBE_STAMP_BEGIN(me, 1);
   // In grid mode the dependent is the copy grid, which may fill the GPU: it must not be scheduled
   // before every rank's a2av_1d is resident, i.e. before the arrival wait below.
   if (!p.gridCopy) pdl_release();
@@ -271,6 +272,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
         plan[3 * r + 2] = bad ? 0 : sendLen[r];
       }
     }
+    PROBE_STAMP(me, 1);
     return;
   }
   if (!bad && A2AV_COPYING) {
@@ -339,6 +341,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_1d(const A2a
   __syncthreads();
   if (tid == 0 && !sAbort) st_volatile(&h->seq, seq);
   PROBE_CLOCK(8);
+  PROBE_STAMP(me, 1);
 #ifdef A2AV_PROBE_CLOCKS
   if (PROBE_CLOCKS_DUE(a2av_1d_launches)) {
     printf("a2av_1d W=%d rank=%d blocks=%d grid=%d cycles: pdl-wait %lld splits %lld payloads %lld checks %lld (own tasks %lld, the rest %lld) offsets %lld copy %lld completion %lld\n", W, me,
@@ -391,6 +394,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(cons
   if (early) word = ld_stream((const uint4*)(p.input + mine));
   pdl_wait();
   pdl_release();
+  PROBE_STAMP(p.rank, 3);
   const u8* lane = p.pad + p.laneOffset;
   __shared__ int sAbort;
   // Every block reads the same few words: through the read-only path, so each SM's L1 serves them
@@ -399,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(cons
   const i64* src = lane_send_plan((u8*)lane, W);
   for (int i = tid; i < 3 * W; i += blockDim.x) plan[i] = __ldg(src + i);
   __syncthreads();
-  if (sAbort) return;
+  if (sAbort || !A2AV_COPYING) return;
   const i64 total = plan[3 * (W - 1)] + plan[3 * (W - 1) + 2];
   if (first >= total) return;
   int a = 0, b = W - 1;  // the segment holding byte `first` (segments ascend)
@@ -423,6 +427,7 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS, 2) a2av_copy(cons
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A2avParams p) {
   pdl_wait();
   pdl_release();
+  PROBE_STAMP(p.rank, 4);
   u8* lane = p.pad + p.laneOffset;
   // a2av_1d of this call has waited for every packet's flag (it finished before this kernel:
   // pdl_wait), and no peer can overwrite the slot before this call completes (see the
@@ -430,4 +435,5 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) a2av_done(const A
   complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [&](int q, i64 seq) {
     return ll_value(ll_load(lane_payload(lane, p.world, (int)(seq & 1), q) + A2AV_PAY_SIGNALS));
   });
+  PROBE_STAMP(p.rank, 5);
 }

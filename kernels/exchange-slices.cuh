@@ -36,6 +36,7 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
   // and x_copy_slices' blocks may take slots beside ours and read their first words.
   pdl_wait();
   pdl_release();
+  PROBE_STAMP(p.rank, 2);
   if (threadIdx.x == 0) {
     const bool skip = ld_volatile(p.scratch) != 0 || ld_volatile(&((const LaneHeader*)lane)->abort.code) != A2AV_OK;
     sTotal = skip ? -1 : p.plan[8] * p.rowBytes;
@@ -268,6 +269,7 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   }
   pdl_wait();     // x_slice_index has finished
   pdl_release();  // x_done_open may wait in a slot beside us
+  PROBE_STAMP(p.rank, 3);
   const i64* index = xs_index(p.scratch, p.world);
   // Written by x_slice_index, the kernel before this one: the read-only path serves every block.
   const int shift = p.sliceSpanLog2;

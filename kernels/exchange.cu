@@ -56,6 +56,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   const PlanArrays plan = plan_arrays(p.plan, W);
   const i64 N = (i64)W * E;
   if (!x_begin(st, h, gate)) return;
+  PROBE_STAMP_BEGIN(me, p.kind);
   PROBE_CLOCK(1);
   const i64 seq = st.seq;
   const int parity = (int)(seq & 1);
@@ -171,6 +172,7 @@ extern "C" __global__ void __launch_bounds__(1024) x_exchange(const XParams p) {
   for (i64 i = tid; i < N; i += nt) plan.dst[i] = answers[(i / E) * A2AV_X2_WORDS + A2AV_X2_HEADER + (i % E)];
   accept(p, xin, starts, gate, sent, seq);
   PROBE_CLOCK(9);
+  PROBE_STAMP(me, 1);
 #ifdef A2AV_PROBE_CLOCKS
   if (PROBE_CLOCKS_DUE(xx_launches))
     printf("x_exchange kind=%d W=%d E=%d rank=%d cycles: pdl-wait %lld row %lld round-1 stores %lld round-1 wait %lld layout %lld round-2 stores %lld round-2 headers %lld round-2 counts %lld accept %lld\n",
@@ -246,7 +248,9 @@ __device__ __forceinline__ void x_complete(const XParams& p) {
   complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
 }
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) {
+  PROBE_STAMP(p.rank, 4);
   x_complete(p);
+  PROBE_STAMP(p.rank, 5);
 #ifdef A2AV_PROBE_WAIT_PRINT
   note_done(p);
 #endif
@@ -257,7 +261,9 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XPar
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done_open(const XParams p) {
   pdl_wait();
   pdl_release();
+  PROBE_STAMP(p.rank, 4);
   x_complete(p);
+  PROBE_STAMP(p.rank, 5);
 #ifdef A2AV_PROBE_WAIT_PRINT
   note_done(p);
 #endif

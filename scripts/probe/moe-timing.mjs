@@ -7,7 +7,9 @@
 // A config may give "maxBlocks" (the calls' SM budget: with at most half the resident share, the
 // next call's kernel is launched early and its exchange overlaps this call's copy).
 // A2AV_PROBE_DEFINES=A2AV_PROBE_NO_COPY times every call without its data (the kernels' exchange and
-// completion alone; results are then wrong by design), A2AV_PROBE_XF_BLOCK0_POLL has block 0 of
+// completion alone; results are then wrong by design; the 1-D call's a2av_copy too),
+// A2AV_PROBE_STAMPS prints, every 16th call of rank 0, when each kernel of the call began after its
+// exchange did (kernels/probe-clocks.cuh), A2AV_PROBE_XF_BLOCK0_POLL has block 0 of
 // x_fused alone poll the packets and the other blocks wait on its flag; A2AV_PROBE_ONLY=dg,oneg picks timings,
 // A2AV_PROBE_ITERS fixes the calls per loop, A2AV_MOE_FUSED=0 takes the three-kernel MoE path,
 // A2AV_MOE_GRID=never|always (ranks on one GPU): x_fused for every call, or x_copy_slices (two 4 KiB
