@@ -4,7 +4,7 @@ import { randomInt } from 'node:crypto';
 import { describe, test } from 'node:test';
 import type { BackendName } from '../src/backends/backend.js';
 import { runRanks } from '../src/world/threads.js';
-import { caseArg, notFor, suite } from './conformance/suite.js';
+import { caseArg, notFor, suite, type Case } from './conformance/suite.js';
 
 const seed = process.env.A2AV_SEED !== undefined ? Number(process.env.A2AV_SEED) : randomInt(2 ** 31);
 const cases = new URL('./conformance/cases.js', import.meta.url);
@@ -33,18 +33,29 @@ async function unavailable(backend: BackendName): Promise<{ why?: string; gpus: 
 const availability = { cpu: unavailable('cpu'), cuda: unavailable('cuda'), nccl: unavailable('nccl') };
 
 // 'cuda grid': the cuda backend with every call in grid mode (kernels/a2av.cu), which by default
-// only large calls take.
-const runs = [
+// only large calls take; 'MoE slice grid': the MoE cases with every call whose ranks share a GPU on
+// x_copy_slices (kernels/exchange-slices.cuh), which by default only calls from 16 MiB take, so
+// its index, its spans across chunks and its loops under an SM budget meet the suite's odd shapes.
+/** The MoE cases that move data (not the host-side usage checks, not the timeout). */
+const MOE_DATA = /^(moe(Exchange|Plans|Replay|Errors|Mismatch|Lanes|Tokens|TokenReplay|TokenErrors)|planRefusals)$/;
+type Run = { backend: BackendName; title: string; env?: Record<string, string>; cases?: (c: Case) => boolean };
+const runs: Run[] = [
   { backend: 'cpu', title: 'cpu' },
   { backend: 'cuda', title: 'cuda' },
   { backend: 'cuda', title: 'cuda, grid mode (A2AV_GRID_COPY=always)', env: { A2AV_GRID_COPY: 'always' } },
+  { backend: 'cuda', title: 'cuda, MoE slice grid (A2AV_MOE_GRID=always)', env: { A2AV_MOE_GRID: 'always' }, cases: (c) => MOE_DATA.test(c.fn) },
   { backend: 'nccl', title: 'nccl' },
-] as const;
+];
 
-for (const { backend, title, ...rest } of runs) {
-  const env: Record<string, string> = 'env' in rest ? rest.env : {};
+// A2AV_CONFORMANCE_RUN=words: only the runs whose title holds one of them (comma-separated), so a
+// GPU run can take one, e.g. A2AV_CONFORMANCE_RUN='slice grid'.
+const wanted = (process.env.A2AV_CONFORMANCE_RUN ?? '').split(',').map((w) => w.trim()).filter((w) => w !== '');
+const picked = runs.filter((r) => wanted.length === 0 || wanted.some((w) => r.title.includes(w)));
+if (picked.length === 0) throw new Error(`A2AV_CONFORMANCE_RUN=${process.env.A2AV_CONFORMANCE_RUN}: no run's title holds it (${runs.map((r) => r.title).join('; ')})`);
+
+for (const { backend, title, env = {}, cases: chosen = () => true } of picked) {
   describe(`conformance on ${title}`, () => {
-    for (const c of suite) {
+    for (const c of suite.filter(chosen)) {
       test(c.name, async (t) => {
         const { why, gpus } = await availability[backend];
         // NCCL refuses two ranks on one GPU, so on nccl a case needs as many GPUs as ranks.
