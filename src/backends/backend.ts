@@ -273,6 +273,23 @@ export interface Between {
  */
 export const ON_REPLAY = Symbol('a2av.onReplay');
 
+/**
+ * Internal: `comm[EXPLAINED](explain, queue)` runs `queue` and returns what it returns; inside a
+ * capture (cuda) or a replayed closure (cpu), a refusal of a call `queue` made is reported by the
+ * replay's handle as `explain(err)`, as the handles `queue` returns report it eagerly through their
+ * own wrapper: the token MoE group's refusals in its own terms (moe/errors.ts), not as the
+ * exchange's stand-in splits. Absent where there is no capture (nccl).
+ */
+export const EXPLAINED = Symbol('a2av.explained');
+/** What a refusal means to the caller that made the call (an error; others pass as they are). */
+export type Explain = (err: Error) => unknown;
+/** explain(err) where that is an error, else err. */
+export function explained(explain: Explain | undefined, err: Error): Error {
+  if (explain === undefined) return err;
+  const e = explain(err);
+  return e instanceof Error ? e : err;
+}
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */
@@ -372,6 +389,8 @@ export interface Comm {
   capture(stream: Stream, fn: () => void): Replay;
   /** See ON_REPLAY. */
   [ON_REPLAY]?(fn: () => void): boolean;
+  /** See EXPLAINED. */
+  [EXPLAINED]?<T>(explain: Explain, queue: () => T): T;
   /**
    * Runs `fn` `iters` times back to back on `stream` and returns device time in ms. `leadIn` calls
    * run first, untimed: for a collective they line the ranks up on the device, so the clock starts

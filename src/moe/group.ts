@@ -11,7 +11,7 @@
 // All on the caller's stream around the exchanges on the group's lane, so graph-capturable. Each
 // step is one launch on a GPU and nothing waits on the host: at one token a call costs its
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
-import { BETWEEN, COMPANION, GATHER, ON_REPLAY, ONE_GPU_FUSED, SCATTER, type Comm, type DeviceBuffer, type Handle, type Lane, type Stream } from '../backends/backend.js';
+import { BETWEEN, COMPANION, EXPLAINED, GATHER, ON_REPLAY, ONE_GPU_FUSED, SCATTER, type Comm, type DeviceBuffer, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { checkArgsObject } from '../collectives/check.js';
 import { CommAbortedError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
@@ -192,19 +192,25 @@ class TokenGroup implements MoeGroup {
     // without recvTopkWeights): every rank then runs the same exchanges, whatever its peers pass.
     const meta = { input: b.sendMeta, output: b.recvMeta, rowBytes: sh.metaBytes };
     const parts: Handle[] = [];
-    if (comm.backend === 'cuda') {
-      // The metadata rides along the rows' exchange (one launch); the rows from x through rowOf, or from send.
-      // On one GPU each x row is read once for all its send rows (SCATTER: the slots name them).
-      const from = b.rowOf ? { input: a.x, [GATHER]: b.rowOf, [SCATTER]: { slots: b.slot, dests: b.dests!, tokens: b.routeTokens, topk: sh.topk, rows: p.tokenCap } } : { input: b.send! };
-      parts.push(comm.allToAllV2d(Object.assign({ ...rows, ...from }, { [COMPANION]: meta, [ONE_GPU_FUSED]: sh.sendRows * sh.rowBytes < DISPATCH_FUSED_BELOW })));
-    } else {
-      parts.push(comm.allToAllV2d({ ...rows, input: b.send! }));
-      parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));
-    }
+    const along = route;
+    const explain = (err: unknown) => dispatchError(err, sh, this.#facts(along));
+    const queue = () => {
+      if (comm.backend === 'cuda') {
+        // The metadata rides along the rows' exchange (one launch); the rows from x through rowOf, or from send.
+        // On one GPU each x row is read once for all its send rows (SCATTER: the slots name them).
+        const from = b.rowOf ? { input: a.x, [GATHER]: b.rowOf, [SCATTER]: { slots: b.slot, dests: b.dests!, tokens: b.routeTokens, topk: sh.topk, rows: p.tokenCap } } : { input: b.send! };
+        parts.push(comm.allToAllV2d(Object.assign({ ...rows, ...from }, { [COMPANION]: meta, [ONE_GPU_FUSED]: sh.sendRows * sh.rowBytes < DISPATCH_FUSED_BELOW })));
+      } else {
+        parts.push(comm.allToAllV2d({ ...rows, input: b.send! }));
+        parts.push(unlessAborted(() => comm.allToAllV2d({ ...exchange, ...meta, outSplitsOffsets: b.metaOso, sizeHintBytes: sends * sh.metaBytes })));
+      }
+    };
+    // A replay of this dispatch reports its refusal as the eager handle below does.
+    if (comm[EXPLAINED]) comm[EXPLAINED](explain, queue);
+    else queue();
     this.#follow(parts, s);
     compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets, numRecvRows: a.numRecvRows });
-    const along = route;
-    const done = joined(parts, comm.record(s), (err) => dispatchError(err, sh, this.#facts(along)));
+    const done = joined(parts, comm.record(s), explain);
     route.dispatched = done;
     return { route, done };
   }
@@ -222,7 +228,10 @@ class TokenGroup implements MoeGroup {
     const how = pull !== undefined
       ? { [BETWEEN]: { launch: (stream: Stream) => pull(stream, reduce) } }
       : { [ONE_GPU_FUSED]: sh.sendRows * sh.combineRowBytes < COMBINE_FUSED_BELOW };
-    const h = this.#comm.allToAllV2dOffset(Object.assign({
+    // The dispatch this combine follows (a later one along the route may be refused otherwise).
+    const dispatched = route.dispatched;
+    const explain = (err: unknown) => combineError(err, () => outcome(dispatched));
+    const queue = () => this.#comm.allToAllV2dOffset(Object.assign({
       input: a.y,
       output: b.back,
       inSplitsOffsets: b.routeOso,
@@ -234,11 +243,11 @@ class TokenGroup implements MoeGroup {
       // What this rank sent in the dispatch: what it gets back where the routing is even.
       sizeHintBytes: Math.ceil(route.tokenCap * sh.evenRowsPerToken) * sh.combineRowBytes,
     }, how));
+    // A replay of this combine reports its refusal as the eager handle below does.
+    const h = this.#comm[EXPLAINED] ? this.#comm[EXPLAINED](explain, queue) : queue();
     this.#follow([h], s);
     if (pull === undefined) compute.reduce(s, reduce);
-    // The dispatch this combine follows (a later one along the route may be refused otherwise).
-    const dispatched = route.dispatched;
-    return joined([h], this.#comm.record(s), (err) => combineError(err, () => outcome(dispatched)));
+    return joined([h], this.#comm.record(s), explain);
   }
 
   async close(): Promise<void> {

@@ -17,7 +17,7 @@ export { moeErrors, moeMismatch } from './moe-error-cases.js';
 export { moePlans, planRefusals } from './moe-plan-cases.js';
 export { moeUsage } from './moe-usage-cases.js';
 export { moeTokenReplay, moeTokens } from './moe-token-cases.js';
-export { moeTokenErrors, moeTokenTimeout } from './moe-token-error-cases.js';
+export { moeTokenErrors, moeTokenReplayErrors, moeTokenTimeout } from './moe-token-error-cases.js';
 
 export interface ExchangeArg {
   seed: number;

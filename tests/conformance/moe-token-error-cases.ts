@@ -157,6 +157,68 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
   return call - 700 + (await misuse(comm, arg, rig, good));
 }
 
+/**
+ * Refusals inside a graph replay (dispatch + combine captured with a device token count): the
+ * replay's handle names the routing's fault as an eager dispatch's does (MoeRoutingError, no
+ * stand-in split as cause), nothing is written, and the next replay goes through.
+ */
+export async function moeTokenReplayErrors(comm: Comm, arg: TokenJobArg): Promise<number> {
+  const job = jobOf(comm, arg);
+  const { world: W, topk: K, maxTokens: T } = job;
+  const me = comm.rank;
+  const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, emulator: arg.emulator });
+  const rng = new Rng(arg.seed, 0x7f);
+  const lane = comm.lane(comm.laneCount - 1);
+  const weights = job.layout === 'expanded';
+  const graph = comm.capture(lane.stream, () => {
+    const { route } = rig.dispatch({ count: 'device', idx64: true, weights, tokens: 0, stream: lane.stream });
+    rig.combine({ route, dtype: 'f32', weights, bias: false, stream: lane.stream });
+  });
+  let call = 800;
+  const calls = (): CallData => {
+    call++;
+    return { seed: arg.seed, call, routings: Array.from({ length: W }, (_, q) => routing(job, arg.seed, call, q, 'random')) };
+  };
+  const good = (label: string): void => {
+    const d = calls();
+    rig.prepare(d, true);
+    rig.poison(d.call);
+    graph.launch(lane.stream).wait();
+    rig.verifyDispatch(d, { idx64: true, weights }, label);
+  };
+  try {
+    // Every rank captures before any launches (README: instantiating can wait for the kernels on the GPU).
+    await comm.barrier();
+    good('a good replay');
+    // A bad expert id on rank q.
+    const q = rng.int(W);
+    const d = calls();
+    const bad = d.routings[q];
+    if (bad.tokens === 0) Object.assign(bad, { tokens: 1, ids: new Array<number>(K).fill(-1) });
+    const [t, k] = [rng.int(bad.tokens), rng.int(K)];
+    bad.ids[t * K + k] = rng.pick([W * job.experts, -5]);
+    rig.prepare(d, true);
+    rig.poison(d.call);
+    const label = `a replay with a bad expert id on rank ${q}`;
+    expectNoCause(expectError(graph.launch(lane.stream), MoeRoutingError, { problem: 'expert-id', rank: q, token: t, k, reportedBy: me }, label), label);
+    rig.verifyUntouched(label);
+    good(`a good replay after ${label}`);
+    // A device token count past the buffers on rank q.
+    const d2 = calls();
+    rig.prepare(d2, true);
+    rig.poison(d2.call);
+    if (me === q) comm.write(rig.inputs.numTokens, BigInt64Array.of(BigInt(T + 1)));
+    const label2 = `a replay with device token count ${T + 1} on rank ${q}`;
+    expectNoCause(expectError(graph.launch(lane.stream), MoeRoutingError, { problem: 'token-count', rank: q, reportedBy: me }, label2), label2);
+    rig.verifyUntouched(label2);
+    good(`a good replay after ${label2}`);
+  } finally {
+    graph.close();
+  }
+  await rig.close();
+  return call - 800;
+}
+
 /** Host-side misuse: UsageError at once, nothing queued, a good round trip after. */
 async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label: string) => void): Promise<number> {
   const job = jobOf(comm, arg);

@@ -95,6 +95,16 @@ export const moeTokenSuite: Case[] = [
   })),
   { name: 'MoE tokens graph replay W=2, expanded, y symmetric (on one GPU the combine reads it in place)', fn: 'moeTokenReplay', ranks: 2, arg: { ...job('expanded', 3, 2, 8, 4, 12, 3, 5), symmetricY: true } },
   { name: 'MoE tokens graph replay W=3, compact: new ids, rows and device token count each launch', fn: 'moeTokenReplay', ranks: 3, arg: job('compact', 2, 3, 6, 1, 9, 2, 5) },
+  // A replay's refusal in the group's terms, as an eager dispatch's (not the exchange's stand-in split).
+  ...([
+    [2, job('expanded', 3, 2, 8, 4, 12, 3, 0)],
+    [3, job('compact', 2, 3, 6, 1, 9, 2, 0)],
+  ] as const).map(([W, arg]) => ({
+    name: `MoE tokens errors in a graph replay W=${W}, ${arg.layout}: a bad id and a device count past the buffers named (MoeRoutingError, no stand-in cause), nothing written, the next replay goes through`,
+    fn: 'moeTokenReplayErrors',
+    ranks: W,
+    arg,
+  })),
   ...([
     [1, job('expanded', 3, 2, 6, 2, 8, 2, 0)],
     [2, job('expanded', 2, 3, 6, 4, 17, 3, 0)],

@@ -21,6 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
+import { EXPLAINED, explained, type Explain } from '../backend.js';
 import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
@@ -76,6 +77,8 @@ class CpuComm implements Comm, CheckContext {
   #barriers = 0;
   /** The handles of the calls a replay is making, while one runs. */
   #replayed: Handle[] | undefined;
+  /** Handles of a replayed closure's calls wrapped by EXPLAINED already. */
+  readonly #explainedCalls = new WeakSet<Handle>();
   /** Why the communicator is unusable (closed, or a peer timed out), else undefined. */
   #broken: Error | undefined;
 
@@ -213,6 +216,30 @@ class CpuComm implements Comm, CheckContext {
       usable: () => this.#usable(),
       track: (h) => this.#track(h),
     });
+  }
+
+  [EXPLAINED]<T>(explain: Explain, queue: () => T): T {
+    const calls = this.#replayed;
+    const from = calls?.length ?? 0;
+    const queued = queue();
+    // The innermost explanation stands: a call already explained keeps its own.
+    for (let i = from; calls !== undefined && i < calls.length; i++) {
+      const h = calls[i]!;
+      if (this.#explainedCalls.has(h)) continue;
+      const wrapped: Handle = {
+        wait: () => {
+          try {
+            h.wait();
+          } catch (err) {
+            throw err instanceof Error ? explained(explain, err) : err;
+          }
+        },
+        waitOn: (stream) => h.waitOn(stream),
+      };
+      this.#explainedCalls.add(wrapped);
+      calls[i] = wrapped;
+    }
+    return queued;
   }
 
   /** A capture in progress collects the handles of the calls its closure makes. */

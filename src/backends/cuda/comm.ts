@@ -21,7 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { ON_REPLAY } from '../backend.js';
+import { EXPLAINED, ON_REPLAY, type Explain } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import { queueShortfall } from '../../cuda/hardware-queues.js';
 import { noteLaneCall } from '../../cuda/driver-trace.js';
@@ -68,7 +68,7 @@ export interface CudaCommInit {
 /** A graph being recorded: its stream, and the lane and operation of each call it holds, in issue order. */
 interface Capture {
   stream: CudaStream;
-  calls: { lane: CudaLane; what: string }[];
+  calls: { lane: CudaLane; what: string; explain?: Explain }[];
   /** What each launch of the replay runs on the host (ON_REPLAY). */
   onLaunch: (() => void)[];
 }
@@ -369,7 +369,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
         const target = (on as CudaStream | undefined) ?? s;
         for (const [i, n] of perLane.entries()) if (n > 0) this.#makeRoom(this.#lanes[i], n);
         graph.launch(target);
-        const calls: LaneCall[] = capture.calls.map(({ lane, what }) => ({ lane, seq: ++lane.seq, what }));
+        const calls: LaneCall[] = capture.calls.map(({ lane, what, explain }) => ({ lane, seq: ++lane.seq, what, explain }));
         noteLaneCall(-(calls.at(-1)?.seq ?? 0));
         // The graph ends joined on `target`: one checkpoint there covers its calls on every lane.
         for (const [i, n] of perLane.entries()) if (n > 0) this.#lanes[i].pacer.mark(target, this.#lanes[i].seq, true);
@@ -386,6 +386,15 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   [ON_REPLAY](fn: () => void): boolean {
     this.#capture?.onLaunch.push(fn);
     return this.#capture !== undefined;
+  }
+
+  [EXPLAINED]<T>(explain: Explain, queue: () => T): T {
+    const capture = this.#capture;
+    const from = capture?.calls.length ?? 0;
+    const queued = queue();
+    // The innermost explanation stands: a call already explained keeps its own.
+    for (const call of capture?.calls.slice(from) ?? []) call.explain ??= explain;
+    return queued;
   }
 
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn = 0): number {

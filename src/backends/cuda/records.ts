@@ -2,6 +2,7 @@
 // memory, which the kernels write and the host reads as plain memory once a call's event has
 // passed: the abort record (the lane's first timeout, which ends the communicator), the count of
 // refused calls, and the ring where each refused call's record is found by its sequence number.
+import { explained, type Explain } from '../backend.js';
 import { A2avError } from '../../errors.js';
 import { entryError, readStatus, StatusField, STATUS_WORDS } from '../../collectives/status.js';
 import type { HostMapped } from '../../cuda/device.js';
@@ -14,6 +15,8 @@ export interface LaneCall {
   seq: number;
   /** The operation, for the error's message (allToAllV, allToAllV2d, allReduce, ...). */
   what?: string;
+  /** What its refusal means to the caller that made it (backend.ts EXPLAINED): a replayed call's. */
+  explain?: Explain;
 }
 
 export class LaneRecords {
@@ -50,7 +53,7 @@ export class LaneRecords {
       const at = StatusAreaField.ring / 8 + (call.seq % STATUS_RING) * STATUS_WORDS;
       if (area[at + StatusField.seq] !== BigInt(call.seq)) continue; // the slot holds another call's record
       const entry = readStatus(area, at);
-      if (entry) return entryError(entry, this.timeoutMs, `${call.what ?? 'a call'} on lane ${call.lane.index}, call ${call.seq}`);
+      if (entry) return explained(call.explain, entryError(entry, this.timeoutMs, `${call.what ?? 'a call'} on lane ${call.lane.index}, call ${call.seq}`));
     }
     return undefined;
   }
