@@ -660,7 +660,14 @@ __host__ __device__ inline i64 x_chunk_at(const i64* cum, i64 n, i64 rb, i64 at)
 // slice (xs_base), and reads the XS_WINDOW chunks from there (xs_find looks inside; a word past
 // the window, only where many chunks are shorter than a slice, takes x_chunk_at). Both are
 // checked on the host by tests/chunk-lookup.test.ts.
+// A probe's A2AV_PROBE_XS_WINDOW=n (A2AV_PROBE_DEFINES) narrows it: x_copy_slices' blocks then ask
+// less static shared memory (10 KiB each at 256, 82 KiB an SM at eight blocks, where a2av_copy asks
+// 16 bytes), to tell whether the SM's shared-memory carveout costs the copy (docs/perf.md).
+#ifdef A2AV_PROBE_XS_WINDOW
+#define XS_WINDOW A2AV_PROBE_XS_WINDOW
+#else
 #define XS_WINDOW 256
+#endif
 // x_copy_slices' blocks (moe.ts launches them with the same): XS_THREADS threads, a 16-byte word
 // each, eight blocks an SM (32 registers). Four words a thread (16 KiB slices, each block finding
 // its chunk itself) ran at 0.86-0.87 of the 1-D call at W = 8 on one H200 (docs/perf.md).
