@@ -55,12 +55,20 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
   const int shift = p.sliceSpanLog2;
   const i64 n = (i64)W * p.experts, spans = (total + ((i64)1 << shift) - 1) >> shift;
   const i64 entries = spans < XS_INDEX_ENTRIES ? spans : XS_INDEX_ENTRIES;
-  const PlanArrays plan = plan_arrays(p.plan, W);
+  XsIndexOf of;
+  of.plan = plan_arrays(p.plan, W);
+  of.n = n;
+  of.E = p.experts;
+  of.rb = p.rowBytes;
+  of.total = total;
+  of.shift = shift;
+  of.entries = entries;
+  of.out = p.outPeers;
+  of.input = p.input;
   longlong2* out = xs_entries(index);
   const int lane32 = threadIdx.x & 31;
   for (i64 k = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; k < n; k += ((i64)gridDim.x * blockDim.x) >> 5)
-    xs_chunk_entries(plan, k, n, p.experts, p.rowBytes, total, shift, entries, p.outPeers, p.input, lane32, 32,
-                     [&](i64 i, XsEntry e) { out[i] = make_longlong2(e.dst, e.src); });
+    xs_chunk_entries(of, k, lane32, 32, [&](i64 i, XsEntry e) { out[i] = make_longlong2(e.dst, e.src); });
 }
 
 // Send byte x's send row (q) and the input row its table entry names.

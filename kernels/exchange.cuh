@@ -717,12 +717,30 @@ __host__ __device__ __forceinline__ i64* xs_index(i64* scratch, int W) { return 
 __host__ __device__ __forceinline__ const i64* xs_index(const i64* scratch, int W) { return scratch + xs_index_word(W); }
 __host__ __device__ __forceinline__ longlong2* xs_entries(i64* index) { return (longlong2*)(index + 2); }
 using XsEntry = ChunkBias;
-// The entries of the spans that start in chunk k of n (none if it is empty: every byte below `total`
-// lies in one non-empty chunk, so each entry is written once), at most `entries`: emit(i, entry)
-// for the t-th of every `nt` of them. One round of loads, then stores: x_slice_index gives a chunk
-// to a warp, where a search for each span's chunk waited on a load at each of its steps.
+// What a call's index is made from (x_slice_index): its plan of n = W x E chunks, E experts a rank,
+// rows of rb bytes, `total` bytes sent, spans of 1 << shift bytes, at most `entries` of them, each
+// peer's output and this rank's input.
+struct XsIndexOf {
+  PlanArrays plan;
+  i64 n;
+  int E;
+  i64 rb, total;
+  int shift;
+  i64 entries;
+  u8* const* out;
+  const u8* input;
+};
+// The entries of the spans that start in chunk k (none if it is empty: every byte below `total`
+// lies in one non-empty chunk, so each entry is written once): emit(i, entry) for the t-th of
+// every `nt` of them. One round of loads, then stores: x_slice_index gives a chunk to a warp,
+// where a search for each span's chunk waited on a load at each of its steps.
 template <class Emit>
-__host__ __device__ inline void xs_chunk_entries(const PlanArrays& plan, i64 k, i64 n, int E, i64 rb, i64 total, int shift, i64 entries, u8* const* out, const u8* input, int t, int nt, Emit emit) {
+__host__ __device__ inline void xs_chunk_entries(const XsIndexOf& of, i64 k, int t, int nt, Emit emit) {
+  const PlanArrays& plan = of.plan;
+  const i64 n = of.n, rb = of.rb, total = of.total, entries = of.entries;
+  const int E = of.E, shift = of.shift;
+  u8* const* out = of.out;
+  const u8* input = of.input;
   const i64 rows = plan_word(plan.rows + k), start = plan_word(plan.cum + k) * rb, end = start + rows * rb;
   const ChunkBias bias = chunk_bias(out, input, E, rb, k, plan_word(plan.dst + k), plan_word(plan.src + k), start);
   const i64 dst = bias.dst, src = bias.src;

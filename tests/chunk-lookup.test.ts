@@ -215,9 +215,10 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
       `    int shift = 0; while ((1ll << shift) < span) ++shift;\n` +
       `    const i64 spans = (sum * rb + span - 1) / span;\n` +
       `    std::vector<XsEntry> got(spans, XsEntry{0, 0}); std::vector<int> writes(spans, 0);\n` +
+      `    XsIndexOf of; of.plan = plan; of.n = n; of.E = (int)E; of.rb = rb; of.total = sum * rb; of.shift = shift; of.entries = spans; of.out = out.data(); of.input = input;\n` +
       `    // Chunks in reverse and each by 3 \"lanes\": the entries must not depend on the order.\n` +
       `    for (i64 k = n - 1; k >= 0; --k) for (int t = 0; t < 3; ++t)\n` +
-      `      xs_chunk_entries(plan, k, n, (int)E, rb, sum * rb, shift, spans, out.data(), input, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
+      `      xs_chunk_entries(of, k, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
       `    for (i64 i = 0; i < spans; ++i) printf("%lld %lld %d ", (long long)got[i].dst, (long long)got[i].src, writes[i]);\n` +
       `    printf("\\n");\n`,
     cases,
