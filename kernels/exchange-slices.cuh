@@ -69,6 +69,7 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
   const int lane32 = threadIdx.x & 31;
   for (i64 k = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; k < n; k += ((i64)gridDim.x * blockDim.x) >> 5)
     xs_chunk_entries(of, k, lane32, 32, [&](i64 i, XsEntry e) { out[i] = make_longlong2(e.dst, e.src); });
+  PROBE_STAMP_LAST(p.rank, 7);
 }
 
 // Send byte x's send row (q) and the input row its table entry names.

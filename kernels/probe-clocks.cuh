@@ -25,7 +25,8 @@
 // and the next call's first kernel prints, for rank 0 every 16th call, when each began after the
 // exchange did: which kernel of a multi-kernel call holds the time that events around the whole
 // call cannot split. Slots: 0 exchange begins, 1 exchange ends, 2 index begins, 3 copy begins, 4
-// completion begins (the copy has ended), 5 completion ends, 6 the call's kind. Ranks of one
+// completion begins (the copy has ended), 5 completion ends, 6 the call's kind, 7 the index's last
+// block ends (x_slice_index: PROBE_STAMP_LAST). Ranks of one
 // process share the module. The print is in the first kernel a call launches: printed from the
 // completion kernel, its arguments' stack made that kernel's first launch grow the context's local
 // memory, which waits for every running kernel, among them peers' exchanges that wait for this
@@ -34,10 +35,18 @@
 #ifndef __CUDACC_RTC__
 #include <cstdio>
 #endif
-__device__ unsigned long long g_probeStamps[1024][7];
+__device__ unsigned long long g_probeStamps[1024][8];
+__device__ unsigned g_probeStampBlocks[1024];
 __device__ unsigned g_probeStampCalls;
 #define PROBE_STAMP(rank, i) \
   if (blockIdx.x == 0 && threadIdx.x == 0) g_probeStamps[rank][i] = global_timer_ns()
+// Slot i when the last of the grid's blocks gets here (every thread of the block calls it).
+#define PROBE_STAMP_LAST(rank, i)                                                      \
+  __syncthreads();                                                                     \
+  if (threadIdx.x == 0 && atomicAdd(&g_probeStampBlocks[rank], 1u) == gridDim.x - 1) { \
+    g_probeStampBlocks[rank] = 0;                                                      \
+    g_probeStamps[rank][i] = global_timer_ns();                                        \
+  }
 #define PROBE_STAMP_LAG(s, i) ((s)[i] == 0 || (s)[0] == 0 ? -1ll : (long long)((s)[i] - (s)[0]))
 // The last call's timeline (rank 0, every 16th call), then this call's begins: the other slots
 // cleared, so a kernel the call did not run prints as -1.
@@ -45,13 +54,14 @@ __device__ unsigned g_probeStampCalls;
   if (blockIdx.x == 0 && threadIdx.x == 0) {                                                                        \
     unsigned long long* s_ = g_probeStamps[rank];                                                                   \
     if ((rank) == 0 && s_[5] != 0 && atomicAdd(&g_probeStampCalls, 1u) % 16 == 15)                                 \
-      printf("stamps kind=%llu rank=0 ns after the exchange began: exchange ends %lld, index begins %lld, copy begins %lld, copy ends %lld, done %lld\n", \
-             s_[6], PROBE_STAMP_LAG(s_, 1), PROBE_STAMP_LAG(s_, 2), PROBE_STAMP_LAG(s_, 3), PROBE_STAMP_LAG(s_, 4), PROBE_STAMP_LAG(s_, 5)); \
-    for (int i_ = 1; i_ < 6; ++i_) s_[i_] = 0;                                                                      \
+      printf("stamps kind=%llu rank=0 ns after the exchange began: exchange ends %lld, index begins %lld, index ends %lld, copy begins %lld, copy ends %lld, done %lld\n", \
+             s_[6], PROBE_STAMP_LAG(s_, 1), PROBE_STAMP_LAG(s_, 2), PROBE_STAMP_LAG(s_, 7), PROBE_STAMP_LAG(s_, 3), PROBE_STAMP_LAG(s_, 4), PROBE_STAMP_LAG(s_, 5)); \
+    for (int i_ = 1; i_ < 8; ++i_) s_[i_] = i_ == 6 ? s_[i_] : 0;                                                 \
     s_[6] = (unsigned long long)(kind);                                                                             \
     s_[0] = global_timer_ns();                                                                                      \
   }
 #else
 #define PROBE_STAMP(rank, i)
+#define PROBE_STAMP_LAST(rank, i)
 #define PROBE_STAMP_BEGIN(rank, kind)
 #endif
