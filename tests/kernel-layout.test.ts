@@ -17,6 +17,7 @@ import { EVENT_RING } from '../src/backends/stream-lane.js';
 import { kernelsDir } from '../src/jit/module.js';
 import { nvcc } from './support/kernel-source.js';
 import { SLICE_THREADS } from '../src/backends/cuda/moe.js';
+import { REPLAY_CALLS_PER_LANE } from '../src/collectives/check.js';
 
 const config = readFileSync(join(kernelsDir(), 'config.cuh'), 'utf8');
 const kernel = readFileSync(join(kernelsDir(), 'a2av.cu'), 'utf8');
@@ -33,6 +34,7 @@ describe('kernel structures mirrored in TypeScript', () => {
     assert.equal(PAYLOAD_HEADER, define('A2AV_PAYLOAD_HEADER'));
     assert.equal(LANE_HEADER_BYTES, define('A2AV_LANE_HEADER_BYTES'));
     assert.equal(STATUS_RING, define('A2AV_STATUS_RING'));
+    assert.equal(REPLAY_CALLS_PER_LANE, STATUS_RING, 'a replayed call past the ring would have no outcome to report');
     assert.equal(MAX_EXPERTS, define('A2AV_MAX_EXPERTS'));
     assert.equal(MAX_EXPERTS_PER_RANK, MAX_EXPERTS);
     assert.equal(X1_HEADER, define('A2AV_X1_HEADER'));

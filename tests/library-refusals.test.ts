@@ -212,6 +212,14 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     ]);
   });
 
+  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: a graph holds at most 256 calls per lane: one more is refused by name (cpu: at the launch's 257th call), and a good replay runs after`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
+    assert.deepEqual(await outcomesOf({ backend, ranks: 1, lanes: 2 }, 'replayCallsPerLane'), [
+      'no error',
+      `UsageError: rank 0: a graph may hold at most 256 calls per lane (each call's outcome is kept that long); this one has ${backend === 'cuda' ? 257 : 'more'}`,
+      'no error',
+    ]);
+  });
+
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: handle.waitOn and replay.launch with what is not a stream are refused by name, a stream passes`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
     assert.deepEqual(await outcomesOf({ backend, ranks: 1 }, 'waitOnMisuse'), [
       'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 42',

@@ -99,6 +99,35 @@ export async function launchInCapture(comm: Comm): Promise<(Caught | 'no error')
   return outcomes;
 }
 
+/**
+ * A graph of 256 calls on one lane (and one on another) replays; one of 257 on a lane is refused by
+ * name (cuda at capture, cpu at the launch's 257th call), and a good replay runs after it.
+ */
+export async function replayCallsPerLane(comm: Comm): Promise<(Caught | 'no error')[]> {
+  const output = await comm.allocSymmetric(16);
+  const [input, inSplits, outSplitsOffsets] = [comm.alloc(16), comm.alloc(8 * comm.worldSize), comm.alloc(16 * comm.worldSize)];
+  comm.write(inSplits, new BigInt64Array(comm.worldSize));
+  const calls = (lane: number, n: number) => {
+    for (let i = 0; i < n; i++) comm.allToAllV({ input, output, inSplits, outSplitsOffsets, rowBytes: 16, lane: comm.lane(lane) });
+  };
+  const replayOf = (fn: () => void) => async () => {
+    const replay = comm.capture(comm.lane(0).stream, fn);
+    try {
+      replay.launch().wait();
+    } finally {
+      replay.close();
+    }
+  };
+  return [
+    await caught(replayOf(() => {
+      calls(0, 256);
+      calls(1, 1);
+    })),
+    await caught(replayOf(() => calls(0, 257))),
+    await caught(replayOf(() => calls(0, 2))),
+  ];
+}
+
 /** handle.waitOn with what is not a stream: a call's handle, record()'s, a replay's; then a good one. */
 export async function waitOnMisuse(comm: Comm): Promise<(Caught | 'no error')[]> {
   const lane = comm.lane(0);

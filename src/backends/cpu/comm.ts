@@ -22,7 +22,7 @@ import type {
   Stream,
 } from '../backend.js';
 import { EXPLAINED, explained, type Explain } from '../backend.js';
-import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -77,6 +77,8 @@ class CpuComm implements Comm, CheckContext {
   #barriers = 0;
   /** The handles of the calls a replay is making, while one runs. */
   #replayed: Handle[] | undefined;
+  /** Inside a replayed closure: the calls it has made on each lane. */
+  #replayedPerLane: number[] | undefined;
   /** Handles of a replayed closure's calls wrapped by EXPLAINED already. */
   readonly #explainedCalls = new WeakSet<Handle>();
   /** Why the communicator is unusable (closed, or a peer timed out), else undefined. */
@@ -194,15 +196,16 @@ class CpuComm implements Comm, CheckContext {
 
   allReduce(args: AllReduceArgs): Handle {
     this.#usable();
-    const reducer = this.#reducers[checkAllReduce(this, args)];
+    const index = checkAllReduce(this, args);
+    const reducer = this.#reducers[index];
     const { input, output, count, dtype } = args;
-    return this.#track(doneHandle(reducer.run({ input: input as CpuBuffer, output: output as CpuBuffer, count, dtype })));
+    return this.#call(index, () => doneHandle(reducer.run({ input: input as CpuBuffer, output: output as CpuBuffer, count, dtype })));
   }
 
   /** Runs a checked direct call to completion; its handle reports exactly this call's outcome. */
   #direct(kind: ExchangeKind, lane: CpuLane, args: AllToAllVArgs | AllToAllV2dArgs | AllToAllV2dOffsetArgs): Handle {
     const { x, p } = directRecord(kind, this.worldSize, args);
-    return this.#track(doneHandle(lane.call(x, p)));
+    return this.#call(lane.index, () => doneHandle(lane.call(x, p)));
   }
 
   #plan(kind: ExchangeKind, args: PlanAllToAllVArgs | PlanAllToAllV2dArgs | PlanAllToAllV2dOffsetArgs): ExchangePlan {
@@ -214,7 +217,7 @@ class CpuComm implements Comm, CheckContext {
       exchange: planRecord(kind, this.worldSize, args),
       capacity: { inputRows: args.inputRows, outputRows: args.outputRows },
       usable: () => this.#usable(),
-      track: (h) => this.#track(h),
+      call: (run) => this.#call(lane.index, run),
     });
   }
 
@@ -242,8 +245,15 @@ class CpuComm implements Comm, CheckContext {
     return queued;
   }
 
-  /** A capture in progress collects the handles of the calls its closure makes. */
-  #track(handle: Handle): Handle {
+  /**
+   * A call on lane `index`: inside a replayed closure it is counted first (a graph holds at most
+   * REPLAY_CALLS_PER_LANE calls a lane, as cuda refuses at capture), then made, and its handle
+   * collected for the replay's.
+   */
+  #call(index: number, run: () => Handle): Handle {
+    const counts = this.#replayedPerLane;
+    if (counts !== undefined && ++counts[index] > REPLAY_CALLS_PER_LANE) throw new UsageError(TOO_MANY_REPLAY_CALLS(this.rank, 'more'));
+    const handle = run();
     this.#replayed?.push(handle);
     return this.#checked(handle.wait);
   }
@@ -275,10 +285,12 @@ class CpuComm implements Comm, CheckContext {
         if (this.#replayed !== undefined) throw new UsageError(LAUNCH_IN_CAPTURE(this.rank));
         const calls: Handle[] = [];
         this.#replayed = calls;
+        this.#replayedPerLane = new Array<number>(this.#lanes.length).fill(0);
         try {
           fn();
         } finally {
           this.#replayed = undefined;
+          this.#replayedPerLane = undefined;
         }
         return this.#checked(() => calls.forEach((h) => h.wait()));
       },

@@ -17,8 +17,8 @@ export interface CpuPlanInit {
   capacity: PlanCapacity;
   /** Throws when the communicator can no longer be used (closed, or a peer timed out). */
   usable: () => void;
-  /** Hands a call's handle to a capture in progress, if any; returns it. */
-  track: (h: Handle) => Handle;
+  /** Makes a call on the plan's lane (counted inside a replayed closure) and returns its handle. */
+  call: (run: () => Handle) => Handle;
 }
 
 export class CpuPlan implements ExchangePlan {
@@ -28,25 +28,28 @@ export class CpuPlan implements ExchangePlan {
   /** The exchange's error (refused, or timed out): every move reports it and moves nothing. */
   #error: Error | undefined;
   /** The lane call number of its exchange: names this plan in its moves' records. */
-  #id: number;
+  #id = 0;
   #closed = false;
 
   constructor(init: CpuPlanInit) {
     this.#init = init;
     this.#routing = new Routing(init.ctx.rank, init.ctx.worldSize);
-    this.#error = init.lane.plan(init.exchange, this.#routing);
-    this.#id = init.lane.seq;
-    this.ready = init.track(doneHandle(this.#error));
+    // Counted before its exchange runs (inside a replayed closure, a call past the lane's limit is refused unmade).
+    this.ready = init.call(() => {
+      this.#error = init.lane.plan(init.exchange, this.#routing);
+      this.#id = init.lane.seq;
+      return doneHandle(this.#error);
+    });
   }
 
   move(args: PlanMoveArgs): Handle {
-    const { ctx, lane, exchange, capacity, usable, track } = this.#init;
+    const { ctx, lane, exchange, capacity, usable, call } = this.#init;
     usable();
     if (this.#closed) throw new UsageError(`rank ${ctx.rank}: this exchange plan is closed`);
     checkPlanMove(ctx, capacity, args);
-    if (this.#error !== undefined) return track(doneHandle(this.#error));
+    if (this.#error !== undefined) return call(() => doneHandle(this.#error));
     const p = { input: args.input, output: args.output, rowBytes: args.rowBytes };
-    return track(doneHandle(lane.move(moveHeader(exchange.header, p, this.#id), this.#routing, p, moveWhat(exchange.what))));
+    return call(() => doneHandle(lane.move(moveHeader(exchange.header, p, this.#id), this.#routing, p, moveWhat(exchange.what))));
   }
 
   close(): void {

@@ -30,7 +30,7 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, LAUNCH_IN_CAPTURE, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import { planWhat } from '../../collectives/call-names.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -353,9 +353,9 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     }
     const perLane = this.#lanes.map((lane) => capture.calls.filter((c) => c.lane === lane).length);
     const most = Math.max(...perLane);
-    if (most > STATUS_RING) {
+    if (most > REPLAY_CALLS_PER_LANE) {
       graph.destroy();
-      throw new UsageError(`rank ${this.rank}: a graph may hold at most ${STATUS_RING} calls per lane (each call's outcome is kept that long); this one has ${most}`);
+      throw new UsageError(TOO_MANY_REPLAY_CALLS(this.rank, most));
     }
     let closed = false;
     return {
