@@ -45,7 +45,6 @@ export function checkCapture(ctx: CheckContext, stream: Stream | undefined, fn: 
   checkStream(ctx, stream);
 }
 
-/** A replay launched inside capture() (cuda), or inside a replayed closure (cpu, where the closure runs at launch). */
 /**
  * Calls a graph may hold on one lane: each call's outcome is kept in a ring of this many records
  * (kernels/config.cuh A2AV_STATUS_RING). cuda refuses more at capture; cpu, whose closure runs at
@@ -55,6 +54,7 @@ export const REPLAY_CALLS_PER_LANE = 256;
 export const TOO_MANY_REPLAY_CALLS = (rank: number, has: number | 'more'): string =>
   `rank ${rank}: a graph may hold at most ${REPLAY_CALLS_PER_LANE} calls per lane (each call's outcome is kept that long); this one has ${has}`;
 
+/** A replay launched inside capture() (cuda), or inside a replayed closure (cpu, where the closure runs at launch). */
 export const LAUNCH_IN_CAPTURE = (rank: number): string =>
   `rank ${rank}: a replay cannot be launched inside capture(): capture its calls in the one closure, or launch it before or after`;
 
