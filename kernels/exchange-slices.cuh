@@ -13,7 +13,8 @@
 // xs_chunk_entries), and a block of x_copy_slices reads its spans' entries in the same round as
 // its source words where it can (a dispatch's send bytes are its input in order, so those are read
 // before the plan), then stores. A span whose bytes run from one chunk into the next (about one a
-// chunk) is copied from those two chunks (xs_copy_across); one across more chunks, or past the
+// chunk) is copied from those two chunks after reading them (xs_copy_across), or under
+// A2AV_PROBE_XS_SPLITS from a split entry in the same round; one across more chunks, or past the
 // index, takes the lookup (xs_copy_lookup). x_copy_slices_gather: the same for a dispatch whose rows
 // are read through XParams.gatherRows (the token group's rows, read from its x): a dispatch sends
 // its send rows in order, so send byte x comes from send row x / rowBytes, wherever the plan sends
@@ -24,6 +25,22 @@
 #include <cstdio>
 #endif
 __device__ unsigned long long xsLookups;
+#endif
+
+// Whether a slice grid's send bytes are its input in order (a dispatch's, a gathered one's through
+// its table), so its words are read before the index and its spans into the next chunk may be
+// split entries: x_slice_index and x_copy_slices must agree. A gathered payload takes the grid as
+// a dispatch only (moe.ts).
+__device__ __forceinline__ bool xs_in_order(const XParams& p) { return p.kind == X_DISPATCH && ((u64)p.input & 15) == 0; }
+
+// A probe's A2AV_PROBE_XS_SPLITS (A2AV_PROBE_DEFINES): a dispatch's spans into the next chunk as
+// split entries (exchange.cuh xs_split_entry), copied in the round of their index entry. Measured
+// at W = 8 on one H200 (E = 256, 14 KiB rows): dispatch 1137 -> 1126-1130 us, in a form whose
+// combine lost 2% to a spill since mended; not the default until measured again (docs/perf.md).
+#ifdef A2AV_PROBE_XS_SPLITS
+#define XS_SPLITS true
+#else
+#define XS_SPLITS false
 #endif
 
 // x_copy_slices' index for this call: a warp a chunk (exchange.cuh xs_chunk_entries), and the
@@ -65,6 +82,7 @@ extern "C" __global__ void __launch_bounds__(XS_THREADS) x_slice_index(const XPa
   of.entries = entries;
   of.out = p.outPeers;
   of.input = p.input;
+  of.splits = XS_SPLITS && xs_in_order(p);
   longlong2* out = xs_entries(index);
   const int lane32 = threadIdx.x & 31;
   for (i64 k = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; k < n; k += ((i64)gridDim.x * blockDim.x) >> 5)
@@ -222,6 +240,14 @@ static __device__ __noinline__ void xs_copy_across(const u8* input, const int* g
   *(uint4*)(to + x) = early ? word : ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : from + x));
 }
 
+// A split entry's slice (exchange.cuh xs_split_entry) past a block's first two: out of line, as
+// decoding it inline made xs_copy_rest spill on every combine block's third slice (2% at 256 MiB).
+template <bool Gather>
+static __device__ __noinline__ void xs_copy_split(const u8* input, const int* gather, i64 rb, longlong2 e, i64 lo, i64 total, i64 mask) {
+  const i64 x = lo + 16 * (i64)threadIdx.x;
+  if (x < total) *(uint4*)(xs_split_to(e.x, e.y, x, mask) + x) = ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : input + x));
+}
+
 // The slices of [lo, total) a grid's stride apart, from the index or the lookup: for the slices
 // past a block's first (a grid sized from a low hint or a budget) and spans across chunks. Out of
 // line, so that x_copy_slices' one-slice path keeps nothing live across a call (no spills).
@@ -230,9 +256,11 @@ static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gat
   const i64 slice = (i64)blockDim.x * 16, step = (i64)gridDim.x * slice;
   for (; lo < total; lo += step) {
     const longlong2 e = xs_entry_at(index, lo >> shift);
-    if (e.x != XS_STRADDLES) {
+    if (e.x != XS_STRADDLES && !(XS_SPLITS && inOrder && xs_is_split(e.x))) {
       const i64 x = lo + 16 * (i64)threadIdx.x;
       if (x < total) *(uint4*)(e.x + x) = ld_stream((const uint4*)(Gather ? gathered_byte(input, gather, rb, x) : (const u8*)e.y + x));
+    } else if (XS_SPLITS && e.x != XS_STRADDLES) {
+      xs_copy_split<Gather>(input, gather, rb, e, lo, total, ((i64)1 << shift) - 1);
     } else if (e.y >= 0) {
       xs_copy_across<Gather>(input, gather, outPeers, plan, W, E, rb, e.y, lo, lo + slice < total ? lo + slice : total, inOrder);
     } else {
@@ -243,6 +271,11 @@ static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gat
     }
   }
 }
+
+template <bool B>
+struct XsSplits {
+  static constexpr bool value = B;
+};
 
 // Block b copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, a 16-byte word a
 // thread, and the slice a grid's stride on in the same round when there is one (moe.ts sizes the
@@ -258,7 +291,7 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   const i64 first = (i64)blockIdx.x * slice, mine = first + 16 * (i64)tid, mine2 = mine + step;
   // A dispatch's send bytes are its input in order: its words can be read before the index.
   const i64 readable = xs_readable_bytes(p);
-  const bool inOrder = (Gather || p.kind == X_DISPATCH) && ((u64)p.input & 15) == 0;
+  const bool inOrder = (Gather || p.kind == X_DISPATCH) && ((u64)p.input & 15) == 0;  // xs_in_order, known for Gather
   const int* gather = Gather ? p.gatherRows : nullptr;
   // Send byte x's source: base + x, base the input or an index entry's source (a gathered
   // dispatch needs neither).
@@ -286,8 +319,28 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   const longlong2 e = xs_entry_at(index, first >> shift), e2 = xs_entry_at(index, (first + step) >> shift);
 #ifndef A2AV_PROBE_NO_COPY
   if (first >= total) return;
-  // Both slices from the index in one round, or the first alone, or the lookup from the first.
+  // Both slices from the index in one round, or the first alone, or the lookup from the first. A
+  // split entry's source is the input in order (its src word holds its other chunk's base).
   const bool one = e.x != XS_STRADDLES, two = one && first + step < total && e2.x != XS_STRADDLES;
+#ifdef A2AV_PROBE_XS_SPLITS
+  const i64 mask = ((i64)1 << shift) - 1;
+  // Instantiated twice: a combine's path (no split entries) keeps no trace of their decoding.
+  const auto firstSlices = [&](auto splits) {
+    constexpr bool S = decltype(splits)::value;
+    const auto to = [&](const longlong2& f, i64 x) { return (u8*)(S && xs_is_split(f.x) ? xs_split_to(f.x, f.y, x, mask) : f.x); };
+    const auto base = [&](const longlong2& f) { return S && xs_is_split(f.x) ? (const void*)p.input : (const void*)f.y; };
+    if (two) {
+      const uint4 w = early ? word : ld_stream(from(base(e), mine));
+      const uint4 w2 = mine2 >= total ? w : early2 ? word2 : ld_stream(from(base(e2), mine2));
+      *(uint4*)(to(e, mine) + mine) = w;  // first + slice <= first + step < total
+      if (mine2 < total) *(uint4*)(to(e2, mine2) + mine2) = w2;
+    } else if (one && mine < total) {
+      *(uint4*)(to(e, mine) + mine) = early ? word : ld_stream(from(base(e), mine));
+    }
+  };
+  if (inOrder) firstSlices(XsSplits<true>{});
+  else firstSlices(XsSplits<false>{});
+#else  // as the default has always compiled (the lambda form spilled 4 more bytes in x_copy_slices_gather)
   if (two) {
     const uint4 w = early ? word : ld_stream(from((const void*)e.y, mine));
     const uint4 w2 = mine2 >= total ? w : early2 ? word2 : ld_stream(from((const void*)e2.y, mine2));
@@ -296,6 +349,7 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   } else if (one && mine < total) {
     *(uint4*)(e.x + mine) = early ? word : ld_stream(from((const void*)e.y, mine));
   }
+#endif
   const i64 next = two ? first + 2 * step : one ? first + step : first;
   if (next < total) xs_copy_rest<Gather>(p.input, gather, p.outPeers, p.plan, p.world, p.experts, p.rowBytes, shift, index, next, total, inOrder);
 #endif

@@ -708,15 +708,35 @@ __host__ __device__ inline int xs_find(const i64* wcum, int count, i64 rb, i64 x
 // where the span runs across chunks or a base is not 16-byte aligned, and then src names the chunk
 // holding the span's first byte where the span ends in the next chunk (x_copy_slices copies it from
 // those two: xs_copy_across), or is -1: the lookup (a base unaligned, a span across more chunks or
-// an empty one, or past the index).
+// an empty one, or past the index). Where split entries are allowed (XsIndexOf.splits: a
+// dispatch's index under A2AV_PROBE_XS_SPLITS, exchange-slices.cuh), a span into the next chunk
+// whose bytes come from the input in order on both sides is a split entry instead: dst = chunk k's
+// destination base with bit 0 set, src = chunk k + 1's with the span's byte where k + 1 begins in
+// its top 16 bits (xs_split_entry), so its slice is copied in the round of its index entry.
 #define XS_INDEX_ENTRIES 65536
 #define XS_STRADDLES 1
+#define XS_SPLIT_SHIFT 48
+#define XS_SPLIT_BASE ((((i64)1) << XS_SPLIT_SHIFT) - 1)
 // 16-byte aligned (the entries are read as one 16-byte word): scratch_words(W) is odd for some W.
 __host__ __device__ __forceinline__ i64 xs_index_word(int W) { return (scratch_words(W) + 1) & ~(i64)1; }
 __host__ __device__ __forceinline__ i64* xs_index(i64* scratch, int W) { return scratch + xs_index_word(W); }
 __host__ __device__ __forceinline__ const i64* xs_index(const i64* scratch, int W) { return scratch + xs_index_word(W); }
 __host__ __device__ __forceinline__ longlong2* xs_entries(i64* index) { return (longlong2*)(index + 2); }
 using XsEntry = ChunkBias;
+// A split entry for a span whose bytes below `split` (its offset in the span) go to dst0 + x and
+// the rest to dst1 + x; false where it cannot be told in one entry (a base past 48 bits, or at 0:
+// dst would read XS_STRADDLES; an offset past 16 bits): such a span keeps the chunk it names.
+__host__ __device__ inline bool xs_split_entry(i64 dst0, i64 dst1, i64 split, XsEntry* e) {
+  if (dst0 <= 0 || dst0 > XS_SPLIT_BASE || dst1 <= 0 || dst1 > XS_SPLIT_BASE || ((dst0 | dst1) & 15) != 0 || split <= 0 || split >= ((i64)1 << 16)) return false;
+  *e = XsEntry{dst0 | 1, dst1 | (split << XS_SPLIT_SHIFT)};
+  return true;
+}
+// Whether an entry read as not XS_STRADDLES is a split entry, and where byte x of it goes (to + x);
+// `mask`: the span's bytes less one.
+__host__ __device__ __forceinline__ bool xs_is_split(i64 dst) { return (dst & 1) != 0; }
+__host__ __device__ __forceinline__ i64 xs_split_to(i64 dst, i64 src, i64 x, i64 mask) {
+  return (x & mask) < (i64)((u64)src >> XS_SPLIT_SHIFT) ? dst - 1 : (src & XS_SPLIT_BASE);
+}
 // What a call's index is made from (x_slice_index): its plan of n = W x E chunks, E experts a rank,
 // rows of rb bytes, `total` bytes sent, spans of 1 << shift bytes, at most `entries` of them, each
 // peer's output and this rank's input.
@@ -729,6 +749,9 @@ struct XsIndexOf {
   i64 entries;
   u8* const* out;
   const u8* input;
+  // Split entries allowed: only where the copy decodes them (a dispatch's x_copy_slices under
+  // A2AV_PROBE_XS_SPLITS); a combine never, whose path measured 2% slower with their decoding.
+  bool splits;
 };
 // The entries of the spans that start in chunk k (none if it is empty: every byte below `total`
 // lies in one non-empty chunk, so each entry is written once): emit(i, entry) for the t-th of
@@ -741,6 +764,7 @@ __host__ __device__ inline void xs_chunk_entries(const XsIndexOf& of, i64 k, int
   const int E = of.E, shift = of.shift;
   u8* const* out = of.out;
   const u8* input = of.input;
+  const bool splits = of.splits;
   const i64 rows = plan_word(plan.rows + k), start = plan_word(plan.cum + k) * rb, end = start + rows * rb;
   const ChunkBias bias = chunk_bias(out, input, E, rb, k, plan_word(plan.dst + k), plan_word(plan.src + k), start);
   const i64 dst = bias.dst, src = bias.src;
@@ -749,9 +773,17 @@ __host__ __device__ inline void xs_chunk_entries(const XsIndexOf& of, i64 k, int
   const bool aligned = ((dst | src) & 15) == 0;
   // Where chunk k + 1 ends: a span that runs on past it (or into an empty k + 1) is looked up.
   const i64 nextEnd = k + 2 < n ? plan_word(plan.cum + k + 2) * rb : total;
+  // Chunk k + 1's bases, for a split entry (both sides' bytes from the input in order).
+  ChunkBias next{XS_STRADDLES, 0};
+  if (splits && k + 1 < n && nextEnd > end && src == (i64)input) next = chunk_bias(out, input, E, rb, k + 1, plan_word(plan.dst + k + 1), plan_word(plan.src + k + 1), end);
   for (i64 i = ((start + span - 1) >> shift) + t; i < last; i += nt) {
-    const i64 hi = (i << shift) + span < total ? (i << shift) + span : total;
-    emit(i, hi <= end && aligned ? XsEntry{dst, src} : XsEntry{XS_STRADDLES, aligned && hi <= nextEnd && nextEnd > end ? k : -1});
+    const i64 lo = i << shift, hi = lo + span < total ? lo + span : total;
+    XsEntry e{dst, src};
+    if (hi > end || !aligned) {
+      const bool named = aligned && hi <= nextEnd && nextEnd > end;
+      if (!(named && next.src == (i64)input && xs_split_entry(dst, next.dst, end - lo, &e))) e = XsEntry{XS_STRADDLES, named ? k : -1};
+    }
+    emit(i, e);
   }
 }
 #ifdef __CUDACC__

@@ -181,11 +181,13 @@ test('x_copy_slices\' window (xs_base, xs_find, x_chunk_at past it): every word 
   assert.ok(pastAll > 0, 'some words lay past their window (the table of 2000 short chunks has them), so the fallback was checked');
 });
 
-test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every byte to its source and destination; a span into the next chunk names its first chunk, one across more is looked up', (t) => {
+test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every byte to its source and destination; a span into the next chunk is a split entry where both come from the input in order, else names its first chunk; one across more is looked up', (t) => {
   if (nvcc === undefined) return t.skip('nvcc not found: the index cannot be compiled here (CI has nvcc)');
   const rng = new Rng(seed);
   interface Case extends Routed {
     span: number;
+    /** Split entries allowed (x_slice_index: a dispatch's grid). */
+    splits: boolean;
   }
   const cases: Case[] = [];
   for (let i = 0; i < 60; i++) {
@@ -205,17 +207,18 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
     const dst = table.rows.map(() => rng.int(1000));
     // Output bases far apart, one in five cases with a rank's base off 16-byte alignment.
     const out = Array.from({ length: W }, (_, q) => (BigInt(q + 1) << 32n) + (rng.int(5) === 0 ? 8n : 0n));
-    cases.push({ ...table, E, src, dst, out, span: 16 << rng.int(9) });
+    cases.push({ ...table, E, src, dst, out, span: 16 << rng.int(9), splits: rng.int(4) !== 0 });
   }
   // Per case: prints each span's entry (dst src) and how often it was written.
   const lines = runRouted(
-    { name: 'span', of: (c: Case) => c.span },
+    { name: 'spanSplits', of: (c: Case) => 2 * c.span + (c.splits ? 1 : 0) },
     `    const PlanArrays plan{rows.data(), src.data(), dst.data(), cum.data()};\n` +
       `    const u8* input = (const u8*)(1ull << 44);\n` +
+      `    const i64 span = spanSplits >> 1; const bool splits = (spanSplits & 1) != 0;\n` +
       `    int shift = 0; while ((1ll << shift) < span) ++shift;\n` +
       `    const i64 spans = (sum * rb + span - 1) / span;\n` +
       `    std::vector<XsEntry> got(spans, XsEntry{0, 0}); std::vector<int> writes(spans, 0);\n` +
-      `    XsIndexOf of; of.plan = plan; of.n = n; of.E = (int)E; of.rb = rb; of.total = sum * rb; of.shift = shift; of.entries = spans; of.out = out.data(); of.input = input;\n` +
+      `    XsIndexOf of; of.plan = plan; of.n = n; of.E = (int)E; of.rb = rb; of.total = sum * rb; of.shift = shift; of.entries = spans; of.out = out.data(); of.input = input; of.splits = splits;\n` +
       `    // Chunks in reverse and each by 3 \"lanes\": the entries must not depend on the order.\n` +
       `    for (i64 k = n - 1; k >= 0; --k) for (int t = 0; t < 3; ++t)\n` +
       `      xs_chunk_entries(of, k, t, 3, [&](i64 i, XsEntry e) { got[i] = e; ++writes[i]; });\n` +
@@ -227,8 +230,9 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
   let whole = 0;
   let across = 0;
   let twoChunks = 0;
+  let splits = 0;
   cases.forEach((c, i) => {
-    const label = `${labelOf(c, i)}, E ${c.E}, span ${c.span}`;
+    const label = `${labelOf(c, i)}, E ${c.E}, span ${c.span}${c.splits ? '' : ', no split entries'}`;
     const got = lines[i]!.trim().split(/\s+/).filter((w) => w !== '').map(BigInt);
     // Each byte's chunk (16-byte steps: rows are whole words) and where it goes and comes from.
     const starts: number[] = [];
@@ -254,11 +258,30 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
       const k = chunkOf(lo);
       const oneChunk = chunkOf(hi - 16) === k;
       const aligned = c.out[Math.floor(k / c.E)]! % 16n === 0n;
+      const named = !oneChunk && aligned && chunkOf(hi - 16) === k + 1;
+      // Both chunks' bytes from the input in order (a dispatch's), the second's output aligned too:
+      // one split entry serves the span (xs_split_entry; the bases here fit its 48 bits).
+      const inOrder = (q: number) => c.src[q] === starts[q];
+      if (c.splits && named && inOrder(k) && inOrder(k + 1) && c.out[Math.floor((k + 1) / c.E)]! % 16n === 0n) {
+        const split = starts[k + 1]! * c.rb - lo;
+        const word = BigInt.asUintN(64, src);
+        assert.equal(dst & 1n, 1n, `${label}: span ${s} into the next chunk, in order, is a split entry`);
+        assert.equal(Number(word >> 48n), split, `${label}: span ${s}'s split entry holds where chunk ${k + 1} begins`);
+        // Where x_copy_slices sends byte x of it (exchange.cuh xs_split_to), on each side of the split.
+        const to = (x: number) => (x - lo < Number(word >> 48n) ? dst - 1n : word & ((1n << 48n) - 1n));
+        for (const x of new Set([lo, lo + split - 16, lo + split, hi - 16])) {
+          const q = x < lo + split ? k : k + 1;
+          const want = c.out[Math.floor(q / c.E)]! + BigInt(c.dst[q]! * c.rb) + BigInt(x - starts[q]! * c.rb);
+          assert.equal(to(x) + BigInt(x), want, `${label}: byte ${x} of split span ${s} goes to chunk ${q}'s place`);
+        }
+        splits++;
+        across++;
+        continue;
+      }
       if (!oneChunk || !aligned) {
         assert.equal(dst, 1n, `${label}: span ${s} (${oneChunk ? 'unaligned output' : 'across chunks'}) is marked XS_STRADDLES`);
         // A span from an aligned chunk into the next one names its first chunk (x_copy_slices
         // copies it from those two); across more chunks, or an empty one, it is looked up.
-        const named = aligned && chunkOf(hi - 16) === k + 1;
         assert.equal(src, named ? BigInt(k) : -1n, `${label}: span ${s} names ${named ? `its first byte's chunk, ${k}` : 'no chunk: the lookup'}`);
         if (named) twoChunks++;
         across++;
@@ -273,7 +296,7 @@ test('x_copy_slices\' index (xs_chunk_entries): a span in one chunk maps every b
       }
     }
   });
-  assert.ok(whole > 0 && twoChunks > 0 && across > twoChunks, `every kind of span was checked (${whole} in one chunk, ${twoChunks} into the next, ${across - twoChunks} looked up)`);
+  assert.ok(whole > 0 && splits > 0 && twoChunks > 0 && across > twoChunks + splits, `every kind of span was checked (${whole} in one chunk, ${splits} split entries, ${twoChunks} into the next by its chunk, ${across - twoChunks - splits} looked up)`);
 });
 
 test('x_fused\'s biased chunks (bias_chunk, biased_search, biased_chunk_from): every word of every tile goes from its source to its destination', (t) => {
