@@ -272,10 +272,12 @@ static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gat
   }
 }
 
+#ifdef A2AV_PROBE_XS_SPLITS
 template <bool B>
 struct XsSplits {
   static constexpr bool value = B;
 };
+#endif
 
 // Block b copies bytes [b * slice, (b + 1) * slice) of this rank's send bytes, a 16-byte word a
 // thread, and the slice a grid's stride on in the same round when there is one (moe.ts sizes the

@@ -243,30 +243,23 @@ extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_copy_gather(con
 
 #include "exchange-slices.cuh"
 
-// Completion, as a2av_done: every rank sends each peer one signal per call.
+// Completion, as a2av_done: every rank sends each peer one signal per call (the probes note when).
 __device__ __forceinline__ void x_complete(const XParams& p) {
-  complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
-}
-extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) {
   PROBE_STAMP(p.rank, 4);
-  x_complete(p);
+  complete_call(CallLane{p.pad, p.padPeers, p.laneOffset, p.world, p.rank, p.timeoutNs}, [](int, i64) { return (i64)1; });
   PROBE_STAMP(p.rank, 5);
 #ifdef A2AV_PROBE_WAIT_PRINT
   note_done(p);
 #endif
 }
+extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done(const XParams p) { x_complete(p); }
 // The same, launched early behind x_copy_slices (moe.ts SLICES_EARLY), letting the next
 // call's exchange (one block: the host launches nothing larger early behind it,
 // CudaStream.heldOpen) wait in a slot beside it.
 extern "C" __global__ void __launch_bounds__(A2AV_MAX_THREADS) x_done_open(const XParams p) {
   pdl_wait();
   pdl_release();
-  PROBE_STAMP(p.rank, 4);
   x_complete(p);
-  PROBE_STAMP(p.rank, 5);
-#ifdef A2AV_PROBE_WAIT_PRINT
-  note_done(p);
-#endif
 }
 
 #include "exchange-fused.cuh"

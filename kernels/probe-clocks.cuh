@@ -26,11 +26,10 @@
 // exchange did: which kernel of a multi-kernel call holds the time that events around the whole
 // call cannot split. Slots: 0 exchange begins, 1 exchange ends, 2 index begins, 3 copy begins, 4
 // completion begins (the copy has ended), 5 completion ends, 6 the call's kind, 7 the index's last
-// block ends (x_slice_index: PROBE_STAMP_LAST). Ranks of one
-// process share the module. The print is in the first kernel a call launches: printed from the
-// completion kernel, its arguments' stack made that kernel's first launch grow the context's local
-// memory, which waits for every running kernel, among them peers' exchanges that wait for this
-// rank (docs/perf.md).
+// block ends (x_slice_index: PROBE_STAMP_LAST). Ranks of one process share the module. The print
+// is in the first kernel a call launches: printed from the completion kernel, its arguments' stack
+// made that kernel's first launch grow the context's local memory, which waits for every running
+// kernel, among them peers' exchanges that wait for this rank (docs/perf.md).
 #ifdef A2AV_PROBE_STAMPS
 #ifndef __CUDACC_RTC__
 #include <cstdio>

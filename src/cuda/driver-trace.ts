@@ -63,12 +63,6 @@ export function describeDriverTrace(trace: DriverTraceBuffer, names: readonly st
 }
 
 /**
- * Watches the notes while the ranks run: when a rank has been inside one driver call for `stuckMs`
- * (its count of calls unchanged), writes every rank's notes once for that stretch. Shows a rank
- * blocked in the driver while its peers wait for it (a failure's notes come after the fact).
- * Returns the function that stops the watch.
- */
-/**
  * Driver calls seen to wait for every kernel in the context (docs/perf.md), so a peer's call that
  * spins for this rank holds them until its timeout; what to do instead, as the README says.
  */
@@ -85,6 +79,12 @@ export function stuckHint(name: string): string {
   return advice === undefined ? '' : ` (${name} can wait for every kernel on the GPU, a peer's call waiting for this rank among them: ${advice})`;
 }
 
+/**
+ * Watches the notes while the ranks run: when a rank has been inside one driver call for `stuckMs`
+ * (its count of calls unchanged), writes every rank's notes once for that stretch. Shows a rank
+ * blocked in the driver while its peers wait for it (a failure's notes come after the fact).
+ * Returns the function that stops the watch.
+ */
 export function watchDriverTrace(trace: DriverTraceBuffer, names: readonly string[], write: (text: string) => void, stuckMs = 2000): () => void {
   const view = new Int32Array(trace.buffer);
   const since = new Array<{ calls: number; at: number; told: boolean } | undefined>(trace.ranks);

@@ -58,6 +58,13 @@ async function sharedMemory(opts: CommOptions): Promise<SharedMemory> {
   return new ProcessMemory(opts.rank);
 }
 
+/** A call made inside a replayed closure: its handle, its lane, and what its refusal means (EXPLAINED). */
+interface ReplayedCall {
+  handle: Handle;
+  lane: number;
+  explain?: Explain;
+}
+
 class CpuComm implements Comm, CheckContext {
   readonly backend = 'cpu';
   readonly rank: number;
@@ -75,12 +82,8 @@ class CpuComm implements Comm, CheckContext {
   #buffers = new Set<CpuBuffer>();
   #nextSymmetricId = 0;
   #barriers = 0;
-  /** The handles of the calls a replay is making, while one runs. */
-  #replayed: Handle[] | undefined;
-  /** Inside a replayed closure: the calls it has made on each lane. */
-  #replayedPerLane: number[] | undefined;
-  /** Handles of a replayed closure's calls wrapped by EXPLAINED already. */
-  readonly #explainedCalls = new WeakSet<Handle>();
+  /** The calls a replay is making, while one runs: each one's handle, lane and explanation (EXPLAINED). */
+  #replayed: ReplayedCall[] | undefined;
   /** Why the communicator is unusable (closed, or a peer timed out), else undefined. */
   #broken: Error | undefined;
 
@@ -226,22 +229,7 @@ class CpuComm implements Comm, CheckContext {
     const from = calls?.length ?? 0;
     const queued = queue();
     // The innermost explanation stands: a call already explained keeps its own.
-    for (let i = from; calls !== undefined && i < calls.length; i++) {
-      const h = calls[i]!;
-      if (this.#explainedCalls.has(h)) continue;
-      const wrapped: Handle = {
-        wait: () => {
-          try {
-            h.wait();
-          } catch (err) {
-            throw err instanceof Error ? explained(explain, err) : err;
-          }
-        },
-        waitOn: (stream) => h.waitOn(stream),
-      };
-      this.#explainedCalls.add(wrapped);
-      calls[i] = wrapped;
-    }
+    for (const call of calls?.slice(from) ?? []) call.explain ??= explain;
     return queued;
   }
 
@@ -251,10 +239,10 @@ class CpuComm implements Comm, CheckContext {
    * collected for the replay's.
    */
   #call(index: number, run: () => Handle): Handle {
-    const counts = this.#replayedPerLane;
-    if (counts !== undefined && ++counts[index] > REPLAY_CALLS_PER_LANE) throw new UsageError(TOO_MANY_REPLAY_CALLS(this.rank, 'more'));
+    const calls = this.#replayed;
+    if (calls !== undefined && calls.filter((c) => c.lane === index).length >= REPLAY_CALLS_PER_LANE) throw new UsageError(TOO_MANY_REPLAY_CALLS(this.rank, 'more'));
     const handle = run();
-    this.#replayed?.push(handle);
+    calls?.push({ handle, lane: index });
     return this.#checked(handle.wait);
   }
 
@@ -283,16 +271,22 @@ class CpuComm implements Comm, CheckContext {
         checkStream(this, on);
         // Inside a replayed closure: on cuda that is inside capture(), where a launch is refused.
         if (this.#replayed !== undefined) throw new UsageError(LAUNCH_IN_CAPTURE(this.rank));
-        const calls: Handle[] = [];
+        const calls: ReplayedCall[] = [];
         this.#replayed = calls;
-        this.#replayedPerLane = new Array<number>(this.#lanes.length).fill(0);
         try {
           fn();
         } finally {
           this.#replayed = undefined;
-          this.#replayedPerLane = undefined;
         }
-        return this.#checked(() => calls.forEach((h) => h.wait()));
+        return this.#checked(() => {
+          for (const { handle, explain } of calls) {
+            try {
+              handle.wait();
+            } catch (err) {
+              throw err instanceof Error ? explained(explain, err) : err;
+            }
+          }
+        });
       },
       close: () => {
         closed = true;
