@@ -13,12 +13,12 @@
 // xs_chunk_entries), and a block of x_copy_slices reads its spans' entries in the same round as
 // its source words where it can (a dispatch's send bytes are its input in order, so those are read
 // before the plan), then stores. A span whose bytes run from one chunk into the next (about one a
-// chunk) is copied from those two chunks after reading them (xs_copy_across), or under
-// A2AV_PROBE_XS_SPLITS from a split entry in the same round; one across more chunks, or past the
-// index, takes the lookup (xs_copy_lookup). x_copy_slices_gather: the same for a dispatch whose rows
-// are read through XParams.gatherRows (the token group's rows, read from its x): a dispatch sends
-// its send rows in order, so send byte x comes from send row x / rowBytes, wherever the plan sends
-// it; the table and the word are both read before the index.
+// chunk) is copied from a split entry in the same round where its bytes come from the input in
+// order (a dispatch), else from those two chunks after reading them (xs_copy_across); one across
+// more chunks, or past the index, takes the lookup (xs_copy_lookup). x_copy_slices_gather: the
+// same for a dispatch whose rows are read through XParams.gatherRows (the token group's rows, read
+// from its x): a dispatch sends its send rows in order, so send byte x comes from send row
+// x / rowBytes, wherever the plan sends it; the table and the word are both read before the index.
 
 #ifdef A2AV_PROBE_XS_LOOKUPS  // a probe's count of slices that took the lookup, printed by x_slice_index
 #ifndef __CUDACC_RTC__
@@ -33,14 +33,15 @@ __device__ unsigned long long xsLookups;
 // a dispatch only (moe.ts).
 __device__ __forceinline__ bool xs_in_order(const XParams& p) { return p.kind == X_DISPATCH && ((u64)p.input & 15) == 0; }
 
-// A probe's A2AV_PROBE_XS_SPLITS (A2AV_PROBE_DEFINES): a dispatch's spans into the next chunk as
-// split entries (exchange.cuh xs_split_entry), copied in the round of their index entry. Measured
-// at W = 8 on one H200 (E = 256, 14 KiB rows): dispatch 1137 -> 1126-1130 us, in a form whose
-// combine lost 2% to a spill since mended; not the default until measured again (docs/perf.md).
-#ifdef A2AV_PROBE_XS_SPLITS
-#define XS_SPLITS true
-#else
+// A dispatch's spans into the next chunk are split entries (exchange.cuh xs_split_entry), copied in
+// the round of their index entry. Measured at W = 8 on one H200 (14 KiB rows, against the same run
+// without them): dispatch E = 256 1131 -> 1118 us, E = 16 and the combine within noise, E = 64
+// 0.5% slower (docs/perf.md). A probe's A2AV_PROBE_XS_NO_SPLITS (A2AV_PROBE_DEFINES) leaves them
+// out, for a same-run comparison.
+#ifdef A2AV_PROBE_XS_NO_SPLITS
 #define XS_SPLITS false
+#else
+#define XS_SPLITS true
 #endif
 
 // x_copy_slices' index for this call: a warp a chunk (exchange.cuh xs_chunk_entries), and the
@@ -272,7 +273,7 @@ static __device__ __noinline__ void xs_copy_rest(const u8* input, const int* gat
   }
 }
 
-#ifdef A2AV_PROBE_XS_SPLITS
+#ifndef A2AV_PROBE_XS_NO_SPLITS
 template <bool B>
 struct XsSplits {
   static constexpr bool value = B;
@@ -324,7 +325,7 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   // Both slices from the index in one round, or the first alone, or the lookup from the first. A
   // split entry's source is the input in order (its src word holds its other chunk's base).
   const bool one = e.x != XS_STRADDLES, two = one && first + step < total && e2.x != XS_STRADDLES;
-#ifdef A2AV_PROBE_XS_SPLITS
+#ifndef A2AV_PROBE_XS_NO_SPLITS
   const i64 mask = ((i64)1 << shift) - 1;
   // Instantiated twice: a combine's path (no split entries) keeps no trace of their decoding.
   const auto firstSlices = [&](auto splits) {
@@ -342,7 +343,7 @@ __device__ __forceinline__ void x_copy_slices_run(const XParams& p) {
   };
   if (inOrder) firstSlices(XsSplits<true>{});
   else firstSlices(XsSplits<false>{});
-#else  // as the default has always compiled (the lambda form spilled 4 more bytes in x_copy_slices_gather)
+#else  // as it compiled before split entries
   if (two) {
     const uint4 w = early ? word : ld_stream(from((const void*)e.y, mine));
     const uint4 w2 = mine2 >= total ? w : early2 ? word2 : ld_stream(from((const void*)e2.y, mine2));

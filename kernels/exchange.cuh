@@ -709,7 +709,7 @@ __host__ __device__ inline int xs_find(const i64* wcum, int count, i64 rb, i64 x
 // holding the span's first byte where the span ends in the next chunk (x_copy_slices copies it from
 // those two: xs_copy_across), or is -1: the lookup (a base unaligned, a span across more chunks or
 // an empty one, or past the index). Where split entries are allowed (XsIndexOf.splits: a
-// dispatch's index under A2AV_PROBE_XS_SPLITS, exchange-slices.cuh), a span into the next chunk
+// dispatch's index, exchange-slices.cuh), a span into the next chunk
 // whose bytes come from the input in order on both sides is a split entry instead: dst = chunk k's
 // destination base with bit 0 set, src = chunk k + 1's with the span's byte where k + 1 begins in
 // its top 16 bits (xs_split_entry), so its slice is copied in the round of its index entry.
@@ -749,8 +749,8 @@ struct XsIndexOf {
   i64 entries;
   u8* const* out;
   const u8* input;
-  // Split entries allowed: only where the copy decodes them (a dispatch's x_copy_slices under
-  // A2AV_PROBE_XS_SPLITS); a combine never, whose path measured 2% slower with their decoding.
+  // Split entries allowed: only where the copy decodes them (a dispatch's x_copy_slices); a
+  // combine never, whose path measured 2% slower with their decoding.
   bool splits;
 };
 // The entries of the spans that start in chunk k (none if it is empty: every byte below `total`

@@ -170,9 +170,16 @@ describe('allReduce kernels mirrored in TypeScript', () => {
       }
       // Every probe's switch a kernel reads (A2AV_PROBE_DEFINES) still compiles: the probes of
       // docs/perf.md rely on them. Sizes (A2AV_PROBE_AR_*) are covered by the layout test above.
+      // A .cu file's switches are its own and its headers' (followed through their includes).
       for (const f of files) {
-        const source = readFileSync(join(kernelsDir(), f), 'utf8');
-        const switches = [...new Set([...source.matchAll(/#if(?:n?def)? (A2AV_PROBE_(?!AR_)[A-Z0-9_]+)/g)].map((m) => m[1]))];
+        const seen = new Set<string>();
+        const sources = (file: string): string[] => {
+          if (seen.has(file)) return [];
+          seen.add(file);
+          const source = readFileSync(join(kernelsDir(), file), 'utf8');
+          return [source, ...[...source.matchAll(/#include "([^"]+)"/g)].flatMap((m) => sources(m[1]!))];
+        };
+        const switches = [...new Set(sources(f).flatMap((source) => [...source.matchAll(/#if(?:n?def)? (A2AV_PROBE_(?!AR_)[A-Z0-9_]+)/g)].map((m) => m[1])))];
         for (const name of switches) {
           const r: SpawnSyncReturns<string> = spawnSync(nvcc, ['-std=c++17', '-arch=sm_90', `-D${name}`, '-c', join(kernelsDir(), f), '-o', join(dir, `${f}.${name}.o`)], { encoding: 'utf8' });
           assert.equal(r.status, 0, `${f} (${name}):\n${r.stderr}`);
