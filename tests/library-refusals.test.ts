@@ -29,7 +29,7 @@ async function outcomesOf(opts: { backend: 'cpu' | 'cuda'; ranks: 1; lanes?: num
 const base: MoeGroupOptions = { numExperts: 8, topk: 4, maxTokensPerRank: 4, rowBytes: 16, layout: 'expanded' };
 
 /** Every rank's outcome of createMoeGroup with its own options. */
-const groupOutcomes = (byRank: (Partial<MoeGroupOptions> | undefined)[], ranks = 2): Promise<(Caught | 'no error')[]> =>
+const groupOutcomes = (byRank: (Partial<MoeGroupOptions & { laneIndex: number }> | undefined)[], ranks = 2): Promise<(Caught | 'no error')[]> =>
   runRanks({ backend: 'cpu', ranks, timeoutMs: 10_000 }, programs, 'groupWith', { byRank });
 
 function assertUsage(outcomes: (Caught | 'no error')[], messages: string[]): void {
@@ -96,6 +96,16 @@ describe('createMoeGroup options', () => {
       'rank 1: createMoeGroup: ranks disagree on expertAlignment: 4 here, 1 on rank 0',
     ]);
     assert.deepEqual(await groupOutcomes([base, { ...base, combineRowBytes: 16, expertAlignment: 1 }]), ['no error', 'no error']);
+  });
+
+  test('ranks whose groups would queue on different lanes are refused at once, not left to time out', async () => {
+    const started = performance.now();
+    assertUsage(await groupOutcomes([{ ...base, laneIndex: 1 }, base]), [
+      'rank 0: createMoeGroup: ranks disagree on lane: 1 here, 0 on rank 1',
+      'rank 1: createMoeGroup: ranks disagree on lane: 0 here, 1 on rank 0',
+    ]);
+    assert.ok(performance.now() - started < 8000, 'no rank waited for the 10 s timeout');
+    assert.deepEqual(await groupOutcomes([{ ...base, laneIndex: 1 }, { ...base, laneIndex: 1 }]), ['no error', 'no error']);
   });
 
   test('a rank whose own options are refused takes its peers down with it, without a timeout', async () => {

@@ -78,6 +78,8 @@ const AGREED = [
   ['rowBytes', (s: TokenShape) => s.rowBytes],
   ['combineRowBytes', (s: TokenShape) => s.combineRowBytes],
   ['expertAlignment', (s: TokenShape) => s.align],
+  // The group's calls queue on one lane of each rank: a rank on another lane never meets them.
+  ['lane', (_s: TokenShape, lane: number) => lane],
 ] as const;
 
 /**
@@ -95,7 +97,8 @@ export async function checkAgreedOptions(comm: Comm, ctx: CheckContext, o: MoeGr
     refused = err;
   }
   // [valid, then each AGREED value]: float64 holds every safe integer exactly.
-  const mine = [shape ? 1 : 0, ...AGREED.map(([, of]) => (shape ? of(shape) : 0))];
+  const lane = shape ? (o.lane?.index ?? 0) : 0;  // checkLane took it
+  const mine = [shape ? 1 : 0, ...AGREED.map(([, of]) => (shape ? of(shape, lane) : 0))];
   // This rank's own refusal is the error worth reporting, even where the exchange failed too.
   const all = await gatherOnce(comm, mine).catch((err: unknown) => {
     throw shape === undefined ? refused : err;

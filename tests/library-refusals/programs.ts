@@ -24,8 +24,11 @@ async function caught(call: () => Promise<unknown>): Promise<Caught | 'no error'
 }
 
 /** createMoeGroup with `byRank[rank]` (the last entry for ranks past it); undefined passes no options. */
-export async function groupWith(comm: Comm, arg: { byRank: (Partial<MoeGroupOptions> | undefined)[] }): Promise<Caught | 'no error'> {
-  const options = arg.byRank[Math.min(comm.rank, arg.byRank.length - 1)];
+export async function groupWith(comm: Comm, arg: { byRank: (Partial<MoeGroupOptions & { laneIndex: number }> | undefined)[] }): Promise<Caught | 'no error'> {
+  const given = arg.byRank[Math.min(comm.rank, arg.byRank.length - 1)];
+  // A lane cannot cross to a rank's thread: its index does, and the rank takes its own lane of it.
+  const { laneIndex, ...rest } = given ?? {};
+  const options = given === undefined ? undefined : laneIndex === undefined ? rest : { ...rest, lane: comm.lane(laneIndex) };
   return caught(async () => {
     const group = await (createMoeGroup as (c: Comm, o?: unknown) => ReturnType<typeof createMoeGroup>)(comm, options);
     await group.close();
