@@ -126,8 +126,10 @@ describe('a2av bench: a sweep that stops short of --max says where, naming the -
     assert.deepEqual(notes('--min', '1K', '--max', '3K'), [`a2av: note: --max 3 KiB is not a doubling of --min 1 KiB: the sweep stops at 2 KiB, ${nccl}`]);
     // Doublings rounded up to whole rows: 1500 -> 2 KiB, 3000 -> 3 KiB, 6000 -> 6 KiB, and 12000 is past --max.
     assert.deepEqual(notes('--min', '1500', '--max', '9000'),
-      [`a2av: note: --max 8.8 KiB is not a doubling of --min 1.5 KiB (each rounded up to whole 1 KiB rows): the sweep stops at 6 KiB, ${nccl}`]);
-    assert.deepEqual(notes('--min', '1500', '--max', '6000'), ['a2av: note: --max 5.9 KiB is not a whole number of 1 KiB rows: the sweep stops at 5 KiB, its last whole one']);
+      [`a2av: note: --max 8.8 KiB (9000 B) is not a doubling of --min 1.5 KiB (1500 B) (each rounded up to whole 1 KiB rows): the sweep stops at 6 KiB, ${nccl}`]);
+    assert.deepEqual(notes('--min', '1500', '--max', '6000'), ['a2av: note: --max 5.9 KiB (6000 B) is not a whole number of 1 KiB rows: the sweep stops at 5 KiB, its last whole one']);
+    // Where a size reads rounded, its bytes are said too: 65533 B is not "64.0 KiB" beside a --max of 64 KiB.
+    assert.deepEqual(notes('--min', '16K', '--max', '64K', '--row-bytes', '13'), ['a2av: note: --max 64 KiB is not a whole number of 13 B rows: the sweep stops at 64.0 KiB (65533 B), its last whole one']);
     // On the ladder, or the default --max: no note.
     assert.deepEqual(notes('--min', '1K', '--max', '4K'), []);
     const allreduce = a2av('bench', 'allreduce', '--backend', 'cpu', '--ranks', '1', '--repeats', '1', '--iters', '1', '--max', '12K');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { spread } from '../src/bench/measure.js';
-import { formatGBps, formatJson, formatTable, makeRow, type BenchResult, type RefKind } from '../src/bench/table.js';
+import { formatGBps, formatJson, formatRatio, formatTable, makeRow, type BenchResult, type RefKind } from '../src/bench/table.js';
 
 const t = (medianUs: number, minUs = medianUs, maxUs = medianUs) => ({ medianUs, minUs, maxUs });
 
@@ -89,6 +89,10 @@ describe('bench table', () => {
 
   it('GB/s below 1 keeps two significant digits rather than reading 0.0', () => {
     assert.deepEqual([0.0096, 0.48, 0, 1.04, 377.04].map(formatGBps), ['0.0096', '0.48', '0.0', '1.0', '377.0']);
+    // In plain decimals however small, so a column never mixes 8.4e-7 with 0.0000014; a rounding
+    // that carries keeps two digits.
+    assert.deepEqual([8.4e-7, 1.4e-6, 0.0996, 0.996].map(formatGBps), ['0.00000084', '0.0000014', '0.10', '1.0']);
+    assert.deepEqual([3.1e-7, 0.00031, 0.05, 0.96].map(formatRatio), ['0.00000031', '0.00031', '0.050', '0.96']);
   });
 
   it('zipf results carry their seed, in the header and the JSON; uniform ones have none', () => {

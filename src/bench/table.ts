@@ -204,7 +204,15 @@ export function counted(n: number, noun: string): string {
  * would otherwise all read 0.0, hiding a tenfold difference between them.
  */
 export function formatGBps(gbps: number): string {
-  return gbps > 0 && gbps < 1 ? gbps.toPrecision(2) : gbps.toFixed(1);
+  return gbps > 0 && gbps < 1 ? twoSignificant(gbps) : gbps.toFixed(1);
+}
+
+/** Two significant digits in plain decimals (0.00000084, never 8.4e-7, which a column beside 0.0000014 hides). */
+function twoSignificant(x: number): string {
+  const decimals = Math.min(100, Math.max(0, 1 - Math.floor(Math.log10(Math.abs(x)))));
+  const text = x.toFixed(decimals);
+  // Rounding up can carry into a third digit (0.0995 -> 0.100): one decimal fewer then.
+  return decimals > 0 && Math.abs(Number(text)) >= 10 ** (1 - decimals + 1) ? x.toFixed(decimals - 1) : text;
 }
 
 /** Two decimals below 1000 µs, one above: enough digits to compare runs, no noise digits. '-' for none. */
@@ -221,7 +229,7 @@ function formatRange(min: number | null | undefined, max: number | null | undefi
 /** Two decimals, or two significant digits below 0.1, where two decimals would read 0.00 or 0.01. */
 export function formatRatio(x: number | null | undefined): string {
   if (typeof x !== 'number' || !Number.isFinite(x)) return '-';
-  return x !== 0 && Math.abs(x) < 0.1 ? x.toPrecision(2) : x.toFixed(2);
+  return x !== 0 && Math.abs(x) < 0.1 ? twoSignificant(x) : x.toFixed(2);
 }
 
 /** A line describing the run, a line per note on the columns, then the columns right-aligned. */

@@ -37,6 +37,12 @@ export function formatBytes(bytes: number): string {
   return text === '1024.0' && unit < UNITS.length - 1 ? `1.0 ${UNITS[unit + 1]}` : `${text} ${UNITS[unit]}`;
 }
 
+/** formatBytes, with the exact count beside it where that rounds (65533 -> "64.0 KiB (65533 B)"). */
+export function formatBytesExact(bytes: number): string {
+  const text = formatBytes(bytes);
+  return /\.\d/.test(text) ? `${text} (${bytes} B)` : text;
+}
+
 /** Whether some multiple of `unit` lies in [min, max]: doublingSizes has a size to give. */
 export function holdsWholeUnit(min: number, max: number, unit: number): boolean {
   return Math.ceil(min / unit) * unit <= max;

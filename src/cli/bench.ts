@@ -8,7 +8,7 @@ import { BENCH_OPS } from '../bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from '../bench/rank.js';
 import type { BenchEvents, BenchOptions } from '../bench/run.js';
 import { SPLITS_KINDS } from '../bench/splits.js';
-import { counted, formatGBps, formatJson, formatMicros, formatTable, type BenchResult } from '../bench/table.js';
+import { counted, formatGBps, formatJson, formatMicros, formatRatio, formatTable, type BenchResult } from '../bench/table.js';
 import { formatBytes, parseSize } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
@@ -226,9 +226,9 @@ class Progress implements BenchEvents {
       `(${formatMicros(row.timeMinUs)}-${formatMicros(row.timeMaxUs)}), ` +
       (Number.isFinite(row.graphUs) ? `graph ${formatMicros(row.graphUs)} µs, ` : '') +
       `${formatGBps(row.algbwGBps)} GB/s` +
-      (row.ref === 'none' ? '' : `, ${row.refRatio.toFixed(2)}× the ${row.ref}`) +
+      (row.ref === 'none' ? '' : `, ${formatRatio(row.refRatio)}× the ${row.ref}`) +
       (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
-      (row.vsOneD === undefined ? '' : `, ${row.vsOneD.toFixed(2)}× the 1-D call`) +
+      (row.vsOneD === undefined ? '' : `, ${formatRatio(row.vsOneD)}× the 1-D call`) +
       `, checked ${row.checked.join('+')}`;
     if (this.#bar) this.#bar.increment({ last: line });
     else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);

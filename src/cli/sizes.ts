@@ -2,7 +2,7 @@
 // and the note saying where a doubling sweep stops short of --max.
 import type { Command } from 'commander';
 import type { BackendName } from '../backends/backend.js';
-import { doublingSizes, formatBytes, holdsWholeUnit } from '../bench/units.js';
+import { doublingSizes, formatBytes, formatBytesExact, holdsWholeUnit } from '../bench/units.js';
 import { fail } from './exit.js';
 
 /**
@@ -52,9 +52,9 @@ export function shortOfMax(cmd: Command, min: number, max: number, unit: number,
   if (top === max || cmd.getOptionValueSource('max') !== 'cli') return undefined;
   let doubling = min;
   while (doubling < top) doubling *= 2;
-  const stops = `the sweep stops at ${formatBytes(top)}`;
-  if (doubling !== top && top === max - (max % unit)) return `--max ${formatBytes(max)} is not a whole number of ${unitName}: ${stops}, its last whole one`;
+  const stops = `the sweep stops at ${formatBytesExact(top)}`;
+  if (doubling !== top && top === max - (max % unit)) return `--max ${formatBytesExact(max)} is not a whole number of ${unitName}: ${stops}, its last whole one`;
   const rounded = doubling === top ? '' : ` (each rounded up to whole ${unitName})`;
-  return `--max ${formatBytes(max)} is not a doubling of ${boundName(cmd, 'min')} ${formatBytes(min)}${rounded}: ${stops}, the last one not past it, ` +
+  return `--max ${formatBytesExact(max)} is not a doubling of ${boundName(cmd, 'min')} ${formatBytesExact(min)}${rounded}: ${stops}, the last one not past it, ` +
     "as nccl-tests' -b/-e sweep does";
 }
