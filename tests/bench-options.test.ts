@@ -58,6 +58,9 @@ describe('a2av bench: values refused up front', () => {
   it('--op allreduce and --op pipeline point to their sub-commands, which the top-level help names', () => {
     for (const sub of ['allreduce', 'pipeline']) refused(['--op', sub], new RegExp(`'${sub}' is invalid\\. ${sub} is a sub-command: a2av bench ${sub} `));
     refused(['--op', 'nope'], /Allowed choices are alltoallv, .*moe-combine; a2av bench allreduce and a2av bench pipeline are sub-commands\.$/);
+    // A word after bench is a sub-command or nothing: a misspelt one is named, with the nearest.
+    refused(['allredce'], "unknown sub-command 'allredce' of a2av bench (did you mean allreduce?): its sub-commands are allreduce and pipeline");
+    refused(['sweep'], "unknown sub-command 'sweep' of a2av bench: its sub-commands are allreduce and pipeline");
     const help = a2av('--help').stdout.replace(/\s+/g, ' ');
     assert.match(help, /a2av bench allreduce/);
     assert.match(help, /a2av bench pipeline/);

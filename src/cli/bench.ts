@@ -99,7 +99,28 @@ export function addBench(program: Command): Command {
           `${before.length > 1 ? 'them' : 'it'}: give its options after its name (a2av bench ${sub.name()} --help lists them)`);
       }
     })
-    .action((flags: BenchFlags, cmd: Command) => bench(flags, cmd));
+    // A word after `bench` can only be a sub-command: a misspelt one is named as such, not counted
+    // as an argument too many.
+    .allowExcessArguments(true)
+    .action((flags: BenchFlags, cmd: Command) => {
+      if (cmd.args.length > 0) cmd.error(`unknown sub-command '${cmd.args[0]}' of a2av bench${closest(cmd.args[0]!, BENCH_SUBCOMMANDS)}: its sub-commands are ${BENCH_SUBCOMMANDS.join(' and ')}`);
+      return bench(flags, cmd);
+    });
+}
+
+/** " (did you mean x?)" for the choice within two edits of `word`, else "". */
+function closest(word: string, choices: readonly string[]): string {
+  const edits = (a: string, b: string): number => {
+    let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+    for (let i = 1; i <= a.length; i++) {
+      const next = [i];
+      for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+      row = next;
+    }
+    return row[b.length]!;
+  };
+  const best = choices.map((c) => ({ c, d: edits(word.toLowerCase(), c) })).sort((x, y) => x.d - y.d)[0];
+  return best !== undefined && best.d <= 2 ? ` (did you mean ${best.c}?)` : '';
 }
 
 /** --op's parser: the choices, and a pointer to the sub-command for an op that is one. */
