@@ -39,7 +39,7 @@ describe('a2av bench: refusals up front', () => {
   });
 
   it('a GPU backend where libcuda is not found: the way out said once', { skip: cudaUnavailableReason()?.startsWith('libcuda (the NVIDIA driver) not found') ? false : 'libcuda loads here' }, () => {
-    const way = "libcuda (the NVIDIA driver) not found: use the cpu backend (--backend cpu), or set A2AV_LIBCUDA to the library's path";
+    const way = "libcuda (the NVIDIA driver) not found: use the cpu backend (backend 'cpu'; --backend cpu on the command line), or set A2AV_LIBCUDA to the library's path";
     refused(['bench', '--backend', 'cuda', '--max', '1M'], `--backend cuda: no GPU: ${way}`);
     refused(['bench', 'allreduce', '--backend', 'cuda,nccl'], `--backend cuda,nccl: no GPU: ${way}`);
   });

@@ -145,7 +145,7 @@ describe('"got X" shows what was passed', () => {
     assertUsage(await groupOutcomes([{ ...base, rowBytes: '16' as never }]), [0, 1].map((r) => `rank ${r}: createMoeGroup: rowBytes must be a positive integer, got '16' (a string)`));
     await assert.rejects(runRanks({ backend: 'cpu', ranks: '2' as never }, programs, 'groupWith', { byRank: [] }), {
       name: 'UsageError',
-      message: "ranks must be a positive integer, got '2' (a string)",
+      message: "runRanks: ranks must be a positive integer, got '2' (a string)",
     });
   });
 });

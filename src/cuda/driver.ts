@@ -100,7 +100,7 @@ export function cu(): Driver {
     files: ['libcuda.so.1', 'libcuda.so'],
     folders: [...systemLibFolders, ...wheelFolders('cu13', 'cuda_runtime')],
     overrideEnv: 'A2AV_LIBCUDA',
-    instead: 'the cpu backend (--backend cpu)',
+    instead: "the cpu backend (backend 'cpu'; --backend cpu on the command line)",
   });
   koffi.struct('CUipcMemHandle', { reserved: koffi.array('uint8_t', 64) });
   const d = {} as Driver;

@@ -24,7 +24,7 @@ function lib(): Nvrtc {
     files: ['libnvrtc.so.13', 'libnvrtc.so.12', 'libnvrtc.so'],
     folders: [...cudaHomeFolders(), ...systemLibFolders, ...wheelFolders('cu13', 'cuda_nvrtc')],
     overrideEnv: 'A2AV_LIBNVRTC',
-    instead: 'the cpu backend (--backend cpu)',
+    instead: "the cpu backend (backend 'cpu'; --backend cpu on the command line)",
   });
   nvrtc = {
     nvrtcVersion: l.func('int nvrtcVersion(_Out_ int *major, _Out_ int *minor)') as Fn,

@@ -36,7 +36,7 @@ export type RankFailure = Error & { failedRank: number };
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
   checkRankOptions('runRanks', opts, ['backend', 'ranks', 'timeoutMs', 'lanes', 'onReport']);
   const ranks = opts.ranks;
-  if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`ranks must be a positive integer, got ${shown(ranks)}`);
+  if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`runRanks: ranks must be a positive integer, got ${shown(ranks)}`);
   checkSendable(arg, exportName);
   const moduleUrl = moduleHref(module);
   checkModuleFile(moduleUrl, module);
