@@ -27,6 +27,7 @@ export type { CombineDtype, MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, 
 export { MoeCapacityError, MoeRoutingError, type MoeRoutingProblem } from './moe/errors.js';
 export { runPipeline, type PipelineOptions, type PipelineResult } from './pipeline/run.js';
 export { pipelineRank, type ArmResult, type PipelineArg, type PipelineRankResult } from './pipeline/rank.js';
+export { type PipelineInput } from './pipeline/options.js';
 export { ARMS as PIPELINE_ARMS, type Arm as PipelineArm } from './pipeline/train.js';
 export { SHAPES as PIPELINE_SHAPES, type Shape as PipelineShape, type ShapeName as PipelineShapeName } from './pipeline/shapes.js';
 export {

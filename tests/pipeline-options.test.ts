@@ -45,6 +45,18 @@ describe('pipeline options', () => {
     }
   });
 
+  test('runPipeline and pipelineRank take the CLI\'s defaults for arms, warmup, seed and trace; what is given is still checked', async () => {
+    const r = await runPipeline({ backend: 'cpu', ranks: 2, shape: 'tiny', iters: 1, warmup: 0 });
+    assert.deepEqual([r?.arms.map((a) => a.arm), r?.seed, r?.warmup, r?.traces], [['one-lane', 'two-lanes', 'two-lanes-serialized'], 1, 0, undefined]);
+    // pipelineRank: 20 warm-up steps before the one timed (its start report counts them).
+    const reports: { type: string; steps?: number }[] = [];
+    const given = { shape: 'tiny', arms: ['one-lane'], iters: 1 };
+    await runRanks({ backend: 'cpu', ranks: 1, onReport: (_r, m) => reports.push(m as never) }, new URL('../src/pipeline/rank.js', import.meta.url), 'pipelineRank', given);
+    assert.equal(reports.find((m) => m.type === 'start')?.steps, 21);
+    // A default never hides a bad value beside it.
+    await assert.rejects(runPipeline({ backend: 'cpu', ranks: 1, shape: 'tiny', iters: 0 }), (err: Error) => err.name === 'UsageError' && /pipeline: iters must be an integer >= 1, got 0$/.test(err.message));
+  });
+
   test('runPipeline refuses what the named backend cannot do before any rank starts: cuBLAS on cpu, an SM budget off cuda', async () => {
     for (const [change, message] of [
       [{ gemm: 'cublas' }, /^pipeline: gemm 'cublas' is for cuda and nccl /],

@@ -13,6 +13,20 @@ const GEMMS: readonly GemmChoice[] = ['auto', 'cublas', 'kernel'];
 /** Every key of PipelineArg (the Record makes the compiler list them all): others are refused. */
 const ARG_KEYS: Record<keyof PipelineArg, true> = { shape: true, arms: true, warmup: true, iters: true, seed: true, trace: true, inputDistBlocks: true, gemm: true };
 
+/** PipelineArg as a library caller may give it: the CLI's defaults fill what it leaves out. */
+export type PipelineInput = Omit<PipelineArg, 'arms' | 'warmup' | 'seed' | 'trace'> & Partial<Pick<PipelineArg, 'arms' | 'warmup' | 'seed' | 'trace'>>;
+
+/**
+ * `arg` with the CLI's defaults where it leaves a key out (or gives undefined): every arm, 20
+ * warm-up steps, seed 1, no trace. shape and iters have none here: the CLI's depend on the backend,
+ * which a library call may leave to runRanks.
+ */
+export function withPipelineDefaults(arg: PipelineInput): PipelineArg {
+  if (arg === null || typeof arg !== 'object') return arg as PipelineArg; // checkPipelineArg names it
+  const { arms = [...ARMS], warmup = 20, seed = 1, trace = false } = arg;
+  return { ...arg, arms, warmup, seed, trace };
+}
+
 /** The seed is a u32 in the kernels and in synth.ts: a larger one would train as seed mod 2^32. */
 const MAX_SEED = 2 ** 32 - 1;
 
@@ -25,6 +39,7 @@ export function checkPipelineArg(arg: PipelineArg, runnerKeys: readonly string[]
   const fail = (what: string): never => {
     throw new UsageError(`pipeline: ${what}`);
   };
+  if (arg === null || typeof arg !== 'object') fail(`options must be an object { shape, iters, ... }, got ${shown(arg)}`);
   // A misspelt optional key (inputDistBlock, gemms) would otherwise run the default, unsaid.
   const unknown = Object.keys(arg).filter((k) => !Object.hasOwn(ARG_KEYS, k));
   if (unknown.length > 0) fail(`unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (known: ${[...runnerKeys, ...Object.keys(ARG_KEYS)].join(', ')})`);

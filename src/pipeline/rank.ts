@@ -9,7 +9,7 @@ import { formatBytes } from '../bench/units.js';
 import { shown, UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
 import { createCompute } from './create-compute.js';
-import { checkPipelineArg, checkPipelineBackend } from './options.js';
+import { checkPipelineArg, checkPipelineBackend, withPipelineDefaults, type PipelineInput } from './options.js';
 import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
@@ -80,7 +80,8 @@ export interface PipelineRankResult {
  * model, runs every arm of `arg` from the same initial model, and returns rank 0 the rows (other
  * ranks get undefined). `ctx` receives rank 0's progress.
  */
-export async function pipelineRank(comm: Comm, arg: PipelineArg, ctx?: RankContext): Promise<PipelineRankResult | undefined> {
+export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankContext): Promise<PipelineRankResult | undefined> {
+  const arg = withPipelineDefaults(given);
   // Ranks started with different options would fail later on a buffer's size: say which option.
   await checkSameOptions(comm, { command: 'bench pipeline', options: arg, flags: { inputDistBlocks: '--input-dist-blocks' } });
   checkPipelineArg(arg);

@@ -3,18 +3,19 @@
 import type { BackendName } from '../backends/backend.js';
 import { shown, UsageError } from '../errors.js';
 import { runJob } from '../world/job.js';
-import { checkPipelineArg, checkPipelineBackend } from './options.js';
+import { checkPipelineArg, checkPipelineBackend, withPipelineDefaults, type PipelineInput } from './options.js';
 import type { ArmResult, PipelineArg, PipelineRankResult, PipelineReport } from './rank.js';
 import { SHAPES, type Shape } from './shapes.js';
 import type { ArmTrace } from './trace.js';
 
 /** The run: the rank program's argument (PipelineArg), and where it runs. */
-export interface PipelineOptions extends PipelineArg {
+/** The pipeline's options (PipelineInput: arms, warmup, seed and trace have the CLI's defaults), and the runner's. */
+export type PipelineOptions = PipelineInput & {
   /** Default: as runRanks and init() pick (cuda where a GPU is visible, else cpu). */
   backend?: BackendName;
   ranks: number;
   timeoutMs?: number;
-}
+};
 
 export interface PipelineResult {
   backend: BackendName;
@@ -47,7 +48,8 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
   if (opts === null || typeof opts !== 'object') throw new UsageError(`runPipeline takes one object of options, got ${shown(opts)}`);
   const date = new Date().toISOString();
   // The ranks get the rank program's options only (they refuse keys it does not know).
-  const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...arg } = opts;
+  const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...given } = opts;
+  const arg = withPipelineDefaults(given);
   // Checked here first: once, before any rank starts, and the same error whichever rank would have thrown it first.
   checkPipelineArg(arg, ['backend', 'ranks', 'timeoutMs']);
   if (opts.backend !== undefined) checkPipelineBackend(arg, opts.backend);
@@ -72,10 +74,10 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
     shape: SHAPES[opts.shape],
     device: rank0.device,
     date,
-    warmup: opts.warmup,
-    iters: opts.iters,
+    warmup: arg.warmup,
+    iters: arg.iters,
     ...(opts.inputDistBlocks === undefined ? {} : { inputDistBlocks: opts.inputDistBlocks }),
-    seed: opts.seed,
+    seed: arg.seed,
     clock: backend === 'cpu'
       ? 'host clock (performance.now) around each phase; the cpu backend runs each collective in the calling thread'
       : 'device events recorded around each phase on its stream, cuEventElapsedTime; ranks lined up by an all-reduce before the timed steps',
