@@ -245,6 +245,6 @@ describe('LibraryNotFoundError', () => {
   it("libcuda's absence names --backend cpu and A2AV_LIBCUDA in one short line", (t) => {
     const why = cudaUnavailableReason();
     if (why === undefined || !why.includes('not found')) return t.skip(`libcuda is present here (${why ?? 'a GPU is visible'})`);
-    assert.match(why, /^libcuda .* not found: use the cpu backend \(--backend cpu\), or set A2AV_LIBCUDA to the library's path\.$/);
+    assert.match(why, /^libcuda .* not found: use the cpu backend \(backend 'cpu'; --backend cpu on the command line\), or set A2AV_LIBCUDA to the library's path\.$/);
   });
 });

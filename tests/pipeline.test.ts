@@ -108,7 +108,7 @@ describe('pipeline on cpu', () => {
     const bad: [Record<string, unknown>, RegExp][] = [
       [{ arms: ['one-lane', 'sideways'] }, /^pipeline: unknown arm 'sideways' \(choose from one-lane, two-lanes, two-lanes-serialized\)$/],
       [{ arms: [] }, /pipeline: arms must name at least one arm/],
-      [{ arms: undefined }, /pipeline: arms must be an array of arm names, got undefined/],
+      [{ arms: 'one-lane' }, /pipeline: arms must be an array of arm names, got 'one-lane' \(a string\)/],
       [{ arms: ['one-lane', 'one-lane'] }, /pipeline: arm one-lane is named twice/],
       [{ iters: 1.5 }, /pipeline: iters must be an integer >= 1, got 1\.5/],
       [{ iters: '2' }, /pipeline: iters must be an integer >= 1, got '2' \(a string\)/],
