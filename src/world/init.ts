@@ -43,9 +43,11 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   const served = await serveStore(place);
   let store: TcpStoreClient;
   try {
-    // Rank 0's store is up only once its process has started: the others wait for that as for any peer's start.
-    const connectTimeoutMs = storePort() !== undefined ? startWaitMs(timeoutMs) : timeoutMs;
-    store = await TcpStoreClient.connectFromEnv({ timeoutMs, connectTimeoutMs });
+    // With the set-up floor, connecting and every request alike: rank 0's store (A2AV_STORE_PORT) is
+    // up only once its process has started, and a launcher's answers the ranks as they all start at
+    // once. A set-up wait passes its own bound; a lane's wait in a collective never asks the store.
+    const storeMs = startWaitMs(timeoutMs);
+    store = await TcpStoreClient.connectFromEnv({ timeoutMs: storeMs, connectTimeoutMs: storeMs });
   } catch (err) {
     await served?.close();
     throw err;
