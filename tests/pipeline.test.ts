@@ -116,6 +116,7 @@ describe('pipeline on cpu', () => {
       [{ seed: 0.5 }, /pipeline: seed must be an integer >= 0, got 0\.5/],
       [{ gemm: 'fast' }, /pipeline: gemm must be 'auto', 'cublas' or 'kernel', got 'fast'/],
       [{ gemm: 'cublas' }, /pipeline: gemm 'cublas' is for cuda and nccl/],
+      [{ gemm: 'auto' }, /pipeline: gemm 'auto' is for cuda and nccl .*: leave gemm out, or give 'kernel'$/],
       [{ inputDistBlocks: 4 }, /pipeline: inputDistBlocks is the cuda backend's SM budget .*; cpu has none/],
     ];
     for (const [change, message] of bad) {

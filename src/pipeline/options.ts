@@ -68,6 +68,9 @@ export function checkPipelineArg(arg: PipelineArg, runnerKeys: readonly string[]
  * the backend is named.
  */
 export function checkPipelineBackend(arg: Pick<PipelineArg, 'gemm' | 'inputDistBlocks'>, backend: BackendName): void {
-  if (arg.gemm === 'cublas' && backend === 'cpu') throw new UsageError("pipeline: gemm 'cublas' is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel)");
+  // 'auto' too, as the CLI's --gemm: on cpu it could only mean the host loops, which 'kernel' names.
+  if (arg.gemm !== undefined && arg.gemm !== 'kernel' && backend === 'cpu') {
+    throw new UsageError(`pipeline: gemm '${arg.gemm}' is for cuda and nccl (the cpu backend's GEMMs are host loops, bit-exact with the kernel): leave gemm out, or give 'kernel'`);
+  }
   if (arg.inputDistBlocks !== undefined && backend !== 'cuda') throw new UsageError(`pipeline: inputDistBlocks is the cuda backend's SM budget (the input dist's maxBlocks); ${backend} has none`);
 }
