@@ -222,6 +222,18 @@ export async function moeTokenReplayErrors(comm: Comm, arg: TokenJobArg): Promis
 /** Host-side misuse: UsageError at once, nothing queued, a good round trip after. */
 async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label: string) => void): Promise<number> {
   const job = jobOf(comm, arg);
+  const { inputs, outputs, group } = rig;
+  // The buffers the refusals below are given, allocated first (README: allocate before the calls
+  // start): the createMoeGroup refusals meet every rank on the host, so no peer's dispatch can be
+  // waiting on the GPU for this rank yet, as one may once they are past.
+  const rowOut = 4 * rig.hidden;
+  const spare = {
+    local: comm.alloc(outputs.recvX.bytes),
+    shortCounts: comm.alloc(8 * job.experts - 1),
+    oneRow: comm.alloc(job.rowBytes),
+    byte: [comm.alloc(1), comm.alloc(1), comm.alloc(1)],
+    rowOut: [comm.alloc(rowOut), comm.alloc(rowOut)],
+  };
   const base = { numExperts: job.world * job.experts, topk: job.topk, maxTokensPerRank: job.maxTokens, rowBytes: job.rowBytes, layout: job.layout };
   const options: [string, Record<string, unknown>][] = [
     ['numExperts not a multiple of W', { numExperts: job.world * job.experts + (job.world > 1 ? 1 : 0.5) }],
@@ -236,19 +248,18 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
   for (const [label, change] of options) await expectRejected(() => createMoeGroup(comm, { ...base, ...change } as never), `createMoeGroup with ${label}`);
 
   const d = rig.dispatch.bind(rig);
-  const { inputs, outputs, group } = rig;
   const expanded = job.layout === 'expanded';
-  const local = comm.alloc(outputs.recvX.bytes);
+  const local = spare.local;
   const dispatchArgs: MoeDispatchArgs = { x: inputs.x, topkIdx: inputs.topkIdx, recvX: outputs.recvX, expertCounts: outputs.counts, numTokens: 1 };
   const dispatches: [string, Partial<MoeDispatchArgs>][] = [
     ['recvX not symmetric', { recvX: local }],
     ['x that is recvX', { x: outputs.recvX }],
     ['topkIdx that is recvX', { topkIdx: outputs.recvX }],
     ['expertCounts that is recvX', { expertCounts: outputs.recvX }],
-    ['expertCounts short of int64[E]', { expertCounts: comm.alloc(8 * job.experts - 1) }],
+    ['expertCounts short of int64[E]', { expertCounts: spare.shortCounts }],
     ['numTokens past maxTokensPerRank', { numTokens: job.maxTokens + 1 }],
     ['numTokens 1.5', { numTokens: 1.5 }],
-    ['numTokens past the rows of x', { x: comm.alloc(job.rowBytes), numTokens: 2 }],
+    ['numTokens past the rows of x', { x: spare.oneRow, numTokens: 2 }],
     ['topkIdxType int16', { topkIdxType: 'int16' as never }],
     ['recvTopkWeights without topkWeights', { recvTopkWeights: outputs.recvWeights }],
     [expanded ? 'recvTopkIdx with the expanded layout' : 'expertOffsets with the compact layout', expanded ? { recvTopkIdx: outputs.recvIdx } : { expertOffsets: outputs.offsets }],
@@ -267,8 +278,8 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
   const combineArgs: MoeCombineArgs = { y: inputs.y, route, out: inputs.out, dtype: 'f32' };
   const combines: [string, Partial<MoeCombineArgs>][] = [
     ['dtype f64', { dtype: 'f64' as never }],
-    ['out short of the tokens', { out: comm.alloc(1) }],
-    ['y short of recvX', { y: comm.alloc(1) }],
+    ['out short of the tokens', { out: spare.byte[0] }],
+    ['y short of recvX', { y: spare.byte[1] }],
     ['a route a later dispatch replaced', { route: old.route }],
     ['weights (misspelt topkWeights)', { weights: inputs.weights } as never],
     ...(expanded ? [] : [['topkWeights with the compact layout', { topkWeights: inputs.weights }] as [string, Partial<MoeCombineArgs>]]),
@@ -276,16 +287,15 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
   for (const [label, change] of combines) expectUsageError(() => group.combine({ ...combineArgs, ...change }), `combine with ${label}`);
   expectUsageError(() => group.combine({ ...combineArgs, route: old.route }), 'combine along an old route');
   // out's size says where T comes from: the host count, or with a device count the most the dispatch could carry.
-  const rowOut = 4 * rig.hidden;
-  expectUsageError(() => group.combine({ ...combineArgs, out: comm.alloc(1) }), 'combine with out short of the host count', new RegExp(`out \\(f32\\[T\\]\\[H\\]\\) holds 1 bytes, needs at least ${rowOut}: T rows of ${rowOut} bytes, T = 1, the route's dispatch's tokens$`));
+  expectUsageError(() => group.combine({ ...combineArgs, out: spare.byte[2] }), 'combine with out short of the host count', new RegExp(`out \\(f32\\[T\\]\\[H\\]\\) holds 1 bytes, needs at least ${rowOut}: T rows of ${rowOut} bytes, T = 1, the route's dispatch's tokens$`));
   comm.write(inputs.numTokens, BigInt64Array.of(1n));
   const onDevice = d({ count: 'device', idx64: true, weights: false, tokens: 1 });
   onDevice.done.wait();
   const T = job.maxTokens;
   const most = new RegExp(`needs at least ${T * rowOut}: T rows of ${rowOut} bytes, T = ${T}, the most tokens the route's dispatch could carry \\(maxTokensPerRank ${T}\\): its numTokens was on the device`);
   const deviceArgs = { ...combineArgs, route: onDevice.route };
-  expectUsageError(() => group.combine({ ...deviceArgs, out: comm.alloc(rowOut) }), 'combine with out short of the most a device count could be', most);
-  expectUsageError(() => group.combine({ ...deviceArgs, bias: comm.alloc(rowOut) }), 'combine with bias short of the most a device count could be', most);
+  expectUsageError(() => group.combine({ ...deviceArgs, out: spare.rowOut[0] }), 'combine with out short of the most a device count could be', most);
+  expectUsageError(() => group.combine({ ...deviceArgs, bias: spare.rowOut[1] }), 'combine with bias short of the most a device count could be', most);
   // No arguments at all: a UsageError, not a TypeError from reading a field of undefined.
   expectUsageError(() => group.dispatch(undefined as never), 'dispatch with no arguments');
   expectUsageError(() => group.combine(undefined as never), 'combine with no arguments');
