@@ -64,7 +64,7 @@ describe('cpu backend: at most as many ranks as the cuda backend', () => {
     const store = new Proxy({}, { get: () => assert.fail('the store was used') }) as Store;
     await assert.rejects(createComm({ backend: 'cpu', rank: 0, worldSize: 2, timeoutMs: '100' as unknown as number, lanes: 1, store }), {
       name: 'UsageError',
-      message: "timeoutMs must be positive, got '100' (a string)",
+      message: "timeoutMs must be a positive, finite number of ms, got '100' (a string)",
     });
   });
 });
@@ -256,7 +256,8 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
   test('runRanks refuses an unknown option or a bad timeout before starting a thread', async () => {
     for (const [opts, message] of [
       [{ ranks: 2, timeoutMS: 100 }, "runRanks: unknown option 'timeoutMS' (the options are backend, ranks, timeoutMs, lanes, onReport)"],
-      [{ ranks: 2, timeoutMs: -1 }, 'runRanks: timeoutMs must be positive, got -1'],
+      [{ ranks: 2, timeoutMs: -1 }, 'runRanks: timeoutMs must be a positive, finite number of ms, got -1'],
+      [{ ranks: 2, timeoutMs: Infinity }, 'runRanks: timeoutMs must be a positive, finite number of ms, got Infinity'],
       [{ ranks: 2, lanes: 1.5 }, 'runRanks: lanes must be a positive integer, got 1.5'],
     ] as const) {
       const err = await runRanks({ backend: 'cpu', ...opts } as never, programs, 'misuse', {}).catch((e: unknown) => e);
@@ -268,6 +269,8 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
 
   test('init refuses its options before reaching the store: a typo is not ignored, a bad timeout is not a StoreError', async () => {
     await assert.rejects(init({ timeoutMS: 100 } as never), { name: 'UsageError', message: "init(): unknown option 'timeoutMS' (the options are backend, timeoutMs, lanes)" });
-    await assert.rejects(init({ timeoutMs: -5 }), { name: 'UsageError', message: 'init(): timeoutMs must be positive, got -5' });
+    await assert.rejects(init({ timeoutMs: -5 }), { name: 'UsageError', message: 'init(): timeoutMs must be a positive, finite number of ms, got -5' });
+    // Infinity reached the store's timers, which Node sets to 1 ms past 2^31 - 1: refused here instead.
+    await assert.rejects(init({ timeoutMs: Infinity }), { name: 'UsageError', message: 'init(): timeoutMs must be a positive, finite number of ms, got Infinity' });
   });
 });

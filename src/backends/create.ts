@@ -100,6 +100,6 @@ function checkOptions(o: CommOptions): void {
   if (!Number.isInteger(o.rank) || o.rank < 0 || o.rank >= o.worldSize) {
     throw new UsageError(`rank must be an integer in [0, ${o.worldSize}), got ${shown(o.rank)}`);
   }
-  if (typeof o.timeoutMs !== 'number' || !(o.timeoutMs > 0)) throw new UsageError(`timeoutMs must be positive, got ${shown(o.timeoutMs)}`);
+  if (typeof o.timeoutMs !== 'number' || !(o.timeoutMs > 0) || !Number.isFinite(o.timeoutMs)) throw new UsageError(`timeoutMs must be a positive, finite number of ms, got ${shown(o.timeoutMs)}`);
   if (!Number.isInteger(o.lanes) || o.lanes < 1) throw new UsageError(`lanes must be a positive integer, got ${shown(o.lanes)}`);
 }

@@ -12,8 +12,8 @@ export function checkRankOptions(call: string, options: unknown, known: readonly
     throw new UsageError(`${call}: unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (the options are ${known.join(', ')})`);
   }
   // The same rules as createComm's, said once here rather than by every rank after it started.
-  if (o.timeoutMs !== undefined && (typeof o.timeoutMs !== 'number' || !(o.timeoutMs > 0))) {
-    throw new UsageError(`${call}: timeoutMs must be positive, got ${shown(o.timeoutMs)}`);
+  if (o.timeoutMs !== undefined && (typeof o.timeoutMs !== 'number' || !(o.timeoutMs > 0) || !Number.isFinite(o.timeoutMs))) {
+    throw new UsageError(`${call}: timeoutMs must be a positive, finite number of ms, got ${shown(o.timeoutMs)}`);
   }
   if (o.lanes !== undefined && (!Number.isInteger(o.lanes) || (o.lanes as number) < 1)) {
     throw new UsageError(`${call}: lanes must be a positive integer, got ${shown(o.lanes)}`);

@@ -230,7 +230,7 @@ function openSocket(host: string, port: number, timeoutMs: number): Promise<Sock
     const timer = setTimeout(() => {
       socket.destroy();
       reject(Object.assign(new Error(`connect timed out after ${timeoutMs} ms`), { code: 'ETIMEDOUT' }));
-    }, timeoutMs);
+    }, Math.min(timeoutMs, MAX_TIMER_MS));
     socket.once('error', (error) => {
       clearTimeout(timer);
       reject(error);
@@ -259,7 +259,7 @@ function authenticate(socket: Socket, token: string, reader: FrameReader, addres
         reject(error);
       } else resolve();
     };
-    const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms`)), timeoutMs);
+    const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms`)), Math.min(timeoutMs, MAX_TIMER_MS));
     const onClose = () =>
       done(new StoreError('connect', undefined, 'rejected', `store at ${address} refused this client (does A2AV_STORE_TOKEN hold this job's token?)`));
     const onData = (chunk: Buffer) => {
