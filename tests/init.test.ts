@@ -102,6 +102,15 @@ test('a timeoutMs of 1 ms bounds no store request at set-up: connecting, authent
   for (const { code, line } of done) assert.equal(code, 0, JSON.stringify(line));
 });
 
+test('a MoE group made under a timeoutMs of 1 ms: its ranks compare their options with the set-up floor, not a lane\'s timeout', T, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const W = 4;
+  const common = { WORLD_SIZE: String(W), LOCAL_WORLD_SIZE: String(W), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  const done = await Promise.all([0, 1, 2, 3].map((r) => rankProcess({ ...common, RANK: String(r), LOCAL_RANK: String(r) }, 1, 'moeGroupOnly', {})));
+  for (const { code, line } of done) assert.equal(code, 0, JSON.stringify(line));
+});
+
 test('rank 0 keeps its store at A2AV_STORE_PORT up past a short timeoutMs until the others have closed (that wait has the set-up floor too)', T, async () => {
   const [storeAt, unused] = [await freePort(), await freePort()];
   const token = randomBytes(16).toString('hex');

@@ -399,6 +399,13 @@ export interface Comm {
   timeLoop(stream: Stream, iters: number, fn: () => void, leadIn?: number): number;
   /** Host barrier across ranks (rendezvous store), bounded by `options.timeoutMs`, else the communicator's timeoutMs (on cpu at least its start floor: set-up-waits.ts). */
   barrier(options?: BarrierOptions): Promise<void>;
+  /**
+   * Collective, on the host over the rendezvous store (never a lane): every rank's `values`, in rank
+   * order. For agreements at set-up (a MoE group's options), which a lane's timeoutMs would end
+   * while a peer is still starting: bounded by `options.timeoutMs`, else the communicator's
+   * timeoutMs but at least the start floor (set-up-waits.ts).
+   */
+  gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]>;
   /** Free memory for this rank's allocations, in bytes (shared between ranks on one device). */
   freeMemory(): number;
   /** Number of ranks sharing this rank's device (memory and SMs are split between them). */

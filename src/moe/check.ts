@@ -4,7 +4,6 @@
 // then against the group's sizes.
 import { MAX_EXPERTS_PER_RANK, type Comm, type DeviceBuffer } from '../backends/backend.js';
 import { argNames, checkArgsObject, checkBuffer, checkLane, checkStream, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
-import { gatherOnce } from '../collectives/agree.js';
 import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
 import { DTYPES } from './compute.js';
@@ -99,8 +98,10 @@ export async function checkAgreedOptions(comm: Comm, ctx: CheckContext, o: MoeGr
   // [valid, then each AGREED value]: float64 holds every safe integer exactly.
   const lane = shape ? (o.lane?.index ?? 0) : 0;  // checkLane took it
   const mine = [shape ? 1 : 0, ...AGREED.map(([, of]) => (shape ? of(shape, lane) : 0))];
-  // This rank's own refusal is the error worth reporting, even where the exchange failed too.
-  const all = await gatherOnce(comm, mine).catch((err: unknown) => {
+  // On the host, with the set-up floor (a lane's call would end under a short timeoutMs while a
+  // peer still starts). This rank's own refusal is the error worth reporting, even where the
+  // exchange failed too.
+  const all = await comm.gatherOnHost(mine).catch((err: unknown) => {
     throw shape === undefined ? refused : err;
   });
   if (shape === undefined) throw refused;

@@ -26,7 +26,7 @@ import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllT
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
-import { endingOnTimeout } from '../../world/all-gather.js';
+import { decodeJson, encodeJson, endingOnTimeout } from '../../world/all-gather.js';
 import { startWaitMs } from '../../world/set-up-waits.js';
 import { CpuReducer } from './all-reduce.js';
 import { checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
@@ -82,6 +82,7 @@ class CpuComm implements Comm, CheckContext {
   #buffers = new Set<CpuBuffer>();
   #nextSymmetricId = 0;
   #barriers = 0;
+  #gathers = 0;
   /** The calls a replay is making, while one runs: each one's handle, lane and explanation (EXPLAINED). */
   #replayed: ReplayedCall[] | undefined;
   /** Why the communicator is unusable (closed, or a peer timed out), else undefined. */
@@ -313,6 +314,13 @@ class CpuComm implements Comm, CheckContext {
     this.#usable();
     checkBarrier(this.rank, options);
     await this.#setUp(this.#exchange.meet(`barrier/${this.#barriers++}`, options?.timeoutMs ?? startWaitMs(this.timeoutMs)));
+  }
+
+  async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
+    this.#usable();
+    checkBarrier(this.rank, options);
+    const all = await this.#setUp(this.#exchange.gather(`gather/${this.#gathers++}`, encodeJson(values), options?.timeoutMs ?? startWaitMs(this.timeoutMs)));
+    return all.map((b) => decodeJson<number[]>(b));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

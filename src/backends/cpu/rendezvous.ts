@@ -54,6 +54,11 @@ export class Rendezvous {
     }
   }
 
+  /** Every rank's `value` published under `name`, in rank order. */
+  gather(name: string, value: Uint8Array, timeoutMs: number): Promise<Uint8Array[]> {
+    return this.#gather(name, value, timeoutMs);
+  }
+
   /** Every rank reaches `name` (a host barrier). */
   async meet(name: string, timeoutMs: number): Promise<void> {
     await this.#gather(name, new Uint8Array(0), timeoutMs);

@@ -34,8 +34,8 @@ import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgs
 import { planWhat } from '../../collectives/call-names.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
-import { endingOnTimeout, meet } from '../../world/all-gather.js';
-import { gpuSetUpMs } from '../../world/set-up-waits.js';
+import { allGatherJson, endingOnTimeout, meet } from '../../world/all-gather.js';
+import { gpuSetUpMs, startWaitMs } from '../../world/set-up-waits.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
 import { A2avKernels } from './kernels.js';
@@ -101,6 +101,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   #pad!: GpuBuffer;
   #symmetricCount = 0;
   #barriers = 0;
+  #gathers = 0;
   #aborted: Error | undefined;
   #closed = false;
   #capture: Capture | undefined;
@@ -452,6 +453,13 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
 
   #meet(timeoutMs = this.timeoutMs): Promise<void> {
     return meet({ store: this.#store, key: `a2av/cuda/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs });
+  }
+
+  async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
+    this.#usable();
+    checkBarrier(this.rank, options);
+    const timeoutMs = options?.timeoutMs ?? startWaitMs(this.timeoutMs);
+    return this.#setUp(allGatherJson<number[]>({ store: this.#store, key: `a2av/cuda/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: [...values], timeoutMs }));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

@@ -38,6 +38,7 @@ import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { napMs } from '../../nccl/communicator.js';
 import { allGatherJson, endingOnTimeout, meet } from '../../world/all-gather.js';
+import { startWaitMs } from '../../world/set-up-waits.js';
 import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
@@ -62,6 +63,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   readonly #memory: GpuMemory;
   #symmetricCount = 0;
   #barriers = 0;
+  #gathers = 0;
   #splitsSyncUs = 0;
   #aborted: Error | undefined;
   #closed = false;
@@ -311,6 +313,13 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
 
   #meet(timeoutMs = this.timeoutMs): Promise<void> {
     return meet({ store: this.#store, key: `${this.#key}/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs });
+  }
+
+  async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
+    this.#usable();
+    checkBarrier(this.rank, options);
+    const timeoutMs = options?.timeoutMs ?? startWaitMs(this.timeoutMs);
+    return this.#setUp(allGatherJson<number[]>({ store: this.#store, key: `${this.#key}/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: [...values], timeoutMs }));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
