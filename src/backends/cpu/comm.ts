@@ -43,7 +43,7 @@ export async function createCpuComm(opts: CommOptions): Promise<Comm> {
   checkCpuWorld(opts.worldSize);
   const layout = new PadLayout(opts.worldSize, opts.lanes);
   const ex = new Rendezvous(opts.store, await sharedMemory(opts), opts.rank, opts.worldSize);
-  const pads = await ex.share('pad', layout.bytes, startWaitMs(opts.timeoutMs));
+  const pads = await ex.share('pad', layout.bytes, startWaitMs(opts.timeoutMs), 'the communicator\'s pad, sized by the world size and lanes');
   return new CpuComm(opts, ex, layout, pads);
 }
 
