@@ -230,6 +230,13 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     ]);
   });
 
+  test('cpu: a replay whose first call times out still returns its handle, which names the missing rank', async () => {
+    const outcomes = await runRanks<{ waitMs: number }, (Caught | 'no error')[]>({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'replayTimeout', { waitMs: 1500 });
+    const [launched, waited] = outcomes[0]!;
+    assert.equal(launched, 'no error');
+    assert.ok(waited !== 'no error' && waited.name === 'TimeoutError' && /waiting for rank 1/.test(waited.message), JSON.stringify(waited));
+  });
+
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: handle.waitOn and replay.launch with what is not a stream are refused by name, a stream passes`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
     assert.deepEqual(await outcomesOf({ backend, ranks: 1 }, 'waitOnMisuse'), [
       'UsageError: rank 0: stream must be a Stream (comm.lane(i).stream), got 42',

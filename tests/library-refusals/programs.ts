@@ -1,6 +1,6 @@
 // Rank programs for tests/library-refusals.test.ts (runRanks on the cpu backend). Each catches what
 // its rank throws and returns it, so the test sees every rank's error, not only the first.
-import type { Comm, Replay } from '../../src/backends/backend.js';
+import type { Comm, Handle, Replay } from '../../src/backends/backend.js';
 import { ClosedError, UsageError } from '../../src/errors.js';
 import type { MoeGroupOptions } from '../../src/moe/api.js';
 import { createMoeGroup } from '../../src/moe/group.js';
@@ -129,6 +129,30 @@ export async function replayCallsPerLane(comm: Comm): Promise<(Caught | 'no erro
     await caught(replayOf(() => calls(0, 257))),
     await caught(replayOf(() => calls(0, 2))),
   ];
+}
+
+/**
+ * Rank 0 replays two calls while rank 1 never makes them: the first times out and ends the
+ * communicator, and the launch still returns the replay's handle, whose wait() names rank 1.
+ */
+export async function replayTimeout(comm: Comm, arg: { waitMs: number }): Promise<(Caught | 'no error')[]> {
+  const output = await comm.allocSymmetric(16 * comm.worldSize);
+  if (comm.rank !== 0) {
+    await new Promise((resolve) => setTimeout(resolve, arg.waitMs));
+    return [];
+  }
+  const [input, inSplits, outSplitsOffsets] = [comm.alloc(16 * comm.worldSize), comm.alloc(8 * comm.worldSize), comm.alloc(16 * comm.worldSize)];
+  comm.write(inSplits, new BigInt64Array(comm.worldSize).fill(1n));
+  const call = () => comm.allToAllV({ input, output, inSplits, outSplitsOffsets, rowBytes: 16 });
+  const replay = comm.capture(comm.lane(0).stream, () => {
+    call();
+    call();
+  });
+  let handle: Handle | undefined;
+  const launched = await caught(async () => {
+    handle = replay.launch();
+  });
+  return [launched, handle === undefined ? 'no error' : await caught(async () => handle!.wait())];
 }
 
 /** handle.waitOn with what is not a stream: a call's handle, record()'s, a replay's; then a good one. */
