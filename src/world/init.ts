@@ -8,7 +8,6 @@ import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken 
 import { recordUncaughtErrors } from './exit-record.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
-import { allGatherJson } from './all-gather.js';
 import { startWaitMs } from './set-up-waits.js';
 import { StoreServerThread } from './store-server-thread.js';
 import { TcpStoreClient } from './tcp-store.js';
@@ -20,27 +19,6 @@ export interface InitOptions {
   timeoutMs?: number;
   /** Lanes per communicator (default 2). */
   lanes?: number;
-}
-
-/** init() calls in this process: each is one set-up exchange of the job's ranks, keyed by it. */
-let inits = 0;
-
-/**
- * Collective, over the store with the set-up floor: the ranks compare what each was started with,
- * and one that differs is a UsageError on every rank naming it. Else ranks with other lanes asked
- * for pads of another size (one rank said so, the others failed to map what it had dropped), and
- * ranks with other timeouts blamed a healthy peer for a late one.
- */
-async function checkSameStart(store: TcpStoreClient, place: { rank: number; worldSize: number }, mine: { backend: BackendName; lanes: number; timeoutMs: number }): Promise<void> {
-  const key = `a2av/init/${inits++}`;
-  const common = { store, rank: place.rank, worldSize: place.worldSize, timeoutMs: startWaitMs(mine.timeoutMs) };
-  const all = await allGatherJson({ ...common, key: `${key}/options`, value: mine });
-  // Every rank reads every rank's before any refuses: rank 0 may serve the store, which its refusal closes.
-  await allGatherJson({ ...common, key: `${key}/read`, value: 0 });
-  for (const name of ['backend', 'lanes', 'timeoutMs'] as const) {
-    const other = all.findIndex((v) => v[name] !== mine[name]);
-    if (other >= 0) throw new UsageError(`rank ${place.rank}: init(): ranks disagree on ${name}: ${mine[name]} here, ${all[other]![name]} on rank ${other}`);
-  }
 }
 
 /**
@@ -76,7 +54,6 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   }
   let comm: Comm;
   try {
-    await checkSameStart(store, place, { backend, lanes: options.lanes ?? DEFAULT_LANES, timeoutMs });
     comm = await createComm({
       backend,
       rank: place.rank,
