@@ -32,8 +32,8 @@ interface PipelineFlags {
  * (the first few dozen run slow while the JIT warms up).
  */
 const PIPELINE_DEFAULTS = {
-  gpu: { shape: 'dlrm', iters: 200, warmup: 20 },
-  cpu: { shape: 'tiny', iters: 100, warmup: 20 },
+  gpu: { shape: 'dlrm', iters: 200 },
+  cpu: { shape: 'tiny', iters: 100 },
 } as const;
 
 /** Adds `pipeline` to `a2av bench`. */
@@ -96,7 +96,7 @@ async function benchPipeline(flags: PipelineFlags): Promise<void> {
     const progress = new PipelineProgress(label);
     try {
       return await runPipeline(
-        { backend, ranks, shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup ?? defaults.warmup,
+        { backend, ranks, shape, arms: flags.arms, iters: flags.iters ?? defaults.iters, warmup: flags.warmup, // unset: runPipeline's default (withPipelineDefaults)
           seed: flags.seed, trace: flags.trace !== undefined, timeoutMs: flags.timeoutMs, gemm,
           // cuda's budget only: nccl and cpu refuse one.
           inputDistBlocks: backend === 'cuda' ? flags.inputDistBlocks : undefined },
