@@ -7,7 +7,7 @@ import { Exchange, maxRowsFor, sizesFor } from './harness.js';
 import { makeSplits, PATTERNS, ROW_SIZES, Rng } from './reference.js';
 
 export { allReduce, allReduceBeside, allReduceLanes, allReduceMismatch, allReduceReplay, allReduceTimeout } from './all-reduce-cases.js';
-export { closedCalls, setUpTimeout, splitsErrors, timeout, usage } from './error-cases.js';
+export { closedCalls, setUpTimeout, splitsErrors, symmetricSizes, timeout, usage } from './error-cases.js';
 export { lanes, lanesCrossed, lanesLarge } from './lane-cases.js';
 export { ownOutcomes } from './outcome-cases.js';
 export { callerStream } from './stream-cases.js';

@@ -307,3 +307,34 @@ export async function closedCalls(comm: Comm): Promise<number> {
   await comm.close();
   return checked + 1;
 }
+
+/**
+ * Ranks that ask allocSymmetric for different sizes (rank 1 for more, the last for less) are all
+ * refused with the same account of every rank's size, grouped; nothing is lost: the communicator
+ * then allocates and exchanges as before, with symmetric ids still in step.
+ */
+export async function symmetricSizes(comm: Comm, arg: ErrorsArg): Promise<number> {
+  const W = comm.worldSize;
+  const me = comm.rank;
+  const ex = await Exchange.create(comm, sizes(4));
+  const want = (r: number): number => (r === 1 ? 96 : r === W - 1 ? 32 : 64);
+  const err = await comm.allocSymmetric(want(me)).then(
+    (buf) => buf,
+    (e: unknown) => e,
+  );
+  if (!(err instanceof UsageError)) throw new Error(`allocSymmetric of sizes ${[...Array(W).keys()].map(want).join(', ')}: expected UsageError, got ${String(err)}`);
+  const groups = new Map<number, number[]>();
+  for (let r = 0; r < W; r++) groups.set(want(r), [...(groups.get(want(r)) ?? []), r]);
+  for (const [bytes, ranks] of groups) {
+    const named = ranks.length === 1 ? `rank ${ranks[0]}` : ranks.length === 2 ? `ranks ${ranks[0]}, ${ranks[1]}` : `ranks ${ranks[0]}-${ranks.at(-1)}`;
+    if (!err.message.includes(`${bytes} bytes on ${named}`)) throw new Error(`rank ${me}: the refusal does not say "${bytes} bytes on ${named}": ${err.message}`);
+  }
+  if (!err.message.startsWith(`rank ${me}: `)) throw new Error(`the refusal does not start with this rank: ${err.message}`);
+  const again = await comm.allocSymmetric(64);
+  if (again.bytes !== 64 || again.symmetricId !== ex.output.symmetricId + 2) throw new Error(`rank ${me}: the next allocSymmetric gave ${again.bytes} bytes, id ${again.symmetricId}`);
+  const S = makeSplits(new Rng(arg.seed, 77), W, 'random', 2);
+  ex.prepare(arg.seed, 77, S, 4);
+  ex.call(4).wait();
+  ex.verify(arg.seed, 77, S, 4, 'after the refused allocSymmetric');
+  return 0;
+}

@@ -34,6 +34,8 @@ export interface SharedMemory {
   allocate(bytes: number): SharedRegion;
   /** Maps the memory a peer published as `handle`. */
   map(handle: Uint8Array, peer: number): SharedRegion;
+  /** The size of the memory a peer published as `handle`, read without mapping it. */
+  sizeOf(handle: Uint8Array, peer: number): number;
   /** Bytes this memory can still grow by. */
   freeBytes(): number;
 }
@@ -51,6 +53,7 @@ export const threadMemory: SharedMemory = {
     }
     return new ThreadRegion(handle.buffer);
   },
+  sizeOf: (handle) => handle.byteLength,
   freeBytes: () => freemem(),
 };
 

@@ -34,16 +34,24 @@ export class ProcessMemory implements SharedMemory {
   }
 
   map(handle: Uint8Array, peer: number): SharedRegion {
-    const match = HANDLE.exec(new TextDecoder().decode(handle));
-    if (!match) throw new UsageError(`rank ${peer} published a malformed shared-memory handle`);
-    const bytes = Number(match[1]);
-    return new ProcessRegion(match[2]!, bytes, openShared(match[2]!, Math.max(bytes, 1)), false);
+    const { name, bytes } = parseHandle(handle, peer);
+    return new ProcessRegion(name, bytes, openShared(name, Math.max(bytes, 1)), false);
+  }
+
+  sizeOf(handle: Uint8Array, peer: number): number {
+    return parseHandle(handle, peer).bytes;
   }
 
   freeBytes(): number {
     const fs = statfsSync(SHM_DIR);
     return Math.min(freemem(), fs.bavail * fs.bsize);
   }
+}
+
+function parseHandle(handle: Uint8Array, peer: number): { name: string; bytes: number } {
+  const match = HANDLE.exec(new TextDecoder().decode(handle));
+  if (!match) throw new UsageError(`rank ${peer} published a malformed shared-memory handle`);
+  return { name: match[2]!, bytes: Number(match[1]) };
 }
 
 class ProcessRegion implements SharedRegion {

@@ -2,6 +2,7 @@
 // (pads, symmetric buffers), and host barriers.
 import { UsageError } from '../../errors.js';
 import { allGather } from '../../world/all-gather.js';
+import { sizeDisagreement } from '../../world/disagreement.js';
 import type { Store } from '../../world/store.js';
 import { checkCpuBufferBytes, closeAll } from './buffer.js';
 import type { SharedMemory, SharedRegion } from './memory.js';
@@ -32,13 +33,12 @@ export class Rendezvous {
     const regions: SharedRegion[] = [];
     try {
       const handles = await this.#gather(name, own.handle, timeoutMs);
-      for (const [p, handle] of handles.entries()) {
-        const region = p === this.#rank ? own : this.memory.map(handle, p);
-        regions.push(region);
-        if (region.bytes !== bytes) {
-          throw new UsageError(`${what}: rank ${this.#rank} asked for ${bytes} bytes but rank ${p} for ${region.bytes} (every rank must ask for the same size)`);
-        }
-      }
+      // Read from every handle before anything is mapped, so every rank refuses with the same
+      // account: a rank that mapped first and refused would drop its name under the others.
+      const sizes = handles.map((h, p) => (p === this.#rank ? bytes : this.memory.sizeOf(h, p)));
+      const odd = sizeDisagreement(this.#rank, what, sizes);
+      if (odd !== undefined) throw new UsageError(odd);
+      for (const [p, handle] of handles.entries()) regions.push(p === this.#rank ? own : this.memory.map(handle, p));
       if (this.memory.named) {
         await this.#gather(`${name}/mapped`, new Uint8Array(0), timeoutMs);
         own.unpublish();

@@ -5,6 +5,7 @@ import type { CudaDevice } from '../../cuda/device.js';
 import { exportIpcHandle, openIpcHandle } from '../../cuda/ipc.js';
 import { UsageError } from '../../errors.js';
 import { allGatherJson } from '../../world/all-gather.js';
+import { sizeDisagreement } from '../../world/disagreement.js';
 import type { Store } from '../../world/store.js';
 import { GpuBuffer } from '../gpu-memory.js';
 
@@ -43,10 +44,10 @@ export async function allocSymmetric(ctx: SymmetricContext, bytes: number, id: n
     device.free(ptr);
     throw err;
   }
-  const odd = peers.findIndex((p) => p.bytes !== bytes);
-  if (odd >= 0) {
+  const odd = sizeDisagreement(rank, `allocSymmetric #${id}`, peers.map((p) => p.bytes));
+  if (odd !== undefined) {
     device.free(ptr);
-    throw new UsageError(`allocSymmetric #${id}: rank ${rank} asked for ${bytes} bytes but rank ${odd} for ${peers[odd].bytes}`);
+    throw new UsageError(odd);
   }
   const mappings: bigint[] = [];
   const addresses = peers.map((p, r) => {

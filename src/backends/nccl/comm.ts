@@ -38,6 +38,7 @@ import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { napMs } from '../../nccl/communicator.js';
 import { allGatherJson, endingOnTimeout, meet } from '../../world/all-gather.js';
+import { sizeDisagreement } from '../../world/disagreement.js';
 import { startWaitMs } from '../../world/set-up-waits.js';
 import type { Store } from '../../world/store.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
@@ -111,8 +112,8 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     this.#memory.checkBytes(bytes);
     const id = this.#symmetricCount++;
     const sizes = await this.#setUp(allGatherJson({ store: this.#store, key: `${this.#key}/sym/${id}`, rank: this.rank, worldSize: this.worldSize, value: bytes, timeoutMs: this.timeoutMs }));
-    const odd = sizes.findIndex((n) => n !== bytes);
-    if (odd >= 0) throw new UsageError(`allocSymmetric #${id}: rank ${this.rank} asked for ${bytes} bytes but rank ${odd} for ${sizes[odd]}`);
+    const odd = sizeDisagreement(this.rank, `allocSymmetric #${id}`, sizes);
+    if (odd !== undefined) throw new UsageError(odd);
     return this.#memory.alloc(bytes, id);
   }
 
