@@ -111,6 +111,29 @@ test('a MoE group made under a timeoutMs of 1 ms: its ranks compare their option
   for (const { code, line } of done) assert.equal(code, 0, JSON.stringify(line));
 });
 
+test('ranks started with other lanes, timeouts or world sizes are all refused with the same account, and rank 0\'s store outlasts their refusals', { timeout: 40_000 }, async () => {
+  const floorish = START_WAIT_FLOOR_MS / 2;
+  for (const [what, odd, message] of [
+    ['lanes', { A2AV_TEST_LANES: '1' }, /^rank \d: init\(\): ranks disagree on lanes: 2 on ranks 0, 2; 1 on rank 1; every rank must be started with the same$/],
+    ['timeoutMs', {}, /^rank \d: init\(\): ranks disagree on timeoutMs: 2000 on ranks 0, 2; 3000 on rank 1; every rank/],
+    ['world size', { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2' }, /^rank \d: init\(\): ranks disagree on the world size \(WORLD_SIZE or the launcher's\): [23] here, [23] on rank [01]; every rank/],
+  ] as const) {
+    const [storeAt, unused] = [await freePort(), await freePort()];
+    const token = randomBytes(16).toString('hex');
+    const common = { WORLD_SIZE: '3', LOCAL_WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+    // Rank 1 is the odd one; rank 0, which serves the store, starts last, as it may under any launcher.
+    const started = performance.now();
+    const done = await Promise.all([2, 1, 0].map((r) => rankProcess({ ...common, RANK: String(r), LOCAL_RANK: String(r), ...(r === 1 ? odd : {}) }, r === 1 && what === 'timeoutMs' ? 3000 : 2000, 'leavesLate', { late: -1, ms: 0 })));
+    for (const { code, line } of done) {
+      assert.equal(code, 1, `${what}: ${JSON.stringify(line)}`);
+      assert.equal(line.error?.name, 'UsageError', `${what}: ${JSON.stringify(line)}`);
+      assert.match(line.error.message, message);
+    }
+    // No rank waited out a floor: each refused as soon as it had read what it needed.
+    assert.ok(performance.now() - started < floorish, `${what}: took ${Math.round(performance.now() - started)} ms`);
+  }
+});
+
 test('rank 0 keeps its store at A2AV_STORE_PORT up past a short timeoutMs until the others have closed (that wait has the set-up floor too)', T, async () => {
   const [storeAt, unused] = [await freePort(), await freePort()];
   const token = randomBytes(16).toString('hex');
@@ -144,6 +167,8 @@ test('a store that goes away during set-up fails the waiting rank at once and le
   // Rank 1 never comes: rank 0 waits for its pad for up to 30 s, unless the store goes away.
   const running = rankProcess(env, 30_000);
   const watcher = await TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token, timeoutMs: 10_000 });
+  // Rank 1's part of init()'s comparison, as rank 1 would write it, so rank 0 goes on to its pad.
+  await watcher.set('a2av/init/0/start/1', await watcher.get('a2av/init/0/start/0'));
   await watcher.get('a2av/cpu/pad/0'); // rank 0 has published its pad and waits for rank 1's
   const closedAt = performance.now();
   await server.close();
