@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createComm } from '../src/backends/create.js';
 import { ProcessMemory } from '../src/backends/cpu/process-memory.js';
-import { SharedMemoryError, UsageError } from '../src/errors.js';
+import { SharedMemoryError, TimeoutError, UsageError } from '../src/errors.js';
 import { rankEnv } from '../src/world/env.js';
 import { init } from '../src/world/init.js';
 import { START_WAIT_FLOOR_MS } from '../src/world/set-up-waits.js';
@@ -180,6 +180,53 @@ test('a store that goes away during set-up fails the waiting rank at once and le
   assert.match(line.error.message, /connection to the store at 127\.0\.0\.1:\d+ closed/);
   assert.ok(performance.now() - closedAt < 5000, 'the rank noticed at once');
   assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), []);
+});
+
+test('under another launcher, a rank ended by SIGTERM, SIGINT or SIGHUP while its peers map its memory leaves no shared memory', { timeout: 40_000 }, async () => {
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
+    const [storeAt, unused] = [await freePort(), await freePort()];
+    const token = randomBytes(16).toString('hex');
+    const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+    const before = a2avShmFiles();
+    // Rank 0 never calls allocSymmetric; rank 1 waits in it, its memory named for rank 0 to map.
+    const ranks = ['0', '1'].map((r) =>
+      spawn(process.execPath, [rankProgram, 'allocWithoutOne', JSON.stringify({ absent: 0 }), '30000'], { env: { ...process.env, ...common, RANK: r, LOCAL_RANK: r }, stdio: 'ignore' }),
+    );
+    try {
+      // Its second allocation (the first is its pad, unlinked once init() is done).
+      const rank1Files = () => a2avShmFiles().filter((f) => !before.includes(f) && /-r1-1-/.test(f));
+      for (const until = Date.now() + 10_000; rank1Files().length === 0; await new Promise((r) => setTimeout(r, 20))) {
+        if (Date.now() > until) throw new Error(`${signal}: rank 1 made no shared memory`);
+      }
+      ranks[1]!.kill(signal);
+      const [code, how] = (await once(ranks[1]!, 'exit')) as [number | null, string | null];
+      // Ended by the signal, as without a2av's listener: not an exit code of a handler that caught it.
+      assert.deepEqual([code, how], [null, signal]);
+      assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f) && /-r1-/.test(f)), [], `${signal}: rank 1's shared memory is left`);
+    } finally {
+      for (const r of ranks) r.kill('SIGKILL');
+    }
+  }
+});
+
+test('a rank killed after publishing its memory, before saying it mapped the others\', is named by the survivors\' timeout, which also drops its name', T, async () => {
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const [store0, store1] = await Promise.all([0, 1].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
+  const before = a2avShmFiles();
+  const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
+  // Rank 1, by hand: it publishes a named region and is never heard from again (SIGKILL leaves its name).
+  const killed = new ProcessMemory(1).allocate(4096);
+  try {
+    await store1!.set('a2av/cpu/sym/test/1', killed.handle);
+    const survivor = new Rendezvous(store0!, new ProcessMemory(0), 0, 2);
+    await assert.rejects(survivor.share('sym/test', 4096, 500), (err: Error) => err instanceof TimeoutError && err.missingRank === 1 && err.rank === 0);
+    assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), [], 'neither the survivor\'s memory nor the killed rank\'s is left');
+  } finally {
+    killed.close();
+    await Promise.all([store0!.close(), store1!.close()]);
+    await server.close();
+  }
 });
 
 test('a cpu communicator over a TCP store maps shared memory, and unmaps and unlinks it on close', T, async () => {

@@ -3,9 +3,9 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { CommAbortedError, TimeoutError, UsageError } from '../src/errors.js';
@@ -102,22 +102,32 @@ test('a failing rank stops the others, and nothing it started outlives the launc
   }
 });
 
-test('a SIGKILLed launcher leaves no rank running: the ranks see its store go and stop their process groups', { timeout: 20_000 }, async () => {
+test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see its store go, stop their process groups and remove what it would have', { timeout: 20_000 }, async () => {
   // The launcher in a process of its own, to be SIGKILLed: nothing of it can stop the ranks.
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
-  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('orphan-rank.mjs')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('orphan-rank.mjs'), 'alloc'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   launcher.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
   const pids: number[] = [];
   try {
-    for (const until = Date.now() + 15_000; linesOf(stdout, 0).length + linesOf(stdout, 1).length < 2; await new Promise((r) => setTimeout(r, 20))) {
+    const said = (r: number, what: string) => linesOf(stdout, r).some((l) => l.startsWith(what));
+    for (const until = Date.now() + 15_000; !(said(0, 'ready ') && said(1, 'ready ') && said(1, 'job ')); await new Promise((r) => setTimeout(r, 20))) {
       if (Date.now() > until) throw new Error(`the ranks never got ready; stdout:\n${stdout}`);
     }
     for (const r of [0, 1]) pids.push(...linesOf(stdout, r).find((l) => l.startsWith('ready '))!.split(' ').slice(1).map(Number));
     assert.equal(pids.length, 4, stdout);
     assert.ok(pids.every(alive), 'ranks and their children run');
+    const [job, recordFile] = linesOf(stdout, 1).find((l) => l.startsWith('job '))!.split(' ').slice(1) as [string, string];
+    const jobFiles = () => readdirSync('/dev/shm').filter((f) => f.startsWith(`a2av-${job}-`));
+    // Rank 1 waits in allocSymmetric: its memory is made and named, for a rank 0 that never maps it.
+    for (const until = Date.now() + 5000; !jobFiles().some((f) => f.startsWith(`a2av-${job}-r1-`)); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > until) throw new Error(`rank 1 made no shared memory; /dev/shm: ${jobFiles()}`);
+    }
+    assert.ok(existsSync(dirname(recordFile)), 'the launcher\'s folder of exit records is there');
     launcher.kill('SIGKILL');
     for (const pid of pids) assert.ok(await gone(pid, 8000), `pid ${pid} (a rank or its child) outlived the SIGKILLed launcher`);
+    assert.deepEqual(jobFiles(), [], 'shared memory the job left in /dev/shm');
+    assert.ok(!existsSync(dirname(recordFile)), `the launcher's folder ${dirname(recordFile)} is left`);
   } finally {
     launcher.kill('SIGKILL');
     for (const pid of pids) {

@@ -5,7 +5,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { readExitRecord, type ExitRecord } from '../world/exit-record.js';
+import { LAUNCH_DIR_PREFIX, readExitRecord, type ExitRecord } from '../world/exit-record.js';
 
 /** This node's ranks' record files: one directory (owner only), removed with everything in it. */
 export class ExitRecordDir {
@@ -13,7 +13,7 @@ export class ExitRecordDir {
 
   constructor() {
     try {
-      this.#dir = mkdtempSync(join(tmpdir(), 'a2av-launch-'));
+      this.#dir = mkdtempSync(join(tmpdir(), LAUNCH_DIR_PREFIX));
     } catch {
       // No writable temp directory: the job still runs; the report just cannot name a hung rank.
       this.#dir = undefined;

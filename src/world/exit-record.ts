@@ -9,6 +9,9 @@ import { readFileSync, statSync, writeFileSync } from 'node:fs';
 /** torchrun's variable, which a2av launch also sets per rank: where this rank's record goes. */
 export const ERROR_FILE_ENV = 'TORCHELASTIC_ERROR_FILE';
 
+/** a2av launch's folder of exit records is made in the temp folder under this prefix (and removed by whoever ends the job). */
+export const LAUNCH_DIR_PREFIX = 'a2av-launch-';
+
 /** What the launcher needs from a record. */
 export interface ExitRecord {
   /** The error's class ('TimeoutError'); undefined in torch's records, whose message starts with it. */

@@ -1,13 +1,16 @@
 // A rank's communicator when every rank is a process of its own (a2av launch, torchrun, srun,
 // mpirun): where this process sits comes from the launcher's variables, the peers are met through
 // the job's TCP store, and the communicator owns that store connection.
+import { rmSync } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import type { BackendName, Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
 import { UsageError } from '../errors.js';
 import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
 import { StoreError, TimeoutError } from '../errors.js';
 import { ranksByValue } from './disagreement.js';
-import { recordUncaughtErrors } from './exit-record.js';
+import { ERROR_FILE_ENV, LAUNCH_DIR_PREFIX, recordUncaughtErrors } from './exit-record.js';
+import { removeShmFiles } from './shm-files.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
 import { decodeJson, encodeJson } from './all-gather.js';
@@ -189,6 +192,8 @@ const ORPHAN_GRACE_MS = 5000;
 function stopWhenLauncherGone(store: TcpStoreClient, rank: number): void {
   store.onLost((err) => {
     process.stderr.write(`a2av: rank ${rank}: the launcher is gone (${err.message}), so nothing will stop this job's ranks: stopping this one\n`);
+    // Nor clean up after them: each rank removes what the launcher would have (the ranks may die of the SIGTERM).
+    removeLauncherLeftovers();
     const signalGroup = (signal: NodeJS.Signals) => {
       try {
         process.kill(0, signal);
@@ -199,6 +204,21 @@ function stopWhenLauncherGone(store: TcpStoreClient, rank: number): void {
     setTimeout(() => signalGroup('SIGKILL'), ORPHAN_GRACE_MS).unref();
     signalGroup('SIGTERM');
   });
+}
+
+/**
+ * What a2av launch removes after its ranks: the job's shared-memory files (a rank stopped while
+ * peers map its memory leaves its name) and the folder of the ranks' exit records.
+ */
+function removeLauncherLeftovers(env: NodeJS.ProcessEnv = process.env): void {
+  const job = jobId(env);
+  try {
+    if (job !== undefined) removeShmFiles(job);
+    const records = env[ERROR_FILE_ENV] === undefined ? undefined : dirname(env[ERROR_FILE_ENV]);
+    if (records !== undefined && basename(records).startsWith(LAUNCH_DIR_PREFIX)) rmSync(records, { recursive: true, force: true });
+  } catch {
+    // Best effort on the way out: the rank is stopping either way.
+  }
 }
 
 /**

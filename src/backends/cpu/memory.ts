@@ -36,6 +36,8 @@ export interface SharedMemory {
   map(handle: Uint8Array, peer: number): SharedRegion;
   /** The size of the memory a peer published as `handle`, read without mapping it. */
   sizeOf(handle: Uint8Array, peer: number): number;
+  /** Forgets the name of a peer's memory (a peer that failed set-up, maybe killed, before it could). */
+  drop(handle: Uint8Array, peer: number): void;
   /** Bytes this memory can still grow by. */
   freeBytes(): number;
 }
@@ -54,6 +56,7 @@ export const threadMemory: SharedMemory = {
     return new ThreadRegion(handle.buffer);
   },
   sizeOf: (handle) => handle.byteLength,
+  drop: () => {},
   freeBytes: () => freemem(),
 };
 

@@ -1,8 +1,10 @@
 // Shareable memory for CPU ranks that are processes: each allocation is a POSIX shared-memory
 // object that the owner creates and maps and every peer maps by name. Names are unguessable
 // (128 random bits) and start with the job's prefix; the owner unlinks the name as soon as every
-// peer has mapped it (Rendezvous in comm.ts), and the launcher removes any a killed rank left.
-// Waits sleep on futexes in the shared pages, so a peer's wake reaches another process.
+// peer has mapped it (Rendezvous in rendezvous.ts). Until then a name outlives its process unless
+// removed: the owner unlinks its names on exit and on a signal that would end it, peers drop the
+// name of a rank that never said it had mapped the others (killed), and a2av launch removes any
+// still left. Waits sleep on futexes in the shared pages, so a peer's wake reaches another process.
 import { randomBytes } from 'node:crypto';
 import { freemem } from 'node:os';
 import { statfsSync } from 'node:fs';
@@ -30,7 +32,22 @@ export class ProcessMemory implements SharedMemory {
 
   allocate(bytes: number): SharedRegion {
     const name = `${this.#prefix}${this.#count++}-${randomBytes(16).toString('hex')}`;
-    return new ProcessRegion(name, bytes, createShared(name, Math.max(bytes, 1)), true);
+    // Listening before the file exists: a signal's default action would end the process at once.
+    linked.add(name);
+    syncCleanUp();
+    let mapping: Mapping;
+    try {
+      mapping = createShared(name, Math.max(bytes, 1));
+    } catch (err) {
+      linked.delete(name); // createShared left nothing
+      syncCleanUp();
+      throw err;
+    }
+    return new ProcessRegion(name, bytes, mapping, true);
+  }
+
+  drop(handle: Uint8Array, peer: number): void {
+    unlinkShared(parseHandle(handle, peer).name);
   }
 
   map(handle: Uint8Array, peer: number): SharedRegion {
@@ -46,6 +63,48 @@ export class ProcessMemory implements SharedMemory {
     const fs = statfsSync(SHM_DIR);
     return Math.min(freemem(), fs.bavail * fs.bsize);
   }
+}
+
+/** Names this process created that peers may still be mapping: an exit must not leave them in /dev/shm. */
+const linked = new Set<string>();
+const ENDING_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+let cleaningUp = false;
+
+function unlinkAll(): void {
+  for (const name of linked) {
+    try {
+      unlinkShared(name);
+    } catch {
+      // Exiting: nothing left to tell.
+    }
+  }
+  linked.clear();
+  syncCleanUp();
+}
+
+/**
+ * A signal that would have ended the process, had this listener not been added: unlink, then let
+ * it end the process as it would have. Where the program listens too, the signal is its to handle
+ * (it may carry on, and its names with it); its exit unlinks them.
+ */
+function onEndingSignal(signal: NodeJS.Signals): void {
+  const alone = process.listenerCount(signal) === 1;
+  if (!alone) return;
+  unlinkAll();
+  process.kill(process.pid, signal);
+}
+
+/** Listens for the process's end only while it has names to unlink, so a rank's signals are otherwise its own. */
+function syncCleanUp(): void {
+  const want = linked.size > 0;
+  if (want === cleaningUp) return;
+  cleaningUp = want;
+  for (const signal of ENDING_SIGNALS) {
+    if (want) process.on(signal, onEndingSignal);
+    else process.off(signal, onEndingSignal);
+  }
+  if (want) process.on('exit', unlinkAll);
+  else process.off('exit', unlinkAll);
 }
 
 function parseHandle(handle: Uint8Array, peer: number): { name: string; bytes: number } {
@@ -89,7 +148,12 @@ class ProcessRegion implements SharedRegion {
   unpublish(): void {
     if (!this.#linked) return;
     this.#linked = false;
-    unlinkShared(this.#name);
+    try {
+      unlinkShared(this.#name);
+    } finally {
+      linked.delete(this.#name);
+      syncCleanUp();
+    }
   }
 
   close(): void {

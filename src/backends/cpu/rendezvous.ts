@@ -1,6 +1,6 @@
 // Set-up exchanges of the cpu backend over the rendezvous store: shared memory every rank maps
 // (pads, symmetric buffers), and host barriers.
-import { UsageError } from '../../errors.js';
+import { TimeoutError, UsageError } from '../../errors.js';
 import { allGather } from '../../world/all-gather.js';
 import { sizeDisagreement } from '../../world/disagreement.js';
 import type { Store } from '../../world/store.js';
@@ -31,8 +31,9 @@ export class Rendezvous {
     checkCpuBufferBytes(this.#rank, bytes);
     const own = this.memory.allocate(bytes);
     const regions: SharedRegion[] = [];
+    let handles: Uint8Array[] = [];
     try {
-      const handles = await this.#gather(name, own.handle, timeoutMs);
+      handles = await this.#gather(name, own.handle, timeoutMs);
       // Read from every handle before anything is mapped, so every rank refuses with the same
       // account: a rank that mapped first and refused would drop its name under the others.
       const sizes = handles.map((h, p) => (p === this.#rank ? bytes : this.memory.sizeOf(h, p)));
@@ -47,6 +48,11 @@ export class Rendezvous {
     } catch (err) {
       try {
         closeAll(regions.includes(own) ? regions : [own, ...regions]);
+        // A rank that published its memory but never said it had mapped the others' is gone or
+        // stuck past the deadline: set-up has failed for every rank, and a killed one cannot
+        // unlink its name itself.
+        const missing = err instanceof TimeoutError ? err.missingRank : -1;
+        if (missing !== this.#rank && handles[missing] !== undefined) this.memory.drop(handles[missing], missing);
       } catch {
         // The set-up error is the one worth reporting.
       }
