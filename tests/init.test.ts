@@ -209,6 +209,35 @@ test('under another launcher, a rank ended by SIGTERM, SIGINT or SIGHUP while it
   }
 });
 
+test('under another launcher, the death of rank 0, which serves the store, reaches a peer waiting in set-up at once, naming rank 0', T, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  const before = a2avShmFiles();
+  const spawnRank = (r: string) => spawn(process.execPath, [rankProgram, 'allocWithoutOne', JSON.stringify({ absent: 0 }), '30000'], { env: { ...process.env, ...common, RANK: r, LOCAL_RANK: r }, stdio: ['ignore', 'pipe', 'ignore'] });
+  const [rank0, rank1] = [spawnRank('0'), spawnRank('1')];
+  let out = '';
+  rank1!.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  try {
+    // Rank 1 waits in allocSymmetric (its memory named), rank 0 idles: then rank 0 is killed.
+    for (const until = Date.now() + 10_000; !a2avShmFiles().some((f) => !before.includes(f) && /-r1-1-/.test(f)); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > until) throw new Error('rank 1 never reached allocSymmetric');
+    }
+    const killedAt = performance.now();
+    rank0!.kill('SIGKILL');
+    const [code] = (await once(rank1!, 'exit')) as [number];
+    assert.ok(performance.now() - killedAt < 5000, 'rank 1 learnt it at once, not at its timeout');
+    assert.equal(code, 1);
+    const line = JSON.parse(out.trim().split('\n').pop()!);
+    assert.equal(line.error.code, 'A2AV_STORE', out);
+    assert.match(line.error.message, /connection to the store at 127\.0\.0\.1:\d+ closed: rank 0 \(A2AV_STORE_PORT\), which served it, has exited or was killed/);
+    assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), [], 'rank 1 left shared memory');
+  } finally {
+    rank0!.kill('SIGKILL');
+    rank1!.kill('SIGKILL');
+  }
+});
+
 test('a rank killed after publishing its memory, before saying it mapped the others\', is named by the survivors\' timeout, which also drops its name', T, async () => {
   const token = randomBytes(16).toString('hex');
   const server = await TcpStoreServer.listen({ token });

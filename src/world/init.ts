@@ -53,7 +53,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     // up only once its process has started, and a launcher's answers the ranks as they all start at
     // once. A set-up wait passes its own bound; a lane's wait in a collective never asks the store.
     const storeMs = startWaitMs(timeoutMs);
-    store = await TcpStoreClient.connectFromEnv({ timeoutMs: storeMs, connectTimeoutMs: storeMs });
+    store = await TcpStoreClient.connectFromEnv({ timeoutMs: storeMs, connectTimeoutMs: storeMs, servedBy: storeServer(place.rank) });
   } catch (err) {
     await served?.close();
     throw err;
@@ -204,6 +204,13 @@ function stopWhenLauncherGone(store: TcpStoreClient, rank: number): void {
     setTimeout(() => signalGroup('SIGKILL'), ORPHAN_GRACE_MS).unref();
     signalGroup('SIGTERM');
   });
+}
+
+/** Who serves the job's store, as this rank's errors name it when the connection is lost. */
+function storeServer(rank: number, env: NodeJS.ProcessEnv = process.env): string | undefined {
+  if (storePort(env) !== undefined) return rank === 0 ? undefined : `rank 0 (${STORE_PORT_ENV})`;
+  if (jobId(env) === undefined) return undefined;
+  return (env.GROUP_RANK ?? '0') === '0' ? 'a2av launch' : 'node 0\'s a2av launch';
 }
 
 /**

@@ -29,6 +29,8 @@ export interface TcpStoreClientOptions {
    * start before the launcher on node 0 is listening.
    */
   connectTimeoutMs?: number;
+  /** Who serves the store ("rank 0"), for errors: a lost connection then says that it is gone. */
+  servedBy?: string;
 }
 
 interface Pending {
@@ -52,7 +54,7 @@ export class TcpStoreClient implements Store {
   #closing = false;
   #onLost: ((error: StoreError) => void)[] = [];
 
-  private constructor(socket: Socket, address: string, timeoutMs: number, reader: FrameReader) {
+  private constructor(socket: Socket, address: string, timeoutMs: number, reader: FrameReader, servedBy: string | undefined) {
     this.#socket = socket;
     this.address = address;
     this.#timeoutMs = timeoutMs;
@@ -75,7 +77,8 @@ export class TcpStoreClient implements Store {
     });
     socket.resume();
     socket.on('close', () => {
-      this.#fail(new StoreError('connect', undefined, 'disconnected', `connection to the store at ${address} closed`));
+      const gone = servedBy === undefined ? '' : `: ${servedBy}, which served it, has exited or was killed`;
+      this.#fail(new StoreError('connect', undefined, 'disconnected', `connection to the store at ${address} closed${gone}`));
       if (!this.#closing) for (const listener of this.#onLost.splice(0)) listener(this.#broken!);
     });
   }
@@ -107,11 +110,12 @@ export class TcpStoreClient implements Store {
           await sleep(Math.min(backoff, left));
           continue;
         }
-        throw new StoreError('connect', undefined, 'unreachable', `cannot reach the store at ${address} after ${connectTimeoutMs} ms: ${(cause as Error).message}`, { cause });
+        const who = options.servedBy === undefined ? '' : ` (${options.servedBy} serves it: did it start?)`;
+        throw new StoreError('connect', undefined, 'unreachable', `cannot reach the store at ${address}${who} after ${connectTimeoutMs} ms: ${(cause as Error).message}`, { cause });
       }
       const reader = new FrameReader(MAX_FRAME);
       await authenticate(socket, token, reader, address, Math.max(1, deadline - Date.now()));
-      return new TcpStoreClient(socket, address, timeoutMs, reader);
+      return new TcpStoreClient(socket, address, timeoutMs, reader, options.servedBy);
     }
   }
 
@@ -119,7 +123,7 @@ export class TcpStoreClient implements Store {
    * Connects a rank started by a launcher: host and port from MASTER_ADDR / MASTER_PORT (see
    * rankEnv), the secret from A2AV_STORE_TOKEN. Throws UsageError when any of them is missing.
    */
-  static async connectFromEnv(options: { env?: Readonly<Record<string, string | undefined>>; timeoutMs?: number; connectTimeoutMs?: number } = {}): Promise<TcpStoreClient> {
+  static async connectFromEnv(options: { env?: Readonly<Record<string, string | undefined>>; timeoutMs?: number; connectTimeoutMs?: number; servedBy?: string } = {}): Promise<TcpStoreClient> {
     const { env = process.env, ...timeouts } = options;
     const place = rankEnv(env);
     const token = storeToken(env);
