@@ -93,7 +93,7 @@ test('a failing rank stops the others, and nothing it started outlives the launc
   assert.equal(code, 3);
   assert.ok(ms < 2500, `took ${ms} ms`);
   const lines = stderr.trim().split('\n');
-  assert.match(lines.at(-1)!, /^a2av launch: rank 1 \(pid \d+\) failed first: exit code 3; stopped the other ranks$/);
+  assert.match(lines.at(-1)!, /^a2av launch: rank 1 \(pid \d+\) failed first: exit code 3; stopped ranks 0, 2, still running then$/);
   assert.equal(lines.filter((l) => l.startsWith('a2av launch:')).length, 1, 'one line');
   for (const r of [0, 2]) {
     const pids = linesOf(stdout, r)[0]!.split(' ').slice(1).map(Number);
@@ -189,6 +189,32 @@ for (const [signal, exitCode] of [['SIGTERM', 143], ['SIGINT', 130]] as const) {
   });
 }
 
+test('a signal in the half second after a rank failed does not hide the failure: the line and the exit code are the failure\'s', { timeout: 15_000 }, async () => {
+  const options = { nprocs: 2, command: [node, fixture('fail-rank.mjs'), '1', '3'], graceMs: 1000 };
+  const driver = spawn(node, [fixture('launch-driver.mjs'), JSON.stringify(options)], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  driver.stderr.on('data', (chunk: Buffer) => (stderr += chunk));
+  let stdout = '';
+  await new Promise<void>((resolve) =>
+    driver.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk;
+      if (linesOf(stdout, 1).includes('failing')) resolve();
+    }),
+  );
+  // Past rank 1's exit, well inside the 500 ms the launcher gives the others before it stops them.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  driver.kill('SIGTERM');
+  const [code] = await once(driver, 'close');
+  assert.equal(code, 3, stderr);
+  assert.match(stderr, /^a2av launch: rank 1 \(pid \d+\) failed first: exit code 3; received SIGTERM; stopped rank 0, still running then\n$/);
+});
+
+test('a failed rank whose peers had all ended on their own says nothing of stopping them', T, async () => {
+  const { code, stderr } = await runLaunch({ nprocs: 3, command: [node, '-e', 'if (process.env.RANK === "2") setTimeout(() => process.exit(4), 300)'] });
+  assert.equal(code, 4);
+  assert.match(stderr, /^a2av launch: rank 2 \(pid \d+\) failed first: exit code 4\n$/);
+});
+
 test('bad options throw UsageError before anything starts', T, async () => {
   const command = [node, '-e', ''];
   await assert.rejects(launch({ nprocs: 0, command }), UsageError);
@@ -249,7 +275,7 @@ test('a rank that stops answering inside a collective is named, not the rank tha
   assert.equal(code, 1, stderr);
   const lines = stderr.trim().split('\n').filter((l) => l.startsWith('a2av launch:'));
   assert.equal(lines.length, 1, stderr);
-  assert.match(lines[0]!, /^a2av launch: rank 1 stopped answering \(named by ranks 0, 2 in TimeoutError\); rank [02] \(pid \d+\) failed first: exit code 1; stopped the other ranks$/);
+  assert.match(lines[0]!, /^a2av launch: rank 1 stopped answering \(named by ranks 0, 2 in TimeoutError\); rank [02] \(pid \d+\) failed first: exit code 1; stopped (rank 1|ranks 0, 1|ranks 1, 2), still running then$/);
   assert.ok(await gone(readyPid(stdout, 1)), 'the hung rank, deaf to SIGTERM, was killed');
   assert.ok(ms < 10_000, `took ${ms} ms`);
 });
@@ -258,7 +284,7 @@ test('a hung rank is named even when the launcher stops the other survivors befo
   const command = [node, fixture('hang-rank.mjs'), '1000', '1'];
   const { code, stdout, stderr } = await runLaunch({ nprocs: 3, command, graceMs: 300 });
   assert.equal(code, 1, stderr);
-  assert.match(stderr, /\na2av launch: rank 1 stopped answering \(named by (rank [02]|ranks 0, 2) in TimeoutError\); rank [02] \(pid \d+\) failed first: exit code 1; stopped the other ranks\n$/);
+  assert.match(stderr, /\na2av launch: rank 1 stopped answering \(named by (rank [02]|ranks 0, 2) in TimeoutError\); rank [02] \(pid \d+\) failed first: exit code 1; stopped (rank 1|ranks 0, 1|ranks 1, 2), still running then\n$/);
   assert.ok(await gone(readyPid(stdout, 1)));
 });
 

@@ -133,6 +133,8 @@ class Job {
   #exits: RankExit[] = [];
   #firstFailure: RankExit | undefined;
   #interrupt: NodeJS.Signals | undefined;
+  /** Ranks this launcher stopped after a failure (they were still running then). */
+  #stopped = new Set<number>();
   #killTimer: NodeJS.Timeout | undefined;
 
   constructor(plan: Plan, token: string, port: number) {
@@ -228,20 +230,27 @@ class Job {
 
   /** Sends `signal` to every running rank, then SIGKILL to any still running after the grace period. */
   #stopAll(signal: NodeJS.Signals): void {
-    for (const rank of this.#ranks) rank.signal(signal);
+    for (const rank of this.#ranks) {
+      // Stopped for a failure: a signal to the launcher after it does not make them the signal's.
+      if (rank.signal(signal) && this.#firstFailure !== undefined) this.#stopped.add(rank.rank);
+    }
     this.#killTimer ??= setTimeout(() => this.#ranks.forEach((r) => r.signal('SIGKILL')), this.#plan.graceMs);
   }
 
   /** Prints at most one line, after the ranks' own output, and returns the exit code. */
   #report(): number {
     const say = (line: string) => this.#plan.stderr.write(`a2av launch: ${line}\n`);
-    if (this.#interrupt !== undefined) {
+    const failure = this.#firstFailure;
+    if (this.#interrupt !== undefined && failure === undefined) {
       say(`received ${this.#interrupt}; stopped all ranks`);
       return 128 + (constants.signals[this.#interrupt] ?? 0);
     }
-    const failure = this.#firstFailure;
     if (failure === undefined) return 0;
-    const others = this.#ranks.length > 1 ? '; stopped the other ranks' : '';
+    // A failure first, then maybe a signal (in the half second the others had to end): the failure is the job's outcome.
+    const stopped = [...this.#stopped].sort((a, b) => a - b);
+    const others =
+      (this.#interrupt === undefined ? '' : `; received ${this.#interrupt}`) +
+      (stopped.length === 0 ? '' : `; stopped ${stopped.length === 1 ? 'rank' : 'ranks'} ${stopped.join(', ')}, still running then`);
     if (failure.spawnError !== undefined) {
       say(`rank ${failure.rank} failed first: could not start ${JSON.stringify(this.#plan.command[0])}: ${failure.spawnError.message}${others}`);
       return 127;

@@ -81,9 +81,11 @@ export class RankProcess {
     return this.#exit === undefined && this.#child.pid !== undefined;
   }
 
-  /** Sends `signal` to the rank's process group while the rank runs. */
-  signal(signal: NodeJS.Signals): void {
-    if (this.running) this.#killGroup(signal);
+  /** Sends `signal` to the rank's process group while the rank runs; says whether it did. */
+  signal(signal: NodeJS.Signals): boolean {
+    if (!this.running) return false;
+    this.#killGroup(signal);
+    return true;
   }
 
   #killGroup(signal: NodeJS.Signals): void {
