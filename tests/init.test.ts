@@ -238,7 +238,7 @@ test('under another launcher, the death of rank 0, which serves the store, reach
   }
 });
 
-test('a rank killed after publishing its memory, before saying it mapped the others\', is named by the survivors\' timeout, which also drops its name', T, async () => {
+test('a rank killed after publishing its memory, before saying it mapped the others\', is named by the survivors\' timeout (one deadline for the whole set-up), which also drops its name', T, async () => {
   const token = randomBytes(16).toString('hex');
   const server = await TcpStoreServer.listen({ token });
   const [store0, store1] = await Promise.all([0, 1].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
@@ -247,9 +247,15 @@ test('a rank killed after publishing its memory, before saying it mapped the oth
   // Rank 1, by hand: it publishes a named region and is never heard from again (SIGKILL leaves its name).
   const killed = new ProcessMemory(1).allocate(4096);
   try {
-    await store1!.set('a2av/cpu/sym/test/1', killed.handle);
     const survivor = new Rendezvous(store0!, new ProcessMemory(0), 0, 2);
-    await assert.rejects(survivor.share('sym/test', 4096, 500), (err: Error) => err instanceof TimeoutError && err.missingRank === 1 && err.rank === 0);
+    const started = performance.now();
+    const sharing = survivor.share('sym/test', 4096, 1000);
+    // Published late: the wait for its word that it mapped ours has what is left of the same 1 s, not 1 s more.
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    await store1!.set('a2av/cpu/sym/test/1', killed.handle);
+    await assert.rejects(sharing, (err: Error) => err instanceof TimeoutError && err.missingRank === 1 && err.rank === 0 && err.timeoutMs === 1000);
+    const waited = performance.now() - started;
+    assert.ok(waited >= 950 && waited < 1500, `waited ${Math.round(waited)} ms for a 1000 ms set-up`);
     assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), [], 'neither the survivor\'s memory nor the killed rank\'s is left');
   } finally {
     killed.close();

@@ -11,6 +11,8 @@ export interface AllGatherArgs {
   value: Uint8Array;
   /** One deadline for the whole exchange. */
   timeoutMs: number;
+  /** Where the exchange is one step of a longer wait: that wait's deadline (Date.now() time), which timeoutMs was the length of. */
+  deadline?: number;
 }
 
 /**
@@ -19,7 +21,7 @@ export interface AllGatherArgs {
  */
 export async function allGather(a: AllGatherArgs): Promise<Uint8Array[]> {
   await a.store.set(`${a.key}/${a.rank}`, a.value);
-  const deadline = Date.now() + a.timeoutMs;
+  const deadline = a.deadline ?? Date.now() + a.timeoutMs;
   const out: Uint8Array[] = [];
   for (let r = 0; r < a.worldSize; r++) {
     // Its own value is known: a read of it past the deadline would blame this rank for its peers.

@@ -29,11 +29,13 @@ export class Rendezvous {
   async share(name: string, bytes: number, timeoutMs: number, what = name): Promise<SharedRegion[]> {
     // Refused before the memory is made (by either kind of memory), rather than when the buffer's views are.
     checkCpuBufferBytes(this.#rank, bytes);
+    // One deadline for both rounds: a peer that dies between them must not cost a second timeout.
+    const deadline = Date.now() + timeoutMs;
     const own = this.memory.allocate(bytes);
     const regions: SharedRegion[] = [];
     let handles: Uint8Array[] = [];
     try {
-      handles = await this.#gather(name, own.handle, timeoutMs);
+      handles = await this.#gather(name, own.handle, timeoutMs, deadline);
       // Read from every handle before anything is mapped, so every rank refuses with the same
       // account: a rank that mapped first and refused would drop its name under the others.
       const sizes = handles.map((h, p) => (p === this.#rank ? bytes : this.memory.sizeOf(h, p)));
@@ -41,7 +43,7 @@ export class Rendezvous {
       if (odd !== undefined) throw new UsageError(odd);
       for (const [p, handle] of handles.entries()) regions.push(p === this.#rank ? own : this.memory.map(handle, p));
       if (this.memory.named) {
-        await this.#gather(`${name}/mapped`, new Uint8Array(0), timeoutMs);
+        await this.#gather(`${name}/mapped`, new Uint8Array(0), timeoutMs, deadline);
         own.unpublish();
       }
       return regions;
@@ -71,7 +73,7 @@ export class Rendezvous {
   }
 
   /** Publishes `value` under `name`, then collects every rank's, in rank order. */
-  #gather(name: string, value: Uint8Array, timeoutMs: number): Promise<Uint8Array[]> {
-    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs });
+  #gather(name: string, value: Uint8Array, timeoutMs: number, deadline?: number): Promise<Uint8Array[]> {
+    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline });
   }
 }
