@@ -102,10 +102,10 @@ test('a failing rank stops the others, and nothing it started outlives the launc
   }
 });
 
-test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see its store go, stop their process groups and remove what it would have', { timeout: 20_000 }, async () => {
+test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see its store go (from a thread of their own: one computes for good), stop their process groups and remove what it would have', { timeout: 20_000 }, async () => {
   // The launcher in a process of its own, to be SIGKILLed: nothing of it can stop the ranks.
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
-  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('orphan-rank.mjs'), 'alloc'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('orphan-rank.mjs'), 'alloc', 'spin'], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   launcher.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
   const pids: number[] = [];
@@ -125,7 +125,7 @@ test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see 
     }
     assert.ok(existsSync(dirname(recordFile)), 'the launcher\'s folder of exit records is there');
     launcher.kill('SIGKILL');
-    for (const pid of pids) assert.ok(await gone(pid, 8000), `pid ${pid} (a rank or its child) outlived the SIGKILLed launcher`);
+    for (const pid of pids) assert.ok(await gone(pid, 8000), `pid ${pid} (a rank or its child) outlived the SIGKILLed launcher: ${alive(pid) ? readFileSync(`/proc/${pid}/cmdline`, 'utf8') : 'gone'}; ${stdout}`);
     assert.deepEqual(jobFiles(), [], 'shared memory the job left in /dev/shm');
     assert.ok(!existsSync(dirname(recordFile)), `the launcher's folder ${dirname(recordFile)} is left`);
   } finally {

@@ -1,16 +1,14 @@
 // A rank's communicator when every rank is a process of its own (a2av launch, torchrun, srun,
 // mpirun): where this process sits comes from the launcher's variables, the peers are met through
 // the job's TCP store, and the communicator owns that store connection.
-import { rmSync } from 'node:fs';
-import { basename, dirname } from 'node:path';
 import type { BackendName, Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
 import { UsageError } from '../errors.js';
 import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
 import { StoreError, TimeoutError } from '../errors.js';
 import { ranksByValue } from './disagreement.js';
-import { ERROR_FILE_ENV, LAUNCH_DIR_PREFIX, recordUncaughtErrors } from './exit-record.js';
-import { removeShmFiles } from './shm-files.js';
+import { recordUncaughtErrors } from './exit-record.js';
+import { LauncherWatch } from './launcher-watch.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
 import { decodeJson, encodeJson } from './all-gather.js';
@@ -77,7 +75,14 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     await served?.close();
     throw err;
   }
-  if (servedByOwnLauncher()) stopWhenLauncherGone(store, place.rank);
+  let watch: LauncherWatch | undefined;
+  try {
+    if (servedByOwnLauncher()) watch = await LauncherWatch.start(place.rank, timeoutMs, store);
+  } catch (err) {
+    await comm.close().catch(() => {});
+    await store.close();
+    throw err;
+  }
   // The store outlives every backend's own use of it; the caller's one close() ends both.
   const closeComm = comm.close.bind(comm);
   let closing: Promise<void> | undefined;
@@ -91,6 +96,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
         // communicator's close, a store already gone only means nobody waits for it.
         else if (storePort() !== undefined) await store.set(`${LEFT}/${place.rank}`, new Uint8Array(1)).catch(() => {});
       } finally {
+        await watch?.close();
         await store.close();
         await served?.close();
       }
@@ -178,54 +184,11 @@ function servedByOwnLauncher(env: NodeJS.ProcessEnv = process.env): boolean {
   return jobId(env) !== undefined && storePort(env) === undefined && (env.GROUP_RANK ?? '0') === '0';
 }
 
-/**
- * After SIGTERM, how long this rank's process group has before SIGKILL (a2av launch's default
- * grace), sent by the rank if it is still there: one that dies of the SIGTERM takes its timer along.
- */
-const ORPHAN_GRACE_MS = 5000;
-
-/**
- * A launcher that was SIGKILLed could not stop its ranks. They learn it from the store it served
- * and stop themselves and what they started (their process group, which the launcher gave each
- * rank), as it would have: otherwise a rank between calls, or computing, runs on orphaned.
- */
-function stopWhenLauncherGone(store: TcpStoreClient, rank: number): void {
-  store.onLost((err) => {
-    process.stderr.write(`a2av: rank ${rank}: the launcher is gone (${err.message}), so nothing will stop this job's ranks: stopping this one\n`);
-    // Nor clean up after them: each rank removes what the launcher would have (the ranks may die of the SIGTERM).
-    removeLauncherLeftovers();
-    const signalGroup = (signal: NodeJS.Signals) => {
-      try {
-        process.kill(0, signal);
-      } catch {
-        // ESRCH: the group is gone already.
-      }
-    };
-    setTimeout(() => signalGroup('SIGKILL'), ORPHAN_GRACE_MS).unref();
-    signalGroup('SIGTERM');
-  });
-}
-
 /** Who serves the job's store, as this rank's errors name it when the connection is lost. */
 function storeServer(rank: number, env: NodeJS.ProcessEnv = process.env): string | undefined {
   if (storePort(env) !== undefined) return rank === 0 ? undefined : `rank 0 (${STORE_PORT_ENV})`;
   if (jobId(env) === undefined) return undefined;
   return (env.GROUP_RANK ?? '0') === '0' ? 'a2av launch' : 'node 0\'s a2av launch';
-}
-
-/**
- * What a2av launch removes after its ranks: the job's shared-memory files (a rank stopped while
- * peers map its memory leaves its name) and the folder of the ranks' exit records.
- */
-function removeLauncherLeftovers(env: NodeJS.ProcessEnv = process.env): void {
-  const job = jobId(env);
-  try {
-    if (job !== undefined) removeShmFiles(job);
-    const records = env[ERROR_FILE_ENV] === undefined ? undefined : dirname(env[ERROR_FILE_ENV]);
-    if (records !== undefined && basename(records).startsWith(LAUNCH_DIR_PREFIX)) rmSync(records, { recursive: true, force: true });
-  } catch {
-    // Best effort on the way out: the rank is stopping either way.
-  }
 }
 
 /**

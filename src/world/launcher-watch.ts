@@ -1,0 +1,130 @@
+// A rank's watch on the a2av launch that started it, from a worker thread: a launcher that is
+// SIGKILLed cannot stop its ranks or clean up after them, and its ranks learn it only from the
+// store it served closing. The rank's main thread may be blocked for as long as its timeout (a cpu
+// collective, a host wait on the GPU) or for good (compute), so the watch has a thread and a store
+// connection of its own. Run as the worker, this module watches; imported, it starts and stops it.
+import { rmSync, writeSync } from 'node:fs';
+import { basename, dirname } from 'node:path';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { jobId } from './env.js';
+import { ERROR_FILE_ENV, LAUNCH_DIR_PREFIX } from './exit-record.js';
+import { startWaitMs } from './set-up-waits.js';
+import { removeShmFiles } from './shm-files.js';
+import { TcpStoreClient } from './tcp-store-client.js';
+
+/** Names this module's own worker's data (the module is also imported where no watch is wanted). */
+const MARK = 'a2avLauncherWatch';
+
+/** States of the word both threads share: watching, one thread stopping the rank, nothing more to do. */
+const ACTIVE = 0;
+const STOPPING = 1;
+const DONE = 2;
+
+type Reply = { watching: true } | { failed: string };
+
+/**
+ * After SIGTERM, how long this rank's process group has before SIGKILL (a2av launch's default
+ * grace), sent from the watch if the process is still there.
+ */
+const ORPHAN_GRACE_MS = 5000;
+
+export class LauncherWatch {
+  readonly #worker: Worker;
+  readonly #once: Int32Array;
+
+  private constructor(worker: Worker, once: Int32Array) {
+    this.#worker = worker;
+    this.#once = once;
+  }
+
+  /**
+   * Starts watching once the watch's own connection to the launcher's store is up; a failure to
+   * connect is thrown. `store` is the main thread's connection: its loss is acted on too, where the
+   * main thread sees it first (a rank whose pending store call then fails may exit before the
+   * worker has stopped its group).
+   */
+  static async start(rank: number, timeoutMs: number, store: TcpStoreClient): Promise<LauncherWatch> {
+    // Whichever thread sees the launcher go first acts; the other does nothing.
+    const once = new Int32Array(new SharedArrayBuffer(4)); // ACTIVE
+    const worker = new Worker(new URL(import.meta.url), { workerData: { [MARK]: { rank, timeoutMs, once } } });
+    const reply = await new Promise<Reply>((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+      worker.once('exit', (code) => reject(new Error(`the launcher watch's thread exited (code ${code}) before it watched`)));
+    });
+    if ('failed' in reply) {
+      await worker.terminate();
+      throw new Error(`rank ${rank}: cannot watch the launcher's store: ${reply.failed}`);
+    }
+    // The watch must not keep the rank's process alive.
+    worker.unref();
+    store.onLost((err) => stopOrphaned(rank, err, once));
+    return new LauncherWatch(worker, once);
+  }
+
+  /** Stops watching (the rank's communicator is closed: the launcher may go as it likes). */
+  async close(): Promise<void> {
+    Atomics.store(this.#once, 0, DONE);
+    await this.#worker.terminate();
+  }
+}
+
+/** The launcher is gone: say so, clean up as it would have, and stop this rank's process group. */
+function stopOrphaned(rank: number, err: Error, once: Int32Array): void {
+  if (Atomics.compareExchange(once, 0, ACTIVE, STOPPING) !== ACTIVE) {
+    // The worker is at it. A main thread that went on could end the process (a store call failing
+    // with the connection) before the worker has stopped the group: it waits for that, briefly.
+    if (isMainThread) Atomics.wait(once, 0, STOPPING, 1000);
+    return;
+  }
+  try {
+    // Written straight to the file: the main thread, which forwards a worker's stderr, may be blocked.
+    writeSync(2, `a2av: rank ${rank}: the launcher is gone (${err.message}), so nothing will stop this job's ranks: stopping this one\n`);
+  } catch {
+    // EPIPE: stderr was the launcher's pipe, gone with it.
+  }
+  // Nor clean up after them: each rank removes what the launcher would have (it may die of the SIGTERM).
+  removeLauncherLeftovers(process.env);
+  // From whichever thread: a timer on a blocked main thread would never fire, one on the worker dies with the process.
+  setTimeout(() => signalGroup('SIGKILL'), ORPHAN_GRACE_MS).unref();
+  // The launcher gave each rank a process group: what the rank started goes too, as the launcher would have seen to.
+  signalGroup('SIGTERM');
+  Atomics.store(once, 0, DONE);
+  Atomics.notify(once, 0);
+}
+
+/** What a2av launch removes after its ranks: the job's shared-memory files and its folder of exit records. */
+function removeLauncherLeftovers(env: NodeJS.ProcessEnv): void {
+  const job = jobId(env);
+  try {
+    if (job !== undefined) removeShmFiles(job);
+    const file = env[ERROR_FILE_ENV];
+    const records = file === undefined ? undefined : dirname(file);
+    if (records !== undefined && basename(records).startsWith(LAUNCH_DIR_PREFIX)) rmSync(records, { recursive: true, force: true });
+  } catch {
+    // Best effort on the way out: the rank is stopping either way.
+  }
+}
+
+function signalGroup(signal: NodeJS.Signals): void {
+  try {
+    process.kill(0, signal);
+  } catch {
+    // ESRCH: the group is gone already.
+  }
+}
+
+async function watch(rank: number, timeoutMs: number, once: Int32Array, port: NonNullable<typeof parentPort>): Promise<void> {
+  let store: TcpStoreClient;
+  try {
+    store = await TcpStoreClient.connectFromEnv({ timeoutMs: startWaitMs(timeoutMs), connectTimeoutMs: startWaitMs(timeoutMs), servedBy: 'a2av launch' });
+  } catch (err) {
+    port.postMessage({ failed: (err as Error).message } satisfies Reply);
+    return;
+  }
+  store.onLost((err) => stopOrphaned(rank, err, once));
+  port.postMessage({ watching: true } satisfies Reply);
+}
+
+const asked = isMainThread ? undefined : ((workerData as Record<string, unknown> | null)?.[MARK] as { rank: number; timeoutMs: number; once: Int32Array } | undefined);
+if (asked !== undefined && parentPort !== null) void watch(asked.rank, asked.timeoutMs, asked.once, parentPort);
