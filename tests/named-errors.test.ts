@@ -14,6 +14,21 @@ import { runRanks, type RankFailure } from '../src/world/threads.js';
 /** A token MoE group's shape as the errors read it: 256 experts on 2 ranks, top-8, 64 tokens a rank. */
 const group = { layout: 'expanded' as const, experts: 256, expertsPerRank: 128, topk: 8, tokenCap: 64 };
 
+describe('a timeout says how far the missing peer got, as its wait tells', () => {
+  const timeout = (site: number, available: bigint) =>
+    entryError({ code: StatusCode.timeout, rank: 0, peer: 2, needed: 7n, available, reportedBy: 0, expert: site }, 50).message;
+  it('waiting for its splits: it did not start the call', () => {
+    assert.match(timeout(1, 5n), /call 7 on the lane, waiting for the peer's splits; the peer has not started it: the last it started is call 5\)/);
+    assert.match(timeout(1, 0n), /waiting for the peer's splits; the peer has started no call on this lane\)/);
+  });
+  it('waiting for its completion: it started the call and stopped inside it', () => {
+    assert.match(timeout(2, 6n), /call 7 on the lane, waiting for the peer's completion signals; the peer started it but has not finished it/);
+  });
+  it('other waits: the last call its word showed', () => {
+    assert.match(timeout(3, 6n), /MoE exchange, round 1: waiting for the sender's counts; the peer got no further than call 6\)/);
+  });
+});
+
 describe('error classes', () => {
   it('are exported from the package, each with its own code', () => {
     const classes = Object.entries(api).filter(([, v]) => typeof v === 'function' && v.prototype instanceof A2avError);

@@ -43,6 +43,10 @@ export const StatusField = {
 } as const;
 
 /** The waits a timeout names (kernels/config.cuh A2AV_WAIT_*). */
+/** The waits of the 1-D call (kernels/config.cuh A2AV_WAIT_ARRIVAL, A2AV_WAIT_DONE; the cpu lane's arrive and done words). */
+export const WAIT_ARRIVAL = 1;
+export const WAIT_DONE = 2;
+
 export const WaitSite: Record<number, string> = {
   1: "waiting for the peer's splits",
   2: "waiting for the peer's completion signals",
@@ -100,11 +104,22 @@ export function readStatus(words: BigInt64Array, at = 0): StatusEntry | undefine
   };
 }
 
+/**
+ * How far the missing peer got, as the wait says it: a peer whose splits never came did not start
+ * the call (or died before it said so); one whose completion never came started it and stopped
+ * inside it. Other waits know only the last call the peer's word showed.
+ */
+function peerProgress(e: StatusEntry): string {
+  if (e.expert === WAIT_ARRIVAL) return e.available <= 0n ? 'the peer has started no call on this lane' : `the peer has not started it: the last it started is call ${e.available}`;
+  if (e.expert === WAIT_DONE) return 'the peer started it but has not finished it (stopped, or died, inside the call)';
+  return `the peer got no further than call ${e.available}`;
+}
+
 /** The named error a status entry stands for. */
 export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'): Error {
   if (e.code === StatusCode.timeout) {
     const site = WaitSite[e.expert ?? -1];
-    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane${site ? `, ${site}` : ''}; the peer got no further than call ${e.available}`);
+    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane${site ? `, ${site}` : ''}; ${peerProgress(e)}`);
   }
   const problem = problems[e.code];
   if (problem === undefined) {

@@ -12,7 +12,7 @@
 import type { Handle, Lane, Stream } from '../backend.js';
 import { judge, mismatchOf, RECORD_HEADER_WORDS, Records, writeAllReduceHeader, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
 import { Routing } from '../../collectives/exchange-routing.js';
-import { StatusCode, entryError, type StatusEntry } from '../../collectives/status.js';
+import { StatusCode, WAIT_ARRIVAL, WAIT_DONE, entryError, type StatusEntry } from '../../collectives/status.js';
 import type { CallRecord, Payload } from '../../collectives/call-records.js';
 import type { CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
@@ -180,7 +180,7 @@ export class CpuLane implements Lane {
   /** Waits for every peer's record of call `seq`; the timeout's error if one never comes. */
   #arrived(seq: number, what: string): Error | undefined {
     for (let p = 0; p < this.#world; p++) {
-      if (p !== this.#rank && !this.#waitFor(this.#pads[p], this.#arrive, seq)) return this.#timedOut(p, seq, what);
+      if (p !== this.#rank && !this.#waitFor(this.#pads[p], this.#arrive, seq)) return this.#timedOut(p, seq, what, WAIT_ARRIVAL);
     }
     return undefined;
   }
@@ -211,7 +211,7 @@ export class CpuLane implements Lane {
       pads[r].wake(done + me);
     }
     for (let p = 0; p < this.#world; p++) {
-      if (p !== me && !this.#waitFor(pads[me], done + p, seq)) return this.#timedOut(p, seq, what);
+      if (p !== me && !this.#waitFor(pads[me], done + p, seq)) return this.#timedOut(p, seq, what, WAIT_DONE);
     }
     return undefined;
   }
@@ -241,7 +241,7 @@ export class CpuLane implements Lane {
     return true;
   }
 
-  #timedOut(peer: number, seq: number, what: string): Error {
+  #timedOut(peer: number, seq: number, what: string, site: number): Error {
     const entry: StatusEntry = {
       code: StatusCode.timeout,
       rank: this.#rank,
@@ -249,6 +249,7 @@ export class CpuLane implements Lane {
       needed: BigInt(seq),
       available: BigInt(this.#lastSeen),
       reportedBy: this.#rank,
+      expert: site,
     };
     const err = entryError(entry, this.#timeoutMs, what);
     this.#onTimeout(err);
