@@ -146,6 +146,22 @@ test('rank 0 keeps its store at A2AV_STORE_PORT up past a short timeoutMs until 
   assert.ok(rank0!.exitedAt >= rank1!.line.result, `rank 0 exited ${rank1!.line.result - rank0!.exitedAt} ms before rank 1's program returned`);
 });
 
+test('rank 0 serving the store does not wait in close() for a rank its timeout named (it died: it will never say it left)', { timeout: 30_000 }, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  const timeoutMs = 1000;
+  // Rank 1 SIGKILLs itself before its fourth call; rank 0's call times out naming it, then it closes.
+  const arg = { seed: 3, victim: 1, calls: 3, ignoreSigterm: false };
+  // Rank 1 prints nothing (SIGKILL), so its line does not parse.
+  const [rank0] = await Promise.all(['0', '1'].map((r) => rankProcess({ ...common, RANK: r, LOCAL_RANK: r }, timeoutMs, 'faultyRun', arg).catch(() => undefined)));
+  assert.equal(rank0!.code, 1, JSON.stringify(rank0!.line));
+  assert.equal(rank0!.line.error.code, 'A2AV_TIMEOUT', JSON.stringify(rank0!.line));
+  assert.equal(rank0!.line.error.missingRank, 1);
+  // Its set-up, three calls and the 1 s timeout: well under the 10 s it waited in close() for rank 1.
+  assert.ok(rank0!.ms < START_WAIT_FLOOR_MS - 2000, `rank 0 took ${Math.round(rank0!.ms)} ms`);
+});
+
 test('A2AV_STORE_PORT without a token, or not a port, is a UsageError', T, async () => {
   const env = { RANK: '0', WORLD_SIZE: '1', MASTER_ADDR: '127.0.0.1', MASTER_PORT: '1' };
   for (const [extra, message] of [

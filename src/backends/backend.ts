@@ -281,6 +281,13 @@ export const ON_REPLAY = Symbol('a2av.onReplay');
  * exchange's stand-in splits. Absent where there is no capture (nccl).
  */
 export const EXPLAINED = Symbol('a2av.explained');
+/**
+ * Internal: `comm[ABORTED]()` is the error that ended the communicator (a peer's timeout), or
+ * undefined. init()'s close reads it: rank 0, serving the store, need not wait for a rank that a
+ * timeout already named to say it has left.
+ */
+export const ABORTED = Symbol('a2av.aborted');
+
 /** What a refusal means to the caller that made the call (an error; others pass as they are). */
 export type Explain = (err: Error) => unknown;
 /** explain(err) where that is an error, else err. */
@@ -391,6 +398,7 @@ export interface Comm {
   [ON_REPLAY]?(fn: () => void): boolean;
   /** See EXPLAINED. */
   [EXPLAINED]?<T>(explain: Explain, queue: () => T): T;
+  [ABORTED]?(): Error | undefined;
   /**
    * Runs `fn` `iters` times back to back on `stream` and returns device time in ms. `leadIn` calls
    * run first, untimed: for a collective they line the ranks up on the device, so the clock starts

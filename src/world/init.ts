@@ -1,7 +1,7 @@
 // A rank's communicator when every rank is a process of its own (a2av launch, torchrun, srun,
 // mpirun): where this process sits comes from the launcher's variables, the peers are met through
 // the job's TCP store, and the communicator owns that store connection.
-import type { BackendName, Comm } from '../backends/backend.js';
+import { ABORTED, type BackendName, type Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
 import { UsageError } from '../errors.js';
 import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
@@ -89,9 +89,12 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   comm.close = () =>
     (closing ??= (async () => {
       try {
+        // Read before close(), which replaces it: a rank a timeout named has died or hung, and will not say it left.
+        const cause = comm[ABORTED]?.();
+        const gone = cause instanceof TimeoutError ? cause.missingRank : -1;
         await closeComm();
         // With the set-up floor: a peer slower than timeoutMs may still be reading its last set-up exchange from this store.
-        if (served !== undefined) await othersLeft(store, place.worldSize, startWaitMs(timeoutMs));
+        if (served !== undefined) await othersLeft(store, place.worldSize, startWaitMs(timeoutMs), gone);
         // Only rank 0's own store waits for this (a2av launch's outlives every rank). Past the
         // communicator's close, a store already gone only means nobody waits for it.
         else if (storePort() !== undefined) await store.set(`${LEFT}/${place.rank}`, new Uint8Array(1)).catch(() => {});
@@ -207,9 +210,10 @@ async function serveStore(place: { rank: number; masterAddr: string | undefined 
 }
 
 /** Rank 0 keeps its store up until every other rank has closed (bounded: a rank that died never says so). */
-async function othersLeft(store: TcpStoreClient, worldSize: number, timeoutMs: number): Promise<void> {
+async function othersLeft(store: TcpStoreClient, worldSize: number, timeoutMs: number, gone: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (let r = 1; r < worldSize; r++) {
+    if (r === gone) continue;
     try {
       await store.get(`${LEFT}/${r}`, Math.max(1, deadline - Date.now()));
     } catch {

@@ -21,7 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { EXPLAINED, explained, type Explain } from '../backend.js';
+import { ABORTED, EXPLAINED, explained, type Explain } from '../backend.js';
 import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
@@ -331,6 +331,11 @@ class CpuComm implements Comm, CheckContext {
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
   #setUp<T>(wait: Promise<T>): Promise<T> {
     return endingOnTimeout(wait, (err) => (this.#broken ??= new CommAbortedError(this.rank, { cause: err })));
+  }
+
+  [ABORTED](): Error | undefined {
+    const broken = this.#broken;
+    return broken instanceof CommAbortedError && broken.cause instanceof Error ? broken.cause : undefined;
   }
 
   freeMemory(): number {

@@ -21,7 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { EXPLAINED, ON_REPLAY, type Explain } from '../backend.js';
+import { ABORTED, EXPLAINED, ON_REPLAY, type Explain } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
 import { queueShortfall } from '../../cuda/hardware-queues.js';
 import { noteLaneCall } from '../../cuda/driver-trace.js';
@@ -470,6 +470,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   #usable(): void {
     this.#open();
     if (this.#aborted) throw new CommAbortedError(this.rank, { cause: this.#aborted });
+  }
+
+  [ABORTED](): Error | undefined {
+    return this.#aborted;
   }
 
   freeMemory(): number {

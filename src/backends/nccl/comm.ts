@@ -30,6 +30,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
+import { ABORTED } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
@@ -326,6 +327,10 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
   #setUp<T>(wait: Promise<T>): Promise<T> {
     return endingOnTimeout(wait, (err) => this.#abort(err));
+  }
+
+  [ABORTED](): Error | undefined {
+    return this.#aborted;
   }
 
   freeMemory(): number {
