@@ -205,6 +205,24 @@ describe('tcp store: server loss', () => {
     await c.close();
   });
 
+  test('a port already served is a "listen" StoreError that says so and how out', T, async () => {
+    const first = await TcpStoreServer.listen({ token: TOKEN });
+    try {
+      await rejectsWith(TcpStoreServer.listen({ token: TOKEN, port: first.port }), 'listen', /EADDRINUSE.*another process serves there.*pick another port/);
+    } finally {
+      await first.close();
+    }
+  });
+
+  test('a client that loses a store it was told who serves names the server as gone', T, async () => {
+    const server = await TcpStoreServer.listen({ token: TOKEN });
+    const c = await TcpStoreClient.connect({ host: server.host, port: server.port, token: TOKEN, servedBy: 'rank 0 (A2AV_STORE_PORT)' });
+    const pending = c.get('gone/key', 60_000);
+    await server.close();
+    await rejectsWith(pending, 'disconnected', /closed: rank 0 \(A2AV_STORE_PORT\), which served it, has exited or was killed/);
+    await c.close();
+  });
+
   test('no server: connect fails with "unreachable" after connectTimeoutMs', T, async () => {
     const probe = await TcpStoreServer.listen({ token: TOKEN });
     const port = probe.port;

@@ -80,7 +80,9 @@ export class TcpStoreServer {
         resolve();
       });
     }).catch((cause: unknown) => {
-      throw new StoreError('serve', undefined, 'listen', `store cannot listen on ${host}:${port}: ${(cause as Error).message}`, { cause });
+      // A port in use is most often another job's store (or one still closing): say so, and the way out.
+      const inUse = (cause as NodeJS.ErrnoException).code === 'EADDRINUSE' ? ' (another process serves there, perhaps an earlier job\'s store still closing: pick another port)' : '';
+      throw new StoreError('serve', undefined, 'listen', `store cannot listen on ${host}:${port}: ${(cause as Error).message}${inUse}`, { cause });
     });
     // A listening server only emits 'error' for rare accept failures; losing one client is not fatal.
     server.on('error', () => {});
