@@ -3,15 +3,13 @@
 // the job's TCP store, and the communicator owns that store connection.
 import { ABORTED, type BackendName, type Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
-import { UsageError } from '../errors.js';
+import { TimeoutError, UsageError } from '../errors.js';
 import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
-import { StoreError, TimeoutError } from '../errors.js';
-import { ranksByValue } from './disagreement.js';
 import { recordUncaughtErrors } from './exit-record.js';
 import { LauncherWatch } from './launcher-watch.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
-import { decodeJson, encodeJson } from './all-gather.js';
+import { sameStart } from './same-start.js';
 import { startWaitMs } from './set-up-waits.js';
 import { StoreServerThread } from './store-server-thread.js';
 import { TcpStoreClient } from './tcp-store.js';
@@ -59,7 +57,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   const lanes = options.lanes ?? DEFAULT_LANES;
   let comm: Comm;
   try {
-    await sameStart(store, place, { worldSize: place.worldSize, backend, lanes, timeoutMs }, served !== undefined);
+    await sameStart(store, place.rank, { worldSize: place.worldSize, backend, lanes, timeoutMs }, served !== undefined);
     comm = await createComm({
       backend,
       rank: place.rank,
@@ -109,74 +107,6 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
 
 const LEFT = 'a2av/init/left';
 
-/** init() calls made in this process: every rank makes as many, so the count keys each one's exchange. */
-let inits = 0;
-
-/** What a rank was started with that its peers must share: the pads, the waits and the kernels are sized by it. */
-interface Start {
-  worldSize: number;
-  backend: BackendName;
-  lanes: number;
-  timeoutMs: number;
-}
-
-const START_NAMES: Record<keyof Start, string> = {
-  worldSize: 'the world size (WORLD_SIZE or the launcher\'s)',
-  backend: 'backend',
-  lanes: 'lanes',
-  timeoutMs: 'timeoutMs',
-};
-
-/**
- * Collective, over the store with the set-up floor, before anything is sized: ranks started with a
- * different world size, backend, lanes or timeoutMs are a UsageError on every rank, naming who has
- * what. Without it, other lanes gave one rank a pad-size message and the others a failed mapping,
- * and other timeouts blamed a healthy peer for a late one. A rank that refuses says so in the
- * store, and rank 0, where it serves the store, keeps it up until the ranks it heard from have.
- */
-async function sameStart(store: TcpStoreClient, place: { rank: number }, mine: Start, serves: boolean): Promise<void> {
-  const key = `a2av/init/${inits++}`;
-  const waitMs = startWaitMs(mine.timeoutMs);
-  const deadline = Date.now() + waitMs;
-  await store.set(`${key}/start/${place.rank}`, encodeJson(mine));
-  const all: Start[] = [];
-  let refusal: string | undefined;
-  for (let r = 0; r < mine.worldSize && refusal === undefined; r++) {
-    if (r === place.rank) {
-      all.push(mine);
-      continue;
-    }
-    let theirs: Start;
-    try {
-      theirs = decodeJson<Start>(await store.get(`${key}/start/${r}`, Math.max(1, deadline - Date.now())));
-    } catch (err) {
-      if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(place.rank, r, waitMs, 'init()');
-      throw err;
-    }
-    all.push(theirs);
-    // A rank of another world reads or waits for ranks this one has no place for: said at once.
-    if (theirs.worldSize !== mine.worldSize) refusal = `ranks disagree on ${START_NAMES.worldSize}: ${mine.worldSize} here, ${theirs.worldSize} on rank ${r}`;
-  }
-  if (refusal === undefined) {
-    const field = (Object.keys(START_NAMES) as (keyof Start)[]).find((f) => all.some((s) => s[f] !== mine[f]));
-    if (field === undefined) return;
-    refusal = `ranks disagree on ${START_NAMES[field]}: ${ranksByValue(all.map((s) => s[field]))}`;
-  }
-  if (serves) {
-    // Every other rank refuses too (each reads a value unlike its own, or waits for a rank that is
-    // not there); until it has, it reads from this store. Bounded: of a world larger than the
-    // ranks started, the missing ones never say so.
-    const world = Math.max(...all.map((s) => s.worldSize));
-    for (let r = 1; r < world; r++) {
-      const ok = await store.get(`${key}/refused/${r}`, Math.max(1, deadline - Date.now())).then(() => true, () => false);
-      if (!ok) break;
-    }
-  } else if (storePort() !== undefined) {
-    await store.set(`${key}/refused/${place.rank}`, new Uint8Array(1)).catch(() => {});
-  }
-  throw new UsageError(`rank ${place.rank}: init(): ${refusal}; every rank must be started with the same`);
-}
-
 /**
  * Whether this rank's store is served by the a2av launch that started it (node 0's, or a single
  * node's): that store closes only after every one of its ranks has exited, so a connection lost
@@ -209,7 +139,7 @@ async function serveStore(place: { rank: number; masterAddr: string | undefined 
   return StoreServerThread.start({ token, host: place.masterAddr, port });
 }
 
-/** Rank 0 keeps its store up until every other rank has closed (bounded: a rank that died never says so). */
+/** Rank 0 keeps its store up until every other rank has closed (bounded: a rank that died never says so; `gone`, one its timeout named, is not waited for). */
 async function othersLeft(store: TcpStoreClient, worldSize: number, timeoutMs: number, gone: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (let r = 1; r < worldSize; r++) {
