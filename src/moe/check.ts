@@ -163,7 +163,7 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     numTokens = a.numTokens;
     tokens = cap;
   }
-  for (const [what, rows] of held) if (rows < tokens) fail(`${what} holds ${rows} tokens, the call has ${tokens}`);
+  for (const [what, rows] of held) if (rows < tokens) fail(`${what} holds ${rows} ${rows === 1 ? 'token' : 'tokens'}, the call has ${tokens}`);
   checkBuffer(ctx, 'recvX', a.recvX, rowBytes);
   if (!a.recvX.symmetric) fail('recvX must be a symmetric buffer (allocSymmetric): peers write it');
   const recvCap = Math.min(s.recvRows, Math.floor(a.recvX.bytes / rowBytes));

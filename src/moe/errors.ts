@@ -40,7 +40,8 @@ export type MoeRoutingProblem = 'expert-id' | 'token-count' | 'route-refused';
 export type TokenLimit = 'maxTokensPerRank' | 'x' | 'topkIdx' | 'topkWeights';
 
 /** "maxTokensPerRank 64", "x holds 3 tokens": what bounds a dispatch's `capacity` tokens. */
-export const limitText = (limit: TokenLimit, capacity: number | bigint): string => (limit === 'maxTokensPerRank' ? `maxTokensPerRank ${capacity}` : `${limit} holds ${capacity} tokens`);
+export const limitText = (limit: TokenLimit, capacity: number | bigint): string =>
+  limit === 'maxTokensPerRank' ? `maxTokensPerRank ${capacity}` : `${limit} holds ${capacity} ${BigInt(capacity) === 1n ? 'token' : 'tokens'}`;
 
 /** What a MoeRoutingError is made from; the optional facts are those its problem has. */
 export interface MoeRoutingFault {
@@ -58,6 +59,8 @@ export interface MoeRoutingFault {
   limit?: TokenLimit;
   /** token-count, on the other ranks: the group's maxTokensPerRank, the most any rank's call takes. */
   maxTokensPerRank?: number;
+  /** route-refused: the call made along the refused route (default 'combine'). */
+  along?: 'combine' | 'dispatch';
 }
 
 /**
@@ -66,8 +69,9 @@ export interface MoeRoutingFault {
  * the ids allowed, 0..experts-1, not the id found: only that rank holds it, on the device);
  * 'token-count': rank `rank`'s device token count is negative or past what its call's buffers hold
  * (on that rank, `numTokens` and `capacity` say both; its peers cannot see them: undefined there);
- * 'route-refused': a combine of a route whose dispatch was refused: `cause` is that dispatch's error
- * where its handle can still say it, and `rank`, `token` and `k` are that error's.
+ * 'route-refused': a combine, or a dispatch passed `route`, along a route whose dispatch was
+ * refused: `cause` is that dispatch's error where its handle can still say it, and `rank`, `token`
+ * and `k` are that error's.
  * The first two have no `cause`: the exchange that carried the refusal saw only a stand-in split.
  */
 export class MoeRoutingError extends A2avError {
@@ -83,7 +87,8 @@ export class MoeRoutingError extends A2avError {
   constructor(f: MoeRoutingFault, cause?: unknown) {
     const by = `(reported by rank ${f.reportedBy}); nothing was written`;
     // A bad id or count is the named rank's dispatch: "rank R: MoE dispatch: ", as the group's host refusals read.
-    const text = f.problem === 'route-refused' ? `MoE combine of a route whose dispatch was refused ${by}. ${refusedBecause(cause)}` : `rank ${f.rank}: MoE dispatch: ${routingText(f)} ${by}`;
+    const refusedRoute = f.along === 'dispatch' ? 'MoE dispatch along a route whose own dispatch was refused' : 'MoE combine of a route whose dispatch was refused';
+    const text = f.problem === 'route-refused' ? `${refusedRoute} ${by}. ${refusedBecause(cause)}` : `rank ${f.rank}: MoE dispatch: ${routingText(f)} ${by}`;
     super('A2AV_MOE_ROUTING', text, cause === undefined ? undefined : { cause });
     this.problem = f.problem;
     this.rank = f.rank;
@@ -182,10 +187,26 @@ export function combineError(err: unknown, dispatched: () => unknown = () => und
     return new UsageError(`rank 0 and rank ${err.rank} made different combines: pass y of the same kind on every rank (from one comm.allocSymmetric on every rank, or a local buffer on every rank) and the same A2AV_MOE_PULL, and make the same calls in the same order on every rank (a rank whose own combine was refused, or that called something else here, differs too) (${err.message})`);
   }
   if (!(err instanceof SplitsError) || err.problem !== 'negative') return err;
-  // Every rank's route of a refused dispatch holds -1 counts (compute.ts routeOso), so the exchange
-  // names rank 0's: the dispatch's own error says whose call was at fault and why.
+  return routeRefused(err, dispatched, 'combine');
+}
+
+/**
+ * A refusal of a dispatch passed `route`: its routing is that route's, worked out by the dispatch
+ * that made it, so a stand-in count it carries is that dispatch's refusal, not this call's (whose
+ * topkIdx and count were never read).
+ */
+export function reusedRouteError(err: unknown, routed: () => unknown, g: Parameters<typeof dispatchError>[1], call?: DispatchFacts): unknown {
+  if (err instanceof SplitsError && err.problem === 'negative') return routeRefused(err, routed, 'dispatch');
+  return dispatchError(err, g, call);
+}
+
+/**
+ * Every rank's route of a refused dispatch holds -1 counts (compute.ts routeOso), so the exchange
+ * names rank 0's: the dispatch's own error says whose call was at fault and why.
+ */
+function routeRefused(err: SplitsError, dispatched: () => unknown, along: 'combine' | 'dispatch'): MoeRoutingError {
   const why = dispatched();
   const known = why instanceof MoeRoutingError || why instanceof MoeCapacityError || why instanceof SplitsError ? why : undefined;
   const at = known instanceof MoeRoutingError ? { token: known.token, k: known.k } : { token: -1, k: -1 };
-  return new MoeRoutingError({ problem: 'route-refused', rank: known?.rank ?? -1, ...at, reportedBy: err.reportedBy }, known);
+  return new MoeRoutingError({ problem: 'route-refused', rank: known?.rank ?? -1, ...at, reportedBy: err.reportedBy, along }, known);
 }

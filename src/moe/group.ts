@@ -18,7 +18,7 @@ import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch, MOE_COMBINE_ARGS, MOE_DISPATCH_ARGS } from './check.js';
 import type { ComputeFactory, TokenBuffers, TokenCompute } from './compute.js';
-import { combineError, dispatchError, type DispatchFacts, type TokenLimit } from './errors.js';
+import { combineError, dispatchError, reusedRouteError, type DispatchFacts, type TokenLimit } from './errors.js';
 import { HostCompute } from './host-compute.js';
 import { KernelCompute } from './kernel-compute.js';
 import type { TokenShape } from './shape.js';
@@ -102,6 +102,8 @@ function gathersRows(comm: Comm): boolean {
 class TokenRoute implements MoeRoute {
   /** The latest dispatch along this route: a combine of a refused one reports that dispatch's error. */
   dispatched: Handle | undefined;
+  /** The dispatch that worked this routing out: a later dispatch along a refused one reports its error. */
+  routed: Handle | undefined;
   constructor(
     readonly layout: MoeLayout,
     readonly group: TokenGroup,
@@ -193,7 +195,8 @@ class TokenGroup implements MoeGroup {
     const meta = { input: b.sendMeta, output: b.recvMeta, rowBytes: sh.metaBytes };
     const parts: Handle[] = [];
     const along = route;
-    const explain = (err: unknown) => dispatchError(err, sh, this.#facts(along));
+    const routed = route.routed;
+    const explain = reused === undefined ? (err: unknown) => dispatchError(err, sh, this.#facts(along)) : (err: unknown) => reusedRouteError(err, () => outcome(routed), sh, this.#facts(along));
     const queue = () => {
       if (comm.backend === 'cuda') {
         // The metadata rides along the rows' exchange (one launch); the rows from x through rowOf, or from send.
@@ -212,6 +215,7 @@ class TokenGroup implements MoeGroup {
     compute.layout(s, { recvX: a.recvX, recvIdx: a.recvTopkIdx, idx64: p.idx64, recvWeights: a.recvTopkWeights, counts: a.expertCounts, offsets: a.expertOffsets, numRecvRows: a.numRecvRows });
     const done = joined(parts, comm.record(s), explain);
     route.dispatched = done;
+    route.routed ??= done;
     return { route, done };
   }
 
@@ -294,6 +298,9 @@ class TokenGroup implements MoeGroup {
 
   #usable(what: 'dispatch' | 'combine', args: unknown): void {
     if (this.#closed) throw new UsageError(`rank ${this.#comm.rank}: this MoE group is closed`);
+    // A closed communicator is a ClosedError, as every call on it is, not a message about the
+    // buffers its close() freed: lane() is the one call of each backend that checks only that.
+    this.#comm.lane(this.#lane.index);
     checkArgsObject(checkContext(this.#comm), `MoE ${what}`, args, what === 'dispatch' ? MOE_DISPATCH_ARGS : MOE_COMBINE_ARGS);
   }
 }

@@ -4,6 +4,7 @@ import type { AllToAllVArgs, Comm, DeviceBuffer } from '../../src/backends/backe
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../src/errors.js';
 import { startWaitMs } from '../../src/world/set-up-waits.js';
 import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
+import { createMoeGroup } from '../../src/moe/group.js';
 import { Exchange } from './harness.js';
 import { colSum, makeSplits, rowSum, Rng } from './reference.js';
 
@@ -286,8 +287,17 @@ export async function closedCalls(comm: Comm): Promise<number> {
   const buf = comm.alloc(64);
   const splits = comm.alloc(8 * W);
   const so = comm.alloc(16 * W);
+  // A group's calls on a closed communicator are its ClosedError too, not a word on the buffers close() freed.
+  const group = await createMoeGroup(comm, { numExperts: 2 * W, topk: 2, maxTokensPerRank: 4, rowBytes: 16, layout: 'expanded' });
+  const x = comm.alloc(64);
+  const idx = comm.alloc(64);
+  const counts = comm.alloc(16 * W);
+  const recvX = await comm.allocSymmetric(group.recvRows * 16);
+  const { route } = group.dispatch({ x, topkIdx: idx, numTokens: 0, recvX, expertCounts: counts });
   await comm.close();
   const calls: [string, () => unknown][] = [
+    ['MoE dispatch', () => group.dispatch({ x, topkIdx: idx, numTokens: 0, recvX, expertCounts: counts })],
+    ['MoE combine', () => group.combine({ y: recvX, route, out: x, dtype: 'f32' })],
     ['alloc', () => comm.alloc(64)],
     ['write', () => comm.write(buf, new Uint8Array(8))],
     ['read', () => comm.read(buf, 0, 8)],

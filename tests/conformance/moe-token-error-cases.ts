@@ -35,9 +35,10 @@ function expectError<C extends typeof MoeCapacityError | typeof MoeRoutingError>
  * The combine of a refused dispatch's route: route-refused, naming that dispatch's error as its
  * cause (its rank, and for a bad id its token and k), never rank 0 of the exchange's stand-in counts.
  */
-function expectRefusedRoute(handle: Handle, dispatched: MoeCapacityError | MoeRoutingError, label: string): void {
+function expectRefusedRoute(handle: Handle, dispatched: MoeCapacityError | MoeRoutingError, label: string, along: 'combine' | 'dispatch' = 'combine'): void {
   const at = dispatched instanceof MoeRoutingError ? { token: dispatched.token, k: dispatched.k } : { token: -1, k: -1 };
-  const err = expectError(handle, MoeRoutingError, { problem: 'route-refused', rank: dispatched.rank, ...at, reportedBy: dispatched.reportedBy }, label);
+  const opening = along === 'combine' ? /^MoE combine of a route whose dispatch was refused/ : /^MoE dispatch along a route whose own dispatch was refused/;
+  const err = expectError(handle, MoeRoutingError, { problem: 'route-refused', rank: dispatched.rank, ...at, reportedBy: dispatched.reportedBy, message: opening }, label);
   const cause = err.cause;
   if (!(cause instanceof dispatched.constructor) || (cause as Error).message !== dispatched.message) {
     throw new ConformanceError(`${label}: the cause is ${cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause)}, expected the dispatch's ${dispatched.name}: ${dispatched.message}`, { cause: err });
@@ -132,6 +133,10 @@ export async function moeTokenErrors(comm: Comm, arg: TokenJobArg): Promise<numb
   rig.verifyUntouched(`a bad expert id on rank ${q}`);
   // Its combine, after a good one: what let that one's reduction through must not let this one's.
   expectRefusedRoute(rig.combine({ route: r.route, dtype: 'f32', weights: false, bias: false }), badId, 'combine of a refused dispatch after a good one');
+  // A dispatch along that route (new x, its ids never read): refused as the combine is, not as a
+  // bad id of its own.
+  expectRefusedRoute(rig.dispatch({ count: 'host', idx64: true, weights: false, tokens: d.routings[me]!.tokens, route: r.route }).done, badId, 'a dispatch along a refused route', 'dispatch');
+  rig.verifyUntouched('a dispatch along a refused route');
   rig.verifyUntouched('combine of a refused dispatch after a good one');
   good('good round trip after a bad expert id');
 
