@@ -169,6 +169,20 @@ describe('a2av: --seed past 32 bits, which would repeat a smaller seed\'s layout
   });
 });
 
+describe('a2av: --timeout-ms past what a timer holds (Node fires such a timer after 1 ms), on every command that takes it', () => {
+  it('bench, bench allreduce, bench pipeline and tune', () => {
+    const why = "option '--timeout-ms <ms>' argument '2147483648' is invalid. expected an integer <= 2147483647 (about 24.8 days, the longest a timer holds)";
+    for (const command of [['bench'], ['bench', 'allreduce'], ['bench', 'pipeline'], ['tune']]) refused([...command, '--timeout-ms', '2147483648'], why);
+  });
+});
+
+describe('a2av bench\'s sub-commands: a stray word is refused, not ignored (a missing -- would run the default sweep)', () => {
+  it('bench allreduce and bench pipeline', () => {
+    refused(['bench', 'allreduce', '--backend', 'cpu', 'oops'], "too many arguments for 'allreduce'. Expected 0 arguments but got 1.");
+    refused(['bench', 'pipeline', '--backend', 'cpu', 'extra'], "too many arguments for 'pipeline'. Expected 0 arguments but got 1.");
+  });
+});
+
 describe('a2av: a bad A2AV_* switch, before any rank starts', () => {
   const withSwitch = (name: string, value: string, args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 20_000, env: { ...process.env, [name]: value } });
   it('bench on cpu refuses a switch only the cuda backend reads; launch refuses it for its ranks', () => {

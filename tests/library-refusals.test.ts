@@ -265,6 +265,8 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
       [{ ranks: 2, timeoutMS: 100 }, "runRanks: unknown option 'timeoutMS' (the options are backend, ranks, timeoutMs, lanes, onReport)"],
       [{ ranks: 2, timeoutMs: -1 }, 'runRanks: timeoutMs must be a positive, finite number of ms, got -1'],
       [{ ranks: 2, timeoutMs: Infinity }, 'runRanks: timeoutMs must be a positive, finite number of ms, got Infinity'],
+      // Past 2^31 - 1 Node's timers fire after 1 ms: the set-up failed at once, blaming a healthy peer.
+      [{ ranks: 2, timeoutMs: 2 ** 31 }, 'runRanks: timeoutMs must be at most 2147483647 ms (about 24.8 days, what a timer holds), got 2147483648'],
       [{ ranks: 2, lanes: 1.5 }, 'runRanks: lanes must be a positive integer, got 1.5'],
     ] as const) {
       const err = await runRanks({ backend: 'cpu', ...opts } as never, programs, 'misuse', {}).catch((e: unknown) => e);
@@ -279,5 +281,6 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     await assert.rejects(init({ timeoutMs: -5 }), { name: 'UsageError', message: 'init(): timeoutMs must be a positive, finite number of ms, got -5' });
     // Infinity reached the store's timers, which Node sets to 1 ms past 2^31 - 1: refused here instead.
     await assert.rejects(init({ timeoutMs: Infinity }), { name: 'UsageError', message: 'init(): timeoutMs must be a positive, finite number of ms, got Infinity' });
+    await assert.rejects(init({ timeoutMs: 1e14 }), { name: 'UsageError', message: 'init(): timeoutMs must be at most 2147483647 ms (about 24.8 days, what a timer holds), got 100000000000000' });
   });
 });

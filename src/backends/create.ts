@@ -5,6 +5,7 @@ import type { BackendName, Comm, CommOptions } from './backend.js';
 import { shown, UsageError } from '../errors.js';
 import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
+import { timeoutProblem } from '../world/options.js';
 
 interface CudaBackendModule {
   createCudaComm(opts: CommOptions): Promise<Comm>;
@@ -100,6 +101,7 @@ function checkOptions(o: CommOptions): void {
   if (!Number.isInteger(o.rank) || o.rank < 0 || o.rank >= o.worldSize) {
     throw new UsageError(`rank must be an integer in [0, ${o.worldSize}), got ${shown(o.rank)}`);
   }
-  if (typeof o.timeoutMs !== 'number' || !(o.timeoutMs > 0) || !Number.isFinite(o.timeoutMs)) throw new UsageError(`timeoutMs must be a positive, finite number of ms, got ${shown(o.timeoutMs)}`);
+  const badTimeout = timeoutProblem(o.timeoutMs);
+  if (badTimeout !== undefined) throw new UsageError(badTimeout);
   if (!Number.isInteger(o.lanes) || o.lanes < 1) throw new UsageError(`lanes must be a positive integer, got ${shown(o.lanes)}`);
 }

@@ -5,7 +5,7 @@ import { formatGBps, formatMicros } from '../bench/table.js';
 import { doublingSizes, formatBytes, holdsWholeUnit } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
-import { integer, size, RANKS_HELP, TIMEOUT_HELP } from './options.js';
+import { integer, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { checkSizeRange, shortOfMax } from './sizes.js';
 
 interface AllReduceFlags {
@@ -24,6 +24,8 @@ interface AllReduceFlags {
 export function addBenchAllReduce(bench: Command): void {
   bench
     .command('allreduce')
+    // bench's own leniency (its words are sub-commands) is inherited: a stray word here is a typo, not a sub-command.
+    .allowExcessArguments(false)
     .description('Sweep comm.allReduce over sizes (eager, and on cuda in graphs), every size checked against the host sum first; ' +
       'with several backends one table and each row against NCCL (vs nccl = NCCL time / its time)')
     .option('--backend <names>', 'backend, or several: cuda, nccl, cpu, e.g. cuda,nccl (default: cuda when a GPU is visible, else cpu)', backendList)
@@ -34,7 +36,7 @@ export function addBenchAllReduce(bench: Command): void {
     .addOption(new Option('--dtype <dtype>', 'element type').choices(['f32', 'bf16']).default('f32'))
     .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
     .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
-    .option('--timeout-ms <ms>', TIMEOUT_HELP, integer(1))
+    .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)
     .option('--json', 'print only the JSON result to stdout')
     .action((flags: AllReduceFlags, cmd: Command) => benchAllReduce(flags, cmd));
 }

@@ -9,7 +9,7 @@ import { SHAPE_NAMES, type ShapeName } from '../pipeline/shapes.js';
 import { ARMS, type Arm } from '../pipeline/train.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
-import { integer, listItems, once, seedInteger, RANKS_HELP, TIMEOUT_HELP } from './options.js';
+import { integer, listItems, once, seedInteger, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
 
 /** commander's parse of `a2av bench pipeline`; unset counts take the backend's defaults (PIPELINE_DEFAULTS). */
 interface PipelineFlags {
@@ -40,6 +40,8 @@ const PIPELINE_DEFAULTS = {
 export function addBenchPipeline(bench: Command): void {
   bench
     .command('pipeline')
+    // bench's own leniency (its words are sub-commands) is inherited: a stray word here is a typo, not a sub-command.
+    .allowExcessArguments(false)
     .description("A synthetic DLRM-like training step in TorchRec's sparse-data-dist order (input dist of the next batch with device splits, " +
       'embedding lookup, output dist, dense forward and backward, gradient all-to-all, embedding update, gradient all-reduce, SGD), timed per arm: ' +
       'one-lane (every collective on lane 0), two-lanes (the input dist on lane 1), two-lanes-serialized (lane 1, but each collective waits for ' +
@@ -52,7 +54,7 @@ export function addBenchPipeline(bench: Command): void {
     .option('--iters <n>', 'timed steps per arm: the median and spread are over them (default 200; 100 with cpu)', integer(1))
     .option('--warmup <n>', 'untimed steps before them (default 20)', integer(0))
     .option('--seed <n>', 'seed of the synthetic batches and the initial weights', seedInteger, 1)
-    .option('--timeout-ms <ms>', TIMEOUT_HELP, integer(1))
+    .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)
     .option('--input-dist-blocks <n>', 'at most this many thread blocks for each input-dist all-to-all on cuda: the SM budget of the lane that ' +
       'overlaps the compute (default: the launch plan\'s)', integer(1))
     .addOption(new Option('--gemm <kind>', "cuda and nccl: the dense layers' GEMMs in kernel (the pipeline's own, bit-exact against the cpu backend), " +

@@ -13,7 +13,7 @@ import { formatBytes, parseSize } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
-import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP } from './options.js';
+import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './sizes.js';
 
 const DEFAULT_MIN = '512K';
@@ -85,7 +85,7 @@ export function addBench(program: Command): Command {
     .option('--seed <n>', 'seed of the zipf split layouts (uniform splits, having none, refuse it) and of the moe-* ops\' routing', seedInteger, 1)
     .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms); not the moe-* ops, which always time loops of >= 20 ms', integer(1))
     .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
-    .option('--timeout-ms <ms>', TIMEOUT_HELP, integer(1))
+    .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)
     .option('--json', 'print only the JSON result to stdout')
     .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does; not the moe-* ops)')
     // `bench help pipeline`: without it, bench's own action takes `help` as an argument and refuses it.

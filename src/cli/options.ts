@@ -2,6 +2,7 @@
 // Each throws commander's InvalidArgumentError, which names the option and the text given.
 import { InvalidArgumentError } from 'commander';
 import { parseSize } from '../bench/units.js';
+import { MAX_TIMEOUT_MS } from '../world/ranks.js';
 
 export function integer(min: number, max = Number.MAX_SAFE_INTEGER, why = '') {
   return (text: string): number => {
@@ -51,3 +52,5 @@ export function sizeOrZero(text: string): number {
 /** The help of the options every command that runs ranks shares (tune's --ranks has no cpu default). */
 export const RANKS_HELP = 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)';
 export const TIMEOUT_HELP = 'bound on every wait between ranks (default 60000)';
+/** --timeout-ms's parser: up to what a timer holds (past it Node's timers fire after 1 ms). */
+export const timeoutMs = integer(1, MAX_TIMEOUT_MS, ' (about 24.8 days, the longest a timer holds)');

@@ -7,7 +7,7 @@ import { doublingSizes, formatBytes, parseSize } from '../bench/units.js';
 import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
 import { gpuCount } from './backends.js';
-import { integer, listItems, once, size, sizeOrZero, TIMEOUT_HELP } from './options.js';
+import { integer, listItems, once, size, sizeOrZero, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './sizes.js';
 
 /**
@@ -47,7 +47,7 @@ export function addTune(program: Command): void {
     .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
     .addOption(new Option('--graph-max <size>', 'sizes up to this are timed by replaying a CUDA graph of back-to-back calls, which measures ' +
       'the device (eager times of small calls are set by the host\'s launches); larger sizes are timed eagerly; 0 times every size eagerly').argParser(sizeOrZero).default(4 << 20, '4M'))
-    .option('--timeout-ms <ms>', TIMEOUT_HELP, integer(1))
+    .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)
     .option('-o, --output <file.json>', 'write the table here (default: stdout)')
     .option('--merge <file.json>', "an existing table: its other shapes' entries are kept, this shape's replaced")
     .action((flags: TuneFlags, cmd: Command) => tuneCommand(flags, cmd));

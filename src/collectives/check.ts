@@ -23,6 +23,7 @@ import { shown, UsageError } from '../errors.js';
 import type { ExchangeKind } from './exchange-rules.js';
 import { ELEMENT_BYTES } from './reduce.js';
 import { checkPlanShape } from '../tune/plan.js';
+import { timeoutProblem } from '../world/options.js';
 
 /** majorAlign at most: 2^20 rows per expert block, far past any GEMM tile, keeps padding sums small. */
 export const MAX_MAJOR_ALIGN = 1 << 20;
@@ -326,5 +327,6 @@ export function checkBarrier(rank: number, options: BarrierOptions | undefined):
   const unknown = Object.keys(options).filter((k) => k !== 'timeoutMs');
   if (unknown.length > 0) throw new UsageError(`rank ${rank}: barrier() takes { timeoutMs }; unknown option ${unknown.map((k) => `'${k}'`).join(', ')}`);
   const t = options.timeoutMs;
-  if (t !== undefined && (typeof t !== 'number' || !(t > 0) || !Number.isFinite(t))) throw new UsageError(`rank ${rank}: barrier timeoutMs must be a positive number of ms, got ${shown(t)}`);
+  const why = t === undefined ? undefined : timeoutProblem(t, 'barrier timeoutMs');
+  if (why !== undefined) throw new UsageError(`rank ${rank}: ${why}`);
 }

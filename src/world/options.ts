@@ -2,6 +2,15 @@
 // connection): a typo such as `timeoutMS` would otherwise be ignored silently, and a bad timeout
 // would surface as a store error ("cannot reach the store after -5 ms") instead of as itself.
 import { shown, UsageError } from '../errors.js';
+import { MAX_TIMEOUT_MS } from './ranks.js';
+
+/** What is wrong with a timeoutMs (`what` names it), or undefined: a positive number of ms a timer can hold. */
+export function timeoutProblem(t: unknown, what = 'timeoutMs'): string | undefined {
+  if (typeof t !== 'number' || !(t > 0) || !Number.isFinite(t)) return `${what} must be a positive, finite number of ms, got ${shown(t)}`;
+  // Past it Node's timers fire after 1 ms: a wait meant to be endless would fail at once.
+  if (t > MAX_TIMEOUT_MS) return `${what} must be at most ${MAX_TIMEOUT_MS} ms (about 24.8 days, what a timer holds), got ${shown(t)}`;
+  return undefined;
+}
 
 /** Refuses keys outside `known`, and a timeoutMs, lanes or backend that no communicator takes. */
 export function checkRankOptions(call: string, options: unknown, known: readonly string[]): void {
@@ -12,8 +21,9 @@ export function checkRankOptions(call: string, options: unknown, known: readonly
     throw new UsageError(`${call}: unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (the options are ${known.join(', ')})`);
   }
   // The same rules as createComm's, said once here rather than by every rank after it started.
-  if (o.timeoutMs !== undefined && (typeof o.timeoutMs !== 'number' || !(o.timeoutMs > 0) || !Number.isFinite(o.timeoutMs))) {
-    throw new UsageError(`${call}: timeoutMs must be a positive, finite number of ms, got ${shown(o.timeoutMs)}`);
+  if (o.timeoutMs !== undefined) {
+    const why = timeoutProblem(o.timeoutMs);
+    if (why !== undefined) throw new UsageError(`${call}: ${why}`);
   }
   if (o.lanes !== undefined && (!Number.isInteger(o.lanes) || (o.lanes as number) < 1)) {
     throw new UsageError(`${call}: lanes must be a positive integer, got ${shown(o.lanes)}`);

@@ -4,6 +4,8 @@ import type { BackendName, Comm } from '../backends/backend.js';
 
 /** Default bound on every wait inside collectives and the store, in milliseconds. */
 export const DEFAULT_TIMEOUT_MS = 60_000;
+/** The longest bound a wait takes: Node's timers hold 2^31 - 1 ms (about 24.8 days) and fire after 1 ms past it. */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 /** Default lanes per communicator. */
 export const DEFAULT_LANES = 2;
 
