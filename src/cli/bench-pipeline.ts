@@ -1,6 +1,5 @@
 // `a2av bench pipeline`: a synthetic DLRM-like training step timed per arm (src/pipeline), with its progress on stderr.
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { SingleBar } from 'cli-progress';
 import type { BackendName } from '../backends/backend.js';
 import { counted } from '../bench/table.js';
 import { checkWritable } from '../output-file.js';
@@ -10,6 +9,7 @@ import { ARMS, type Arm } from '../pipeline/train.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
 import { integer, listItems, once, seedInteger, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
+import { ProgressBar } from './progress-bar.js';
 
 /** commander's parse of `a2av bench pipeline`; unset counts take the backend's defaults (PIPELINE_DEFAULTS). */
 interface PipelineFlags {
@@ -130,7 +130,7 @@ const STEP_LINE_MS = 10_000;
 
 /** The pipeline's progress on stderr: a bar over every arm's steps on a terminal, else a line per arm (and per slow step). */
 class PipelineProgress implements PipelineEvents {
-  #bar: SingleBar | undefined;
+  #bar: ProgressBar | undefined;
   #arms: Arm[] = [];
   #lineAt = Date.now();
   readonly #label: string;
@@ -146,12 +146,7 @@ class PipelineProgress implements PipelineEvents {
       this.#lineAt = Date.now();
       return;
     }
-    this.#bar = new SingleBar({
-      stream: process.stderr,
-      format: `${this.#label}pipeline on ${device} {bar} {value}/{total} steps | {arm}`,
-      hideCursor: true,
-      clearOnComplete: true,
-    });
+    this.#bar = new ProgressBar({ format: `${this.#label}pipeline on ${device} {bar} {value}/{total} steps | {arm}` });
     this.#bar.start(arms.length * steps, 0, { arm: arms[0] });
   }
 

@@ -1,7 +1,6 @@
 // `a2av bench`: sweeps all-to-all-v (or, with --op, the MoE calls) over sizes (src/bench), with its
 // progress on stderr; its sub-commands (pipeline, allreduce) and the moe-* ops are in their own files.
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { SingleBar } from 'cli-progress';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from '../backends/backend.js';
 import { MAX_MAJOR_ALIGN } from '../collectives/check.js';
 import { BENCH_OPS } from '../bench/ops.js';
@@ -14,6 +13,7 @@ import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
 import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
+import { ProgressBar } from './progress-bar.js';
 import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './sizes.js';
 
 const DEFAULT_MIN = '512K';
@@ -208,7 +208,9 @@ interface AskedMax {
 
 /** The sweep's progress on stderr: a bar on a terminal, else one line per size (logs, CI). */
 class Progress implements BenchEvents {
-  #bar: SingleBar | undefined;
+  #bar: ProgressBar | undefined;
+  /** The finished sizes' lines: on a terminal only the bar shows them, and an interrupt would lose them. */
+  #done: string[] = [];
   readonly #max: AskedMax;
   /** Names the backend when one run compares several. */
   readonly #label: string;
@@ -229,17 +231,14 @@ class Progress implements BenchEvents {
       process.stderr.write(`${this.#label}bench: ${counted(sizes.length, 'size')}${range}, each checked then timed\n`);
       return;
     }
-    this.#bar = new SingleBar({
-      stream: process.stderr,
-      format: `${this.#label}bench {bar} {value}/{total} sizes | {size} {stage} | {last}`,
-      hideCursor: true,
-      clearOnComplete: true,
+    this.#bar = new ProgressBar({ format: `${this.#label}bench {bar} {value}/{total} sizes | {size} {stage} | {last}` }, () => {
+      if (this.#done.length > 0) process.stderr.write(`${this.#label}bench: interrupted after ${counted(this.#done.length, 'size')}:\n${this.#done.join('\n')}\n`);
     });
     this.#bar.start(sizes.length, 0, { size: formatBytes(sizes[0]), stage: 'verify', last: '' });
   }
 
   onProgress({ bytes, stage }: ProgressReport): void {
-    this.#bar?.update({ size: formatBytes(bytes), stage });
+    this.#bar?.show({ size: formatBytes(bytes), stage });
   }
 
   onRow({ row, index, count }: RowReport): void {
@@ -251,6 +250,7 @@ class Progress implements BenchEvents {
       (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
       (row.vsOneD === undefined ? '' : `, ${formatRatio(row.vsOneD)}× the 1-D call`) +
       `, checked ${row.checked.join('+')}`;
+    this.#done.push(`[${index + 1}/${count}] ${line}`);
     if (this.#bar) this.#bar.increment({ last: line });
     else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);
   }

@@ -1,13 +1,13 @@
 // `a2av tune`: times the cuda backend's launch plans size by size (src/tune) and writes the fastest as a plan table.
 import { writeFileSync } from 'node:fs';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { SingleBar } from 'cli-progress';
 import { counted } from '../bench/table.js';
 import { doublingSizes, formatBytes, parseSize } from '../bench/units.js';
 import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
 import { gpuCount } from './backends.js';
 import { integer, listItems, once, size, sizeOrZero, TIMEOUT_HELP, timeoutMs } from './options.js';
+import { ProgressBar } from './progress-bar.js';
 import { checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './sizes.js';
 
 /**
@@ -74,14 +74,14 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
   const short = shortOfMax(cmd, flags.min, flags.max, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
-  let bar: SingleBar | undefined;
+  let bar: ProgressBar | undefined;
   const out = await runTune(
     { ranks, lanes: flags.lanes, sizes, rowBytes: flags.rowBytes, repeats: flags.repeats, threads: flags.threads, graphMaxBytes: flags.graphMax, timeoutMs: flags.timeoutMs, command: `a2av ${process.argv.slice(2).join(' ')}` },
     (r) => {
       if (r.type === 'start') {
         process.stderr.write(`a2av tune: ${r.device}, W=${r.shape.world}, ${counted(r.shape.ranksPerGpu, 'rank')} per GPU, blocks shared by ${counted(r.shape.lanes, 'lane')}, ${counted(r.sizes.length, 'size')}\n`);
         if (process.stderr.isTTY) {
-          bar = new SingleBar({ stream: process.stderr, format: 'tune {bar} {value}/{total} sizes | {last}', hideCursor: true, clearOnComplete: true });
+          bar = new ProgressBar({ format: 'tune {bar} {value}/{total} sizes | {last}' });
           bar.start(r.sizes.length, 0, { last: '' });
         }
       } else {

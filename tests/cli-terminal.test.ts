@@ -1,0 +1,48 @@
+// The CLI on a terminal (a pseudo-terminal from script(1)): its progress bar hides the cursor and
+// turns line wrapping off while it runs, so an interrupt must give both back, and keep the lines
+// of the sizes the bar alone showed.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+const script = spawnSync('script', ['--version']).status === 0 ? undefined : 'no script(1) here to give the command a terminal';
+
+test('Ctrl-C during a bench sweep on a terminal restores the cursor and line wrapping, lists the finished sizes and exits 130', { skip: script, timeout: 60_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'a2av-tty-'));
+  try {
+    const typescript = join(dir, 'out');
+    const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(cli)} bench --backend cpu --min 64K --max 1G --iters 200`;
+    // -e: script's status is the command's; -f: the file is written as the command writes.
+    const term = spawn('script', ['-qfec', command, typescript], { stdio: 'ignore' });
+    const seen = () => {
+      try {
+        return readFileSync(typescript, 'utf8');
+      } catch {
+        return '';
+      }
+    };
+    for (const until = Date.now() + 40_000; !seen().includes(' 2/'); await new Promise((r) => setTimeout(r, 50))) {
+      if (Date.now() > until) throw new Error(`the bar never reached its second size:\n${seen()}`);
+    }
+    // The command is script's child: Ctrl-C reaches it (the terminal's foreground), not script.
+    const bench = Number(spawnSync('pgrep', ['-P', String(term.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')[0]);
+    assert.ok(bench > 0, 'the bench process under script');
+    process.kill(bench, 'SIGINT');
+    const [code] = (await once(term, 'exit')) as [number];
+    const out = seen();
+    assert.equal(code, 130, out);
+    assert.ok(out.includes('\x1b[?25l'), 'the bar hid the cursor');
+    const hid = out.lastIndexOf('\x1b[?25l');
+    assert.ok(out.indexOf('\x1b[?25h', hid) > hid, 'the cursor is shown again');
+    assert.ok(out.indexOf('\x1b[?7h', hid) > hid, 'line wrapping is back on');
+    assert.match(out, /bench: interrupted after \d+ sizes?:\r?\n\[1\/\d+\] 64 KiB: [\d.]+ µs/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
