@@ -72,6 +72,22 @@ describe('a2av plot', () => {
     assert.match(svg, /input bytes per rank/);
   });
 
+  test('a long line name is drawn whole: the picture widens past its 860 px rather than cut it at the edge', { skip: noLibraries }, async () => {
+    const width = (svg: string) => Number(/^<\?xml[^>]*>\n<svg [^>]*width="(\d+)"/.exec(svg)![1]);
+    assert.equal(width(await renderSvg(chartOf([{ source: 'r.json', result: synthetic() }]))), 860, 'short names keep the usual width');
+    const roundtrip = { ...synthetic(), op: 'roundtrip' as const, experts: 16, align: 8, splits: 'zipf', seed: 9, ranks: 3 };
+    const chart = chartOf([{ source: 'u.json', result: synthetic() }, { source: 'rt.json', result: roundtrip }]);
+    const longest = chart.series.map((s) => s.label).sort((a, b) => b.length - a.length)[0]!;
+    assert.ok(longest.length > 60, longest);
+    const svg = await renderSvg(chart);
+    // At 11 px bold a character takes under 7 px: the label, from its line's end (the plot's right edge), fits.
+    const right = /<svg [^>]*width="\d+"[^>]*>/.exec(svg.slice(svg.indexOf('<svg', 10)))![0];
+    const plotWidth = Number(/width="(\d+)"/.exec(right)![1]);
+    assert.equal(width(svg), plotWidth);
+    assert.ok(plotWidth >= 58 + 640 + 8 + 7 * longest.length, `${plotWidth} px for a ${longest.length}-character name`);
+    assert.ok(svg.includes(`>${longest.replace(/&/g, '&amp;')}<`), 'the name is one text, whole');
+  });
+
   test('the x axis is ticked at powers of two bytes, evenly spaced on a log scale', { skip: noLibraries }, async () => {
     const svg = await renderSvg(chartOf([{ source: 'r.json', result: synthetic() }]));
     const ticks = /<g[^>]*aria-label="x-axis tick"[^>]*>(.*?)<\/g>/.exec(svg)![1];

@@ -19,6 +19,8 @@ const FONT = 'system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif';
 /** Line labels: 11px text needs about this much height, and about this much width per character. */
 const LABEL_GAP = 13;
 const CHAR_PX = 7;
+/** The plot's own width at least, so long labels widen the picture rather than squeeze the lines. */
+const MIN_AREA = 640;
 /** Colour-blind-safe (Okabe-Ito) and dark enough on white; references take their run's colour. */
 const COLOURS = ['#0072b2', '#d55e00', '#009e73', '#cc79a7', '#e69f00', '#56b4e9', '#000000', '#f0e442'];
 
@@ -45,20 +47,23 @@ export async function renderSvg(chart: Chart): Promise<string> {
   const all = chart.series.flatMap((s) => s.points);
   const x = bytesAxis(Math.min(...all.map((p) => p.bytes)), Math.max(...all.map((p) => p.bytes)), WIDTH / 2);
   const y = bandwidthAxis(Math.min(...all.map((p) => p.gbps)), Math.max(...all.map((p) => p.gbps)));
-  const marginRight = Math.min(340, 14 + CHAR_PX * Math.max(...chart.series.map((s) => s.label.length)));
+  // Every label whole, however long (a line named by all its differences, or by a file's path): the
+  // picture grows to the right past WIDTH rather than cut a label off, the plot keeping its area.
+  const marginRight = 14 + CHAR_PX * Math.max(...chart.series.map((s) => s.label.length));
+  const width = Math.max(WIDTH, MARGIN.left + MIN_AREA + marginRight);
   const rows = (series: Series[]) => series.flatMap((s) => s.points.map((p) => ({ ...p, label: s.label })));
   const measured = chart.series.filter((s) => !s.reference);
   const references = chart.series.filter((s) => s.reference);
   const svg = Plot.plot({
     document,
-    width: WIDTH,
+    width,
     height: HEIGHT,
     marginTop: MARGIN.top,
     marginBottom: MARGIN.bottom,
     marginLeft: MARGIN.left,
     marginRight,
     style: { background: 'white', color: '#222', fontSize: '11px', fontFamily: FONT },
-    x: { type: 'log', base: 2, domain: x.domain, ticks: x.ticks, tickFormat: x.label, grid: true, label: 'input bytes per rank →', labelOffset: 34 },
+    x: { type: 'log', base: 2, domain: x.domain, ticks: x.ticks, tickFormat: x.label, grid: true, label: 'input bytes per rank →', labelAnchor: 'center', labelOffset: 34 },
     y: { type: 'log', domain: y.domain, ticks: y.ticks, tickFormat: y.label, grid: true, label: '↑ algbw, GB/s (input bytes per rank / time)' },
     color: { domain: chart.series.map((s) => s.label), range: chart.series.map((s) => COLOURS[s.colourOf % COLOURS.length]) },
     marks: [
@@ -73,7 +78,7 @@ export async function renderSvg(chart: Chart): Promise<string> {
   svg.setAttribute('y', String(HEADER));
   const dashed = references.length === 0 ? '' : chart.timing === 'graph' ? '; dashed: the same-run reference, eager' : '; dashed: the same-run reference, moving the same bytes';
   const outer = document.createElementNS(SVG_NS, 'svg');
-  for (const [name, value] of Object.entries({ xmlns: SVG_NS, width: WIDTH, height: HEIGHT + HEADER, viewBox: `0 0 ${WIDTH} ${HEIGHT + HEADER}`, 'font-family': FONT })) {
+  for (const [name, value] of Object.entries({ xmlns: SVG_NS, width, height: HEIGHT + HEADER, viewBox: `0 0 ${width} ${HEIGHT + HEADER}`, 'font-family': FONT })) {
     outer.setAttribute(name, String(value));
   }
   const background = document.createElementNS(SVG_NS, 'rect');
