@@ -141,6 +141,13 @@ describe('pipeline on cpu', () => {
     ]);
   });
 
+  test('a2av bench pipeline\'s table on cpu says its timings compare nothing, and what the checksum column is', () => {
+    const r = spawnSync(process.execPath, [cli, 'bench', 'pipeline', '--backend', 'cpu', '--ranks', '2', '--shape', 'tiny', '--iters', '1', '--warmup', '1'], { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /^# cpu: the ranks share the host's cores .* their timings compare nothing \(vs one-lane included\)$/m);
+    assert.match(r.stdout, /^# checksums: every row ended with the same loss, tables and parameters \(.*\); checksum = a digest of the three, one per row$/m);
+  });
+
   test('a2av bench pipeline --backend cpu --json --trace: the table as JSON, and a trace file', () => {
     const dir = mkdtempSync(join(tmpdir(), 'a2av-pipeline-'));
     try {

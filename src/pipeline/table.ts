@@ -97,8 +97,11 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
     '# input dist µs = the input dist of the next batch (lengths, then ids), median per step on its lane: on a GPU, about the most a second lane can take off a step (on cpu the ranks\' own threads do the exchange, so lanes change more than that)',
     '# host blocked µs = the host inside collective calls, mean per step of the slowest rank (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself): a mean, so a few long waits can put it past the median step µs',
     ...notes.map((n) => `# note: ${n}`),
+    // cpu ranks are threads or processes sharing the host's cores with each other and with the
+    // exchange itself: what the arms' timings differ by there is scheduling, not overlap.
+    ...(results.some((r) => r.backend === 'cpu') ? ['# cpu: the ranks share the host\'s cores and run the exchanges themselves, so its rows check the results and their timings compare nothing (vs one-lane included)'] : []),
     problems.length === 0
-      ? `# checksums: every row ended with the same loss, tables and parameters (loss ${rows[0].checksums.loss}, tables ${rows[0].checksums.tables}, params ${rows[0].checksums.params})`
+      ? `# checksums: every row ended with the same loss, tables and parameters (loss ${rows[0].checksums.loss}, tables ${rows[0].checksums.tables}, params ${rows[0].checksums.params}); checksum = a digest of the three, one per row`
       : `# CHECKSUMS DIFFER: ${problems.join('; ')}`,
   ];
   return [...head, ...alignColumns([columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))], [0, 1])].join('\n') + '\n';
