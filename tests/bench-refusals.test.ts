@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { CPU_MAX_BUFFER_BYTES } from '../src/backends/cpu/buffer.js';
-import { formatBytes } from '../src/bench/units.js';
+import { formatBytes, formatBytesExact } from '../src/bench/units.js';
 import { cudaUnavailableReason } from '../src/cuda/probe.js';
 
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
@@ -67,8 +67,8 @@ describe('a2av bench: refusals up front', () => {
     { skip: cap > 2 ** 40 ? `this Node caps a buffer at ${cap} bytes: no size a host holds passes it` : false }, () => {
     const size = 2 ** Math.ceil(Math.log2(cap - 255));
     refused(['bench', 'allreduce', '--backend', 'cpu', '--min', String(size), '--max', String(size)],
-      `bench allreduce: ${formatBytes(size)} (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs ${size + 256} bytes, ` +
-        `past the cpu backend's ${cap} per buffer: lower --max`);
+      `bench allreduce: ${formatBytes(size)} (the largest size up to --max) on cpu: the output, its sum and a 256-byte canary past it, needs ${formatBytesExact(size + 256)}, ` +
+        `past the cpu backend's ${formatBytes(cap)} per buffer: lower --max`);
   });
 
   // 2^20 tokens of 2^29 bf16 elements from each of 2 ranks, top-8: 2^24 + 128 rows of 1 GiB, past 2^53 bytes.
@@ -76,11 +76,11 @@ describe('a2av bench: refusals up front', () => {
     const started = performance.now();
     const rows = 2 * 2 ** 20 * 8 + 128;
     refused(['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--ranks', '2', '--tokens', `1,${2 ** 20}`, '--hidden', String(2 ** 29)],
-      `bench moe-dispatch: ${2 ** 20} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${rows} rows of ${2 ** 30} bytes (--hidden ${2 ** 29} bf16), ` +
-        `${rows * 2 ** 30} bytes, past the cpu backend's ${cap} per buffer: lower --tokens, --topk or --hidden`);
+      `bench moe-dispatch: ${2 ** 20} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${rows} rows of 1 GiB (--hidden ${2 ** 29} bf16), ` +
+        `${formatBytesExact(rows * 2 ** 30)}, past the cpu backend's ${formatBytes(cap)} per buffer: lower --tokens, --topk or --hidden`);
     refused(['bench', '--op', 'moe-combine', '--backend', 'cpu', '--ranks', '2', '--tokens', String(2 ** 30), '--hidden', String(2 ** 29), '--layout', 'compact'],
-      `bench moe-combine: ${2 ** 30} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${2 ** 31 + 1} rows of ${2 ** 30} bytes (--hidden ${2 ** 29} bf16), ` +
-        `${(2 ** 31 + 1) * 2 ** 30} bytes, past the cpu backend's ${cap} per buffer: lower --tokens or --hidden`);
+      `bench moe-combine: ${2 ** 30} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${2 ** 31 + 1} rows of 1 GiB (--hidden ${2 ** 29} bf16), ` +
+        `${formatBytesExact((2 ** 31 + 1) * 2 ** 30)}, past the cpu backend's ${formatBytes(cap)} per buffer: lower --tokens or --hidden`);
     assert.ok(performance.now() - started < 10_000, 'refused before the ranks allocated');
   });
 });

@@ -202,6 +202,14 @@ describe('a2av plot', () => {
     assert.match(refused.stderr, /no graph times/);
   });
 
+  test('a2av bench --plot draws the sweep it ran and says where', { skip: noLibraries, timeout: 60_000 }, () => {
+    const out = join(dir, 'bench.svg');
+    const r = spawnSync(process.execPath, [cli, 'bench', '--backend', 'cpu', '--min', '512K', '--max', '1M', '--plot', out], { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stderr, new RegExp(`^a2av: plot written to ${out.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}$`, 'm'));
+    assert.deepEqual(linePaths(readFileSync(out, 'utf8')).map((p) => [p.label, p.points]).sort(), [['cpu', 2], ['rank-copy ref', 2]]);
+  });
+
   test('bad input is a usage error that names the file', () => {
     assert.throws(() => parseResult('{"hello": 1}', 'x.json'), (err: unknown) => err instanceof UsageError && /^x\.json: not an a2av bench result/.test(err.message));
     assert.throws(() => parseResult(JSON.stringify({ ...synthetic(), rows: [] }), 'e.json'), /^UsageError: e\.json: no rows/);

@@ -13,7 +13,7 @@ import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { alignColumns, counted, formatGBps, formatMicros } from './table.js';
-import { formatBytes } from './units.js';
+import { formatBytes, formatBytesExact } from './units.js';
 
 const GRAPH_CALLS = 20;
 const GRAPH_MAX_BYTES = 4 << 20;
@@ -156,7 +156,7 @@ export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: 
   const most = arg.sizes[arg.sizes.length - 1]! + CANARY_BYTES;
   if (backend === 'cpu' && most > CPU_MAX_BUFFER_BYTES)
     throw new UsageError(`bench allreduce: ${formatBytes(most - CANARY_BYTES)} (the largest size up to --max) on cpu: the output, its sum and a ${CANARY_BYTES}-byte canary ` +
-      `past it, needs ${most} bytes, past the cpu backend's ${CPU_MAX_BUFFER_BYTES} per buffer: lower --max`);
+      `past it, needs ${formatBytesExact(most)}, past the cpu backend's ${formatBytes(CPU_MAX_BUFFER_BYTES)} per buffer: lower --max`);
   const { rank, result } = await runJob<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
     { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
     new URL(import.meta.url),

@@ -6,6 +6,7 @@
 // expertCounts must equal the histogram of every rank's ids for its experts.
 import type { BackendName, Comm, DeviceBuffer } from '../backends/backend.js';
 import { CPU_MAX_BUFFER_BYTES } from '../backends/cpu/buffer.js';
+import { formatBytes, formatBytesExact } from './units.js';
 import { WrongResultError } from './verify.js';
 import { UsageError } from '../errors.js';
 import { createMoeGroup } from '../moe/group.js';
@@ -215,7 +216,7 @@ function refuseCpuBuffer(arg: MoeTokenArg, ranks: number): void {
   if (bytes <= CPU_MAX_BUFFER_BYTES) return;
   const flags = arg.layout === 'expanded' ? '--tokens, --topk or --hidden' : '--tokens or --hidden';
   throw new UsageError(`bench ${arg.op}: ${tokens} tokens a rank (the largest of --tokens) on cpu: a rank's recvX holds up to ${s.recvRows} rows ` +
-    `of ${rowBytes} bytes (--hidden ${arg.hidden} bf16), ${bytes} bytes, past the cpu backend's ${CPU_MAX_BUFFER_BYTES} per buffer: lower ${flags}`);
+    `of ${formatBytes(rowBytes)} (--hidden ${arg.hidden} bf16), ${formatBytesExact(bytes)}, past the cpu backend's ${formatBytes(CPU_MAX_BUFFER_BYTES)} per buffer: lower ${flags}`);
 }
 
 export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendName; ranks: number; timeoutMs?: number }, onRow: (r: MoeTokenReport) => void = () => {}): Promise<MoeTokenResult | undefined> {

@@ -55,7 +55,7 @@ export interface BenchRow {
   vsNccl?: number;
   /** MoE ops: the 1-D allToAllV of the same bytes in the same run, eager, median µs per call (a round trip: there and back). */
   oneDUs?: number;
-  /** oneDUs / timeUs: >= 1 means the MoE op is as fast as the 1-D call. */
+  /** oneDUs / timeUs: >= 1 means the MoE op is at least as fast as the 1-D call. */
   vsOneD?: number;
   /** MoE ops on cuda: the 1-D calls replayed from a graph, and oneDGraphUs / graphUs. */
   oneDGraphUs?: number;
@@ -253,7 +253,7 @@ export function formatTable(result: BenchResult): string {
   if (op) head.push(`# bytes = each rank's dispatch input${result.op === 'dispatch' ? '' : ` (${OP_BYTES[result.op!]})`}; algbw = bytes / time`);
   if (shown('1d µs')) {
     head.push(`# 1d µs = allToAllV of the same rows between the same ranks, same run (${ONE_D_DIRECTIONS[result.op!]}); ` +
-      'vs 1d = 1d µs / time µs (>= 1: as fast as the 1-D call)' + (shown('graph vs 1d') ? '; graph vs 1d = 1d graph µs / graph µs' : ''));
+      'vs 1d = 1d µs / time µs (>= 1: at least as fast as the 1-D call)' + (shown('graph vs 1d') ? '; graph vs 1d = 1d graph µs / graph µs' : ''));
   }
   if (shown('vs nccl')) head.push("# vs nccl = NCCL's time / this row's time (> 1: faster than NCCL)");
   if (shown('sync µs')) head.push('# sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');

@@ -196,7 +196,10 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const { compareBackends } = await import('../bench/compare.js');
   const result = names.length > 1 ? compareBackends(results) : results[0];
   process.stdout.write(flags.json ? formatJson(result) : formatTable(result));
-  if (plotting && flags.plot !== undefined) await plotting.writePlot([{ source: 'bench', result }], flags.plot);
+  if (plotting && flags.plot !== undefined) {
+    await plotting.writePlot([{ source: 'bench', result }], flags.plot);
+    process.stderr.write(`a2av: plot written to ${flags.plot}\n`);
+  }
 }
 
 /** The --max a sweep was asked for: its bytes, its name (--max, or the default --max), and shortOfMax's note. */

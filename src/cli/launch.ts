@@ -20,7 +20,7 @@ interface LaunchFlags {
 export function addLaunch(program: Command): void {
   program
     .command('launch')
-    .description('Run a command as the ranks of one job, one process per GPU (torchrun-style)')
+    .description('Run a command as the ranks of one job, one process a rank (torchrun-style: on GPUs one per GPU)')
     .requiredOption('-n, --nproc-per-node <n>', 'ranks on this node', integer(1))
     .option('--nnodes <n>', 'nodes in the job (default 1)', integer(1))
     .option('--node-rank <i>', "this node's index (default 0; node 0 serves the store)", integer(0))
