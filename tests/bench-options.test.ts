@@ -2,7 +2,6 @@
 // that take it; out-of-range values and the sub-commands named as ops are refused up front; a
 // rank's failure names the rank once.
 import assert from 'node:assert/strict';
-import { availableParallelism } from 'node:os';
 import { spawn, spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -154,19 +153,6 @@ describe('a2av bench: a sweep that stops short of --max says where, naming the -
       child.on('close', () => done());
     });
     assert.match(stderr.split('\n')[0], /^a2av: note: lowered --max from 3 TiB to \d+(\.\d)? [KMG]iB: \d+(\.\d)? [KMG]iB per rank needs /);
-  });
-});
-
-describe('a2av bench on cpu: more ranks than cores', () => {
-  const cores = availableParallelism();
-  it('says so once, up front: the times then depend on the scheduler', { skip: cores > 8 ? `${cores} cores: too many ranks to run here` : false }, () => {
-    const over = bench('--ranks', String(cores + 1), '--min', '4K', '--max', '4K');
-    assert.equal(over.status, 0, over.stderr);
-    const notes = over.stderr.split('\n').filter((l) => l.startsWith('a2av: note:'));
-    assert.deepEqual(notes, [`a2av: note: ${cores + 1} cpu ranks on ${cores} core${cores === 1 ? '' : 's'}: each waits for a core as well as for its peers, so cpu times (small sizes' most) move between runs`]);
-    const fits = bench('--ranks', '1', '--min', '4K', '--max', '4K');
-    assert.equal(fits.status, 0, fits.stderr);
-    assert.doesNotMatch(fits.stderr, /cpu ranks? on/);
   });
 });
 

@@ -1,9 +1,7 @@
 // --backend and --ranks: the backends a command runs, how many ranks, and running each backend in turn.
 import { InvalidArgumentError } from 'commander';
-import { availableParallelism } from 'node:os';
 import type { BackendName } from '../backends/backend.js';
 import { MAX_CPU_WORLD } from '../backends/cpu/world.js';
-import { counted } from '../bench/table.js';
 import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
 import { errorLine, fail } from './exit.js';
@@ -35,15 +33,7 @@ export async function backendsAndRanks(flags: { backend?: BackendName[]; ranks?:
     fail(`--ranks ${flags.ranks}: the cpu backend runs at most ${MAX_CPU_WORLD} ranks (each a thread of this process, with its own buffers)`);
   }
   const gpu = names.some((n) => n !== 'cpu');
-  const place = rankEnv();
-  const ranks = flags.ranks ?? place?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS);
-  // cpu ranks wait for a core as well as for each other where they outnumber the cores: a call's
-  // time then depends on the scheduler (small sizes' by 100x between runs). Said once, by rank 0.
-  const cores = availableParallelism();
-  if (names.includes('cpu') && ranks > cores && (place?.rank ?? 0) === 0) {
-    process.stderr.write(`a2av: note: ${counted(ranks, 'cpu rank')} on ${counted(cores, 'core')}: each waits for a core as well as for its peers, so cpu times (small sizes' most) move between runs\n`);
-  }
-  return { names, ranks };
+  return { names, ranks: flags.ranks ?? rankEnv()?.worldSize ?? (gpu ? await gpuCount(names.join(',')) : DEFAULT_CPU_RANKS) };
 }
 
 /** A GPU run's ranks unless --ranks says: one per visible GPU; none is refused, saying why and what to use. */
