@@ -115,7 +115,7 @@ describe('a2av bench: lists and options the run would not use', () => {
   });
 });
 
-describe('a2av bench: a sweep that stops short of --max says where, naming the --max given', () => {
+describe('a2av bench: a sweep that starts past --min or stops short of --max says where, naming the bound given', () => {
   /** The sweep's notes: stderr's lines up to its "bench: N sizes" line. */
   function notes(...args: string[]): string[] {
     const { status, stderr } = bench('--ranks', '1', '--repeats', '1', '--iters', '1', ...args);
@@ -128,11 +128,17 @@ describe('a2av bench: a sweep that stops short of --max says where, naming the -
   it('a --max off the doubling ladder: the sweep stops at its last step below it', () => {
     assert.deepEqual(notes('--min', '1K', '--max', '3K'), [`a2av: note: --max 3 KiB is not a doubling of --min 1 KiB: the sweep stops at 2 KiB, ${nccl}`]);
     // Doublings rounded up to whole rows: 1500 -> 2 KiB, 3000 -> 3 KiB, 6000 -> 6 KiB, and 12000 is past --max.
+    // A --min not whole rows is not run itself either: where the sweep starts comes first.
+    const offMin = '--min 1.5 KiB (1500 B) is not a whole number of 1 KiB rows: the sweep starts at 2 KiB, each doubling rounded up';
     assert.deepEqual(notes('--min', '1500', '--max', '9000'),
-      [`a2av: note: --max 8.8 KiB (9000 B) is not a doubling of --min 1.5 KiB (1500 B) (each rounded up to whole 1 KiB rows): the sweep stops at 6 KiB, ${nccl}`]);
-    assert.deepEqual(notes('--min', '1500', '--max', '6000'), ['a2av: note: --max 5.9 KiB (6000 B) is not a whole number of 1 KiB rows: the sweep stops at 5 KiB, its last whole one']);
+      [`a2av: note: ${offMin}; --max 8.8 KiB (9000 B) is not a doubling of --min 1.5 KiB (1500 B) (each rounded up to whole 1 KiB rows): the sweep stops at 6 KiB, ${nccl}`]);
+    assert.deepEqual(notes('--min', '1500', '--max', '6000'), [`a2av: note: ${offMin}; --max 5.9 KiB (6000 B) is not a whole number of 1 KiB rows: the sweep stops at 5 KiB, its last whole one`]);
+    assert.deepEqual(notes('--min', '1500', '--max', '3K'), [`a2av: note: ${offMin}`]);
     // Where a size reads rounded, its bytes are said too: 65533 B is not "64.0 KiB" beside a --max of 64 KiB.
-    assert.deepEqual(notes('--min', '16K', '--max', '64K', '--row-bytes', '13'), ['a2av: note: --max 64 KiB is not a whole number of 13 B rows: the sweep stops at 64.0 KiB (65533 B), its last whole one']);
+    assert.deepEqual(notes('--min', '16K', '--max', '64K', '--row-bytes', '13'), [
+      'a2av: note: --min 16 KiB is not a whole number of 13 B rows: the sweep starts at 16.0 KiB (16393 B), each doubling rounded up; ' +
+        '--max 64 KiB is not a whole number of 13 B rows: the sweep stops at 64.0 KiB (65533 B), its last whole one',
+    ]);
     // On the ladder, or the default --max: no note.
     assert.deepEqual(notes('--min', '1K', '--max', '4K'), []);
     const allreduce = a2av('bench', 'allreduce', '--backend', 'cpu', '--ranks', '1', '--repeats', '1', '--iters', '1', '--max', '12K');

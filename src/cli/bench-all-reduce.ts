@@ -6,7 +6,7 @@ import { doublingSizes, formatBytes, holdsWholeUnit } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
 import { integer, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
-import { checkSizeRange, shortOfMax } from './sizes.js';
+import { checkSizeRange, sweepNote } from './sizes.js';
 
 interface AllReduceFlags {
   backend?: BackendName[];
@@ -53,7 +53,7 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   if (!holdsWholeUnit(flags.min, max, element)) fail(`no whole number of ${flags.dtype} elements lies between --min ${formatBytes(flags.min)} and --max ${formatBytes(max)}`);
   // Whole elements, each rounded up: no size below --min.
   const sizes = doublingSizes(flags.min, max, element);
-  const short = shortOfMax(cmd, flags.min, max, element, `${flags.dtype} elements`);
+  const short = sweepNote(cmd, flags.min, max, element, `${flags.dtype} elements`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {

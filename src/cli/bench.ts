@@ -14,7 +14,7 @@ import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeT
 import { fail } from './exit.js';
 import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { ProgressBar } from './progress-bar.js';
-import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './sizes.js';
+import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, sweepNote } from './sizes.js';
 
 const DEFAULT_MIN = '512K';
 /** The MoE ops' experts per rank unless --experts says: the issue's small MoE step (and a common EP layout). */
@@ -171,7 +171,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const minBytes = stepBytes ?? flags.min;
   const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
   checkSizeRange(cmd, { min: minBytes, max: maxBytes, rowBytes: flags.rowBytes });
-  const asked = { bytes: maxBytes, name: boundName(cmd, 'max'), short: shortOfMax(cmd, minBytes, maxBytes, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`) };
+  const asked = { bytes: maxBytes, name: boundName(cmd, 'max'), short: sweepNote(cmd, minBytes, maxBytes, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`) };
   // Missing plot libraries, or a file that cannot be written, end the run before the sweep, not after it.
   const plotting = flags.plot === undefined ? undefined : await import('../plot/index.js');
   if (flags.plot !== undefined) plotting?.checkOutput(flags.plot);
@@ -202,7 +202,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   }
 }
 
-/** The --max a sweep was asked for: its bytes, its name (--max, or the default --max), and shortOfMax's note. */
+/** The --max a sweep was asked for: its bytes, its name (--max, or the default --max), and sweepNote's note. */
 interface AskedMax {
   bytes: number;
   name: string;

@@ -43,11 +43,23 @@ export function boundName(cmd: Command, key: 'min' | 'max'): string {
 
 /**
  * Sizes double from --min and stop at the last one not past --max, as nccl-tests' -b/-e sweep does
- * (-f 2), each in whole units (rows, elements): a --max off that ladder, or not whole units, is not
- * run itself. The note saying so, naming where the sweep stops, for a --max the user typed (a
- * default's range is the progress line's); undefined where the sweep reaches --max.
+ * (-f 2), each in whole units (rows, elements): a --min not whole units is not run itself, nor a
+ * --max off that ladder or not whole units. The note saying so, naming where the sweep starts and
+ * stops, for bounds the user typed (a default's range is the progress line's); undefined where the
+ * sweep runs both.
  */
-export function shortOfMax(cmd: Command, min: number, max: number, unit: number, unitName: string): string | undefined {
+export function sweepNote(cmd: Command, min: number, max: number, unit: number, unitName: string): string | undefined {
+  const notes = [offMin(cmd, min, unit, unitName), shortOfMax(cmd, min, max, unit, unitName)].filter((n) => n !== undefined);
+  return notes.length === 0 ? undefined : notes.join('; ');
+}
+
+/** A --min the user typed that is not whole units: where the sweep starts instead (doublingSizes rounds each size up). */
+function offMin(cmd: Command, min: number, unit: number, unitName: string): string | undefined {
+  if (min % unit === 0 || cmd.getOptionValueSource('min') !== 'cli') return undefined;
+  return `--min ${formatBytesExact(min)} is not a whole number of ${unitName}: the sweep starts at ${formatBytesExact(Math.ceil(min / unit) * unit)}, each doubling rounded up`;
+}
+
+function shortOfMax(cmd: Command, min: number, max: number, unit: number, unitName: string): string | undefined {
   const top = doublingSizes(min, max, unit).at(-1)!;
   if (top === max || cmd.getOptionValueSource('max') !== 'cli') return undefined;
   let doubling = min;

@@ -8,7 +8,7 @@ import { rankEnv } from '../world/env.js';
 import { gpuCount } from './backends.js';
 import { integer, listItems, once, size, sizeOrZero, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { ProgressBar } from './progress-bar.js';
-import { checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, shortOfMax } from './sizes.js';
+import { checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, sweepNote } from './sizes.js';
 
 /**
  * tune starts lower than bench: a table covers only the sizes it measured (from half a doubling
@@ -72,7 +72,7 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);
   const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
-  const short = shortOfMax(cmd, flags.min, flags.max, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`);
+  const short = sweepNote(cmd, flags.min, flags.max, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
   let bar: ProgressBar | undefined;
   const out = await runTune(
