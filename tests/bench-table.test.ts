@@ -70,6 +70,14 @@ describe('bench table', () => {
     assert.deepEqual([row.graphUs, row.graphMinUs, row.graphMaxUs], [null, null, null]);
   });
 
+  it('cpu: ranks that outnumber the host\'s cores are noted in the header (the times then depend on the scheduler)', () => {
+    const note = /^# note: 4 cpu ranks on 2 cores: each waits for a core as well as for its peers, so the times depend on the scheduler/m;
+    assert.match(formatTable({ ...single('cpu', 'rank-copy'), ranks: 4, cores: 2 }), note);
+    assert.doesNotMatch(formatTable({ ...single('cpu', 'rank-copy'), ranks: 4, cores: 4 }), /^# note:/m);
+    assert.doesNotMatch(formatTable({ ...single('cpu', 'rank-copy'), ranks: 4 }), /^# note:/m, 'results written before cores were recorded');
+    assert.equal(JSON.parse(formatJson({ ...single('cpu', 'rank-copy'), cores: 2 })).cores, 2);
+  });
+
   it('names the peer-copy reference across GPUs in the header and the JSON', () => {
     const multi = single('cuda', 'peer-copy');
     const head = formatTable(multi).split('\n').filter((l) => l.startsWith('#'));

@@ -78,6 +78,8 @@ export interface BenchResult {
   device: string;
   /** ISO 8601, when the sweep started. */
   date: string;
+  /** cpu: the host's cores (its ranks share them). */
+  cores?: number;
   /** Timed loops per size (absent in results written before it was recorded). */
   repeats?: number;
   rows: BenchRow[];
@@ -257,6 +259,10 @@ export function formatTable(result: BenchResult): string {
   }
   if (shown('vs nccl')) head.push("# vs nccl = NCCL's time / this row's time (> 1: faster than NCCL)");
   if (shown('sync µs')) head.push('# sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');
+  if (result.cores !== undefined && result.ranks > result.cores) {
+    head.push(`# note: ${counted(result.ranks, 'cpu rank')} on ${counted(result.cores, 'core')}: each waits for a core as well as for its peers, ` +
+      "so the times depend on the scheduler (small sizes' by up to 100x between runs)");
+  }
   return [...head, ...alignColumns([columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))])].join('\n') + '\n';
 }
 
