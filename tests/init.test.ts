@@ -14,12 +14,39 @@ import { SharedMemoryError, TimeoutError, UsageError } from '../src/errors.js';
 import { rankEnv } from '../src/world/env.js';
 import { init } from '../src/world/init.js';
 import { START_WAIT_FLOOR_MS } from '../src/world/set-up-waits.js';
-import { SHM_DIR } from '../src/world/shm-files.js';
+import { SHM_DIR, shmPrefix } from '../src/world/shm-files.js';
 import { TcpStoreClient, TcpStoreServer } from '../src/world/tcp-store.js';
 
 const T = { timeout: 15_000 };
 const rankProgram = fileURLToPath(new URL('./fixtures/process-rank.js', import.meta.url));
 const a2avShmFiles = () => readdirSync(SHM_DIR).filter((name) => name.startsWith('a2av-'));
+/**
+ * A job id of a test's own and that job's files in /dev/shm: other test files run beside this one
+ * and make files of their own, so "files that were not there before" can be theirs.
+ */
+function ownJob(): { id: string; files: () => string[] } {
+  const id = randomBytes(8).toString('hex');
+  return { id, files: () => readdirSync(SHM_DIR).filter((name) => name.startsWith(shmPrefix(id))) };
+}
+/** `make()` with A2AV_JOB_ID set to `id` in this process (ProcessMemory names its files by it when made), until it settles. */
+function madeInJob<T>(id: string, make: () => T): T {
+  const was = process.env.A2AV_JOB_ID;
+  const restore = () => {
+    if (was === undefined) delete process.env.A2AV_JOB_ID;
+    else process.env.A2AV_JOB_ID = was;
+  };
+  process.env.A2AV_JOB_ID = id;
+  let made: T;
+  try {
+    made = make();
+  } catch (err) {
+    restore();
+    throw err;
+  }
+  if (made instanceof Promise) return made.finally(restore) as T;
+  restore();
+  return made;
+}
 
 /** Runs the rank fixture's `program` (default: one exchange) with `env`; resolves with its one JSON line and when it exited (Date.now()). */
 async function rankProcess(env: Record<string, string>, timeoutMs: number, program = 'exchange', arg: object = { seed: 1, calls: 1, budget: 64 }) {
@@ -202,15 +229,15 @@ test('under another launcher, a rank ended by SIGTERM, SIGINT or SIGHUP while it
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
     const [storeAt, unused] = [await freePort(), await freePort()];
     const token = randomBytes(16).toString('hex');
-    const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
-    const before = a2avShmFiles();
+    const job = ownJob();
+    const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token, A2AV_JOB_ID: job.id };
     // Rank 0 never calls allocSymmetric; rank 1 waits in it, its memory named for rank 0 to map.
     const ranks = ['0', '1'].map((r) =>
       spawn(process.execPath, [rankProgram, 'allocWithoutOne', JSON.stringify({ absent: 0 }), '30000'], { env: { ...process.env, ...common, RANK: r, LOCAL_RANK: r }, stdio: 'ignore' }),
     );
     try {
       // Its second allocation (the first is its pad, unlinked once init() is done).
-      const rank1Files = () => a2avShmFiles().filter((f) => !before.includes(f) && /-r1-1-/.test(f));
+      const rank1Files = () => job.files().filter((f) => /-r1-1-/.test(f));
       for (const until = Date.now() + 10_000; rank1Files().length === 0; await new Promise((r) => setTimeout(r, 20))) {
         if (Date.now() > until) throw new Error(`${signal}: rank 1 made no shared memory`);
       }
@@ -218,7 +245,7 @@ test('under another launcher, a rank ended by SIGTERM, SIGINT or SIGHUP while it
       const [code, how] = (await once(ranks[1]!, 'exit')) as [number | null, string | null];
       // Ended by the signal, as without a2av's listener: not an exit code of a handler that caught it.
       assert.deepEqual([code, how], [null, signal]);
-      assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f) && /-r1-/.test(f)), [], `${signal}: rank 1's shared memory is left`);
+      assert.deepEqual(job.files().filter((f) => /-r1-/.test(f)), [], `${signal}: rank 1's shared memory is left`);
     } finally {
       for (const r of ranks) r.kill('SIGKILL');
     }
@@ -228,15 +255,15 @@ test('under another launcher, a rank ended by SIGTERM, SIGINT or SIGHUP while it
 test('under another launcher, the death of rank 0, which serves the store, reaches a peer waiting in set-up at once, naming rank 0', T, async () => {
   const [storeAt, unused] = [await freePort(), await freePort()];
   const token = randomBytes(16).toString('hex');
-  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
-  const before = a2avShmFiles();
+  const job = ownJob();
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token, A2AV_JOB_ID: job.id };
   const spawnRank = (r: string) => spawn(process.execPath, [rankProgram, 'allocWithoutOne', JSON.stringify({ absent: 0 }), '30000'], { env: { ...process.env, ...common, RANK: r, LOCAL_RANK: r }, stdio: ['ignore', 'pipe', 'ignore'] });
   const [rank0, rank1] = [spawnRank('0'), spawnRank('1')];
   let out = '';
   rank1!.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
   try {
     // Rank 1 waits in allocSymmetric (its memory named), rank 0 idles: then rank 0 is killed.
-    for (const until = Date.now() + 10_000; !a2avShmFiles().some((f) => !before.includes(f) && /-r1-1-/.test(f)); await new Promise((r) => setTimeout(r, 20))) {
+    for (const until = Date.now() + 10_000; !job.files().some((f) => /-r1-1-/.test(f)); await new Promise((r) => setTimeout(r, 20))) {
       if (Date.now() > until) throw new Error('rank 1 never reached allocSymmetric');
     }
     const killedAt = performance.now();
@@ -247,7 +274,7 @@ test('under another launcher, the death of rank 0, which serves the store, reach
     const line = JSON.parse(out.trim().split('\n').pop()!);
     assert.equal(line.error.code, 'A2AV_STORE', out);
     assert.match(line.error.message, /connection to the store at 127\.0\.0\.1:\d+ closed: rank 0 \(A2AV_STORE_PORT\), which served it, has exited or was killed/);
-    assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), [], 'rank 1 left shared memory');
+    assert.deepEqual(job.files(), [], 'rank 1 left shared memory');
   } finally {
     rank0!.kill('SIGKILL');
     rank1!.kill('SIGKILL');
@@ -258,12 +285,13 @@ test('a rank killed after publishing its memory, before saying it mapped the oth
   const token = randomBytes(16).toString('hex');
   const server = await TcpStoreServer.listen({ token });
   const [store0, store1] = await Promise.all([0, 1].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
-  const before = a2avShmFiles();
+  const job = ownJob();
   const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
   // Rank 1, by hand: it publishes a named region and is never heard from again (SIGKILL leaves its name).
-  const killed = new ProcessMemory(1).allocate(4096);
+  const killed = madeInJob(job.id, () => new ProcessMemory(1)).allocate(4096);
+  assert.equal(job.files().length, 1, 'the job\'s files are told by its id');
   try {
-    const survivor = new Rendezvous(store0!, new ProcessMemory(0), 0, 2);
+    const survivor = new Rendezvous(store0!, madeInJob(job.id, () => new ProcessMemory(0)), 0, 2);
     const started = performance.now();
     const sharing = survivor.share('sym/test', 4096, 1000);
     // Published late: the wait for its word that it mapped ours has what is left of the same 1 s, not 1 s more.
@@ -272,7 +300,7 @@ test('a rank killed after publishing its memory, before saying it mapped the oth
     await assert.rejects(sharing, (err: Error) => err instanceof TimeoutError && err.missingRank === 1 && err.rank === 0 && err.timeoutMs === 1000);
     const waited = performance.now() - started;
     assert.ok(waited >= 950 && waited < 1500, `waited ${Math.round(waited)} ms for a 1000 ms set-up`);
-    assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), [], 'neither the survivor\'s memory nor the killed rank\'s is left');
+    assert.deepEqual(job.files(), [], 'neither the survivor\'s memory nor the killed rank\'s is left');
   } finally {
     killed.close();
     await Promise.all([store0!.close(), store1!.close()]);
@@ -284,11 +312,11 @@ test('a cpu communicator over a TCP store maps shared memory, and unmaps and unl
   const token = randomBytes(16).toString('hex');
   const server = await TcpStoreServer.listen({ token });
   const store = await TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token });
-  const before = a2avShmFiles();
+  const job = ownJob();
   try {
-    const comm = await createComm({ backend: 'cpu', rank: 0, worldSize: 1, store, timeoutMs: 2000, lanes: 1 });
+    const comm = await madeInJob(job.id, () => createComm({ backend: 'cpu', rank: 0, worldSize: 1, store, timeoutMs: 2000, lanes: 1 }));
     assert.equal(comm.deviceName, 'cpu process');
-    assert.deepEqual(a2avShmFiles().filter((f) => !before.includes(f)), [], 'names are unlinked once every peer mapped them');
+    assert.deepEqual(job.files(), [], 'names are unlinked once every peer mapped them');
     const input = comm.alloc(12);
     const output = await comm.allocSymmetric(12);
     const inSplits = comm.alloc(8);
@@ -322,15 +350,15 @@ test('the cpu backend refuses processes on several nodes', T, async () => {
 });
 
 test('shared-memory failures are SharedMemoryErrors with the errno name', T, () => {
-  const memory = new ProcessMemory(0);
+  const job = ownJob();
+  const memory = madeInJob(job.id, () => new ProcessMemory(0));
   const missing = new TextEncoder().encode(`64:/a2av-0-r9-0-${randomBytes(16).toString('hex')}`);
   assert.throws(() => memory.map(missing, 9), (err: Error) =>
     err instanceof SharedMemoryError && err.code === 'A2AV_SHM' && err.call === 'shm_open' && err.errorName === 'ENOENT' && /ENOENT/.test(err.message));
   assert.throws(() => memory.map(new TextEncoder().encode('64:/etc/passwd'), 9), (err: Error) => err instanceof UsageError && /malformed/.test(err.message));
-  const before = a2avShmFiles();
   assert.throws(() => memory.allocate(2 ** 50), (err: Error) =>
     err instanceof SharedMemoryError && err.call === 'posix_fallocate' && err.errorName === 'ENOSPC' && /--shm-size/.test(err.message));
-  assert.deepEqual(a2avShmFiles(), before, 'a failed allocation leaves no file');
+  assert.deepEqual(job.files(), [], 'a failed allocation leaves no file');
   const region = memory.allocate(4096);
   try {
     const name = new TextDecoder().decode(region.handle).split(':')[1]!;
