@@ -189,6 +189,35 @@ test('rank 0 serving the store does not wait in close() for a rank its timeout n
   assert.ok(rank0!.ms < START_WAIT_FLOOR_MS - 2000, `rank 0 took ${Math.round(rank0!.ms)} ms`);
 });
 
+test('a process that closes its communicator and calls init() again gets a working one, under a2av launch and at A2AV_STORE_PORT', { timeout: 60_000 }, async () => {
+  const program = fileURLToPath(new URL('./fixtures/reinit-rank.js', import.meta.url));
+  // Under a2av launch: its store outlives each communicator, which keep their keys apart.
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const launched = spawn(process.execPath, [cli, 'launch', '-n', '3', '--no-prefix', '--', process.execPath, program, '3', '5000'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  launched.stdout.on('data', (c: Buffer) => (out += c));
+  launched.stderr.on('data', (c: Buffer) => (err += c));
+  const [code] = (await once(launched, 'exit')) as [number];
+  assert.equal(code, 0, `${out}${err}`);
+  assert.deepEqual(out.trim().split('\n').map((l) => JSON.parse(l)).sort((a, b) => a.rank - b.rank), [0, 1, 2].map((rank) => ({ rank, rounds: 3 })));
+  // By hand: rank 0 serves each communicator's store in turn; a peer that reaches the last one
+  // while it closes connects again, to the next.
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  const ranks = ['0', '1'].map((r) => {
+    const child = spawn(process.execPath, [program, '4', '5000'], { env: { ...process.env, ...common, RANK: r, LOCAL_RANK: r }, stdio: ['ignore', 'pipe', 'inherit'] });
+    let text = '';
+    child.stdout.on('data', (c: Buffer) => (text += c));
+    return once(child, 'exit').then(([exit]) => ({ exit, line: JSON.parse(text.trim().split('\n').pop()!) }));
+  });
+  for (const { exit, line } of await Promise.all(ranks)) {
+    assert.equal(exit, 0, JSON.stringify(line));
+    assert.equal(line.rounds, 4, JSON.stringify(line));
+  }
+});
+
 test('A2AV_STORE_PORT without a token, or not a port, is a UsageError', T, async () => {
   const env = { RANK: '0', WORLD_SIZE: '1', MASTER_ADDR: '127.0.0.1', MASTER_PORT: '1' };
   for (const [extra, message] of [
@@ -212,7 +241,7 @@ test('a store that goes away during set-up fails the waiting rank at once and le
   const watcher = await TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token, timeoutMs: 10_000 });
   // Rank 1's part of init()'s comparison, as rank 1 would write it, so rank 0 goes on to its pad.
   await watcher.set('a2av/init/0/start/1', await watcher.get('a2av/init/0/start/0'));
-  await watcher.get('a2av/cpu/pad/0'); // rank 0 has published its pad and waits for rank 1's
+  await watcher.get('a2av/init/0/a2av/cpu/pad/0'); // rank 0 has published its pad and waits for rank 1's
   const closedAt = performance.now();
   await server.close();
   await watcher.close();

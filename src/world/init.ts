@@ -9,7 +9,8 @@ import { recordUncaughtErrors } from './exit-record.js';
 import { LauncherWatch } from './launcher-watch.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
-import { sameStart } from './same-start.js';
+import { sameStart, StaleStore, type Start } from './same-start.js';
+import { scopedStore } from './store.js';
 import { startWaitMs } from './set-up-waits.js';
 import { StoreServerThread } from './store-server-thread.js';
 import { TcpStoreClient } from './tcp-store.js';
@@ -40,31 +41,31 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
       'or run ranks as threads with runRanks()');
   }
   recordUncaughtErrors();
+  // Every rank calls init() as often: the count keys this one's exchanges apart from an earlier
+  // communicator's over the same store (a launcher's outlives each).
+  const generation = inits++;
+  const scope = `a2av/init/${generation}`;
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const backend = options.backend ?? (await defaultBackend());
+  const lanes = options.lanes ?? DEFAULT_LANES;
+  const start = { worldSize: place.worldSize, backend, lanes, timeoutMs };
   const served = await serveStore(place);
   let store: TcpStoreClient;
   try {
-    // With the set-up floor, connecting and every request alike: rank 0's store (A2AV_STORE_PORT) is
-    // up only once its process has started, and a launcher's answers the ranks as they all start at
-    // once. A set-up wait passes its own bound; a lane's wait in a collective never asks the store.
-    const storeMs = startWaitMs(timeoutMs);
-    store = await TcpStoreClient.connectFromEnv({ timeoutMs: storeMs, connectTimeoutMs: storeMs, servedBy: storeServer(place.rank) });
+    store = await meetAtStore(place.rank, scope, start, served !== undefined);
   } catch (err) {
     await served?.close();
     throw err;
   }
-  const lanes = options.lanes ?? DEFAULT_LANES;
   let comm: Comm;
   try {
-    await sameStart(store, place.rank, { worldSize: place.worldSize, backend, lanes, timeoutMs }, served !== undefined);
     comm = await createComm({
       backend,
       rank: place.rank,
       worldSize: place.worldSize,
       localRank: place.localRank,
       localWorldSize: place.localWorldSize,
-      store,
+      store: scopedStore(store, `${scope}/`),
       timeoutMs,
       lanes,
     });
@@ -91,11 +92,15 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
         const cause = comm[ABORTED]?.();
         const gone = cause instanceof TimeoutError ? cause.missingRank : -1;
         await closeComm();
-        // With the set-up floor: a peer slower than timeoutMs may still be reading its last set-up exchange from this store.
-        if (served !== undefined) await othersLeft(store, place.worldSize, startWaitMs(timeoutMs), gone);
+        if (served !== undefined) {
+          // A peer's next init() finds no store until this process serves its next one, rather than this one, closing.
+          await served.stopAccepting();
+          // With the set-up floor: a peer slower than timeoutMs may still be reading its last set-up exchange from this store.
+          await othersLeft(store, `${scope}/left`, place.worldSize, startWaitMs(timeoutMs), gone);
+        }
         // Only rank 0's own store waits for this (a2av launch's outlives every rank). Past the
         // communicator's close, a store already gone only means nobody waits for it.
-        else if (storePort() !== undefined) await store.set(`${LEFT}/${place.rank}`, new Uint8Array(1)).catch(() => {});
+        else if (storePort() !== undefined) await store.set(`${scope}/left/${place.rank}`, new Uint8Array(1)).catch(() => {});
       } finally {
         await watch?.close();
         await store.close();
@@ -105,7 +110,33 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   return comm;
 }
 
-const LEFT = 'a2av/init/left';
+/** init() calls made in this process. */
+let inits = 0;
+
+/**
+ * Connects to the job's store and compares how the ranks were started (same-start.ts), with the
+ * set-up floor on both: rank 0's store (A2AV_STORE_PORT) is up only once its process has started,
+ * and a launcher's answers the ranks as they all start at once. Where rank 0 serves the store and
+ * this is a later init(), the store reached may be rank 0's last one, still closing: it goes away
+ * before rank 0 took part, and this rank connects again, to the next.
+ */
+async function meetAtStore(rank: number, scope: string, start: Start, serves: boolean): Promise<TcpStoreClient> {
+  const floorMs = startWaitMs(start.timeoutMs);
+  const deadline = Date.now() + floorMs;
+  for (;;) {
+    const left = Math.max(1, deadline - Date.now());
+    const store = await TcpStoreClient.connectFromEnv({ timeoutMs: floorMs, connectTimeoutMs: left, servedBy: storeServer(rank) });
+    try {
+      await sameStart(store, scope, rank, start, serves);
+      return store;
+    } catch (err) {
+      await store.close();
+      if (!(err instanceof StaleStore)) throw err;
+      if (storePort() === undefined || Date.now() >= deadline) throw err.lost;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+}
 
 /**
  * Whether this rank's store is served by the a2av launch that started it (node 0's, or a single
@@ -140,12 +171,12 @@ async function serveStore(place: { rank: number; masterAddr: string | undefined 
 }
 
 /** Rank 0 keeps its store up until every other rank has closed (bounded: a rank that died never says so; `gone`, one its timeout named, is not waited for). */
-async function othersLeft(store: TcpStoreClient, worldSize: number, timeoutMs: number, gone: number): Promise<void> {
+async function othersLeft(store: TcpStoreClient, key: string, worldSize: number, timeoutMs: number, gone: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (let r = 1; r < worldSize; r++) {
     if (r === gone) continue;
     try {
-      await store.get(`${LEFT}/${r}`, Math.max(1, deadline - Date.now()));
+      await store.get(`${key}/${r}`, Math.max(1, deadline - Date.now()));
     } catch {
       return;
     }

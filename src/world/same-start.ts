@@ -9,9 +9,6 @@ import { storePort } from './env.js';
 import { startWaitMs } from './set-up-waits.js';
 import type { TcpStoreClient } from './tcp-store.js';
 
-/** init() calls made in this process: every rank makes as many, so the count keys each one's exchange. */
-let inits = 0;
-
 /** What a rank was started with that its peers must share: the pads, the waits and the kernels are sized by it. */
 export interface Start {
   worldSize: number;
@@ -34,11 +31,13 @@ const START_NAMES: Record<keyof Start, string> = {
  * and other timeouts blamed a healthy peer for a late one. A rank that refuses says so in the
  * store, and rank 0, where it serves the store (`serves`), keeps it up until the others have.
  */
-export async function sameStart(store: TcpStoreClient, rank: number, mine: Start, serves: boolean): Promise<void> {
-  const key = `a2av/init/${inits++}`;
+export async function sameStart(store: TcpStoreClient, key: string, rank: number, mine: Start, serves: boolean): Promise<void> {
   const waitMs = startWaitMs(mine.timeoutMs);
   const deadline = Date.now() + waitMs;
-  await store.set(`${key}/start/${rank}`, encodeJson(mine));
+  await store.set(`${key}/start/${rank}`, encodeJson(mine)).catch((err: unknown) => {
+    // Before rank 0 could take part: as a loss while waiting for its value below.
+    throw err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err;
+  });
   const all: Start[] = [];
   let refusal: string | undefined;
   for (let r = 0; r < mine.worldSize && refusal === undefined; r++) {
@@ -51,6 +50,8 @@ export async function sameStart(store: TcpStoreClient, rank: number, mine: Start
       theirs = decodeJson<Start>(await store.get(`${key}/start/${r}`, Math.max(1, deadline - Date.now())));
     } catch (err) {
       if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(rank, r, waitMs, 'init()');
+      // Rank 0 not yet heard from in this init: the store that went away may be its last one, closing.
+      if (err instanceof StoreError && err.reason === 'disconnected' && r === 0) throw new StaleStore(err);
       throw err;
     }
     all.push(theirs);
@@ -75,4 +76,15 @@ export async function sameStart(store: TcpStoreClient, rank: number, mine: Start
     await store.set(`${key}/refused/${rank}`, new Uint8Array(1)).catch(() => {});
   }
   throw new UsageError(`rank ${rank}: init(): ${refusal}; every rank must be started with the same`);
+}
+
+/**
+ * The store went away before rank 0 took part in this init: where rank 0 serves the store
+ * (A2AV_STORE_PORT) and this process calls init() again, that was rank 0's previous store, still
+ * closing when this rank reached it. The caller connects again (init.ts); `cause` is the loss.
+ */
+export class StaleStore extends Error {
+  constructor(readonly lost: StoreError) {
+    super(lost.message, { cause: lost });
+  }
 }

@@ -39,6 +39,13 @@ export class StoreServerThread {
     return new StoreServerThread(reply.listening, worker);
   }
 
+  /** Stops taking new connections (TcpStoreServer.stopAccepting); resolves once the thread has. */
+  async stopAccepting(): Promise<void> {
+    const done = new Promise<void>((resolve) => this.#worker.once('message', () => resolve()));
+    this.#worker.postMessage('stopAccepting');
+    await Promise.race([done, new Promise<void>((resolve) => this.#worker.once('exit', () => resolve()))]);
+  }
+
   /** Stops serving: every client's pending call fails with a 'disconnected' error. */
   async close(): Promise<void> {
     await this.#worker.terminate();
@@ -49,7 +56,14 @@ const asked = isMainThread ? undefined : (workerData as Record<string, unknown> 
 if (asked !== undefined && parentPort !== null) {
   const port = parentPort;
   TcpStoreServer.listen(asked as TcpStoreServerOptions).then(
-    (server) => port.postMessage({ listening: server.port } satisfies Reply),
+    (server) => {
+      port.on('message', (asked: unknown) => {
+        if (asked !== 'stopAccepting') return;
+        server.stopAccepting();
+        port.postMessage('stopped');
+      });
+      port.postMessage({ listening: server.port } satisfies Reply);
+    },
     (err: Error) => port.postMessage({ failed: err.message } satisfies Reply),
   );
 }

@@ -15,3 +15,19 @@ export interface Store {
   add(key: string, delta: number): Promise<number>;
   close(): Promise<void>;
 }
+
+/**
+ * `store` with every key under `prefix`: communicators made one after another over one store (a
+ * process calling init() again, over a launcher's store that outlives each) keep apart, where the
+ * second would read the first's keys (its shared-memory names, already gone). close() is the
+ * owner's: the scope leaves the store open.
+ */
+export function scopedStore(store: Store, prefix: string): Store {
+  return {
+    sharesMemory: store.sharesMemory,
+    set: (key, value) => store.set(prefix + key, value),
+    get: (key, timeoutMs) => store.get(prefix + key, timeoutMs),
+    add: (key, delta) => store.add(prefix + key, delta),
+    close: async () => {},
+  };
+}

@@ -100,10 +100,20 @@ export class TcpStoreServer {
   /** Stops listening and drops every client; their pending calls fail with a 'disconnected' error. */
   close(): Promise<void> {
     this.#closed ??= new Promise<void>((resolve) => {
+      // After stopAccepting() the server no longer listens: its callback then reports that, and it is done.
       this.#server.close(() => resolve());
       for (const conn of this.#connections) conn.socket.destroy();
     });
     return this.#closed;
+  }
+
+  /**
+   * Stops taking new connections; those made go on being served until close(). Rank 0 closing its
+   * store calls it first, so a peer's next init() is refused here (and retries until rank 0 serves
+   * its next store) rather than joining a store about to close.
+   */
+  stopAccepting(): void {
+    if (this.#server.listening) this.#server.close();
   }
 
   #accept(socket: Socket): void {
