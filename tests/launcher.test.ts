@@ -102,10 +102,10 @@ test('a failing rank stops the others, and nothing it started outlives the launc
   }
 });
 
-test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see its store go (from a thread of their own: one computes for good), stop their process groups and remove what it would have', { timeout: 20_000 }, async () => {
+async function orphaned(extra: string[]): Promise<void> {
   // The launcher in a process of its own, to be SIGKILLed: nothing of it can stop the ranks.
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
-  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('orphan-rank.mjs'), 'alloc', 'spin'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('orphan-rank.mjs'), 'alloc', 'spin', ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   launcher.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
   const pids: number[] = [];
@@ -125,7 +125,7 @@ test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see 
     }
     assert.ok(existsSync(dirname(recordFile)), 'the launcher\'s folder of exit records is there');
     launcher.kill('SIGKILL');
-    for (const pid of pids) assert.ok(await gone(pid, 8000), `pid ${pid} (a rank or its child) outlived the SIGKILLed launcher: ${alive(pid) ? readFileSync(`/proc/${pid}/cmdline`, 'utf8') : 'gone'}; ${stdout}`);
+    for (const pid of pids) assert.ok(await gone(pid, 10_000), `pid ${pid} (a rank or its child) outlived the SIGKILLed launcher: ${alive(pid) ? readFileSync(`/proc/${pid}/cmdline`, 'utf8') : 'gone'}; ${stdout}`);
     assert.deepEqual(jobFiles(), [], 'shared memory the job left in /dev/shm');
     assert.ok(!existsSync(dirname(recordFile)), `the launcher's folder ${dirname(recordFile)} is left`);
   } finally {
@@ -138,7 +138,11 @@ test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see 
       }
     }
   }
-});
+}
+
+test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see its store go (from a thread of their own: one computes for good), stop their process groups and remove what it would have', { timeout: 20_000 }, () => orphaned([]));
+
+test('a SIGKILLed launcher\'s ranks that handle SIGTERM (and carry on) are SIGKILLed after the grace, as the launcher would have', { timeout: 25_000 }, () => orphaned(['deaf']));
 
 test('a rank that ignores SIGTERM is killed after the grace period', T, async () => {
   const command = [node, fixture('fail-rank.mjs'), '1', '1', 'ignore-sigterm'];
@@ -162,7 +166,7 @@ test('a command that cannot start fails with 127 and names it', T, async () => {
   assert.match(stderr, /rank \d failed first: could not start "\/nonexistent\/a2av-no-such-program".*ENOENT/);
 });
 
-for (const [signal, exitCode] of [['SIGTERM', 143], ['SIGINT', 130]] as const) {
+for (const [signal, exitCode] of [['SIGTERM', 143], ['SIGINT', 130], ['SIGHUP', 129], ['SIGQUIT', 131]] as const) {
   test(`${signal} to the launcher is forwarded to every rank`, T, async () => {
     const script = `
       process.on('${signal}', () => { console.log('got ${signal}'); process.exit(0); });

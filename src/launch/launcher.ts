@@ -63,7 +63,8 @@ const FLAGS = {
 } as const;
 type Checked = keyof typeof FLAGS;
 
-const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
+/** As torchrun's agent forwards them: a closed terminal or ssh session (SIGHUP) must not leave the ranks running. */
+const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
 /** After a rank exits with an error status, how long the others may take to end on their own before SIGTERM. */
 const SETTLE_MS = 500;
 

@@ -57,8 +57,12 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     await served?.close();
     throw err;
   }
+  // Watched from before the communicator is made: a launcher SIGKILLed while its ranks load a
+  // driver or compile kernels leaves them as orphaned as after.
+  let watch: LauncherWatch | undefined;
   let comm: Comm;
   try {
+    if (servedByOwnLauncher()) watch = await LauncherWatch.start(place.rank, timeoutMs, store);
     comm = await createComm({
       backend,
       rank: place.rank,
@@ -70,16 +74,9 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
       lanes,
     });
   } catch (err) {
+    await watch?.close();
     await store.close();
     await served?.close();
-    throw err;
-  }
-  let watch: LauncherWatch | undefined;
-  try {
-    if (servedByOwnLauncher()) watch = await LauncherWatch.start(place.rank, timeoutMs, store);
-  } catch (err) {
-    await comm.close().catch(() => {});
-    await store.close();
     throw err;
   }
   // The store outlives every backend's own use of it; the caller's one close() ends both.

@@ -15,10 +15,12 @@ import { TcpStoreClient } from './tcp-store-client.js';
 /** Names this module's own worker's data (the module is also imported where no watch is wanted). */
 const MARK = 'a2avLauncherWatch';
 
-/** States of the word both threads share: watching, one thread stopping the rank, nothing more to do. */
+/** States of the word both threads share: watching, one thread stopping the rank, done stopping it, closed. */
 const ACTIVE = 0;
 const STOPPING = 1;
 const DONE = 2;
+/** The communicator closed: its launcher may go as it likes. */
+const CLOSED = 3;
 
 type Reply = { watching: true } | { failed: string };
 
@@ -64,16 +66,22 @@ export class LauncherWatch {
 
   /** Stops watching (the rank's communicator is closed: the launcher may go as it likes). */
   async close(): Promise<void> {
-    Atomics.store(this.#once, 0, DONE);
+    Atomics.store(this.#once, 0, CLOSED);
     await this.#worker.terminate();
   }
 }
 
 /** The launcher is gone: say so, clean up as it would have, and stop this rank's process group. */
 function stopOrphaned(rank: number, err: Error, once: Int32Array): void {
-  if (Atomics.compareExchange(once, 0, ACTIVE, STOPPING) !== ACTIVE) {
-    // The worker is at it. A main thread that went on could end the process (a store call failing
-    // with the connection) before the worker has stopped the group: it waits for that, briefly.
+  const was = Atomics.compareExchange(once, 0, ACTIVE, STOPPING);
+  if (was === CLOSED) return;
+  // The SIGKILL after the grace, from the worker, which sees the launcher go as well: a timer on the
+  // main thread would not fire while it is blocked, and one the worker leaves unref'd would end
+  // with the worker (nothing else keeps it) where the program outlives its SIGTERM (it handles it).
+  if (!isMainThread) setTimeout(() => signalGroup('SIGKILL'), ORPHAN_GRACE_MS);
+  if (was !== ACTIVE) {
+    // The other thread is at it. A main thread that went on could end the process (a store call
+    // failing with the connection) before the worker has stopped the group: it waits for that, briefly.
     if (isMainThread) Atomics.wait(once, 0, STOPPING, 1000);
     return;
   }
@@ -85,8 +93,6 @@ function stopOrphaned(rank: number, err: Error, once: Int32Array): void {
   }
   // Nor clean up after them: each rank removes what the launcher would have (it may die of the SIGTERM).
   removeLauncherLeftovers(process.env);
-  // From whichever thread: a timer on a blocked main thread would never fire, one on the worker dies with the process.
-  setTimeout(() => signalGroup('SIGKILL'), ORPHAN_GRACE_MS).unref();
   // The launcher gave each rank a process group: what the rank started goes too, as the launcher would have seen to.
   signalGroup('SIGTERM');
   Atomics.store(once, 0, DONE);
