@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { createComm } from '../src/backends/create.js';
 import { ProcessMemory } from '../src/backends/cpu/process-memory.js';
-import { SharedMemoryError, TimeoutError, UsageError } from '../src/errors.js';
+import { SharedMemoryError, StoreError, TimeoutError, UsageError } from '../src/errors.js';
 import { rankEnv } from '../src/world/env.js';
 import { init } from '../src/world/init.js';
 import { START_WAIT_FLOOR_MS } from '../src/world/set-up-waits.js';
@@ -332,6 +332,56 @@ test('a rank killed after publishing its memory, before saying it mapped the oth
     assert.deepEqual(job.files(), [], 'neither the survivor\'s memory nor the killed rank\'s is left');
   } finally {
     killed.close();
+    await Promise.all([store0!.close(), store1!.close()]);
+    await server.close();
+  }
+});
+
+test('a store that goes away in set-up (with rank 0, which served it) takes the names of the memory the others published with it', T, async () => {
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const [store1, store2] = await Promise.all([1, 2].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
+  const job = ownJob();
+  const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
+  // Ranks 0 and 2, by hand: both publish their memory; rank 0 is then SIGKILLed (its name never
+  // unlinked) and its store with it, while rank 1 waits for its word that it mapped the others'.
+  const [dead, other] = [0, 2].map((r) => madeInJob(job.id, () => new ProcessMemory(r)).allocate(4096));
+  try {
+    await store2!.set('a2av/cpu/sym/test/0', dead!.handle);
+    await store2!.set('a2av/cpu/sym/test/2', other!.handle);
+    await store2!.set('a2av/cpu/sym/test/mapped/2', new Uint8Array(0));
+    const survivor = new Rendezvous(store1!, madeInJob(job.id, () => new ProcessMemory(1)), 1, 3);
+    const sharing = survivor.share('sym/test', 4096, 30_000).then(() => undefined, (e: unknown) => e);
+    await store2!.get('a2av/cpu/sym/test/mapped/1'); // rank 1 has mapped both and waits for rank 0
+    await server.close();
+    const err = await sharing;
+    assert.ok(err instanceof StoreError && err.reason === 'disconnected', String(err));
+    assert.deepEqual(job.files(), [], 'rank 0\'s name, which it cannot unlink, rank 2\'s and rank 1\'s own');
+  } finally {
+    dead!.close();
+    other!.close();
+    await Promise.all([store1!.close(), store2!.close()]);
+  }
+});
+
+test('a peer whose memory is gone before this rank maps it is named as having left set-up, not as a bare ENOENT', T, async () => {
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const [store0, store1] = await Promise.all([0, 1].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
+  const job = ownJob();
+  const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
+  // Rank 1 published its memory, then left (SIGTERM: it unlinked its name on the way out).
+  const left = madeInJob(job.id, () => new ProcessMemory(1)).allocate(4096);
+  try {
+    await store1!.set('a2av/cpu/sym/test/1', left.handle);
+    left.unpublish();
+    const rank0 = new Rendezvous(store0!, madeInJob(job.id, () => new ProcessMemory(0)), 0, 2);
+    await assert.rejects(rank0.share('sym/test', 4096, 5000, 'allocSymmetric #3'), (err: Error) =>
+      err instanceof SharedMemoryError && err.errorName === 'ENOENT' &&
+      /rank 1's memory for allocSymmetric #3 was gone before rank 0 mapped it: rank 1 left set-up \(it exited, was killed, or failed: its own error says why\)/.test(err.message));
+    assert.deepEqual(job.files(), []);
+  } finally {
+    left.close();
     await Promise.all([store0!.close(), store1!.close()]);
     await server.close();
   }

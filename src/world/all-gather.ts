@@ -13,6 +13,8 @@ export interface AllGatherArgs {
   timeoutMs: number;
   /** Where the exchange is one step of a longer wait: that wait's deadline (Date.now() time), which timeoutMs was the length of. */
   deadline?: number;
+  /** Told each peer's value as it arrives: what was read before a failure. */
+  onValue?: (rank: number, value: Uint8Array) => void;
 }
 
 /**
@@ -30,7 +32,9 @@ export async function allGather(a: AllGatherArgs): Promise<Uint8Array[]> {
       continue;
     }
     try {
-      out.push(await a.store.get(`${a.key}/${r}`, Math.max(1, deadline - Date.now())));
+      const value = await a.store.get(`${a.key}/${r}`, Math.max(1, deadline - Date.now()));
+      a.onValue?.(r, value);
+      out.push(value);
     } catch (err) {
       if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(a.rank, r, a.timeoutMs, `set-up exchange ${a.key}`);
       throw err;

@@ -1,6 +1,6 @@
 // Set-up exchanges of the cpu backend over the rendezvous store: shared memory every rank maps
 // (pads, symmetric buffers), and host barriers.
-import { TimeoutError, UsageError } from '../../errors.js';
+import { SharedMemoryError, StoreError, TimeoutError, UsageError } from '../../errors.js';
 import { allGather } from '../../world/all-gather.js';
 import { sizeDisagreement } from '../../world/disagreement.js';
 import type { Store } from '../../world/store.js';
@@ -33,15 +33,16 @@ export class Rendezvous {
     const deadline = Date.now() + timeoutMs;
     const own = this.memory.allocate(bytes);
     const regions: SharedRegion[] = [];
-    let handles: Uint8Array[] = [];
+    // The peers' handles as they arrive: after a failure, the names of those that cannot unlink theirs.
+    const known: Uint8Array[] = [];
     try {
-      handles = await this.#gather(name, own.handle, timeoutMs, deadline);
+      const handles = await this.#gather(name, own.handle, timeoutMs, deadline, (p, h) => (known[p] = h));
       // Read from every handle before anything is mapped, so every rank refuses with the same
       // account: a rank that mapped first and refused would drop its name under the others.
       const sizes = handles.map((h, p) => (p === this.#rank ? bytes : this.memory.sizeOf(h, p)));
       const odd = sizeDisagreement(this.#rank, what, sizes);
       if (odd !== undefined) throw new UsageError(odd);
-      for (const [p, handle] of handles.entries()) regions.push(p === this.#rank ? own : this.memory.map(handle, p));
+      for (const [p, handle] of handles.entries()) regions.push(p === this.#rank ? own : this.#map(handle, p, what));
       if (this.memory.named) {
         await this.#gather(`${name}/mapped`, new Uint8Array(0), timeoutMs, deadline);
         own.unpublish();
@@ -50,15 +51,30 @@ export class Rendezvous {
     } catch (err) {
       try {
         closeAll(regions.includes(own) ? regions : [own, ...regions]);
-        // A rank that published its memory but never said it had mapped the others' is gone or
-        // stuck past the deadline: set-up has failed for every rank, and a killed one cannot
-        // unlink its name itself.
+        // Set-up has failed for every rank, and a killed one cannot unlink its name itself: a rank
+        // that published its memory but never said it had mapped the others' (gone, or stuck past
+        // the deadline), or, with the store gone (it may have gone with rank 0, serving it), any.
         const missing = err instanceof TimeoutError ? err.missingRank : -1;
-        if (missing !== this.#rank && handles[missing] !== undefined) this.memory.drop(handles[missing], missing);
+        const storeGone = err instanceof StoreError && err.reason === 'disconnected';
+        for (const [p, handle] of known.entries()) if (handle !== undefined && (p === missing || storeGone)) this.memory.drop(handle, p);
       } catch {
         // The set-up error is the one worth reporting.
       }
       throw err;
+    }
+  }
+
+  /**
+   * Maps peer `p`'s memory. Its name gone means the peer left set-up after publishing it (exited,
+   * was killed or refused): said so, naming it, rather than as a bare ENOENT.
+   */
+  #map(handle: Uint8Array, p: number, what: string): SharedRegion {
+    try {
+      return this.memory.map(handle, p);
+    } catch (err) {
+      if (!(err instanceof SharedMemoryError) || err.errorName !== 'ENOENT') throw err;
+      throw new SharedMemoryError(err.call, err.errno, err.errorName, err.path,
+        `rank ${p}'s memory for ${what} was gone before rank ${this.#rank} mapped it: rank ${p} left set-up (it exited, was killed, or failed: its own error says why)`);
     }
   }
 
@@ -73,7 +89,7 @@ export class Rendezvous {
   }
 
   /** Publishes `value` under `name`, then collects every rank's, in rank order. */
-  #gather(name: string, value: Uint8Array, timeoutMs: number, deadline?: number): Promise<Uint8Array[]> {
-    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline });
+  #gather(name: string, value: Uint8Array, timeoutMs: number, deadline?: number, onValue?: (rank: number, value: Uint8Array) => void): Promise<Uint8Array[]> {
+    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline, onValue });
   }
 }
