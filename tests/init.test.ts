@@ -161,6 +161,19 @@ test('ranks started with other lanes, timeouts or world sizes are all refused wi
   }
 });
 
+test('a second process started as the same rank is refused by name; the job goes on with the first', { timeout: 30_000 }, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  // Rank 0 keeps the job (and its store) up 3 s, so the later of the two rank 1s meets it too.
+  const done = await Promise.all(['0', '1', '1'].map((r) => rankProcess({ ...common, RANK: r, LOCAL_RANK: r }, 5000, 'leavesLate', { late: 0, ms: 3000 })));
+  const refused = done.filter((d) => d.code !== 0);
+  assert.equal(refused.length, 1, JSON.stringify(done.map((d) => d.line)));
+  assert.equal(refused[0]!.line.error.name, "UsageError", JSON.stringify(refused[0]!.line));
+  assert.match(refused[0]!.line.error.message, /^rank 1: init\(\): another process was started as rank 1 of this job too/);
+  for (const d of done.filter((x) => x.code === 0)) assert.ok(d.line.result > 0, JSON.stringify(d.line));
+});
+
 test('rank 0 keeps its store at A2AV_STORE_PORT up past a short timeoutMs until the others have closed (that wait has the set-up floor too)', T, async () => {
   const [storeAt, unused] = [await freePort(), await freePort()];
   const token = randomBytes(16).toString('hex');

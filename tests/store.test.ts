@@ -174,7 +174,9 @@ describe('tcp store', () => {
     const c = await TcpStoreClient.connectFromEnv({ env });
     assert.equal(await c.add('env/n', 1), 1);
     await c.close();
-    await assert.rejects(TcpStoreClient.connectFromEnv({ env: { ...env, A2AV_STORE_TOKEN: undefined } }), UsageError);
+    await assert.rejects(TcpStoreClient.connectFromEnv({ env: { ...env, A2AV_STORE_TOKEN: undefined } }), { name: 'UsageError', message: /^no store to connect to: A2AV_STORE_TOKEN is not set; / });
+    await assert.rejects(TcpStoreClient.connectFromEnv({ env: { ...env, MASTER_ADDR: undefined, MASTER_PORT: undefined } }),
+      { name: 'UsageError', message: /^no store to connect to: MASTER_ADDR, MASTER_PORT \(or A2AV_STORE_PORT\) are not set; / });
     await assert.rejects(TcpStoreClient.connectFromEnv({ env: {} }), UsageError);
   });
 
@@ -231,6 +233,18 @@ describe('tcp store: server loss', () => {
     await rejectsWith(TcpStoreClient.connect({ host: '127.0.0.1', port, token: TOKEN, connectTimeoutMs: 300 }), 'unreachable', new RegExp(`127.0.0.1:${port}`));
     const waited = Date.now() - started;
     assert.ok(waited >= 280 && waited < 1500, `gave up after ${waited} ms`);
+  });
+
+  test('a service at the port that is not a2av\'s store (torchrun\'s at MASTER_PORT) times out authentication, pointing to A2AV_STORE_PORT', T, async () => {
+    const other = createServer(() => {}); // takes the connection, never answers
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    const port = (other.address() as { port: number }).port;
+    try {
+      await rejectsWith(TcpStoreClient.connect({ host: '127.0.0.1', port, token: TOKEN, timeoutMs: 300 }), 'timeout',
+        /did not answer authentication within 300 ms \(is this a2av's store\? under torchrun, srun or mpirun, set A2AV_STORE_PORT: rank 0 serves a2av's store there\)/);
+    } finally {
+      other.close();
+    }
   });
 
   test('a server that stops answering cannot hang set or add', T, async () => {

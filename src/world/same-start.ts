@@ -34,6 +34,12 @@ const START_NAMES: Record<keyof Start, string> = {
 export async function sameStart(store: TcpStoreClient, key: string, rank: number, mine: Start, serves: boolean): Promise<void> {
   const waitMs = startWaitMs(mine.timeoutMs);
   const deadline = Date.now() + waitMs;
+  // Two processes started as one rank (a launcher's mistake, or RANK set by hand) would write each
+  // other's keys: the second to claim the rank is refused, and the job goes on, or fails, as the first.
+  const claims = await store.add(`${key}/claim/${rank}`, 1).catch((err: unknown) => {
+    throw err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err;
+  });
+  if (claims > 1) throw new UsageError(`rank ${rank}: init(): another process was started as rank ${rank} of this job too (RANK, or the launcher's variable for it, must differ in every process)`);
   await store.set(`${key}/start/${rank}`, encodeJson(mine)).catch((err: unknown) => {
     // Before rank 0 could take part: as a loss while waiting for its value below.
     throw err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err;

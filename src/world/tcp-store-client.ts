@@ -129,7 +129,8 @@ export class TcpStoreClient implements Store {
     const token = storeToken(env);
     const port = storePort(env) ?? place?.masterPort;
     if (place?.masterAddr === undefined || port === undefined || token === undefined) {
-      throw new UsageError(`no store to connect to: set MASTER_ADDR, MASTER_PORT (or ${STORE_PORT_ENV}: rank 0 serves the store there) and ${STORE_TOKEN_ENV} (a2av launch does)`);
+      const missing = [place?.masterAddr === undefined ? 'MASTER_ADDR' : '', port === undefined ? `MASTER_PORT (or ${STORE_PORT_ENV})` : '', token === undefined ? STORE_TOKEN_ENV : ''].filter((m) => m !== '');
+      throw new UsageError(`no store to connect to: ${missing.join(', ')} ${missing.length > 1 ? 'are' : 'is'} not set; set MASTER_ADDR, MASTER_PORT (or ${STORE_PORT_ENV}: rank 0 serves the store there) and ${STORE_TOKEN_ENV} (a2av launch does)`);
     }
     return TcpStoreClient.connect({ host: place.masterAddr, port, token, ...timeouts });
   }
@@ -263,7 +264,10 @@ function authenticate(socket: Socket, token: string, reader: FrameReader, addres
         reject(error);
       } else resolve();
     };
-    const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms`)), Math.min(timeoutMs, MAX_TIMER_MS));
+    // What answers at the port but not as a2av's store is most often another service there: under
+    // torchrun, MASTER_PORT is its own store's, and a2av's is rank 0's at A2AV_STORE_PORT.
+    const elsewhere = ` (is this a2av's store? under torchrun, srun or mpirun, set ${STORE_PORT_ENV}: rank 0 serves a2av's store there)`;
+    const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms${elsewhere}`)), Math.min(timeoutMs, MAX_TIMER_MS));
     const onClose = () =>
       done(new StoreError('connect', undefined, 'rejected', `store at ${address} refused this client (does A2AV_STORE_TOKEN hold this job's token?)`));
     const onData = (chunk: Buffer) => {
