@@ -161,6 +161,19 @@ test('ranks started with other lanes, timeouts or world sizes are all refused wi
   }
 });
 
+test('rank 0 serving the store does not wait in close() for a peer that exited without closing: the store sees its connection end', { timeout: 30_000 }, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const common = { WORLD_SIZE: '3', LOCAL_WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  // Rank 2 exits (process.exit) right after init(); ranks 0 and 1 close as usual.
+  const started = performance.now();
+  const done = await Promise.all(['0', '1', '2'].map((r) => rankProcess({ ...common, RANK: r, LOCAL_RANK: r }, 1000, 'exitsWithoutClose', { leaver: 2 }).catch(() => undefined)));
+  assert.equal(done[0]?.code, 0, JSON.stringify(done[0]?.line));
+  assert.equal(done[1]?.code, 0, JSON.stringify(done[1]?.line));
+  // Well under the 10 s set-up floor rank 0's close() waited for rank 2's word before.
+  assert.ok(performance.now() - started < START_WAIT_FLOOR_MS - 3000, `took ${Math.round(performance.now() - started)} ms`);
+});
+
 test('a second process started as the same rank is refused by name; the job goes on with the first', { timeout: 30_000 }, async () => {
   const [storeAt, unused] = [await freePort(), await freePort()];
   const token = randomBytes(16).toString('hex');

@@ -1,5 +1,7 @@
 // TCP rendezvous store: auth, hostile input, timeouts, atomicity, barriers, server loss.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { connect as netConnect, createServer, type Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { StoreError, UsageError } from '../src/errors.js';
@@ -207,6 +209,29 @@ describe('tcp store: server loss', () => {
     await c.close();
   });
 
+  test('setOnClose: the server sets the key when the client closes, or when its process dies', T, async () => {
+    const server = await TcpStoreServer.listen({ token: TOKEN });
+    try {
+      const watcher = await client(server, { timeoutMs: 5000 });
+      const leaver = await client(server);
+      await leaver.setOnClose('gone/leaver', bytes('left'));
+      await assert.rejects(watcher.get('gone/leaver', 50), StoreError, 'not set while the client is there');
+      await leaver.close();
+      assert.equal(text(await watcher.get('gone/leaver', 2000)), 'left');
+      // A process that dies without closing: its connection ends all the same.
+      const script = `import { TcpStoreClient } from ${JSON.stringify(new URL('../src/world/tcp-store.js', import.meta.url).href)};
+        const c = await TcpStoreClient.connect({ host: '127.0.0.1', port: ${server.port}, token: '${TOKEN}' });
+        await c.setOnClose('gone/dead', new TextEncoder().encode('dead'));
+        process.kill(process.pid, 'SIGKILL');`;
+      const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: 'ignore' });
+      assert.equal(text(await watcher.get('gone/dead', 4000)), 'dead');
+      await once(child, 'exit');
+      await watcher.close();
+    } finally {
+      await server.close();
+    }
+  });
+
   test('a port already served is a "listen" StoreError that says so and how out', T, async () => {
     const first = await TcpStoreServer.listen({ token: TOKEN });
     try {
@@ -241,7 +266,7 @@ describe('tcp store: server loss', () => {
     const port = (other.address() as { port: number }).port;
     try {
       await rejectsWith(TcpStoreClient.connect({ host: '127.0.0.1', port, token: TOKEN, timeoutMs: 300 }), 'timeout',
-        /did not answer authentication within 300 ms \(is this a2av's store\? under torchrun, srun or mpirun, set A2AV_STORE_PORT: rank 0 serves a2av's store there\)/);
+        /did not answer authentication within \d+ ms \(is this a2av's store\? under torchrun, srun or mpirun, set A2AV_STORE_PORT: rank 0 serves a2av's store there\)/);
     } finally {
       other.close();
     }

@@ -30,6 +30,8 @@ export const Op = {
   SET: 0x02,
   GET: 0x03,
   ADD: 0x04,
+  /** A SET the server makes when this connection ends (by close or by the client's death), not now. */
+  SET_ON_CLOSE: 0x05,
   AUTH_OK: 0x81,
   OK: 0x82,
   VALUE: 0x83,
@@ -39,7 +41,7 @@ export const Op = {
 } as const;
 
 export type Request =
-  | { op: typeof Op.SET; id: number; key: string; value: Buffer }
+  | { op: typeof Op.SET | typeof Op.SET_ON_CLOSE; id: number; key: string; value: Buffer }
   | { op: typeof Op.GET; id: number; key: string; timeoutMs: number }
   | { op: typeof Op.ADD; id: number; key: string; delta: bigint };
 
@@ -120,14 +122,15 @@ export function encodeAuthOk(): Buffer {
 
 export function encodeRequest(req: Request): Buffer {
   const key = keyBytes(req.key);
-  const fixed = req.op === Op.SET ? 7 : req.op === Op.GET ? 11 : 15;
+  const sets = req.op === Op.SET || req.op === Op.SET_ON_CLOSE;
+  const fixed = sets ? 7 : req.op === Op.GET ? 11 : 15;
   const head = Buffer.alloc(fixed);
   head.writeUInt8(req.op, 0);
   head.writeUInt32BE(req.id, 1);
   if (req.op === Op.GET) head.writeUInt32BE(req.timeoutMs, 5);
   if (req.op === Op.ADD) head.writeBigInt64BE(req.delta, 5);
   head.writeUInt16BE(key.length, fixed - 2);
-  return frame(Buffer.concat(req.op === Op.SET ? [head, key, req.value] : [head, key]));
+  return frame(Buffer.concat(sets ? [head, key, (req as { value: Buffer }).value] : [head, key]));
 }
 
 export function encodeReply(reply: Reply): Buffer {
@@ -153,7 +156,7 @@ export function encodeReply(reply: Reply): Buffer {
 /** Parses a request body (after authentication). Throws ProtocolViolation. */
 export function decodeRequest(body: Buffer): Request {
   const op = body[0];
-  const fixed = op === Op.SET ? 7 : op === Op.GET ? 11 : op === Op.ADD ? 15 : -1;
+  const fixed = op === Op.SET || op === Op.SET_ON_CLOSE ? 7 : op === Op.GET ? 11 : op === Op.ADD ? 15 : -1;
   if (fixed < 0) throw new ProtocolViolation(`unknown opcode ${op}`);
   if (body.length < fixed) throw new ProtocolViolation('truncated request');
   const id = body.readUInt32BE(1);
@@ -168,7 +171,7 @@ export function decodeRequest(body: Buffer): Request {
     throw new ProtocolViolation('key is not UTF-8');
   }
   const rest = body.subarray(fixed + keyLength);
-  if (op === Op.SET) {
+  if (op === Op.SET || op === Op.SET_ON_CLOSE) {
     if (rest.length > MAX_VALUE_BYTES) throw new ProtocolViolation(`value of ${rest.length} bytes`);
     return { op, id, key, value: rest };
   }

@@ -142,6 +142,17 @@ export class TcpStoreClient implements Store {
     await this.#call('set', key, this.#timeoutMs, (id) => ({ op: Op.SET, id, key, value: bytes }));
   }
 
+  /**
+   * Asks the server to set `key` to `value` when this connection ends, by close() or by this
+   * process's death: a peer waiting for this client's word that it left gets it either way.
+   */
+  async setOnClose(key: string, value: Uint8Array): Promise<void> {
+    checkKey(key);
+    if (value.byteLength > MAX_VALUE_BYTES) throw new UsageError(`store value for "${key}" is ${value.byteLength} bytes (limit ${MAX_VALUE_BYTES})`);
+    const bytes = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+    await this.#call('setOnClose', key, this.#timeoutMs, (id) => ({ op: Op.SET_ON_CLOSE, id, key, value: bytes }));
+  }
+
   async get(key: string, timeoutMs = this.#timeoutMs): Promise<Uint8Array> {
     checkKey(key);
     if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new UsageError(`store timeout must be a non-negative integer, got ${shown(timeoutMs)}`);

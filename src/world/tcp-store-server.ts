@@ -43,6 +43,8 @@ interface Connection {
   authenticated: boolean;
   reader: FrameReader;
   waiters: Set<Waiter>;
+  /** SET_ON_CLOSE's keys: set when the connection ends, however it ends. */
+  onClose: Map<string, Buffer>;
 }
 
 const sha256 = (bytes: Buffer): Buffer => createHash('sha256').update(bytes).digest();
@@ -117,7 +119,7 @@ export class TcpStoreServer {
   }
 
   #accept(socket: Socket): void {
-    const conn: Connection = { socket, authenticated: false, reader: new FrameReader(MAX_AUTH_FRAME), waiters: new Set() };
+    const conn: Connection = { socket, authenticated: false, reader: new FrameReader(MAX_AUTH_FRAME), waiters: new Set(), onClose: new Map() };
     this.#connections.add(conn);
     const authTimer = setTimeout(() => socket.destroy(), this.#authTimeoutMs);
     authTimer.unref();
@@ -162,6 +164,9 @@ export class TcpStoreServer {
   #drop(conn: Connection): void {
     this.#connections.delete(conn);
     for (const waiter of conn.waiters) this.#removeWaiter(waiter);
+    // A client's word that it is gone, said for it: after close(), or after it died (a peer then
+    // stops waiting for it to say so). Not while the server itself closes: nobody is left to read it.
+    if (this.#closed === undefined) for (const [key, value] of conn.onClose) this.#store(key, value);
   }
 
   #reply(conn: Connection, reply: Reply): void {
@@ -174,6 +179,10 @@ export class TcpStoreServer {
     switch (req.op) {
       case Op.SET:
         this.#store(req.key, req.value);
+        this.#reply(conn, { op: Op.OK, id: req.id });
+        return;
+      case Op.SET_ON_CLOSE:
+        conn.onClose.set(req.key, req.value);
         this.#reply(conn, { op: Op.OK, id: req.id });
         return;
       case Op.GET:
