@@ -15,6 +15,8 @@ export interface AllGatherArgs {
   deadline?: number;
   /** Told each peer's value as it arrives: what was read before a failure. */
   onValue?: (rank: number, value: Uint8Array) => void;
+  /** The call a timeout names (default: "set-up exchange <key>"). */
+  what?: string;
 }
 
 /**
@@ -36,7 +38,7 @@ export async function allGather(a: AllGatherArgs): Promise<Uint8Array[]> {
       a.onValue?.(r, value);
       out.push(value);
     } catch (err) {
-      if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(a.rank, r, a.timeoutMs, `set-up exchange ${a.key}`);
+      if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(a.rank, r, a.timeoutMs, a.what ?? `set-up exchange ${a.key}`);
       throw err;
     }
   }

@@ -90,6 +90,13 @@ export class Rendezvous {
 
   /** Publishes `value` under `name`, then collects every rank's, in rank order. */
   #gather(name: string, value: Uint8Array, timeoutMs: number, deadline?: number, onValue?: (rank: number, value: Uint8Array) => void): Promise<Uint8Array[]> {
-    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline, onValue });
+    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline, onValue, what: callOf(name) });
   }
+}
+
+/** The call a set-up exchange belongs to, as a timeout names it: allocSymmetric #2, barrier() #0. */
+function callOf(name: string): string {
+  const [kind, n, step] = name.split('/');
+  const call = kind === 'sym' ? `allocSymmetric #${n}` : kind === 'barrier' ? `barrier() #${n}` : kind === 'gather' ? `gatherOnHost() #${n}` : kind === 'pad' ? "the communicator's set-up (its pad)" : `set-up exchange ${name}`;
+  return step === 'mapped' || (kind === 'pad' && n === 'mapped') ? `${call}, mapping the peers' memory` : call;
 }
