@@ -183,7 +183,7 @@ test('a second process started as the same rank is refused by name; the job goes
   const refused = done.filter((d) => d.code !== 0);
   assert.equal(refused.length, 1, JSON.stringify(done.map((d) => d.line)));
   assert.equal(refused[0]!.line.error.name, "UsageError", JSON.stringify(refused[0]!.line));
-  assert.match(refused[0]!.line.error.message, /^rank 1: init\(\): another process was started as rank 1 of this job too/);
+  assert.match(refused[0]!.line.error.message, /^rank 1: init\(\): another process at this store was started as rank 1 too/);
   for (const d of done.filter((x) => x.code === 0)) assert.ok(d.line.result > 0, JSON.stringify(d.line));
 });
 

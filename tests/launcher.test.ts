@@ -144,6 +144,37 @@ test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see 
 
 test('a SIGKILLed launcher\'s ranks that handle SIGTERM (and carry on) are SIGKILLed after the grace, as the launcher would have', { timeout: 25_000 }, () => orphaned(['deaf']));
 
+test('a launcher SIGKILLed while its ranks wait in init(): they fail on its store and remove its folder of exit records', { timeout: 20_000 }, async () => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const launcher = spawn(node, [cli, 'launch', '-n', '3', '--', node, fixture('init-wait-rank.mjs')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  launcher.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+  const pids: number[] = [];
+  try {
+    const said = (r: number) => linesOf(stdout, r).find((l) => l.startsWith('before init '));
+    for (const until = Date.now() + 15_000; ![0, 1, 2].every(said); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > until) throw new Error(`the ranks never started; stdout:\n${stdout}`);
+    }
+    for (const r of [0, 1, 2]) pids.push(Number(said(r)!.split(' ')[2]));
+    const folder = dirname(said(0)!.split(' ')[3]!);
+    assert.ok(existsSync(folder));
+    // Ranks 0 and 1 wait in init() for rank 2, which has not called it yet.
+    await new Promise((r) => setTimeout(r, 1000));
+    launcher.kill('SIGKILL');
+    for (const pid of pids.slice(0, 2)) assert.ok(await gone(pid, 5000), `rank pid ${pid} still waits in init()`);
+    assert.ok(!existsSync(folder), `the launcher's folder ${folder} is left`);
+  } finally {
+    launcher.kill('SIGKILL');
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+});
+
 test('a rank that ignores SIGTERM is killed after the grace period', T, async () => {
   const command = [node, fixture('fail-rank.mjs'), '1', '1', 'ignore-sigterm'];
   const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 2, command, graceMs: 300 });

@@ -3,10 +3,10 @@
 // the job's TCP store, and the communicator owns that store connection.
 import { ABORTED, type BackendName, type Comm } from '../backends/backend.js';
 import { createComm, defaultBackend } from '../backends/create.js';
-import { TimeoutError, UsageError } from '../errors.js';
+import { StoreError, TimeoutError, UsageError } from '../errors.js';
 import { jobId, rankEnv, STORE_PORT_ENV, storePort, STORE_TOKEN_ENV, storeToken } from './env.js';
 import { recordUncaughtErrors } from './exit-record.js';
-import { LauncherWatch } from './launcher-watch.js';
+import { LauncherWatch, removeLauncherLeftovers } from './launcher-watch.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
 import { sameStart, StaleStore, type Start } from './same-start.js';
@@ -61,6 +61,9 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     });
   } catch (err) {
     await served?.close();
+    // The launcher's store gone before the watch could start (init's first exchange): the launcher
+    // is gone, and nothing else will remove what it would have.
+    if (servedByOwnLauncher() && err instanceof StoreError && (err.reason === 'disconnected' || err.reason === 'unreachable')) removeLauncherLeftovers();
     throw err;
   }
   // Watched from before the communicator is made: a launcher SIGKILLed while its ranks load a
@@ -170,7 +173,11 @@ async function serveStore(place: { rank: number; masterAddr: string | undefined 
   if (place.masterAddr === undefined || token === undefined) {
     throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
   }
-  return StoreServerThread.start({ token, host: place.masterAddr, port });
+  return StoreServerThread.start({ token, host: place.masterAddr, port }).catch((err: unknown) => {
+    // Another rank 0 of this job is as likely there as an earlier job's store.
+    if (err instanceof StoreError && /EADDRINUSE/.test(err.message)) throw new StoreError(err.op, err.key, err.reason, `${err.message}; or another process of this job was started as rank 0 too`, { cause: err });
+    throw err;
+  });
 }
 
 /** Rank 0 keeps its store up until every other rank has closed (bounded: a rank that died never says so; `gone`, one its timeout named, is not waited for). */

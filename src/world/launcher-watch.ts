@@ -100,7 +100,7 @@ function stopOrphaned(rank: number, err: Error, once: Int32Array): void {
 }
 
 /** What a2av launch removes after its ranks: the job's shared-memory files and its folder of exit records. */
-function removeLauncherLeftovers(env: NodeJS.ProcessEnv): void {
+export function removeLauncherLeftovers(env: NodeJS.ProcessEnv = process.env): void {
   const job = jobId(env);
   try {
     if (job !== undefined) removeShmFiles(job);

@@ -39,7 +39,7 @@ export async function sameStart(store: TcpStoreClient, key: string, rank: number
   const claims = await store.add(`${key}/claim/${rank}`, 1).catch((err: unknown) => {
     throw err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err;
   });
-  if (claims > 1) throw new UsageError(`rank ${rank}: init(): another process was started as rank ${rank} of this job too (RANK, or the launcher's variable for it, must differ in every process)`);
+  if (claims > 1) throw new UsageError(`rank ${rank}: init(): another process at this store was started as rank ${rank} too (RANK, or the launcher's variable for it, must differ in every process of a job; or another job uses this store)`);
   await store.set(`${key}/start/${rank}`, encodeJson(mine)).catch((err: unknown) => {
     // Before rank 0 could take part: as a loss while waiting for its value below.
     throw err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err;

@@ -110,7 +110,7 @@ export class TcpStoreClient implements Store {
           await sleep(Math.min(backoff, left));
           continue;
         }
-        const who = options.servedBy === undefined ? '' : ` (${options.servedBy} serves it: did it start?)`;
+        const who = options.servedBy === undefined ? '' : ` (${options.servedBy} serves it: is it running?)`;
         throw new StoreError('connect', undefined, 'unreachable', `cannot reach the store at ${address}${who} after ${connectTimeoutMs} ms: ${(cause as Error).message}`, { cause });
       }
       const reader = new FrameReader(MAX_FRAME);
@@ -277,10 +277,10 @@ function authenticate(socket: Socket, token: string, reader: FrameReader, addres
     };
     // What answers at the port but not as a2av's store is most often another service there: under
     // torchrun, MASTER_PORT is its own store's, and a2av's is rank 0's at A2AV_STORE_PORT.
-    const elsewhere = ` (is this a2av's store? under torchrun, srun or mpirun, set ${STORE_PORT_ENV}: rank 0 serves a2av's store there)`;
-    const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms${elsewhere}`)), Math.min(timeoutMs, MAX_TIMER_MS));
+    const ours = `under torchrun, srun or mpirun, set ${STORE_PORT_ENV}: rank 0 serves a2av's store there`;
+    const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms (is this a2av's store? ${ours})`)), Math.min(timeoutMs, MAX_TIMER_MS));
     const onClose = () =>
-      done(new StoreError('connect', undefined, 'rejected', `store at ${address} refused this client (does A2AV_STORE_TOKEN hold this job's token?)`));
+      done(new StoreError('connect', undefined, 'rejected', `store at ${address} refused this client (does ${STORE_TOKEN_ENV} hold this job's token? is this a2av's store? ${ours})`));
     const onData = (chunk: Buffer) => {
       try {
         reader.push(chunk);
