@@ -53,12 +53,6 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   let store: TcpStoreClient;
   try {
     store = await meetAtStore(place.rank, scope, start, served !== undefined);
-    // Rank 0's store waits for each peer's word that it left (close()); one that dies says it too,
-    // through the store, which sees its connection end, rather than rank 0 waiting out the floor.
-    if (storePort() !== undefined && place.rank !== 0) await store.setOnClose(`${scope}/left/${place.rank}`, new Uint8Array(1)).catch(async (err: unknown) => {
-      await store.close();
-      throw err;
-    });
   } catch (err) {
     await served?.close();
     // The launcher's store gone before the watch could start (init's first exchange): the launcher
@@ -134,6 +128,9 @@ async function meetAtStore(rank: number, scope: string, start: Start, serves: bo
     const store = await TcpStoreClient.connectFromEnv({ timeoutMs: floorMs, connectTimeoutMs: left, servedBy: storeServer(rank) });
     try {
       await sameStart(store, scope, rank, start, serves);
+      // Rank 0's store waits for each peer's word that it left (close()); one that dies says it
+      // too, through the store, which sees its connection end, rather than rank 0 waiting out the floor.
+      if (storePort() !== undefined && rank !== 0) await store.setOnClose(`${scope}/left/${rank}`, new Uint8Array(1));
       return store;
     } catch (err) {
       await store.close();
