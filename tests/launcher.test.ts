@@ -142,7 +142,7 @@ async function orphaned(extra: string[]): Promise<void> {
 
 test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see its store go (from a thread of their own: one computes for good), stop their process groups and remove what it would have', { timeout: 20_000 }, () => orphaned([]));
 
-test('a SIGKILLed launcher\'s ranks that handle SIGTERM (and carry on) are SIGKILLed after the grace, as the launcher would have', { timeout: 25_000 }, () => orphaned(['deaf']));
+test('a SIGKILLed launcher\'s ranks that handle SIGTERM (closing their communicator, and carrying on) are SIGKILLed after the grace, as the launcher would have', { timeout: 25_000 }, () => orphaned(['deaf']));
 
 test('a launcher SIGKILLed while its ranks wait in init(): they fail on its store and remove its folder of exit records', { timeout: 20_000 }, async () => {
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));

@@ -3,6 +3,7 @@
 // process first left both so. While the bar runs it listens for SIGINT and SIGTERM: it stops the
 // bar, lets the command say what it had finished, then ends the process by the same signal.
 import { SingleBar, type Options } from 'cli-progress';
+import { rankEnv } from '../world/env.js';
 
 const ENDING_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 
@@ -15,8 +16,8 @@ export class ProgressBar {
   constructor(options: Options, interrupted: () => void = () => {}) {
     this.#bar = new SingleBar({ stream: process.stderr, hideCursor: true, clearOnComplete: true, ...options });
     this.#onSignal = (signal) => {
-      this.stop();
       try {
+        this.stop();
         interrupted();
       } finally {
         // As if unheard: the default action ends the process, with the status a shell expects (130 for SIGINT).
@@ -26,7 +27,9 @@ export class ProgressBar {
   }
 
   start(total: number, value: number, payload: object = {}): void {
-    for (const signal of ENDING_SIGNALS) process.once(signal, this.#onSignal);
+    // Only where the ranks are threads: a launched rank's main thread runs its part of the sweep and
+    // may sit in a blocking wait, where a listener would hold back the signal that ended it at once.
+    if (rankEnv() === undefined) for (const signal of ENDING_SIGNALS) process.once(signal, this.#onSignal);
     this.#bar.start(total, value, payload);
   }
 

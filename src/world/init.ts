@@ -125,9 +125,17 @@ async function meetAtStore(rank: number, scope: string, start: Start, serves: bo
   const deadline = Date.now() + floorMs;
   for (;;) {
     const left = Math.max(1, deadline - Date.now());
-    const store = await TcpStoreClient.connectFromEnv({ timeoutMs: floorMs, connectTimeoutMs: left, servedBy: storeServer(rank) });
+    let store: TcpStoreClient;
     try {
-      await sameStart(store, scope, rank, start, serves);
+      store = await TcpStoreClient.connectFromEnv({ timeoutMs: floorMs, connectTimeoutMs: left, servedBy: storeServer(rank) });
+    } catch (err) {
+      // Reset while authenticating: rank 0's last store stopped taking connections with this one queued.
+      if (!(err instanceof StoreError && err.reason === 'disconnected' && storePort() !== undefined && rank !== 0 && Date.now() < deadline)) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      continue;
+    }
+    try {
+      await sameStart(store, scope, rank, start, serves, deadline);
       // Rank 0's store waits for each peer's word that it left (close()); one that dies says it
       // too, through the store, which sees its connection end, rather than rank 0 waiting out the floor.
       if (storePort() !== undefined && rank !== 0) await store.setOnClose(`${scope}/left/${rank}`, new Uint8Array(1));

@@ -4,6 +4,7 @@
 // collective, a host wait on the GPU) or for good (compute), so the watch has a thread and a store
 // connection of its own. Run as the worker, this module watches; imported, it starts and stops it.
 import { rmSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { basename, dirname } from 'node:path';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { jobId } from './env.js';
@@ -66,8 +67,10 @@ export class LauncherWatch {
 
   /** Stops watching (the rank's communicator is closed: the launcher may go as it likes). */
   async close(): Promise<void> {
-    Atomics.store(this.#once, 0, CLOSED);
-    await this.#worker.terminate();
+    // Only a watch that is still watching ends here. One already stopping this rank (the launcher
+    // went, and the program closes its communicator on the way out) keeps its thread, unref'd, for
+    // the SIGKILL after the grace: that timer is all that keeps the thread alive.
+    if (Atomics.compareExchange(this.#once, 0, ACTIVE, CLOSED) === ACTIVE) await this.#worker.terminate();
   }
 }
 
@@ -82,7 +85,7 @@ function stopOrphaned(rank: number, err: Error, once: Int32Array): void {
   if (was !== ACTIVE) {
     // The other thread is at it. A main thread that went on could end the process (a store call
     // failing with the connection) before the worker has stopped the group: it waits for that, briefly.
-    if (isMainThread) Atomics.wait(once, 0, STOPPING, 1000);
+    if (isMainThread) Atomics.wait(once, 0, STOPPING, ORPHAN_GRACE_MS);
     return;
   }
   try {
@@ -106,7 +109,8 @@ export function removeLauncherLeftovers(env: NodeJS.ProcessEnv = process.env): v
     if (job !== undefined) removeShmFiles(job);
     const file = env[ERROR_FILE_ENV];
     const records = file === undefined ? undefined : dirname(file);
-    if (records !== undefined && basename(records).startsWith(LAUNCH_DIR_PREFIX)) rmSync(records, { recursive: true, force: true });
+    // Only a folder as a2av launch makes them (mkdtemp in the temp folder): never one an inherited variable points elsewhere.
+    if (records !== undefined && basename(records).startsWith(LAUNCH_DIR_PREFIX) && dirname(records) === tmpdir()) rmSync(records, { recursive: true, force: true });
   } catch {
     // Best effort on the way out: the rank is stopping either way.
   }

@@ -30,10 +30,10 @@ const START_NAMES: Record<keyof Start, string> = {
  * what. Without it, other lanes gave one rank a pad-size message and the others a failed mapping,
  * and other timeouts blamed a healthy peer for a late one. A rank that refuses says so in the
  * store, and rank 0, where it serves the store (`serves`), keeps it up until the others have.
+ * `deadline`: init()'s set-up deadline, which retries on a stale store share.
  */
-export async function sameStart(store: TcpStoreClient, key: string, rank: number, mine: Start, serves: boolean): Promise<void> {
+export async function sameStart(store: TcpStoreClient, key: string, rank: number, mine: Start, serves: boolean, deadline: number): Promise<void> {
   const waitMs = startWaitMs(mine.timeoutMs);
-  const deadline = Date.now() + waitMs;
   // Two processes started as one rank (a launcher's mistake, or RANK set by hand) would write each
   // other's keys: the second to claim the rank is refused, and the job goes on, or fails, as the first.
   const claims = await store.add(`${key}/claim/${rank}`, 1).catch((err: unknown) => {

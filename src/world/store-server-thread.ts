@@ -16,12 +16,15 @@ const MARK = 'a2avStoreServer';
 
 export class StoreServerThread {
   readonly #worker: Worker;
+  /** Settles when the thread has ended (terminated, or crashed). */
+  readonly #ended: Promise<void>;
 
   private constructor(
     readonly port: number,
     worker: Worker,
   ) {
     this.#worker = worker;
+    this.#ended = new Promise((resolve) => worker.once('exit', () => resolve()));
   }
 
   /** Binds in a new worker thread; throws StoreError (reason 'listen') as TcpStoreServer.listen does. */
@@ -43,7 +46,8 @@ export class StoreServerThread {
   async stopAccepting(): Promise<void> {
     const done = new Promise<void>((resolve) => this.#worker.once('message', () => resolve()));
     this.#worker.postMessage('stopAccepting');
-    await Promise.race([done, new Promise<void>((resolve) => this.#worker.once('exit', () => resolve()))]);
+    // A thread already gone accepts nothing either.
+    await Promise.race([done, this.#ended]);
   }
 
   /** Stops serving: every client's pending call fails with a 'disconnected' error. */

@@ -279,8 +279,14 @@ function authenticate(socket: Socket, token: string, reader: FrameReader, addres
     // torchrun, MASTER_PORT is its own store's, and a2av's is rank 0's at A2AV_STORE_PORT.
     const ours = `under torchrun, srun or mpirun, set ${STORE_PORT_ENV}: rank 0 serves a2av's store there`;
     const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms (is this a2av's store? ${ours})`)), Math.min(timeoutMs, MAX_TIMER_MS));
+    // A wrong token is answered by the server closing the connection; a reset is a server that
+    // stopped taking connections with this one still queued (a store closing): not a refusal.
+    let reset = false;
+    socket.on('error', (err: NodeJS.ErrnoException) => (reset ||= err.code === 'ECONNRESET'));
     const onClose = () =>
-      done(new StoreError('connect', undefined, 'rejected', `store at ${address} refused this client (does ${STORE_TOKEN_ENV} hold this job's token? is this a2av's store? ${ours})`));
+      done(reset
+        ? new StoreError('connect', undefined, 'disconnected', `store at ${address} reset the connection while it authenticated (the store was closing)`)
+        : new StoreError('connect', undefined, 'rejected', `store at ${address} refused this client (does ${STORE_TOKEN_ENV} hold this job's token? is this a2av's store? ${ours})`));
     const onData = (chunk: Buffer) => {
       try {
         reader.push(chunk);

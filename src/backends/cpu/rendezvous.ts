@@ -51,6 +51,10 @@ export class Rendezvous {
     } catch (err) {
       try {
         closeAll(regions.includes(own) ? regions : [own, ...regions]);
+      } catch {
+        // The set-up error is the one worth reporting.
+      }
+      try {
         // Set-up has failed for every rank, and a killed one cannot unlink its name itself: a rank
         // that published its memory but never said it had mapped the others' (gone, or stuck past
         // the deadline), or, with the store gone (it may have gone with rank 0, serving it), any.
