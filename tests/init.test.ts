@@ -174,6 +174,22 @@ test('rank 0 serving the store does not wait in close() for a peer that exited w
   assert.ok(performance.now() - started < START_WAIT_FLOOR_MS - 3000, `took ${Math.round(performance.now() - started)} ms`);
 });
 
+test('a rank that never starts is named by every rank, also by those that reached set-up after rank 0, which serves the store', { timeout: 40_000 }, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const common = { WORLD_SIZE: '3', LOCAL_WORLD_SIZE: '3', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  // Rank 2 never comes. Rank 1 starts a second after rank 0: its set-up deadline is later, and it
+  // still waits on rank 0's store when rank 0's own wait ends.
+  const rank0 = rankProcess({ ...common, RANK: '0', LOCAL_RANK: '0' }, 1000);
+  await new Promise((resolve) => setTimeout(resolve, 1000));
+  const rank1 = rankProcess({ ...common, RANK: '1', LOCAL_RANK: '1' }, 1000);
+  for (const { code, line } of await Promise.all([rank0, rank1])) {
+    assert.equal(code, 1, JSON.stringify(line));
+    assert.equal(line.error.name, 'TimeoutError', JSON.stringify(line));
+    assert.equal(line.error.missingRank, 2, JSON.stringify(line));
+  }
+});
+
 test('a second process started as the same rank is refused by name; the job goes on with the first', { timeout: 30_000 }, async () => {
   const [storeAt, unused] = [await freePort(), await freePort()];
   const token = randomBytes(16).toString('hex');

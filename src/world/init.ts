@@ -54,7 +54,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   try {
     store = await meetAtStore(place.rank, scope, start, served !== undefined);
   } catch (err) {
-    await served?.close();
+    await servedUntilPeersFail(served, err, timeoutMs);
     // The launcher's store gone before the watch could start (init's first exchange): the launcher
     // is gone, and nothing else will remove what it would have.
     if (servedByOwnLauncher() && err instanceof StoreError && (err.reason === 'disconnected' || err.reason === 'unreachable')) removeLauncherLeftovers();
@@ -79,7 +79,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   } catch (err) {
     await watch?.close();
     await store.close();
-    await served?.close();
+    await servedUntilPeersFail(served, err, timeoutMs);
     throw err;
   }
   // The store outlives every backend's own use of it; the caller's one close() ends both.
@@ -183,6 +183,17 @@ async function serveStore(place: { rank: number; masterAddr: string | undefined 
     if (err instanceof StoreError && /EADDRINUSE/.test(err.message)) throw new StoreError(err.op, err.key, err.reason, `${err.message}; or another process of this job was started as rank 0 too`, { cause: err });
     throw err;
   });
+}
+
+/**
+ * Closes rank 0's store after its set-up failed. After a timeout (a rank missing) it waits first,
+ * bounded, for its peers to leave it: they wait for the same rank, often till later (they started
+ * later), and a store gone before would have them blame rank 0 instead.
+ */
+async function servedUntilPeersFail(served: StoreServerThread | undefined, err: unknown, timeoutMs: number): Promise<void> {
+  if (served === undefined) return;
+  if (err instanceof TimeoutError) await served.idle(startWaitMs(timeoutMs));
+  await served.close();
 }
 
 /** Rank 0 keeps its store up until every other rank has closed (bounded: a rank that died never says so; `gone`, one its timeout named, is not waited for). */

@@ -50,6 +50,13 @@ export class StoreServerThread {
     await Promise.race([done, this.#ended]);
   }
 
+  /** TcpStoreServer.idle in the thread: no client connected, or `timeoutMs` passed. */
+  async idle(timeoutMs: number): Promise<void> {
+    const done = new Promise<void>((resolve) => this.#worker.once('message', () => resolve()));
+    this.#worker.postMessage({ idle: timeoutMs });
+    await Promise.race([done, this.#ended]);
+  }
+
   /** Stops serving: every client's pending call fails with a 'disconnected' error. */
   async close(): Promise<void> {
     await this.#worker.terminate();
@@ -62,9 +69,12 @@ if (asked !== undefined && parentPort !== null) {
   TcpStoreServer.listen(asked as TcpStoreServerOptions).then(
     (server) => {
       port.on('message', (asked: unknown) => {
-        if (asked !== 'stopAccepting') return;
-        server.stopAccepting();
-        port.postMessage('stopped');
+        if (asked === 'stopAccepting') {
+          server.stopAccepting();
+          port.postMessage('stopped');
+        } else if (typeof asked === 'object' && asked !== null && 'idle' in asked) {
+          void server.idle((asked as { idle: number }).idle).then(() => port.postMessage('idle'));
+        }
       });
       port.postMessage({ listening: server.port } satisfies Reply);
     },

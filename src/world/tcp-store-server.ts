@@ -59,6 +59,8 @@ export class TcpStoreServer {
   #waiters = new Map<string, Set<Waiter>>();
   #connections = new Set<Connection>();
   #closed: Promise<void> | undefined;
+  /** idle()'s waiters. */
+  #idle = new Set<() => void>();
 
   private constructor(server: Server, host: string, port: number, tokenDigest: Buffer, authTimeoutMs: number) {
     this.#server = server;
@@ -107,6 +109,24 @@ export class TcpStoreServer {
       for (const conn of this.#connections) conn.socket.destroy();
     });
     return this.#closed;
+  }
+
+  /**
+   * Resolves once no client is connected, or after `timeoutMs`. Rank 0 whose set-up failed waits
+   * so before closing its store: its peers, still waiting on it for the rank that is missing, then
+   * fail naming that rank, not the store's going.
+   */
+  idle(timeoutMs: number): Promise<void> {
+    if (this.#connections.size === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.#idle.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.min(timeoutMs, MAX_TIMER_MS));
+      this.#idle.add(done);
+    });
   }
 
   /**
@@ -163,6 +183,7 @@ export class TcpStoreServer {
 
   #drop(conn: Connection): void {
     this.#connections.delete(conn);
+    if (this.#connections.size === 0) for (const done of [...this.#idle]) done();
     for (const waiter of conn.waiters) this.#removeWaiter(waiter);
     // A client's word that it is gone, said for it: after close(), or after it died (a peer then
     // stops waiting for it to say so). Not while the server itself closes: nobody is left to read it.
