@@ -8,6 +8,7 @@
 //   SET      id u32 | keyLen u16 | key | value
 //   GET      id u32 | timeoutMs u32 | keyLen u16 | key
 //   ADD      id u32 | delta i64 | keyLen u16 | key
+//   SET_ON_CLOSE  id u32 | keyLen u16 | key | value    (set by the server when this connection ends; answered OK)
 //   AUTH_OK  (empty)
 //   OK       id u32
 //   VALUE    id u32 | value
