@@ -57,7 +57,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     await servedUntilPeersFail(served, err, timeoutMs);
     // The launcher's store gone before the watch could start (init's first exchange): the launcher
     // is gone, and nothing else will remove what it would have.
-    if (servedByOwnLauncher() && err instanceof StoreError && (err.reason === 'disconnected' || err.reason === 'unreachable')) removeLauncherLeftovers();
+    if (servedByOwnLauncher() && launcherGone(err)) removeLauncherLeftovers();
     throw err;
   }
   // Watched from before the communicator is made: a launcher SIGKILLed while its ranks load a
@@ -157,6 +157,16 @@ async function meetAtStore(rank: number, scope: string, start: Start, serves: bo
  */
 function servedByOwnLauncher(env: NodeJS.ProcessEnv = process.env): boolean {
   return jobId(env) !== undefined && storePort(env) === undefined && (env.GROUP_RANK ?? '0') === '0';
+}
+
+/**
+ * Whether a set-up error says a2av launch's store is gone: its connection closed, or its port
+ * refusing (it listens before it starts a rank). Not a client's own trouble (EMFILE and the like),
+ * after which removing the job's files would break a job still running.
+ */
+function launcherGone(err: unknown): boolean {
+  if (!(err instanceof StoreError)) return false;
+  return err.reason === 'disconnected' || (err.reason === 'unreachable' && (err.cause as NodeJS.ErrnoException | undefined)?.code === 'ECONNREFUSED');
 }
 
 /** Who serves the job's store, as this rank's errors name it when the connection is lost. */
