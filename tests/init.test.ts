@@ -28,6 +28,15 @@ function ownJob(): { id: string; files: () => string[] } {
   const id = randomBytes(8).toString('hex');
   return { id, files: () => readdirSync(SHM_DIR).filter((name) => name.startsWith(shmPrefix(id))) };
 }
+/** A store, two clients of it (two ranks' connections), a job id of the test's own, and Rendezvous: ranks set up by hand. */
+async function byHand() {
+  const token = randomBytes(16).toString('hex');
+  const server = await TcpStoreServer.listen({ token });
+  const clients = await Promise.all([0, 1].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
+  const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
+  return { server, clients, job: ownJob(), Rendezvous };
+}
+
 /** `make()` with A2AV_JOB_ID set to `id` in this process (ProcessMemory names its files by it when made), until it settles. */
 function madeInJob<T>(id: string, make: () => T): T {
   const was = process.env.A2AV_JOB_ID;
@@ -354,11 +363,7 @@ test('under another launcher, the death of rank 0, which serves the store, reach
 });
 
 test('a rank killed after publishing its memory, before saying it mapped the others\', is named by the survivors\' timeout (one deadline for the whole set-up), which also drops its name', T, async () => {
-  const token = randomBytes(16).toString('hex');
-  const server = await TcpStoreServer.listen({ token });
-  const [store0, store1] = await Promise.all([0, 1].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
-  const job = ownJob();
-  const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
+  const { server, clients: [store0, store1], job, Rendezvous } = await byHand();
   // Rank 1, by hand: it publishes a named region and is never heard from again (SIGKILL leaves its name).
   const killed = madeInJob(job.id, () => new ProcessMemory(1)).allocate(4096);
   assert.equal(job.files().length, 1, 'the job\'s files are told by its id');
@@ -383,11 +388,7 @@ test('a rank killed after publishing its memory, before saying it mapped the oth
 });
 
 test('a store that goes away in set-up (with rank 0, which served it) takes the names of the memory the others published with it', T, async () => {
-  const token = randomBytes(16).toString('hex');
-  const server = await TcpStoreServer.listen({ token });
-  const [store1, store2] = await Promise.all([1, 2].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
-  const job = ownJob();
-  const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
+  const { server, clients: [store1, store2], job, Rendezvous } = await byHand();
   // Ranks 0 and 2, by hand: both publish their memory; rank 0 is then SIGKILLed (its name never
   // unlinked) and its store with it, while rank 1 waits for its word that it mapped the others'.
   const [dead, other] = [0, 2].map((r) => madeInJob(job.id, () => new ProcessMemory(r)).allocate(4096));
@@ -410,11 +411,7 @@ test('a store that goes away in set-up (with rank 0, which served it) takes the 
 });
 
 test('a peer whose memory is gone before this rank maps it is named as having left set-up, not as a bare ENOENT', T, async () => {
-  const token = randomBytes(16).toString('hex');
-  const server = await TcpStoreServer.listen({ token });
-  const [store0, store1] = await Promise.all([0, 1].map(() => TcpStoreClient.connect({ host: '127.0.0.1', port: server.port, token })));
-  const job = ownJob();
-  const { Rendezvous } = await import('../src/backends/cpu/rendezvous.js');
+  const { server, clients: [store0, store1], job, Rendezvous } = await byHand();
   // Rank 1 published its memory, then left (SIGTERM: it unlinked its name on the way out).
   const left = madeInJob(job.id, () => new ProcessMemory(1)).allocate(4096);
   try {

@@ -19,6 +19,18 @@ const T = { timeout: 5000 };
 const node = process.execPath;
 const fixture = (name: string) => fileURLToPath(new URL(`../../tests/fixtures/${name}`, import.meta.url));
 
+/** What a test of a SIGKILLed launcher leaves when it fails half-way: the launcher and its ranks' pids, SIGKILLed. */
+function killAll(launcher: ReturnType<typeof spawn>, pids: readonly number[]): void {
+  launcher.kill('SIGKILL');
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+}
+
 /** True while `pid` runs. A zombie counts as gone: it is dead, only waiting for init to reap it. */
 function alive(pid: number): boolean {
   try {
@@ -129,14 +141,7 @@ async function orphaned(extra: string[]): Promise<void> {
     assert.deepEqual(jobFiles(), [], 'shared memory the job left in /dev/shm');
     assert.ok(!existsSync(dirname(recordFile)), `the launcher's folder ${dirname(recordFile)} is left`);
   } finally {
-    launcher.kill('SIGKILL');
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
+    killAll(launcher, pids);
   }
 }
 
@@ -164,14 +169,7 @@ test('a launcher SIGKILLed while its ranks wait in init(): they fail on its stor
     for (const pid of pids.slice(0, 2)) assert.ok(await gone(pid, 5000), `rank pid ${pid} still waits in init()`);
     assert.ok(!existsSync(folder), `the launcher's folder ${folder} is left`);
   } finally {
-    launcher.kill('SIGKILL');
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
+    killAll(launcher, pids);
   }
 });
 
