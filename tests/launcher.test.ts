@@ -149,6 +149,29 @@ test('a SIGKILLed launcher leaves no rank running, nor its files: the ranks see 
 
 test('a SIGKILLed launcher\'s ranks that handle SIGTERM (closing their communicator, and carrying on) are SIGKILLed after the grace, as the launcher would have', { timeout: 25_000 }, () => orphaned(['deaf']));
 
+test('orphaned ranks give their process groups the launcher\'s own grace before SIGKILL', { timeout: 20_000 }, async () => {
+  // launch() with a grace of 600 ms, in a process of its own to SIGKILL; ranks that shrug SIGTERM off.
+  const options = { nprocs: 2, command: [node, fixture('orphan-rank.mjs'), 'deaf'], graceMs: 600 };
+  const driver = spawn(node, [fixture('launch-driver.mjs'), JSON.stringify(options)], { stdio: ['ignore', 'pipe', 'ignore'] });
+  let stdout = '';
+  driver.stdout!.on('data', (chunk: Buffer) => (stdout += chunk));
+  const pids: number[] = [];
+  try {
+    const ready = (r: number) => linesOf(stdout, r).find((l) => l.startsWith('ready '));
+    for (const until = Date.now() + 15_000; !(ready(0) && ready(1)); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > until) throw new Error(`the ranks never got ready; stdout:\n${stdout}`);
+    }
+    for (const r of [0, 1]) pids.push(...ready(r)!.split(' ').slice(1).map(Number));
+    driver.kill('SIGKILL');
+    const killedAt = performance.now();
+    for (const pid of pids) assert.ok(await gone(pid, 10_000), `pid ${pid} outlived the SIGKILLed launcher`);
+    // The launcher's 600 ms, not the 5 s default, after the ranks saw it go.
+    assert.ok(performance.now() - killedAt < 3500, `the ranks went ${Math.round(performance.now() - killedAt)} ms after the launcher`);
+  } finally {
+    killAll(driver, pids);
+  }
+});
+
 test('a launcher SIGKILLed while its ranks wait in init(): they fail on its store and remove its folder of exit records', { timeout: 20_000 }, async () => {
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
   const launcher = spawn(node, [cli, 'launch', '-n', '3', '--', node, fixture('init-wait-rank.mjs')], { stdio: ['ignore', 'pipe', 'pipe'] });

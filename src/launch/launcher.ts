@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:os';
 import type { Writable } from 'node:stream';
 import { UsageError } from '../errors.js';
-import { JOB_ID_ENV, STORE_PORT_ENV, STORE_TOKEN_ENV } from '../world/env.js';
+import { JOB_ID_ENV, LAUNCH_GRACE_ENV, STORE_PORT_ENV, STORE_TOKEN_ENV } from '../world/env.js';
 import { ERROR_FILE_ENV } from '../world/exit-record.js';
 import { removeShmFiles } from '../world/shm-files.js';
 import { TcpStoreServer } from '../world/tcp-store.js';
@@ -205,6 +205,7 @@ class Job {
       // have rank 0 serve a second one.
       [STORE_PORT_ENV]: undefined,
       [JOB_ID_ENV]: this.#jobId,
+      [LAUNCH_GRACE_ENV]: String(this.#plan.graceMs),
       // torchrun's variable, so that a rank writes the same record under either launcher.
       [ERROR_FILE_ENV]: this.#records.pathFor(nodeRank * nprocs + localRank),
     };

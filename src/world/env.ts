@@ -44,7 +44,19 @@ export function storePort(env: Env = process.env): number | undefined {
  */
 export const JOB_ID_ENV = 'A2AV_JOB_ID';
 
+/**
+ * The grace a2av launch gives a rank between SIGTERM and SIGKILL (its graceMs), for its ranks to
+ * give their own process groups the same when they stop themselves after the launcher is gone.
+ */
+export const LAUNCH_GRACE_ENV = 'A2AV_LAUNCH_GRACE_MS';
+
 type Env = Readonly<Record<string, string | undefined>>;
+
+/** The launcher's grace in ms from A2AV_LAUNCH_GRACE_MS, or `fallback` where it is unset or not a whole number of ms. */
+export function launchGraceMs(fallback: number, env: Env = process.env): number {
+  const text = env[LAUNCH_GRACE_ENV];
+  return text !== undefined && /^\d{1,10}$/.test(text) ? Number(text) : fallback;
+}
 
 /**
  * Reads this process's place in the job, or undefined when no launcher started it. Throws

@@ -7,7 +7,7 @@ import { rmSync, writeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname } from 'node:path';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { jobId } from './env.js';
+import { jobId, launchGraceMs } from './env.js';
 import { ERROR_FILE_ENV, LAUNCH_DIR_PREFIX } from './exit-record.js';
 import { startWaitMs } from './set-up-waits.js';
 import { removeShmFiles } from './shm-files.js';
@@ -26,10 +26,10 @@ const CLOSED = 3;
 type Reply = { watching: true } | { failed: string };
 
 /**
- * After SIGTERM, how long this rank's process group has before SIGKILL (a2av launch's default
- * grace), sent from the watch if the process is still there.
+ * After SIGTERM, how long this rank's process group has before SIGKILL, sent from the watch if the
+ * process is still there: the launcher's own grace (A2AV_LAUNCH_GRACE_MS), else its default.
  */
-const ORPHAN_GRACE_MS = 5000;
+const ORPHAN_GRACE_MS = launchGraceMs(5000);
 
 export class LauncherWatch {
   readonly #worker: Worker;
