@@ -50,6 +50,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   const lanes = options.lanes ?? DEFAULT_LANES;
   const start = { worldSize: place.worldSize, backend, lanes, timeoutMs };
   const served = await serveStore(place);
+  const launched = servedByOwnLauncher();
   let store: TcpStoreClient;
   try {
     store = await meetAtStore(place.rank, scope, start, served !== undefined);
@@ -57,7 +58,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     await servedUntilPeersFail(served, err, timeoutMs);
     // The launcher's store gone before the watch could start (init's first exchange): the launcher
     // is gone, and nothing else will remove what it would have.
-    if (servedByOwnLauncher() && launcherGone(err)) removeLauncherLeftovers();
+    if (launched && launcherGone(err)) removeLauncherLeftovers();
     throw err;
   }
   // Watched from before the communicator is made: a launcher SIGKILLed while its ranks load a
@@ -65,7 +66,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   let watch: LauncherWatch | undefined;
   let comm: Comm;
   try {
-    if (servedByOwnLauncher()) watch = await LauncherWatch.start(place.rank, timeoutMs, store);
+    if (launched) watch = await LauncherWatch.start(place.rank, timeoutMs, store);
     comm = await createComm({
       backend,
       rank: place.rank,

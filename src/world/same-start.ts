@@ -34,15 +34,17 @@ const START_NAMES: Record<keyof Start, string> = {
  */
 export async function sameStart(store: TcpStoreClient, key: string, rank: number, mine: Start, serves: boolean, deadline: number): Promise<void> {
   const waitMs = startWaitMs(mine.timeoutMs);
+  // The store lost before rank 0 took part in this init (its value not yet read): it may be rank
+  // 0's last one, closing.
+  const beforeRank0 = (err: unknown): unknown => (err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err);
   // Two processes started as one rank (a launcher's mistake, or RANK set by hand) would write each
   // other's keys: the second to claim the rank is refused, and the job goes on, or fails, as the first.
   const claims = await store.add(`${key}/claim/${rank}`, 1).catch((err: unknown) => {
-    throw err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err;
+    throw beforeRank0(err);
   });
   if (claims > 1) throw new UsageError(`rank ${rank}: init(): another process at this store was started as rank ${rank} too (RANK, or the launcher's variable for it, must differ in every process of a job; or another job uses this store)`);
   await store.set(`${key}/start/${rank}`, encodeJson(mine)).catch((err: unknown) => {
-    // Before rank 0 could take part: as a loss while waiting for its value below.
-    throw err instanceof StoreError && err.reason === 'disconnected' && rank !== 0 ? new StaleStore(err) : err;
+    throw beforeRank0(err);
   });
   const all: Start[] = [];
   let refusal: string | undefined;
@@ -56,9 +58,7 @@ export async function sameStart(store: TcpStoreClient, key: string, rank: number
       theirs = decodeJson<Start>(await store.get(`${key}/start/${r}`, Math.max(1, deadline - Date.now())));
     } catch (err) {
       if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(rank, r, waitMs, 'init()');
-      // Rank 0 not yet heard from in this init: the store that went away may be its last one, closing.
-      if (err instanceof StoreError && err.reason === 'disconnected' && r === 0) throw new StaleStore(err);
-      throw err;
+      throw r === 0 ? beforeRank0(err) : err;
     }
     all.push(theirs);
     // A rank of another world reads or waits for ranks this one has no place for: said at once.

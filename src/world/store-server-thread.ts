@@ -44,17 +44,19 @@ export class StoreServerThread {
 
   /** Stops taking new connections (TcpStoreServer.stopAccepting); resolves once the thread has. */
   async stopAccepting(): Promise<void> {
-    const done = new Promise<void>((resolve) => this.#worker.once('message', () => resolve()));
-    this.#worker.postMessage('stopAccepting');
-    // A thread already gone accepts nothing either.
-    await Promise.race([done, this.#ended]);
+    await this.#ask('stopAccepting');
   }
 
   /** TcpStoreServer.idle in the thread: no client connected, or `timeoutMs` passed. */
   async idle(timeoutMs: number): Promise<void> {
-    const done = new Promise<void>((resolve) => this.#worker.once('message', () => resolve()));
-    this.#worker.postMessage({ idle: timeoutMs });
-    await Promise.race([done, this.#ended]);
+    await this.#ask({ idle: timeoutMs });
+  }
+
+  /** Sends the thread `request` and waits for its answer; a thread already gone answers nothing, and is done too. */
+  async #ask(request: unknown): Promise<void> {
+    const answered = new Promise<void>((resolve) => this.#worker.once('message', () => resolve()));
+    this.#worker.postMessage(request);
+    await Promise.race([answered, this.#ended]);
   }
 
   /** Stops serving: every client's pending call fails with a 'disconnected' error. */

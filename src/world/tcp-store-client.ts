@@ -136,10 +136,7 @@ export class TcpStoreClient implements Store {
   }
 
   async set(key: string, value: Uint8Array): Promise<void> {
-    checkKey(key);
-    if (value.byteLength > MAX_VALUE_BYTES) throw new UsageError(`store value for "${key}" is ${value.byteLength} bytes (limit ${MAX_VALUE_BYTES})`);
-    const bytes = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
-    await this.#call('set', key, this.#timeoutMs, (id) => ({ op: Op.SET, id, key, value: bytes }));
+    await this.#set(Op.SET, key, value);
   }
 
   /**
@@ -147,10 +144,15 @@ export class TcpStoreClient implements Store {
    * process's death: a peer waiting for this client's word that it left gets it either way.
    */
   async setOnClose(key: string, value: Uint8Array): Promise<void> {
+    await this.#set(Op.SET_ON_CLOSE, key, value);
+  }
+
+  /** A SET now or at this connection's end: the same key and value rules, the same reply. */
+  async #set(op: typeof Op.SET | typeof Op.SET_ON_CLOSE, key: string, value: Uint8Array): Promise<void> {
     checkKey(key);
     if (value.byteLength > MAX_VALUE_BYTES) throw new UsageError(`store value for "${key}" is ${value.byteLength} bytes (limit ${MAX_VALUE_BYTES})`);
     const bytes = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
-    await this.#call('setOnClose', key, this.#timeoutMs, (id) => ({ op: Op.SET_ON_CLOSE, id, key, value: bytes }));
+    await this.#call(op === Op.SET ? 'set' : 'setOnClose', key, this.#timeoutMs, (id) => ({ op, id, key, value: bytes }));
   }
 
   async get(key: string, timeoutMs = this.#timeoutMs): Promise<Uint8Array> {
