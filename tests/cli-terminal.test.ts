@@ -15,11 +15,14 @@ const script = spawnSync('script', ['--version']).status === 0 ? undefined : 'no
 
 test('Ctrl-C during a bench sweep on a terminal restores the cursor and line wrapping, lists the finished sizes and exits 130', { skip: script, timeout: 60_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'a2av-tty-'));
+  let term: ReturnType<typeof spawn> | undefined;
   try {
     const typescript = join(dir, 'out');
-    const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(cli)} bench --backend cpu --min 64K --max 1G --iters 200`;
+    // script runs the command through $SHELL -c; exec makes the bench script's own child under any
+    // shell (dash would otherwise stay between them and take the interrupt itself).
+    const command = `exec ${JSON.stringify(process.execPath)} ${JSON.stringify(cli)} bench --backend cpu --min 64K --max 1G --iters 200`;
     // -e: script's status is the command's; -f: the file is written as the command writes.
-    const term = spawn('script', ['-qfec', command, typescript], { stdio: 'ignore' });
+    term = spawn('script', ['-qfec', command, typescript], { stdio: 'ignore' });
     const seen = () => {
       try {
         return readFileSync(typescript, 'utf8');
@@ -33,6 +36,7 @@ test('Ctrl-C during a bench sweep on a terminal restores the cursor and line wra
     // The command is script's child: Ctrl-C reaches it (the terminal's foreground), not script.
     const bench = Number(spawnSync('pgrep', ['-P', String(term.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')[0]);
     assert.ok(bench > 0, 'the bench process under script');
+    assert.match(readFileSync(`/proc/${bench}/cmdline`, 'utf8'), /cli\.js\0bench/, 'the process under script is the bench itself');
     process.kill(bench, 'SIGINT');
     const [code] = (await once(term, 'exit')) as [number];
     const out = seen();
@@ -43,6 +47,12 @@ test('Ctrl-C during a bench sweep on a terminal restores the cursor and line wra
     assert.ok(out.indexOf('\x1b[?7h', hid) > hid, 'line wrapping is back on');
     assert.match(out, /bench: interrupted after \d+ sizes?:\r?\n\[1\/\d+\] 64 KiB: [\d.]+ µs/);
   } finally {
+    // A failed check must not leave a 1 GiB sweep running: the command leads its own session.
+    if (term && term.exitCode === null && term.signalCode === null) {
+      const leader = spawnSync('pgrep', ['-P', String(term.pid)], { encoding: 'utf8' }).stdout.trim().split('\n')[0];
+      if (/^\d+$/.test(leader)) spawnSync('pkill', ['-KILL', '-s', leader]);
+      term.kill('SIGKILL');
+    }
     rmSync(dir, { recursive: true, force: true });
   }
 });
