@@ -140,15 +140,14 @@ const OPS = byCode(OP_CODE);
  * first rank whose call differs from rank 0's, which is all a kernel sees, so the odd one out may be
  * either (with W = 3, ranks 1 and 2 alike and rank 0 apart, rank 1 is named): neither is blamed.
  */
-function mismatchText(field: MismatchField, rank: number, needed: bigint, available: bigint, own?: { rank: number; call: string }): string {
+function mismatchText(field: MismatchField, rank: number, needed: bigint, available: bigint): string {
   const named = (names: Record<string, string>, v: bigint) => names[String(v)] ?? `code ${v}`;
   const both = (zero: string, mine: string) => `${zero} on rank 0, ${mine} on rank ${rank}`;
   switch (field) {
-    case 'kind': {
-      // The kind names the operation; the reporting rank, where it is one of the two, knows its call as made (a plan's move).
-      const called = (r: number, v: bigint) => (own?.rank === r ? own.call : named(KIND_OPS, v));
-      return `rank 0 called ${called(0, available)}, rank ${rank} ${called(rank, needed)}`;
-    }
+    case 'kind':
+      // By the operation alone, as every rank sees both records: the same text on every rank. A
+      // plan's exchange or move is its operation's kind; the reporting rank's own call closes the message.
+      return `rank 0 called ${named(KIND_OPS, available)}, rank ${rank} ${named(KIND_OPS, needed)}`;
     case 'output':
       return `output symmetric buffer ${both(String(available), String(needed))}`;
     case 'dtype':
@@ -250,20 +249,24 @@ export class SplitsError extends A2avError implements SplitsFault {
       case 'input-overflow':
         // Counts are refused first when negative, so a negative `needed` is a combine's offset.
         if (needed < 0n) return `rank ${rank}: the chunk for ${where} starts at offset ${needed}, before the input (offsets count rows from its start) ${at}`;
+        // A combine's chunk sits at its own offset: what passed is that chunk's end, not a sum of splits.
+        if (f.op === 'allToAllV2dOffset') {
+          const end = needed >= INT64_MAX ? 'ends past row 2^63-1 (its offset + rows overflow int64)' : `ends at row ${needed} (its offset + rows)`;
+          return `rank ${rank}: the chunk for ${where} ${end}, past the input's ${available} rows (every chunk, an empty one too, must lie within the input) ${at}`;
+        }
         return needed >= INT64_MAX
           ? `rank ${rank}: splits overflow int64 (their sum passes 2^63-1 rows); the input holds ${available} rows, passed at ${where} ${at}`
           : `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (${where}) ${at}`;
       case 'output-overflow':
         return needed >= INT64_MAX
           ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at ${where} ${at}`
-          : `rank ${rank}: receives ${needed} rows (passing the output at ${where}) but the output holds ${available} ${at}`;
+          : `rank ${rank}: receives ${needed} row${needed === 1n ? '' : 's'} (passing the output at ${where}) but the output holds ${available} ${at}`;
       case 'mismatch': {
         // The op is the reporting rank's own call: rank `rank` may have made another (a kind mismatch).
         const pair = `rank 0 and rank ${rank} disagree`;
         const first = `(rank ${rank} is the first rank whose call differs from rank 0's; either may be the odd one out)`;
         const by = f.op ? `(reported by rank ${f.reportedBy}, in its ${callText(f.op, f.call)})` : at;
-        const own = f.op && f.call !== undefined ? { rank: f.reportedBy, call: callText(f.op, f.call) } : undefined;
-        if (f.field !== undefined) return `${pair}: ${mismatchText(f.field, rank, needed, available, own)} ${first} ${by}`;
+        if (f.field !== undefined) return `${pair}: ${mismatchText(f.field, rank, needed, available)} ${first} ${by}`;
         // No field named (a SplitsError made by hand, a code this build does not know): what is compared.
         const fields = f.op === 'allReduce' ? 'count, element type or output buffer' : 'call kind, row size, output buffer, experts or alignment';
         return `${pair} (${fields} differ: ${available} on rank 0, ${needed} on rank ${rank}) ${first} ${by}`;

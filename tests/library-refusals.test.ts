@@ -108,6 +108,13 @@ describe('createMoeGroup options', () => {
     assert.deepEqual(await groupOutcomes([{ ...base, laneIndex: 1 }, { ...base, laneIndex: 1 }]), ['no error', 'no error']);
   });
 
+  test('a buffer past what one buffer holds is named, with what sized it, and the group keeps none of the ones it made', async () => {
+    const [{ outcome, live }] = await runRanks<unknown, { outcome: Caught | 'no error'; live: number }>({ backend: 'cpu', ranks: 1 }, programs, 'groupTooLarge', {});
+    assert.ok(outcome !== 'no error' && outcome.usage, JSON.stringify(outcome));
+    assert.match(outcome.message, /^rank 0: createMoeGroup: its back buffer of 6553600000 bytes \(800000 rows sent at most: maxTokensPerRank 100000 × 8 a token, of combineRowBytes 8192\): rank 0: a cpu buffer holds at most \d+ bytes/);
+    assert.equal(live, 0, 'every buffer made before the refusal is freed');
+  });
+
   test('a rank whose own options are refused takes its peers down with it, without a timeout', async () => {
     const started = performance.now();
     assertUsage(await groupOutcomes([base, { ...base, rowBytes: 0 }]), [
@@ -181,6 +188,12 @@ describe('a call\'s refusal says what matters', () => {
   test('allToAllV: the splits\' shape counts ranks, so the world size is said', () => {
     const args = { input: buffer(64), output: buffer(64), inSplits: buffer(16), outSplitsOffsets: buffer(48), rowBytes: 4 };
     assert.equal(refusal(() => checkAllToAllV(ctx, args)), 'rank 1: inSplits (int64[W]) holds 16 bytes, needs at least 24 (W = 3)');
+  });
+
+  test('rowBytes past 2^53 - 1, a positive integer as it reads, is refused with the bound', () => {
+    const args = { input: buffer(64), output: buffer(64), inSplits: buffer(24), outSplitsOffsets: buffer(48), rowBytes: 2 ** 53 };
+    assert.equal(refusal(() => checkAllToAllV(ctx, args)), 'rank 1: rowBytes must be a positive integer at most 2^53-1 (Number.MAX_SAFE_INTEGER), got 9007199254740992');
+    assert.equal(refusal(() => checkAllToAllV(ctx, { ...args, rowBytes: 0 })), 'rank 1: rowBytes must be a positive integer, got 0');
   });
 });
 

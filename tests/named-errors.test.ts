@@ -74,9 +74,12 @@ describe('error classes', () => {
     assert.match(made.message, /rank 0 made a direct call, rank 1 an exchange plan's exchange .* \(reported by rank 0, in its planAllToAllV2dOffset\)$/);
     const oneD = entryError(entry, 1000, 'a move of the exchange plan of allToAllV on lane 0') as api.SplitsError;
     assert.match(oneD.message, /in its plan.move of a planAllToAllV plan\)$/);
-    // Another kind on rank 1 while rank 0 moves a dispatch plan: rank 0's side is named as it was made.
+    // Another kind on rank 1 while rank 0 moves a dispatch plan: both sides by their operation, as
+    // every rank reads them (the same text on each), the reporting rank's own call last.
     const kinds = entryError({ ...entry, expert: MismatchCode.kind, needed: 3n, available: 2n }, 1000, 'a move of the exchange plan of allToAllV2d on lane 0') as api.SplitsError;
-    assert.match(kinds.message, /^rank 0 and rank 1 disagree: rank 0 called plan\.move of a planAllToAllV2d plan, rank 1 allToAllV2dOffset /);
+    assert.match(kinds.message, /^rank 0 and rank 1 disagree: rank 0 called allToAllV2d, rank 1 allToAllV2dOffset .*\(reported by rank 0, in its plan.move of a planAllToAllV2d plan\)$/);
+    const peerSide = entryError({ ...entry, expert: MismatchCode.kind, needed: 3n, available: 2n, reportedBy: 2 }, 1000, 'allToAllV2d on lane 0, call 3') as api.SplitsError;
+    assert.equal(peerSide.message.split(' (reported by')[0], kinds.message.split(' (reported by')[0], 'every rank gives the same account of the two calls');
     const direct = entryError(entry, 1000, 'allToAllV2d on lane 0, call 3') as api.SplitsError;
     assert.deepEqual([direct.op, direct.call], ['allToAllV2d', undefined]);
     assert.match(direct.message, /\(reported by rank 0, in its allToAllV2d\)$/);
@@ -92,13 +95,25 @@ describe('error classes', () => {
     assert.match(new api.SplitsError(at).message, /^rank 0 and rank 1 disagree/);
   });
 
-  it('a combine chunk at a negative offset is named as one, not as rows needed', () => {
+  it('one row is one row', () => {
+    const one = new api.SplitsError({ problem: 'output-overflow', rank: 1, peer: 0, expert: -1, needed: 1n, available: 0n, reportedBy: 0 });
+    assert.equal(one.message, 'rank 1: receives 1 row (passing the output at peer 0) but the output holds 0 (reported by rank 0)');
+  });
+
+  it('a combine chunk at a negative offset or past the input is named as a chunk, not as rows needed', () => {
     const at = { problem: 'input-overflow' as const, rank: 1, peer: 0, expert: 2, available: 256n, reportedBy: 0, op: 'allToAllV2dOffset' };
     assert.equal(
       new api.SplitsError({ ...at, needed: -5n }).message,
       'rank 1: the chunk for peer 0, expert 2 starts at offset -5, before the input (offsets count rows from its start) (reported by rank 0)',
     );
-    assert.equal(new api.SplitsError({ ...at, needed: 300n }).message, 'rank 1: splits need 300 input rows but the input holds 256 (peer 0, expert 2) (reported by rank 0)');
+    assert.equal(
+      new api.SplitsError({ ...at, needed: 300n }).message,
+      "rank 1: the chunk for peer 0, expert 2 ends at row 300 (its offset + rows), past the input's 256 rows (every chunk, an empty one too, must lie within the input) (reported by rank 0)",
+    );
+    // Offset + rows past int64: the chunk's end, not a sum of splits, is what overflowed.
+    assert.match(new api.SplitsError({ ...at, needed: 0x7fffffffffffffffn }).message, /^rank 1: the chunk for peer 0, expert 2 ends past row 2\^63-1 \(its offset \+ rows overflow int64\)/);
+    // The other calls' input-overflow is still a sum of splits.
+    assert.equal(new api.SplitsError({ ...at, op: 'allToAllV2d', needed: 300n }).message, 'rank 1: splits need 300 input rows but the input holds 256 (peer 0, expert 2) (reported by rank 0)');
   });
 
   it('a bad expert id names its entry and the ids allowed, and has no cause (the exchange saw only a stand-in split)', () => {

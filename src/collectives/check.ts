@@ -282,7 +282,9 @@ function checkRows(ctx: CheckContext, what: string, buf: DeviceBuffer, rows: num
 
 function checkRowBytes(ctx: CheckContext, rowBytes: number): void {
   if (!Number.isSafeInteger(rowBytes) || rowBytes < 1) {
-    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer, got ${shown(rowBytes)}`);
+    // An integer past 2^53 - 1 is one no longer held exactly: say what the bound is.
+    const past = Number.isInteger(rowBytes) && rowBytes > 0 ? ' at most 2^53-1 (Number.MAX_SAFE_INTEGER)' : '';
+    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer${past}, got ${shown(rowBytes)}`);
   }
 }
 

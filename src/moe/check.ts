@@ -21,6 +21,8 @@ export function checkContext(comm: Comm): CheckContext {
 }
 
 const isInt = (n: unknown, lo: number, hi = Number.MAX_SAFE_INTEGER): n is number => Number.isSafeInteger(n) && (n as number) >= lo && (n as number) <= hi;
+/** "a positive integer", with the bound where the value is one past 2^53 - 1 (no longer held exactly). */
+const positive = (v: unknown): string => `a positive integer${Number.isInteger(v) && (v as number) > 0 ? ' at most 2^53-1 (Number.MAX_SAFE_INTEGER)' : ''}, got ${shown(v)}`;
 
 const optionsFail = (ctx: CheckContext) => (what: string): never => {
   throw new UsageError(`rank ${ctx.rank}: createMoeGroup: ${what}`);
@@ -43,9 +45,9 @@ export function checkOptions(ctx: CheckContext, o: MoeGroupOptions): TokenShape 
   if (!isInt(o.topk, 1, MAX_TOPK)) fail(`topk must be an integer in 1..${MAX_TOPK}, got ${shown(o.topk)}`);
   // As the CLI's --topk: a token cannot pick more distinct experts than there are.
   if (o.topk > o.numExperts) fail(`topk ${o.topk} is more than the ${o.numExperts} experts`);
-  if (!isInt(o.maxTokensPerRank, 1)) fail(`maxTokensPerRank must be a positive integer, got ${shown(o.maxTokensPerRank)}`);
-  if (!isInt(o.rowBytes, 1)) fail(`rowBytes must be a positive integer, got ${shown(o.rowBytes)}`);
-  if (o.combineRowBytes !== undefined && !isInt(o.combineRowBytes, 1)) fail(`combineRowBytes must be a positive integer, got ${shown(o.combineRowBytes)}`);
+  if (!isInt(o.maxTokensPerRank, 1)) fail(`maxTokensPerRank must be ${positive(o.maxTokensPerRank)}`);
+  if (!isInt(o.rowBytes, 1)) fail(`rowBytes must be ${positive(o.rowBytes)}`);
+  if (o.combineRowBytes !== undefined && !isInt(o.combineRowBytes, 1)) fail(`combineRowBytes must be ${positive(o.combineRowBytes)}`);
   const align = o.expertAlignment ?? 1;
   if (!isInt(align, 1, MAX_MAJOR_ALIGN)) fail(`expertAlignment must be an integer in 1..${MAX_MAJOR_ALIGN}, got ${shown(align)}`);
   if (o.layout === 'compact' && align !== 1) fail('expertAlignment is for the expanded layout (compact rows are tokens, not grouped by expert)');

@@ -13,7 +13,7 @@
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
 import { BETWEEN, COMPANION, EXPLAINED, GATHER, ON_REPLAY, ONE_GPU_FUSED, SCATTER, type Comm, type DeviceBuffer, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { checkArgsObject } from '../collectives/check.js';
-import { CommAbortedError, UsageError } from '../errors.js';
+import { ClosedError, CommAbortedError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch, MOE_COMBINE_ARGS, MOE_DISPATCH_ARGS } from './check.js';
@@ -58,26 +58,43 @@ export async function createMoeGroupWith(comm: Comm, options: MoeGroupOptions, f
 
 async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
   const gathers = gathersRows(comm);
-  const local = (bytes: number) => comm.alloc(bytes);
+  const made: DeviceBuffer[] = [];
+  // Each buffer by its name, so a refusal says which one and from what; a failure frees the ones
+  // made before it (a group that failed keeps nothing).
+  const alloc = async (name: string, bytes: number, how: string, symmetric = false): Promise<DeviceBuffer> => {
+    try {
+      const buf = symmetric ? await comm.allocSymmetric(bytes) : comm.alloc(bytes);
+      made.push(buf);
+      return buf;
+    } catch (err) {
+      for (const buf of made) comm.free(buf);
+      if (!(err instanceof UsageError) || err instanceof ClosedError) throw err;
+      throw new UsageError(`rank ${comm.rank}: createMoeGroup: its ${name} buffer of ${bytes} bytes (${how}): ${err.message}`, { cause: err });
+    }
+  };
   const n = s.buckets;
+  const tokens = `maxTokensPerRank ${s.tokenCap}`;
+  const sent = `${s.sendRows} rows sent at most: ${tokens} × ${s.sendRows / s.tokenCap} a token`;
   const bufs: TokenBuffers = {
-    hist: local(4 * s.chunks * n),
-    local: local(4 * s.tokenCap * s.topk),
-    slot: local(4 * s.tokenCap * s.topk),
-    starts: local(8 * n),
-    inSplits: local(8 * n),
-    fault: local(8),
-    routeTicket: local(8),
-    reduceTicket: local(8),
-    routeTokens: local(8),
-    metaOso: local(16 * n),
-    combineOso: local(16 * n),
-    ...(gathers ? { rowOf: local(4 * s.sendRows), dests: local(8 * s.tokenCap * s.topk) } : { send: local(s.sendRows * s.rowBytes) }),
-    sendMeta: local(s.sendRows * s.metaBytes),
-    recvMeta: await comm.allocSymmetric(s.recvRows * s.metaBytes),
+    hist: await alloc('hist', 4 * s.chunks * n, 'token counts per chunk and bucket'),
+    local: await alloc('local', 4 * s.tokenCap * s.topk, `${tokens} × topk ${s.topk}`),
+    slot: await alloc('slot', 4 * s.tokenCap * s.topk, `${tokens} × topk ${s.topk}`),
+    starts: await alloc('starts', 8 * n, 'a word per bucket'),
+    inSplits: await alloc('inSplits', 8 * n, 'a word per bucket'),
+    fault: await alloc('fault', 8, 'a word'),
+    routeTicket: await alloc('routeTicket', 8, 'a word'),
+    reduceTicket: await alloc('reduceTicket', 8, 'a word'),
+    routeTokens: await alloc('routeTokens', 8, 'a word'),
+    metaOso: await alloc('metaOso', 16 * n, 'two words per bucket'),
+    combineOso: await alloc('combineOso', 16 * n, 'two words per bucket'),
+    ...(gathers
+      ? { rowOf: await alloc('rowOf', 4 * s.sendRows, sent), dests: await alloc('dests', 8 * s.tokenCap * s.topk, `${tokens} × topk ${s.topk}`) }
+      : { send: await alloc('send', s.sendRows * s.rowBytes, `${sent}, of rowBytes ${s.rowBytes}`) }),
+    sendMeta: await alloc('sendMeta', s.sendRows * s.metaBytes, `${sent}, of ${s.metaBytes} bytes of metadata`),
+    recvMeta: await alloc('recvMeta', s.recvRows * s.metaBytes, `${s.recvRows} rows received at most, of ${s.metaBytes} bytes of metadata`, true),
     // Symmetric: a pulling combine reads where its rows landed in each peer's (compute.ts pullFrom).
-    routeOso: await comm.allocSymmetric(16 * n),
-    back: await comm.allocSymmetric(s.sendRows * s.combineRowBytes),
+    routeOso: await alloc('routeOso', 16 * n, 'two words per bucket', true),
+    back: await alloc('back', s.sendRows * s.combineRowBytes, `${sent}, of combineRowBytes ${s.combineRowBytes}`, true),
   };
   // What the kernels leave so after every call (compute.ts), and where they start: device memory starts as anything.
   for (const b of [bufs.fault, bufs.routeTicket, bufs.reduceTicket]) comm.write(b, new Uint8Array(b.bytes));

@@ -306,6 +306,8 @@ export async function closedCalls(comm: Comm): Promise<number> {
     ['allReduce', () => comm.allReduce({ input: buf, output: buf, count: 4, dtype: 'f32', op: 'sum' })],
   ];
   let checked = 0;
+  // Each call's error is its own (its stack leads to that call, not to close()).
+  const seen = new Set<unknown>();
   for (const [what, call] of calls) {
     let caught: unknown;
     try {
@@ -314,6 +316,8 @@ export async function closedCalls(comm: Comm): Promise<number> {
       caught = err;
     }
     if (!(caught instanceof ClosedError)) throw new Error(`rank ${comm.rank}: ${what} after close() gave ${caught === undefined ? 'no error' : String(caught)}, not ClosedError`);
+    if (seen.has(caught)) throw new Error(`rank ${comm.rank}: ${what} after close() threw the same error object as an earlier call`);
+    seen.add(caught);
     checked++;
   }
   const barrier = await comm.barrier().then(() => undefined, (err: unknown) => err);

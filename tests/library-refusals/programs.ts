@@ -35,6 +35,28 @@ export async function groupWith(comm: Comm, arg: { byRank: (Partial<MoeGroupOpti
   });
 }
 
+/**
+ * createMoeGroup with options whose combine buffer is past what a cpu buffer holds: what it throws,
+ * and how many of the buffers it made are still allocated (through a communicator that counts).
+ */
+export async function groupTooLarge(comm: Comm): Promise<{ outcome: Caught | 'no error'; live: number }> {
+  const live = new Set<unknown>();
+  const counting = new Proxy(comm, {
+    get(target, key) {
+      if (key === 'alloc') return (bytes: number) => tap(target.alloc(bytes));
+      if (key === 'allocSymmetric') return async (bytes: number) => tap(await target.allocSymmetric(bytes));
+      if (key === 'free') return (buf: unknown) => (live.delete(buf), target.free(buf as never));
+      const v = Reflect.get(target, key, target) as unknown;
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  const tap = <T>(buf: T): T => (live.add(buf), buf);
+  // 800,000 rows sent at most; their combine rows of 8 KiB (6.5 GB) pass the 4 GiB a cpu buffer holds.
+  const options: MoeGroupOptions = { numExperts: 8, topk: 8, maxTokensPerRank: 100_000, rowBytes: 16, combineRowBytes: 8192, layout: 'expanded' };
+  const outcome = await caught(() => createMoeGroup(counting, options));
+  return { outcome, live: live.size };
+}
+
 /** A barrier after close(): what the caller meets. */
 export async function barrierAfterClose(comm: Comm): Promise<Caught | 'no error'> {
   await comm.close();

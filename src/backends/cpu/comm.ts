@@ -85,8 +85,10 @@ class CpuComm implements Comm, CheckContext {
   #gathers = 0;
   /** The calls a replay is making, while one runs: each one's handle, lane and explanation (EXPLAINED). */
   #replayed: ReplayedCall[] | undefined;
-  /** Why the communicator is unusable (closed, or a peer timed out), else undefined. */
-  #broken: Error | undefined;
+  /** Set by close(): every later call is a ClosedError. */
+  #closed = false;
+  /** The timeout that aborted the communicator, if one did: later calls are a CommAbortedError. */
+  #aborted: Error | undefined;
 
   constructor(opts: CommOptions, exchange: Rendezvous, layout: PadLayout, pads: SharedRegion[]) {
     this.rank = opts.rank;
@@ -98,7 +100,7 @@ class CpuComm implements Comm, CheckContext {
     this.#exchange = exchange;
     this.#pads = pads;
     const onTimeout = (cause: Error): void => {
-      this.#broken ??= new CommAbortedError(this.rank, { cause });
+      this.#aborted ??= cause;
     };
     const views = pads.map((region) => new PadViews(region));
     this.#lanes = Array.from({ length: opts.lanes }, (_, index) => new CpuLane({ index, rank: this.rank, layout, pads: views, timeoutMs: this.timeoutMs, onTimeout }));
@@ -125,7 +127,7 @@ class CpuComm implements Comm, CheckContext {
     checkSize(this.rank, bytes);
     const id = this.#nextSymmetricId++;
     const regions = await this.#setUp(this.#exchange.share(`sym/${id}`, bytes, startWaitMs(this.timeoutMs), `allocSymmetric #${id}`));
-    if (this.#broken !== undefined) {
+    if (this.#closed || this.#aborted !== undefined) {
       closeAll(regions); // closed while the peers were being mapped
       this.#usable();
     }
@@ -330,12 +332,11 @@ class CpuComm implements Comm, CheckContext {
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
   #setUp<T>(wait: Promise<T>): Promise<T> {
-    return endingOnTimeout(wait, (err) => (this.#broken ??= new CommAbortedError(this.rank, { cause: err })));
+    return endingOnTimeout(wait, (err) => (this.#aborted ??= err));
   }
 
   [ABORTED](): Error | undefined {
-    const broken = this.#broken;
-    return broken instanceof CommAbortedError && broken.cause instanceof Error ? broken.cause : undefined;
+    return this.#closed ? undefined : this.#aborted;
   }
 
   freeMemory(): number {
@@ -344,10 +345,10 @@ class CpuComm implements Comm, CheckContext {
   }
 
   async close(): Promise<void> {
-    if (this.#broken instanceof ClosedError) return;
-    this.#broken = new ClosedError(this.rank);
+    if (this.#closed) return;
+    this.#closed = true;
     // Peers hold their own mappings of our memory, so nothing of theirs dangles. Ours go after
-    // every view of them (buffers; pads: lanes are never used again once #broken is set).
+    // every view of them (buffers; pads: lanes are never used again once #closed is set).
     const buffers = [...this.#buffers];
     this.#buffers.clear();
     const regions = this.#pads;
@@ -368,13 +369,15 @@ class CpuComm implements Comm, CheckContext {
     return buf;
   }
 
+  // A new error per call (as cuda and nccl), so its stack is the call's, not close()'s or the timeout's.
   #usable(): void {
-    if (this.#broken !== undefined) throw this.#broken;
+    this.#open();
+    if (this.#aborted !== undefined) throw new CommAbortedError(this.rank, { cause: this.#aborted });
   }
 
   /** Calls that stay allowed on an aborted communicator (reading what is there) are not after close(). */
   #open(): void {
-    if (this.#broken instanceof ClosedError) throw this.#broken;
+    if (this.#closed) throw new ClosedError(this.rank);
   }
 }
 
