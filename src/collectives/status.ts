@@ -115,11 +115,11 @@ function peerProgress(e: StatusEntry): string {
   return `the peer got no further than call ${e.available}`;
 }
 
-/** The named error a status entry stands for. */
-export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV'): Error {
+/** The named error a status entry stands for; `peerNote` adds what else is known of a missing peer. */
+export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV', peerNote?: string): Error {
   if (e.code === StatusCode.timeout) {
     const site = WaitSite[e.expert ?? -1];
-    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane${site ? `, ${site}` : ''}; ${peerProgress(e)}`);
+    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane${site ? `, ${site}` : ''}; ${peerProgress(e)}${peerNote ? `; ${peerNote}` : ''}`);
   }
   const problem = problems[e.code];
   if (problem === undefined) {

@@ -57,6 +57,22 @@ export async function groupTooLarge(comm: Comm): Promise<{ outcome: Caught | 'no
   return { outcome, live: live.size };
 }
 
+/**
+ * Rank 1 leaves after a first allReduce (closing its communicator, or, with `stays`, keeping it
+ * open for a while); rank 0 makes a second one, which times out: what it says of rank 1.
+ */
+export async function peerLeaves(comm: Comm, arg: { stays: boolean }): Promise<Caught | 'no error'> {
+  const buf = comm.alloc(16);
+  const reduce = () => comm.allReduce({ input: buf, output: buf, count: 4, dtype: 'f32', op: 'sum' }).wait();
+  reduce();
+  if (comm.rank === 1) {
+    if (arg.stays) await new Promise((r) => setTimeout(r, 1500));
+    else await comm.close();
+    return 'no error';
+  }
+  return caught(async () => reduce());
+}
+
 /** A barrier after close(): what the caller meets. */
 export async function barrierAfterClose(comm: Comm): Promise<Caught | 'no error'> {
   await comm.close();

@@ -251,7 +251,7 @@ export class CpuLane implements Lane {
       reportedBy: this.#rank,
       expert: site,
     };
-    const err = entryError(entry, this.#timeoutMs, what);
+    const err = entryError(entry, this.#timeoutMs, what, this.#pads[peer].closed ? 'it has closed its communicator' : undefined);
     this.#onTimeout(err);
     return err;
   }

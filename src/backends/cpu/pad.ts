@@ -3,7 +3,8 @@
 // published call record and flags from it, and write their "done" flags into it.
 //
 // Header line: int32 sleepers: how many ranks sleep on a word of this pad (wakes are skipped
-// while it is 0: a wake is a system call when ranks are processes).
+// while it is 0: a wake is a system call when ranks are processes); int32 closed: 1 once the rank
+// closed its communicator (a peer left waiting for it says so when its wait times out).
 // Lane region (bytes from the lane's base; regions are 64-byte aligned so lanes never share a line):
 //   0                 arrive flag (int32): the lane sequence number of this rank's latest call
 //   64 + k·slotBytes  slot k = seq & 1 (double-buffered, so a peer that races ahead to the next call
@@ -29,6 +30,8 @@ const LINE = 64;
 export const SCRATCH_BYTES = 128 * 1024;
 /** Int32 index of the sleepers count. */
 const SLEEPERS = 0;
+/** Int32 index of the closed mark. */
+const CLOSED = 1;
 
 const align = (n: number, to: number): number => Math.ceil(n / to) * to;
 
@@ -104,6 +107,16 @@ export class PadViews {
     } finally {
       Atomics.sub(this.i32, SLEEPERS, 1);
     }
+  }
+
+  /** Marks the pad's rank as closed: it makes no call again. */
+  markClosed(): void {
+    Atomics.store(this.i32, CLOSED, 1);
+  }
+
+  /** Whether the pad's rank has closed its communicator. */
+  get closed(): boolean {
+    return Atomics.load(this.i32, CLOSED) === 1;
   }
 
   /** Wakes the sleepers on word `index`, if any. Call after the Atomics.store to it. */
