@@ -389,6 +389,12 @@ test('the report lists every rank the survivors named, most-named first, and the
     describeTimeouts(mixed),
     'ranks 1, 3 stopped answering (named in TimeoutError: rank 1 by ranks 2, 5; rank 3 by rank 0); rank 4 timed out waiting for a peer they could not name (TimeoutError)',
   );
+  // A named rank that had exited with status 0 left while the others waited: not "stopped answering".
+  assert.equal(describeTimeouts(new Map([[0, timedOut(1)]]), new Set([1])), 'rank 1 exited with status 0 while rank 0 still waited for it (named in TimeoutError)');
+  assert.equal(
+    describeTimeouts(mixed, new Set([3])),
+    'rank 3 exited with status 0 while rank 0 still waited for it (named in TimeoutError); rank 1 stopped answering (named by ranks 2, 5 in TimeoutError); rank 4 timed out waiting for a peer they could not name (TimeoutError)',
+  );
   assert.equal(describeError(mixed.get(6)), 'UsageError: bad');
   assert.equal(describeError(mixed.get(5)), undefined, 'a timeout is told by describeTimeouts');
   assert.equal(describeError({ name: undefined, code: undefined, message: 'ValueError: x', missingRank: undefined }), 'ValueError: x');

@@ -1,5 +1,5 @@
 // How a run of `a2av` ends: its errors as one line on stderr, and the exit status (stdout's failures included).
-import { TimeoutError, UsageError } from '../errors.js';
+import { CommAbortedError, TimeoutError, UsageError } from '../errors.js';
 import { recordExitError } from '../world/exit-record.js';
 import { DEFAULT_TIMEOUT_MS } from '../world/ranks.js';
 
@@ -8,16 +8,31 @@ export function fail(message: string): never {
   throw new UsageError(message);
 }
 
-/** An error's first line: errors are one line; a multi-line message (a compile log) is cut. */
+/**
+ * An error's first line: errors are one line; a multi-line message (a compile log) is cut. A call
+ * refused because an earlier one timed out (a command that queued on before waiting) reads as that
+ * timeout: it is what went wrong, and what the hint below is about.
+ */
 export function errorLine(err: unknown): string {
-  return (err instanceof Error ? err.message : String(err)).split('\n')[0] + timeoutHint(err);
+  const first = err instanceof CommAbortedError && err.cause instanceof TimeoutError ? err.cause : err;
+  return (first instanceof Error ? first.message : String(first)).split('\n')[0] + timeoutHint(first);
+}
+
+/** The --timeout-ms given on this command line, if any. */
+let given: number | undefined;
+
+/** Keeps the --timeout-ms given (its parser calls this), for the hint below. */
+export function timeoutGiven(ms: number): void {
+  given = ms;
 }
 
 // Only --timeout-ms sets a bound below the default in the commands, and ranks that share cores or
 // a GPU fall tens of ms apart between calls without anything being wrong: say which it may be.
 function timeoutHint(err: unknown): string {
-  if (!(err instanceof TimeoutError) || !(err.timeoutMs < DEFAULT_TIMEOUT_MS)) return '';
-  return ` (--timeout-ms ${err.timeoutMs} bounds every wait between ranks; ranks that share cores or a GPU can fall that far apart without failing: raise it, or leave out --timeout-ms for ${DEFAULT_TIMEOUT_MS} ms)`;
+  if (!(err instanceof TimeoutError) || given === undefined || !(given < DEFAULT_TIMEOUT_MS)) return '';
+  // A set-up wait has a floor of its own: the bound that ran out is that floor, not the option.
+  if (err.timeoutMs > given) return ` (set-up waits at least ${err.timeoutMs} ms whatever --timeout-ms says: a rank not there by then is not coming)`;
+  return ` (--timeout-ms ${given} bounds every wait between ranks; ranks that share cores or a GPU can fall that far apart without failing: raise it, or leave out --timeout-ms for ${DEFAULT_TIMEOUT_MS} ms)`;
 }
 
 /** Thrown by the exit override once help or the version is printed: the run then ends normally. */

@@ -3,6 +3,7 @@
 import { InvalidArgumentError } from 'commander';
 import { parseSize } from '../bench/units.js';
 import { MAX_TIMEOUT_MS } from '../world/ranks.js';
+import { timeoutGiven } from './exit.js';
 
 export function integer(min: number, max = Number.MAX_SAFE_INTEGER, why = '') {
   return (text: string): number => {
@@ -52,5 +53,10 @@ export function sizeOrZero(text: string): number {
 /** The help of the options every command that runs ranks shares (tune's --ranks has no cpu default). */
 export const RANKS_HELP = 'ranks, as threads of this process (default: one per GPU; 2 on cpu; under a2av launch: its processes)';
 export const TIMEOUT_HELP = 'bound on every wait between ranks (default 60000)';
-/** --timeout-ms's parser: up to what a timer holds (past it Node's timers fire after 1 ms). */
-export const timeoutMs = integer(1, MAX_TIMEOUT_MS, ' (about 24.8 days, the longest a timer holds)');
+const timeoutInteger = integer(1, MAX_TIMEOUT_MS, ' (about 24.8 days, the longest a timer holds)');
+/** --timeout-ms's parser: up to what a timer holds (past it Node's timers fire after 1 ms); the value is kept for the hint on a timeout (exit.ts). */
+export const timeoutMs = (text: string): number => {
+  const ms = timeoutInteger(text);
+  timeoutGiven(ms);
+  return ms;
+};

@@ -46,6 +46,10 @@ export const StatusField = {
 /** The waits of the 1-D call (kernels/config.cuh A2AV_WAIT_ARRIVAL, A2AV_WAIT_DONE; the cpu lane's arrive and done words). */
 export const WAIT_ARRIVAL = 1;
 export const WAIT_DONE = 2;
+/** A plan's move, and an allReduce's first and later rounds (A2AV_WAIT_MOVE, A2AV_WAIT_AR_HEADER, A2AV_WAIT_AR_DATA). */
+export const WAIT_MOVE = 5;
+export const WAIT_AR_HEADER = 6;
+export const WAIT_AR_DATA = 7;
 
 export const WaitSite: Record<number, string> = {
   1: "waiting for the peer's splits",

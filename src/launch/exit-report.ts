@@ -44,9 +44,11 @@ export class ExitRecordDir {
 /**
  * Whom the ranks that timed out were waiting for, or undefined when none timed out. Survivors may
  * name different ranks (each names the first it waited for), so every named rank is listed, the
- * most-named first: "rank 1 stopped answering (named by ranks 0, 2 in TimeoutError)".
+ * most-named first: "rank 1 stopped answering (named by ranks 0, 2 in TimeoutError)". A named rank
+ * in `ended` (ranks that had exited with status 0) did not stop: it left while its peers still
+ * waited for it, and is said so.
  */
-export function describeTimeouts(records: ReadonlyMap<number, ExitRecord>): string | undefined {
+export function describeTimeouts(records: ReadonlyMap<number, ExitRecord>, ended: ReadonlySet<number> = new Set()): string | undefined {
   const namedBy = new Map<number, number[]>();
   const unnamed: number[] = [];
   for (const [rank, { missingRank }] of [...records].sort(([a], [b]) => a - b)) {
@@ -56,12 +58,15 @@ export function describeTimeouts(records: ReadonlyMap<number, ExitRecord>): stri
   }
   const named = [...namedBy].sort(([a, byA], [b, byB]) => byB.length - byA.length || a - b);
   const parts: string[] = [];
-  if (named.length === 1) {
-    const [[missing, by]] = named as [[number, number[]]];
+  const left = named.filter(([missing]) => ended.has(missing));
+  const stopped = named.filter(([missing]) => !ended.has(missing));
+  for (const [missing, by] of left) parts.push(`rank ${missing} exited with status 0 while ${ranks(by)} still waited for it (named in TimeoutError)`);
+  if (stopped.length === 1) {
+    const [[missing, by]] = stopped as [[number, number[]]];
     parts.push(`rank ${missing} stopped answering (named by ${ranks(by)} in TimeoutError)`);
-  } else if (named.length > 1) {
-    const each = named.map(([missing, by]) => `rank ${missing} by ${ranks(by)}`).join('; ');
-    parts.push(`ranks ${named.map(([missing]) => missing).join(', ')} stopped answering (named in TimeoutError: ${each})`);
+  } else if (stopped.length > 1) {
+    const each = stopped.map(([missing, by]) => `rank ${missing} by ${ranks(by)}`).join('; ');
+    parts.push(`ranks ${stopped.map(([missing]) => missing).join(', ')} stopped answering (named in TimeoutError: ${each})`);
   }
   if (unnamed.length > 0) parts.push(`${ranks(unnamed)} timed out waiting for a peer they could not name (TimeoutError)`);
   return parts.length > 0 ? parts.join('; ') : undefined;

@@ -260,7 +260,8 @@ class Job {
     // Only failed ranks' records count: one that exited 0 recovered from whatever it recorded.
     const failed = this.#exits.filter((e) => e.spawnError === undefined && (e.code !== 0 || e.signal !== null)).map((e) => e.rank);
     const records = this.#records.read(failed);
-    const blame = describeTimeouts(records);
+    const ended = new Set(this.#exits.filter((e) => e.spawnError === undefined && e.code === 0 && e.signal === null).map((e) => e.rank));
+    const blame = describeTimeouts(records, ended);
     const own = describeError(records.get(failure.rank));
     const first = `${blame === undefined ? '' : `${blame}; `}rank ${failure.rank} (pid ${failure.pid}) failed first`;
     const why = own === undefined ? '' : ` (${own})`;

@@ -12,7 +12,7 @@
 import type { Handle, Lane, Stream } from '../backend.js';
 import { judge, mismatchOf, RECORD_HEADER_WORDS, Records, writeAllReduceHeader, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
 import { Routing } from '../../collectives/exchange-routing.js';
-import { StatusCode, WAIT_ARRIVAL, WAIT_DONE, entryError, type StatusEntry } from '../../collectives/status.js';
+import { StatusCode, WAIT_AR_DATA, WAIT_AR_HEADER, WAIT_ARRIVAL, WAIT_DONE, WAIT_MOVE, entryError, type StatusEntry } from '../../collectives/status.js';
 import type { CallRecord, Payload } from '../../collectives/call-records.js';
 import type { CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
@@ -116,7 +116,7 @@ export class CpuLane implements Lane {
   /** A plan's move (`what` names it, and its operation): the ranks' headers must agree (row size, output), then the rows along `routing`. */
   move(header: RecordHeader, routing: Routing, p: Payload, what: string): Error | undefined {
     const seq = this.#publish(header, undefined, 0);
-    const err = this.#arrived(seq, what);
+    const err = this.#arrived(seq, what, WAIT_MOVE);
     if (err !== undefined) return err;
     const refused = mismatchOf(this.#records[seq & 1], this.#rank);
     if (refused !== undefined) return entryError(refused, this.#timeoutMs, what);
@@ -138,7 +138,7 @@ export class CpuLane implements Lane {
     const m = this.#records[seq & 1];
     if (first) writeAllReduceHeader(this.#pads[this.#rank].i32, m.base[this.#rank]);
     this.#arriveAt(seq);
-    const err = this.#arrived(seq, what);
+    const err = this.#arrived(seq, what, first ? WAIT_AR_HEADER : WAIT_AR_DATA);
     if (err !== undefined) return err;
     const refused = first ? mismatchOf(m, this.#rank) : undefined;
     if (refused !== undefined) return entryError(refused, this.#timeoutMs, what);
@@ -177,10 +177,13 @@ export class CpuLane implements Lane {
     return seq;
   }
 
-  /** Waits for every peer's record of call `seq`; the timeout's error if one never comes. */
-  #arrived(seq: number, what: string): Error | undefined {
+  /**
+   * Waits for every peer's record of call `seq`; the timeout's error if one never comes, naming the
+   * wait as the GPU kernels name theirs (`site`: a call's splits, a move's header, an allReduce's).
+   */
+  #arrived(seq: number, what: string, site = WAIT_ARRIVAL): Error | undefined {
     for (let p = 0; p < this.#world; p++) {
-      if (p !== this.#rank && !this.#waitFor(this.#pads[p], this.#arrive, seq)) return this.#timedOut(p, seq, what, WAIT_ARRIVAL);
+      if (p !== this.#rank && !this.#waitFor(this.#pads[p], this.#arrive, seq)) return this.#timedOut(p, seq, what, site);
     }
     return undefined;
   }
