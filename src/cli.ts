@@ -36,9 +36,19 @@ addTune(program);
 addPlot(program);
 addLaunch(program);
 
+// `a2av help bench pipeline`: commander's help command takes one word, so a nested command's help
+// is asked of the command itself, as `a2av bench pipeline --help` would.
+const args = process.argv.slice(2);
+const nested = (words: string[]): boolean => {
+  let at: Command | undefined = program;
+  for (const w of words) at = at?.commands.find((c) => c.name() === w || c.aliases().includes(w));
+  return at !== undefined;
+};
+const helpWords = args[0] === 'help' && args.length > 2 && nested(args.slice(1)) ? [...args.slice(1), '--help'] : undefined;
+
 watchStdout();
 try {
-  await program.parseAsync();
+  await (helpWords ? program.parseAsync(helpWords, { from: 'user' }) : program.parseAsync());
 } catch (err) {
   reportError(err);
 }

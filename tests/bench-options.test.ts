@@ -66,7 +66,7 @@ describe('a2av bench: values refused up front', () => {
     assert.match(help, /a2av bench pipeline/);
   });
 
-  it("options before a sub-command, which it would not read, are refused; 'bench help <sub>' shows its help", () => {
+  it("options before a sub-command, which it would not read, are refused; 'bench help <sub>' and 'help bench <sub>' show its help", () => {
     // bench() gives --backend cpu before the arguments: bench's own option, not the sub-command's.
     refused(['--ranks', '4', 'allreduce', '--max', '8K'],
       "--backend, --ranks are given before 'allreduce', where a2av bench allreduce does not read them: give its options after its name (a2av bench allreduce --help lists them)");
@@ -74,6 +74,12 @@ describe('a2av bench: values refused up front', () => {
     const help = a2av('bench', 'help', 'pipeline');
     assert.equal(help.status, 0, help.stderr);
     assert.match(help.stdout, /^Usage: a2av bench pipeline /);
+    // And from the top, as git's `help` would: a2av help bench pipeline.
+    for (const sub of ['pipeline', 'allreduce']) {
+      const top = a2av('help', 'bench', sub);
+      assert.equal(top.status, 0, top.stderr);
+      assert.match(top.stdout, new RegExp(`^Usage: a2av bench ${sub} `));
+    }
   });
 
   it('--plot into a missing folder or not .svg is refused before the sweep', () => {
