@@ -140,6 +140,8 @@ describe('a2av bench: a sweep that starts past --min or stops short of --max say
       [`a2av: note: ${offMin}; --max 8.8 KiB (9000 B) is not a doubling of --min 1.5 KiB (1500 B) (each rounded up to whole 1 KiB rows): the sweep stops at 6 KiB, ${nccl}`]);
     assert.deepEqual(notes('--min', '1500', '--max', '6000'), [`a2av: note: ${offMin}; --max 5.9 KiB (6000 B) is not a whole number of 1 KiB rows: the sweep stops at 5 KiB, its last whole one`]);
     assert.deepEqual(notes('--min', '1500', '--max', '3K'), [`a2av: note: ${offMin}`]);
+    // Below one row: the sweep starts at one row, as it does for any --min off whole rows.
+    assert.deepEqual(notes('--min', '512', '--max', '2K'), ['a2av: note: --min 512 B is not a whole number of 1 KiB rows: the sweep starts at 1 KiB, each doubling rounded up']);
     // Where a size reads rounded, its bytes are said too: 65533 B is not "64.0 KiB" beside a --max of 64 KiB.
     assert.deepEqual(notes('--min', '16K', '--max', '64K', '--row-bytes', '13'), [
       'a2av: note: --min 16 KiB is not a whole number of 13 B rows: the sweep starts at 16.0 KiB (16393 B), each doubling rounded up; ' +

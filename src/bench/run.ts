@@ -100,7 +100,7 @@ function stoppedError(stop: WrongElsewhere, rank: number): WrongResultError {
 }
 
 function wholeRowSizes({ minBytes, maxBytes, rowBytes }: Pick<BenchOptions, 'minBytes' | 'maxBytes' | 'rowBytes'>): number[] {
-  if (minBytes < rowBytes || !holdsWholeUnit(minBytes, maxBytes, rowBytes))
+  if (!holdsWholeUnit(minBytes, maxBytes, rowBytes))
     throw new UsageError(`bench: no whole number of ${formatBytes(rowBytes)} rows lies between ${formatBytes(minBytes)} and ${formatBytes(maxBytes)} per rank`);
   return doublingSizes(minBytes, maxBytes, rowBytes);
 }

@@ -15,8 +15,8 @@ export const DEFAULT_ROW_BYTES = 1024;
 export const DEFAULT_MAX = { cuda: '4G', nccl: '4G', cpu: '256M' } satisfies Record<BackendName, string>;
 
 /**
- * Refuses --min past --max, below one row, or a range holding no whole row (the sweep's sizes are
- * whole rows, each rounded up, never past --max). A bound the user did not type is named as the
+ * Refuses --min past --max, or a range holding no whole row (the sweep's sizes are whole rows,
+ * each rounded up, never past --max: a --min below one row starts at one). A bound the user did not type is named as the
  * default it is, with the option to give: "--min 512 KiB is larger than --max 1 KiB" after only
  * --max 1K would blame an option never given.
  */
@@ -27,11 +27,8 @@ export function checkSizeRange(cmd: Command, { min, max, rowBytes }: { min: numb
     if (given('min')) fail(`--min ${formatBytes(min)} is larger than ${dflt('max')}--max ${formatBytes(max)}${given('max') ? '' : ': give --max too'}`);
     fail(`--max ${formatBytes(max)} is smaller than the default --min ${formatBytes(min)}: give --min too`);
   }
+  // A --min below one row starts the sweep at one row, which the sweep's note says (sweepNote).
   if (rowBytes === undefined) return;
-  if (min < rowBytes) {
-    if (given('min')) fail(`--min ${formatBytes(min)} is smaller than one row (${dflt('rowBytes')}--row-bytes ${formatBytes(rowBytes)})`);
-    fail(`--row-bytes ${formatBytes(rowBytes)} is larger than the default --min ${formatBytes(min)}: give --min too`);
-  }
   if (!holdsWholeUnit(min, max, rowBytes))
     fail(`no whole number of ${formatBytes(rowBytes)} rows (${dflt('rowBytes')}--row-bytes) lies between ${dflt('min')}--min ${formatBytes(min)} and ${dflt('max')}--max ${formatBytes(max)}`);
 }
