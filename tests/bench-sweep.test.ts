@@ -43,7 +43,7 @@ describe('runBench on the cpu backend', () => {
     const titles = lines.find((l) => /^\s*bytes/.test(l))!;
     assert.match(titles, /^\s*bytes\s+time µs\s+min-max µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio\s+checked$/);
     const n = '\\d+\\.\\d+';
-    assert.match(lines.at(-1)!, new RegExp(`^\\s*16\\.0 KiB\\s+${n}\\s+${n}-${n}\\s+${n}\\s+${n}\\s+${n}\\s+${n}\\s+eager$`));
+    assert.match(lines.at(-1)!, new RegExp(`^\\s*16\\.0 KiB \\(16380 B\\)\\s+${n}\\s+${n}-${n}\\s+${n}\\s+${n}\\s+${n}\\s+${n}\\s+eager$`));
   });
 
   it('ranks on several devices: every rank times its peer copies at once, and the rows say peer-copy', async () => {

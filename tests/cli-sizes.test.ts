@@ -14,10 +14,13 @@ describe('parseSize', () => {
     assert.equal(parseSize('1.5G'), 1.5 * 2 ** 30);
     assert.equal(parseSize(' 3 T '), 3 * 2 ** 40);
     assert.equal(parseSize('100B'), 100);
+    // IEC's short form, as the tables print the unit less its B.
+    assert.equal(parseSize('4Ki'), 4096);
+    assert.equal(parseSize('1.5Gi'), 1.5 * 2 ** 30);
   });
 
   it('rejects garbage, saying what is accepted', () => {
-    for (const bad of ['', 'abc', '4X', '-1', '1e6', 'K', '4 G B', '0x10', '1,024']) {
+    for (const bad of ['', 'abc', '4X', '-1', '1e6', 'K', '4 G B', '0x10', '1,024', '4i', '4ib', '4Bi']) {
       assert.throws(() => parseSize(bad), /not a size: .*512K, 4G/, bad);
     }
   });

@@ -197,7 +197,7 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
       if (!x) continue;
       const ref = nccl?.rows[i];
       table.push([
-        formatBytes(x.bytes),
+        formatBytesExact(x.bytes),
         r.backend,
         formatMicros(x.timeUs),
         `${formatMicros(x.timeMinUs)}-${formatMicros(x.timeMaxUs)}`,

@@ -1,6 +1,6 @@
 // The benchmark's result: the JSON form and an aligned text table of the same rows.
 import type { BenchOp } from './ops.js';
-import { formatBytes } from './units.js';
+import { formatBytesExact } from './units.js';
 
 /**
  * The same-run reference a row's ratio is taken against. `copy`: one device's own copy of the bytes
@@ -147,7 +147,7 @@ const has = (key: keyof BenchRow) => (rows: readonly BenchRow[]) => rows.some((r
 const hasNumber = (key: keyof BenchRow) => (rows: readonly BenchRow[]) => rows.some((r) => Number.isFinite(r[key]));
 
 const COLUMNS: Column[] = [
-  { title: 'bytes', cell: (r) => formatBytes(r.bytes) },
+  { title: 'bytes', cell: (r) => formatBytesExact(r.bytes) },
   { title: 'backend', cell: (r) => r.backend ?? '-', shown: has('backend') },
   { title: 'time µs', cell: (r) => formatMicros(r.timeUs) },
   { title: 'min-max µs', cell: (r) => formatRange(r.timeMinUs, r.timeMaxUs), shown: hasNumber('timeMinUs') },

@@ -2,7 +2,7 @@
 import { Option, type Command } from 'commander';
 import type { BackendName } from '../backends/backend.js';
 import { formatGBps, formatMicros } from '../bench/table.js';
-import { doublingSizes, formatBytes, holdsWholeUnit } from '../bench/units.js';
+import { doublingSizes, formatBytes, formatBytesExact, holdsWholeUnit } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
 import { integer, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
@@ -57,7 +57,7 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
   const results = await eachBackend(names, (backend, label) =>
     runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
-      process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytes(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
+      process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytesExact(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
         `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${formatGBps(r.row.busbwGBps)} GB/s, checked\n`);
     }),
   );

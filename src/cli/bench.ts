@@ -8,7 +8,7 @@ import type { PlanReport, ProgressReport, RowReport } from '../bench/rank.js';
 import type { BenchEvents, BenchOptions } from '../bench/run.js';
 import { SPLITS_KINDS } from '../bench/splits.js';
 import { counted, formatGBps, formatJson, formatMicros, formatRatio, formatTable, type BenchResult } from '../bench/table.js';
-import { formatBytes, parseSize } from '../bench/units.js';
+import { formatBytes, formatBytesExact, parseSize } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
@@ -171,7 +171,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   const minBytes = stepBytes ?? flags.min;
   const maxBytes = stepBytes ?? flags.max ?? Math.min(...names.map((n) => parseSize(DEFAULT_MAX[n])));
   checkSizeRange(cmd, { min: minBytes, max: maxBytes, rowBytes: flags.rowBytes });
-  const asked = { bytes: maxBytes, name: boundName(cmd, 'max'), short: sweepNote(cmd, minBytes, maxBytes, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`) };
+  const asked = { bytes: maxBytes, name: boundName(cmd, 'max'), short: sweepNote(cmd, minBytes, maxBytes, flags.rowBytes, `${formatBytesExact(flags.rowBytes)} rows`) };
   // Missing plot libraries, or a file that cannot be written, end the run before the sweep, not after it.
   const plotting = flags.plot === undefined ? undefined : await import('../plot/index.js');
   if (flags.plot !== undefined) plotting?.checkOutput(flags.plot);
@@ -245,7 +245,7 @@ class Progress implements BenchEvents {
   }
 
   onRow({ row, index, count }: RowReport): void {
-    const line = `${this.#label}${formatBytes(row.bytes)}: ${formatMicros(row.timeUs)} µs ` +
+    const line = `${this.#label}${formatBytesExact(row.bytes)}: ${formatMicros(row.timeUs)} µs ` +
       `(${formatMicros(row.timeMinUs)}-${formatMicros(row.timeMaxUs)}), ` +
       (Number.isFinite(row.graphUs) ? `graph ${formatMicros(row.graphUs)} µs, ` : '') +
       `${formatGBps(row.algbwGBps)} GB/s` +

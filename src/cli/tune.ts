@@ -2,7 +2,7 @@
 import { writeFileSync } from 'node:fs';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { counted } from '../bench/table.js';
-import { doublingSizes, formatBytes, parseSize } from '../bench/units.js';
+import { doublingSizes, formatBytes, formatBytesExact, parseSize } from '../bench/units.js';
 import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
 import { gpuCount } from './backends.js';
@@ -72,7 +72,7 @@ async function tuneCommand(flags: TuneFlags, cmd: Command): Promise<void> {
   // A bad file to merge into ends the run before the sweep, not after it.
   const into = flags.merge === undefined ? undefined : readTable(flags.merge);
   const sizes = doublingSizes(flags.min, flags.max, flags.rowBytes);
-  const short = sweepNote(cmd, flags.min, flags.max, flags.rowBytes, `${formatBytes(flags.rowBytes)} rows`);
+  const short = sweepNote(cmd, flags.min, flags.max, flags.rowBytes, `${formatBytesExact(flags.rowBytes)} rows`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
   let bar: ProgressBar | undefined;
   const out = await runTune(
