@@ -78,6 +78,14 @@ describe('bench table', () => {
     assert.equal(JSON.parse(formatJson({ ...single('cpu', 'rank-copy'), cores: 2 })).cores, 2);
   });
 
+  it('cpu: a host busy with other work when the run started is noted (its load average past the cores the ranks leave)', () => {
+    const busy = /^# note: the host was busy when the run started \(load average 1\.9 on 2 cores, before the 2 ranks ran\): the ranks wait for cores/m;
+    assert.match(formatTable({ ...single('cpu', 'rank-copy'), ranks: 2, cores: 2, load: 1.9 }), busy);
+    assert.doesNotMatch(formatTable({ ...single('cpu', 'rank-copy'), ranks: 2, cores: 2, load: 0.3 }), /^# note:/m);
+    assert.doesNotMatch(formatTable({ ...single('cpu', 'rank-copy'), ranks: 2, cores: 8, load: 5.2 }), /^# note:/m, 'six cores free for two ranks');
+    assert.equal(JSON.parse(formatJson({ ...single('cpu', 'rank-copy'), cores: 2, load: 1.9 })).load, 1.9);
+  });
+
   it('names the peer-copy reference across GPUs in the header and the JSON', () => {
     const multi = single('cuda', 'peer-copy');
     const head = formatTable(multi).split('\n').filter((l) => l.startsWith('#'));

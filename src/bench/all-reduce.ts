@@ -12,8 +12,9 @@ import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
-import { alignColumns, counted, formatGBps, formatMicros } from './table.js';
+import { alignColumns, counted, formatGBps, formatMicros, hostShareNote } from './table.js';
 import { formatBytes, formatBytesExact } from './units.js';
+import { hostShare } from './host-share.js';
 
 const GRAPH_CALLS = 20;
 const GRAPH_MAX_BYTES = 4 << 20;
@@ -51,6 +52,9 @@ export interface AllReduceBenchResult {
   ranks: number;
   dtype: ReduceDtype;
   device: string;
+  /** cpu: the host's cores and its load at the start (host-share.ts). */
+  cores?: number;
+  load?: number;
   date: string;
   /** Timed loops per size (the median is each row's time). */
   repeats: number;
@@ -151,6 +155,7 @@ export interface AllReduceBenchOptions extends AllReduceBenchArg {
 export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: AllReduceReport) => void = () => {}): Promise<AllReduceBenchResult | undefined> {
   const date = new Date().toISOString();
   const { backend, ranks, timeoutMs, ...asked } = opts;
+  const share = hostShare(backend);
   const arg = { ...asked, sizes: wholeElements(asked.sizes, asked.dtype) };
   // Checked here, not by the ranks' allocation: its error names neither --max nor the canary.
   const most = arg.sizes[arg.sizes.length - 1]! + CANARY_BYTES;
@@ -164,7 +169,7 @@ export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: 
     arg,
   );
   if (rank !== 0) return undefined;
-  return { backend, ranks, dtype: arg.dtype, device: result.device, date, repeats: arg.repeats, rows: result.rows };
+  return { backend, ranks, dtype: arg.dtype, device: result.device, ...share, date, repeats: arg.repeats, rows: result.rows };
 }
 
 /**
@@ -188,6 +193,7 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
     '# time µs = median of the timed loops (slowest rank in each), min-max their spread; graph µs = per call in a graph of ' +
       `${GRAPH_CALLS} (cuda, up to ${formatBytes(GRAPH_MAX_BYTES)}); every size checked against the host sum first`,
     '# algbw = bytes per rank / time; busbw = algbw * 2(W-1)/W (NCCL\'s convention); vs nccl = NCCL time / this row\'s time',
+    ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),
   ];
   const head = ['bytes', 'backend', 'time µs', 'min-max µs', 'graph µs', 'algbw GB/s', 'busbw GB/s', 'vs nccl'];
   const table: string[][] = [];

@@ -1,7 +1,7 @@
 // The driving side of a benchmark sweep: starts the ranks as threads (or, in a process started by
 // a launcher, runs this rank's part), turns rank 0's reports into events, and assembles the result.
 import { randomBytes } from 'node:crypto';
-import { availableParallelism } from 'node:os';
+
 import type { BackendName } from '../backends/backend.js';
 import { runJob } from '../world/job.js';
 import type { BenchOp } from './ops.js';
@@ -11,6 +11,7 @@ import type { BenchResult } from './table.js';
 import { UsageError } from '../errors.js';
 import { doublingSizes, formatBytes, holdsWholeUnit } from './units.js';
 import { WrongResultError } from './verify.js';
+import { hostShare } from './host-share.js';
 
 export interface BenchOptions {
   backend: BackendName;
@@ -49,6 +50,7 @@ export interface BenchEvents {
  */
 export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Promise<BenchResult | undefined> {
   const date = new Date().toISOString();
+  const share = hostShare(opts.backend);
   let device = '';
   const arg: SweepArg = {
     sizes: wholeRowSizes(opts),
@@ -89,9 +91,7 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   const budget = opts.maxBlocks === undefined ? {} : { maxBlocks: opts.maxBlocks };
   // zipf's layouts come from the seed: without it a result could not be rerun or told from another seed's.
   const seed = opts.splits === 'zipf' ? { seed: opts.seed } : {};
-  // cpu ranks share the host's cores (one node: the cpu backend runs on no more): the table says where they outnumber them.
-  const cores = opts.backend === 'cpu' ? { cores: availableParallelism() } : {};
-  return { backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, ...seed, rowBytes: opts.rowBytes, device, ...cores, date, repeats: opts.repeats, rows: result.rows };
+  return { backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, ...seed, rowBytes: opts.rowBytes, device, ...share, date, repeats: opts.repeats, rows: result.rows };
 }
 
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */

@@ -1,6 +1,7 @@
 // The benchmark's result: the JSON form and an aligned text table of the same rows.
 import type { BenchOp } from './ops.js';
 import { formatBytesExact } from './units.js';
+import type { HostShare } from './host-share.js';
 
 /**
  * The same-run reference a row's ratio is taken against. `copy`: one device's own copy of the bytes
@@ -80,6 +81,8 @@ export interface BenchResult {
   date: string;
   /** cpu: the host's cores (its ranks share them). */
   cores?: number;
+  /** cpu: the host's 1-minute load average when the run started, before its ranks ran (host-share.ts). */
+  load?: number;
   /** Timed loops per size (absent in results written before it was recorded). */
   repeats?: number;
   rows: BenchRow[];
@@ -196,6 +199,22 @@ export function splitsOf(result: Pick<BenchResult, 'splits' | 'seed'>): string {
   return `${result.splits} splits${result.seed === undefined ? '' : ` (seed ${result.seed})`}`;
 }
 
+/** The note of a cpu table whose ranks outnumber the host's cores, or whose host was busy (host-share.ts), else undefined. */
+export function hostShareNote(ranks: number, share: Partial<HostShare>): string | undefined {
+  const { cores, load } = share;
+  if (cores === undefined) return undefined;
+  if (ranks > cores) {
+    return `# note: ${counted(ranks, 'cpu rank')} on ${counted(cores, 'core')}: each waits for a core as well as for its peers, ` +
+      "so the times depend on the scheduler (small sizes' by up to 100x between runs)";
+  }
+  // Other work on the cores the ranks need: a rank that sleeps in a wait wakes late.
+  if (load !== undefined && load > cores - ranks + 0.5) {
+    return `# note: the host was busy when the run started (load average ${load} on ${counted(cores, 'core')}, before the ` +
+      `${counted(ranks, 'rank')} ran): the ranks wait for cores as well as for their peers, so the times depend on that work (small sizes' by up to 100x)`;
+  }
+  return undefined;
+}
+
 /** `1 rank`, `8 ranks`: a count and its noun, singular for one. */
 export function counted(n: number, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`;
@@ -259,10 +278,8 @@ export function formatTable(result: BenchResult): string {
   }
   if (shown('vs nccl')) head.push("# vs nccl = NCCL's time / this row's time (> 1: faster than NCCL)");
   if (shown('sync µs')) head.push('# sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');
-  if (result.cores !== undefined && result.ranks > result.cores) {
-    head.push(`# note: ${counted(result.ranks, 'cpu rank')} on ${counted(result.cores, 'core')}: each waits for a core as well as for its peers, ` +
-      "so the times depend on the scheduler (small sizes' by up to 100x between runs)");
-  }
+  const shared = hostShareNote(result.ranks, result);
+  if (shared !== undefined) head.push(shared);
   return [...head, ...alignColumns([columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))])].join('\n') + '\n';
 }
 
