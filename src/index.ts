@@ -3,7 +3,7 @@ export { runRanks } from './world/threads.js';
 export { init, type InitOptions } from './world/init.js';
 export type { RankContext, RankFn, RunRanksOptions } from './world/ranks.js';
 export { createComm, defaultBackend, type CommOptions } from './backends/create.js';
-export type { AllToAllVArgs, BackendName, Comm, DeviceBuffer, Handle, Lane, Replay, Stream } from './backends/backend.js';
+export type { AllToAllVArgs, BackendName, Comm, CopyOffsets, DeviceBuffer, Handle, Lane, Replay, Stream } from './backends/backend.js';
 export {
   MAX_EXPERTS_PER_RANK,
   type AllToAllV2dArgs,

@@ -3,9 +3,9 @@
 // exchange puts them) — the GPU run only adds the copies' speed.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { Comm, DeviceBuffer, PeerCopyArgs, Stream } from '../src/backends/backend.js';
+import type { Comm, CopyOffsets, DeviceBuffer, PeerCopyArgs, Stream } from '../src/backends/backend.js';
 import type { Agreement } from '../src/collectives/agree.js';
-import { copyBytes, copyPairs, peerCopies, planReference, referenceWork, type ReferencePlan } from '../src/bench/reference.js';
+import { copyBytes, copyPairs, peerCopies, planReference, referenceWork, sendPieces, type ReferencePlan } from '../src/bench/reference.js';
 import { makeSplits } from '../src/bench/splits.js';
 import { measure } from '../src/bench/measure.js';
 
@@ -20,7 +20,7 @@ function fakeRank(rank: number, devices: string[], peerCopy: boolean) {
     worldSize: devices.length,
     deviceName: devices[rank],
     ranksOnDevice: devices.filter((d) => d === devices[rank]).length,
-    copy: (_dst: DeviceBuffer, _src: DeviceBuffer, bytes: number) => calls.push({ local: { bytes } }),
+    copy: (_dst: DeviceBuffer, _src: DeviceBuffer, bytes: number, _stream?: unknown, at?: CopyOffsets) => calls.push({ local: { bytes, ...(at ? { at } : {}) } }),
     ...(peerCopy ? { copyToPeer: (args: PeerCopyArgs) => calls.push({ peer: args }) } : {}),
   } as unknown as Comm;
   // The all-gather of device keys: equal names, equal keys.
@@ -101,15 +101,27 @@ describe('the peer-copy reference', () => {
     assert.deepEqual(calls, [{ peer: { dst: output, dstOffset: 0, peer: 1, src: input, srcOffset: 350, bytes: 350, stream } }]);
   });
 
-  it('the rank-copy reference: each rank copies its own bytes', () => {
-    const splits = makeSplits({ kind: 'uniform', worldSize: 3, bytesPerRank: 700, rowBytes, seed: 1 });
+  it('the rank-copy reference: each rank copies its own bytes, a copy per peer\'s chunk as the exchange sends them', () => {
+    const splits = makeSplits({ kind: 'zipf', worldSize: 3, bytesPerRank: 700, rowBytes, seed: 1 });
     const devices = ['cpu thread', 'cpu thread', 'cpu thread'];
     for (const rank of [0, 2]) {
       const { comm, calls } = fakeRank(rank, devices, false);
       const plan: ReferencePlan = { kind: 'rank-copy', deviceOf: [0, 0, 0], timesCopy: true, leadIn: 1 };
       referenceWork(comm, plan, { input: buffer(700), output: buffer(800, true), copy: { src: buffer(1000), dst: buffer(1000) } }, splits, rowBytes, stream)!();
-      assert.deepEqual(calls, [{ local: { bytes: splits.rowsPerRank * rowBytes } }]);
+      let at = 0;
+      const expected = splits.rows[rank].filter((n) => n > 0).map((n) => {
+        const piece = { local: { bytes: n * rowBytes, at: { dstOffset: at, srcOffset: at } } };
+        at += n * rowBytes;
+        return piece;
+      });
+      assert.deepEqual(calls, expected);
+      assert.equal(at, splits.rowsPerRank * rowBytes, 'every byte it sends');
     }
+  });
+
+  it('rank-copy pieces wrap round a buffer smaller than the bytes sent, split where they cross its end', () => {
+    assert.deepEqual(sendPieces([3, 0, 5], 10, 60), [{ offset: 0, bytes: 30 }, { offset: 30, bytes: 30 }, { offset: 0, bytes: 20 }]);
+    assert.deepEqual(sendPieces([0, 0], 4, 16), []);
   });
 
   it('the copy reference: the lowest rank copies all its device ranks\' bytes in chunks of its buffer', () => {

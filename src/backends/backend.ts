@@ -297,6 +297,17 @@ export function explained(explain: Explain | undefined, err: Error): Error {
   return e instanceof Error ? e : err;
 }
 
+/** Where Comm.copy reads and writes, in bytes from the start of each buffer. */
+export interface CopyOffsets {
+  dstOffset?: number;
+  srcOffset?: number;
+}
+
+/** A copy within one buffer whose ranges overlap (undefined for the copy engine, and for memcpy): refused. */
+export function overlaps(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, dstOffset: number, srcOffset: number): boolean {
+  return dst === src && dstOffset !== srcOffset && Math.abs(dstOffset - srcOffset) < bytes;
+}
+
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */
@@ -358,8 +369,11 @@ export interface Comm {
   write(buf: DeviceBuffer, data: ArrayBufferView, offsetBytes?: number): void;
   /** Synchronous buffer -> host copy (as write: never behind other streams' work, bounded). */
   read(buf: DeviceBuffer, offsetBytes: number, bytes: number): Uint8Array;
-  /** Stream-ordered device copy (the benchmark's reference). */
-  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void;
+  /**
+   * Stream-ordered device copy (the benchmark's reference), from `src` at `at.srcOffset` to `dst` at
+   * `at.dstOffset` (default 0 each). Within one buffer the two ranges must not overlap.
+   */
+  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream, at?: CopyOffsets): void;
   /**
    * Stream-ordered copy-engine copy from this rank's `src` into peer `peer`'s copy of the symmetric
    * buffer `dst`: the benchmark's reference across GPUs. Only where peers' buffers are addressable

@@ -1,7 +1,7 @@
 // One rank's GPU buffers, for the backends that keep data in CUDA device memory (cuda, nccl): the
 // registry that tells its own buffers from others', range checks, and host <-> device copies (through
 // cuda/host-copies.ts: bounded, and never behind other streams' work).
-import type { DeviceBuffer, PeerCopyArgs, Stream } from './backend.js';
+import { overlaps, type CopyOffsets, type DeviceBuffer, type PeerCopyArgs, type Stream } from './backend.js';
 import { checkBuffer, checkWriteData, type CheckContext } from '../collectives/check.js';
 import type { CudaDevice, CudaStream } from '../cuda/device.js';
 import { HostCopies } from '../cuda/host-copies.js';
@@ -99,10 +99,12 @@ export class GpuMemory {
     return out;
   }
 
-  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream: Stream): void {
-    this.checkRange(dst, 0, bytes, 'copy destination');
-    this.checkRange(src, 0, bytes, 'copy source');
-    this.device.copyAsync((dst as GpuBuffer).ptr, (src as GpuBuffer).ptr, bytes, stream as CudaStream);
+  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream: Stream, at?: CopyOffsets): void {
+    const { dstOffset = 0, srcOffset = 0 } = at ?? {};
+    this.checkRange(dst, dstOffset, bytes, 'copy destination');
+    this.checkRange(src, srcOffset, bytes, 'copy source');
+    if (overlaps(dst, src, bytes, dstOffset, srcOffset)) throw new UsageError(`rank ${this.ctx.rank}: copy within one buffer of overlapping ranges (${bytes} bytes from offset ${srcOffset} to ${dstOffset})`);
+    this.device.copyAsync((dst as GpuBuffer).ptr + BigInt(dstOffset), (src as GpuBuffer).ptr + BigInt(srcOffset), bytes, stream as CudaStream);
   }
 
   /** Comm.copyToPeer: through the address of `peer`'s copy of `dst` that the kernels use too. */

@@ -8,6 +8,7 @@ import { makeSplits, PATTERNS, ROW_SIZES, Rng } from './reference.js';
 
 export { allReduce, allReduceBeside, allReduceLanes, allReduceMismatch, allReduceReplay, allReduceTimeout } from './all-reduce-cases.js';
 export { closedCalls, setUpTimeout, splitsErrors, symmetricSizes, timeout, usage } from './error-cases.js';
+export { copyOffsets } from './copy-cases.js';
 export { lanes, lanesCrossed, lanesLarge } from './lane-cases.js';
 export { ownOutcomes } from './outcome-cases.js';
 export { callerStream } from './stream-cases.js';

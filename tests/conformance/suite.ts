@@ -68,6 +68,7 @@ export const suite: Case[] = [
   ...[3, 4].map((W) => ({ name: `allocSymmetric sizes W=${W}: ranks asking for different sizes are all refused, naming every rank's; the next allocation and call work`, fn: 'symmetricSizes', ranks: W, arg: {} })),
   { name: 'caller stream W=2: a call on the caller\'s stream runs after the copies queued there, launched early or not', fn: 'callerStream', ranks: 2, arg: { calls: 6, budget: 4096 } },
   { name: 'closed W=2: every call after close() throws ClosedError; close() again is a no-op', fn: 'closedCalls', ranks: 2, arg: {} },
+  { name: 'copy offsets W=1: comm.copy moves bytes between offsets, within one buffer too; ranges past a buffer or overlapping refused, nothing moved', fn: 'copyOffsets', ranks: 1, arg: {} },
   { name: 'capture refused W=1: nccl cannot replay a call with new splits, so capture() throws UsageError', fn: 'captureRefused', ranks: 1, arg: {} },
   ...moeSuite,
   ...moeTokenSuite,

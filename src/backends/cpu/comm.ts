@@ -21,7 +21,7 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { ABORTED, EXPLAINED, explained, type Explain } from '../backend.js';
+import { ABORTED, EXPLAINED, explained, overlaps, type CopyOffsets, type Explain } from '../backend.js';
 import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
@@ -158,13 +158,15 @@ class CpuComm implements Comm, CheckContext {
     return out;
   }
 
-  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, _stream?: Stream): void {
+  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, _stream?: Stream, at?: CopyOffsets): void {
     this.#open();
     checkBuffer(this, 'copy destination', dst);
     checkBuffer(this, 'copy source', src);
-    checkRange(this.rank, dst, 0, bytes, 'copy');
-    checkRange(this.rank, src, 0, bytes, 'copy');
-    if (dst !== src) copyBytes((dst as CpuBuffer).u8, 0, (src as CpuBuffer).u8, 0, bytes);
+    const { dstOffset = 0, srcOffset = 0 } = at ?? {};
+    checkRange(this.rank, dst, dstOffset, bytes, 'copy destination');
+    checkRange(this.rank, src, srcOffset, bytes, 'copy source');
+    if (overlaps(dst, src, bytes, dstOffset, srcOffset)) throw new UsageError(`rank ${this.rank}: copy within one buffer of overlapping ranges (${bytes} bytes from offset ${srcOffset} to ${dstOffset})`);
+    if (dst !== src || dstOffset !== srcOffset) copyBytes((dst as CpuBuffer).u8, dstOffset, (src as CpuBuffer).u8, srcOffset, bytes);
   }
 
   allToAllV2d(args: AllToAllV2dArgs): Handle {

@@ -9,6 +9,7 @@ import type {
   AllToAllVArgs,
   BarrierOptions,
   Comm,
+  CopyOffsets,
   CommOptions,
   DeviceBuffer,
   ExchangePlan,
@@ -200,9 +201,9 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     return this.#memory.read(buf, offsetBytes, bytes);
   }
 
-  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
+  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream, at?: CopyOffsets): void {
     this.#open();
-    this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
+    this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream, at);
   }
 
   copyToPeer(args: PeerCopyArgs): void {

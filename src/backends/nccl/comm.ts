@@ -19,6 +19,7 @@ import type {
   AllToAllVArgs,
   BarrierOptions,
   Comm,
+  CopyOffsets,
   CommOptions,
   DeviceBuffer,
   ExchangePlan,
@@ -133,9 +134,9 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     return this.#memory.read(buf, offsetBytes, bytes);
   }
 
-  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream): void {
+  copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream?: Stream, at?: CopyOffsets): void {
     this.#open();
-    this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream);
+    this.#memory.copy(dst, src, bytes, stream ?? this.#lanes[0].stream, at);
   }
 
   allToAllV2d(args: AllToAllV2dArgs): Handle {
