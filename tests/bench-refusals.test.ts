@@ -42,6 +42,9 @@ describe('a2av bench: refusals up front', () => {
     const way = "libcuda (the NVIDIA driver) not found: use the cpu backend (backend 'cpu'; --backend cpu on the command line), or set A2AV_LIBCUDA to the library's path";
     refused(['bench', '--backend', 'cuda', '--max', '1M'], `--backend cuda: no GPU: ${way}`);
     refused(['bench', 'allreduce', '--backend', 'cuda,nccl'], `--backend cuda,nccl: no GPU: ${way}`);
+    // cpu among them: not "use the cpu backend", but leave the GPU ones out.
+    refused(['bench', '--backend', 'cpu,nccl', '--max', '1M'],
+      "--backend cpu,nccl: nccl needs a GPU and none is usable here (libcuda (the NVIDIA driver) not found): run --backend cpu alone, or set A2AV_LIBCUDA to the driver's path");
   });
 
   it('A2AV_LIBCUDA naming a file that does not load: said, not passed over', { skip: cudaUnavailableReason() === undefined ? 'a GPU is usable here' : false }, () => {

@@ -299,7 +299,13 @@ test("bad options are named by a2av launch's flags when it gave them, by the opt
   assert.equal(code, 1);
   assert.equal(stderr, 'a2av: launch: --output-ranks must list ranks in 0..1, got 5\n');
   // An empty item is no rank (Number('') is 0), and a rank named twice is a slip.
-  for (const [list, said] of [['', /not a list of ranks: ''/], ['0,', /not a list of ranks: '0,'/], [',', /not a list of ranks: ','/], ['0,0', /a rank is named twice: '0,0'/]] as const) {
+  for (const [list, said] of [
+    ['', /item 1 of '' is empty/],
+    ['0,', /item 2 of '0,' is empty/],
+    ['0,,1', /item 2 of '0,,1' is empty: give rank numbers separated by single commas/],
+    ['a', /not a list of ranks: 'a'/],
+    ['0,0', /rank 0 is named twice/],
+  ] as const) {
     const bad = spawn(node, [cli, 'launch', '-n', '2', '--output-ranks', list, '--', node, '-e', ''], { stdio: ['ignore', 'pipe', 'pipe'] });
     let err = '';
     bad.stderr.on('data', (d: Buffer) => (err += d));

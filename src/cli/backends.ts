@@ -47,6 +47,14 @@ export async function gpuCount(backend: string): Promise<number> {
     // The driver's error may already end in the way out (LibraryNotFoundError: "... use the cpu
     // backend (--backend cpu), ..."): say it once.
     const reason = (cudaUnavailableReason() ?? 'none visible').replace(/\.$/, '');
+    // cpu already among them: the way out is to leave the GPU backends out, not to use cpu.
+    const names = backend.split(',');
+    if (names.includes('cpu')) {
+      const gpus = names.filter((n) => n !== 'cpu');
+      const cause = reason.replace(/: use the cpu backend.*$/, '');
+      const driver = reason.includes('A2AV_LIBCUDA') ? ", or set A2AV_LIBCUDA to the driver's path" : '';
+      fail(`--backend ${backend}: ${gpus.join(' and ')} need${gpus.length === 1 ? 's' : ''} a GPU and none is usable here (${cause}): run --backend cpu alone${driver}`);
+    }
     fail(reason.includes('--backend cpu') ? `--backend ${backend}: no GPU: ${reason}` : `--backend ${backend}: no GPU (${reason}); use --backend cpu`);
   }
   return n;

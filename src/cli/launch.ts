@@ -4,7 +4,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { checkKnobs } from '../knobs.js';
 import type { LaunchOptions } from '../launch/launcher.js';
 import { stdoutFailed } from './exit.js';
-import { integer } from './options.js';
+import { integer, listItems, once } from './options.js';
 
 interface LaunchFlags {
   nprocPerNode: number;
@@ -35,12 +35,11 @@ export function addLaunch(program: Command): void {
 
 /** --output-ranks's parser. */
 function rankList(text: string): number[] {
-  const parts = text.split(',').map((t) => t.trim());
-  // Number('') is 0: an empty item would read as rank 0.
+  // An empty item is named as the other list options name it (Number('') would read as rank 0).
+  const parts = listItems(text, 'rank numbers');
   const ranks = parts.map((t) => (/^\d+$/.test(t) ? Number(t) : NaN));
   if (ranks.some((r) => !Number.isSafeInteger(r))) throw new InvalidArgumentError(`not a list of ranks: '${text}' (give rank numbers separated by commas, e.g. 0 or 0,3)`);
-  if (new Set(ranks).size !== ranks.length) throw new InvalidArgumentError(`a rank is named twice: '${text}'`);
-  return ranks;
+  return once(ranks, 'rank');
 }
 
 /**
