@@ -106,6 +106,10 @@ describe('a2av plot', () => {
     assert.deepEqual(x.ticks.map(x.label).filter((l) => l !== ''), ['1 MiB', '4 MiB', '16 MiB', '64 MiB', '256 MiB', '1 GiB', '4 GiB']);
     const narrow = bytesAxis(512 * 1024, 4 * 2 ** 30, 300);
     assert.deepEqual(narrow.ticks.map(narrow.label).filter((l) => l !== ''), ['1 MiB', '16 MiB', '256 MiB', '4 GiB']);
+    // A one-size sweep: its size in the middle, a power of two either side, labelled.
+    const one = bytesAxis(64 * 1024, 64 * 1024, 430);
+    assert.deepEqual(one.domain, [32 * 1024, 128 * 1024]);
+    assert.deepEqual(one.ticks.map(one.label), ['32 KiB', '64 KiB', '128 KiB']);
     const y = bandwidthAxis(11, 657);
     assert.deepEqual({ domain: y.domain, ticks: y.ticks }, { domain: [10, 1000], ticks: [10, 20, 50, 100, 200, 500, 1000] });
   });

@@ -15,8 +15,10 @@ export interface LogAxis {
  * every `step`-th power so that labels at least `minLabelPx` apart fit in `widthPx`.
  */
 export function bytesAxis(min: number, max: number, widthPx: number, minLabelPx = 52): LogAxis {
-  const lo = Math.floor(Math.log2(min));
-  const hi = Math.max(Math.ceil(Math.log2(max)), lo + 1);
+  // One size alone (a one-size sweep) sits in the middle of a power of two either side, not on an edge.
+  const alone = min === max;
+  const lo = Math.floor(Math.log2(min)) - (alone ? 1 : 0);
+  const hi = Math.max(Math.ceil(Math.log2(max)) + (alone ? 1 : 0), lo + 1);
   const ticks = Array.from({ length: hi - lo + 1 }, (_, i) => 2 ** (lo + i));
   const perTick = widthPx / (hi - lo);
   let step = 1;

@@ -70,8 +70,13 @@ export async function renderSvg(chart: Chart): Promise<string> {
       Plot.line(rows(references), { x: 'bytes', y: 'gbps', z: 'label', stroke: 'label', strokeWidth: 1.5, strokeDasharray: '6,4', ariaLabel: 'label' }),
       Plot.line(rows(measured), { x: 'bytes', y: 'gbps', z: 'label', stroke: 'label', strokeWidth: 2, ariaLabel: 'label' }),
       Plot.dot(rows(measured), { x: 'bytes', y: 'gbps', fill: 'label', r: 2.5 }),
+      // References hollow: they show where a sweep of one size leaves a dashed line nothing to draw.
+      Plot.dot(rows(references), { x: 'bytes', y: 'gbps', stroke: 'label', fill: 'white', r: 2.5 }),
+      // A white halo under each name: a line that ends inside the plot (a shorter sweep) has its name
+      // over other lines, which must not cross out its letters.
       Plot.text(endLabels(chart.series, y.domain), {
         x: 'bytes', y: 'gbps', text: 'label', fill: 'label', textAnchor: 'start', dx: 8, fontSize: 11, fontWeight: 600,
+        stroke: 'white', strokeWidth: 3, strokeLinejoin: 'round', paintOrder: 'stroke',
       }),
     ],
   }) as unknown as Element;
