@@ -315,6 +315,18 @@ test("bad options are named by a2av launch's flags when it gave them, by the opt
   }
 });
 
+test('a2av launch inside a launched rank is refused by name: it would start jobs within the job', { timeout: 20_000 }, async () => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  const run = spawn(node, [cli, 'launch', '-n', '2', '--', node, cli, 'launch', '-n', '2', '--', node, '-e', 'console.log("inner rank ran")'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  run.stdout.on('data', (d: Buffer) => (out += d));
+  run.stderr.on('data', (d: Buffer) => (out += d));
+  const [code] = await once(run, 'exit');
+  assert.equal(code, 1, out);
+  assert.match(out, /\[rank [01]\] a2av: launch: this process is rank [01] of a job that a2av launch started \(A2AV_JOB_ID=\w+\): a launch here would start jobs within that job/);
+  assert.doesNotMatch(out, /inner rank ran/);
+});
+
 test('eight ranks print nothing but their own lines (no listener-leak warning from the shared stdout and stderr)', T, async () => {
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
   const run = spawn(node, [cli, 'launch', '-n', '8', '--', node, '-e', 'console.log("hi"); console.error("err")'], { stdio: ['ignore', 'pipe', 'pipe'] });

@@ -3,7 +3,8 @@ import { Writable } from 'node:stream';
 import { InvalidArgumentError, type Command } from 'commander';
 import { checkKnobs } from '../knobs.js';
 import type { LaunchOptions } from '../launch/launcher.js';
-import { stdoutFailed } from './exit.js';
+import { JOB_ID_ENV } from '../world/env.js';
+import { fail, stdoutFailed } from './exit.js';
 import { integer, listItems, once } from './options.js';
 
 interface LaunchFlags {
@@ -58,6 +59,13 @@ function rankLinesOut(): Writable {
 }
 
 async function launchCommand(command: string[], flags: LaunchFlags): Promise<void> {
+  // `a2av launch -n 2 -- a2av launch -n 2 -- cmd` would start 4 ranks in two jobs of 2, each rank
+  // told it is one of 2: a slip (the inner command meant), refused before anything starts.
+  const outer = process.env[JOB_ID_ENV];
+  if (outer !== undefined && process.env.RANK !== undefined) {
+    fail(`launch: this process is rank ${process.env.RANK} of a job that a2av launch started (${JOB_ID_ENV}=${outer}): ` +
+      `a launch here would start jobs within that job; give the command itself to the outer launch, or unset ${JOB_ID_ENV} to start a job of its own`);
+  }
   // The ranks inherit the environment: a bad switch would fail every one of them.
   checkKnobs();
   const { launch } = await import('../launch/launcher.js');
