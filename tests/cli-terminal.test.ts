@@ -13,14 +13,18 @@ import { fileURLToPath } from 'node:url';
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
 const script = spawnSync('script', ['--version']).status === 0 ? undefined : 'no script(1) here to give the command a terminal';
 
-test('Ctrl-C during a bench sweep on a terminal restores the cursor and line wrapping, lists the finished sizes and exits 130', { skip: script, timeout: 60_000 }, async () => {
+for (const [name, args, first] of [
+  ['bench', 'bench --backend cpu --min 64K --max 1G --iters 200', /\[1\/\d+\] 64 KiB: [\d.]+ µs/],
+  ['bench allreduce', 'bench allreduce --backend cpu --min 64K --max 256M --iters 200', /\[1\/\d+\] 64 KiB: [\d.]+ µs/],
+] as const) {
+test(`Ctrl-C during a ${name} sweep on a terminal restores the cursor and line wrapping, lists the finished sizes and exits 130`, { skip: script, timeout: 60_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'a2av-tty-'));
   let term: ReturnType<typeof spawn> | undefined;
   try {
     const typescript = join(dir, 'out');
     // script runs the command through $SHELL -c; exec makes the bench script's own child under any
     // shell (dash would otherwise stay between them and take the interrupt itself).
-    const command = `exec ${JSON.stringify(process.execPath)} ${JSON.stringify(cli)} bench --backend cpu --min 64K --max 1G --iters 200`;
+    const command = `exec ${JSON.stringify(process.execPath)} ${JSON.stringify(cli)} ${args}`;
     // -e: script's status is the command's; -f: the file is written as the command writes.
     term = spawn('script', ['-qfec', command, typescript], { stdio: 'ignore' });
     const seen = () => {
@@ -45,7 +49,7 @@ test('Ctrl-C during a bench sweep on a terminal restores the cursor and line wra
     const hid = out.lastIndexOf('\x1b[?25l');
     assert.ok(out.indexOf('\x1b[?25h', hid) > hid, 'the cursor is shown again');
     assert.ok(out.indexOf('\x1b[?7h', hid) > hid, 'line wrapping is back on');
-    assert.match(out, /bench: interrupted after \d+ sizes?:\r?\n\[1\/\d+\] 64 KiB: [\d.]+ µs/);
+    assert.match(out, new RegExp(`${name}: interrupted after \\d+ sizes?:\\r?\\n${first.source}`));
   } finally {
     // A failed check must not leave a 1 GiB sweep running: the command leads its own session.
     if (term && term.exitCode === null && term.signalCode === null) {
@@ -56,3 +60,4 @@ test('Ctrl-C during a bench sweep on a terminal restores the cursor and line wra
     rmSync(dir, { recursive: true, force: true });
   }
 });
+}

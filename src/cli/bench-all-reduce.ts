@@ -7,6 +7,7 @@ import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
 import { integer, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { checkSizeRange, sweepNote } from './sizes.js';
+import { SweepProgress } from './sweep-progress.js';
 
 interface AllReduceFlags {
   backend?: BackendName[];
@@ -55,12 +56,20 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   const sizes = doublingSizes(flags.min, max, element);
   const short = sweepNote(cmd, flags.min, max, element, `${flags.dtype} elements`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
-  const results = await eachBackend(names, (backend, label) =>
-    runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
-      process.stderr.write(`${label}[${r.index + 1}/${r.count}] ${formatBytesExact(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
-        `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${formatGBps(r.row.busbwGBps)} GB/s, checked\n`);
-    }),
-  );
+  const results = await eachBackend(names, async (backend, label) => {
+    const progress = new SweepProgress('bench allreduce', label);
+    const range = sizes.length > 1 ? `, ${formatBytes(sizes[0])} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0])}`;
+    progress.start(sizes.length, formatBytes(sizes[0]), `${range} of ${flags.dtype}, each checked then timed`);
+    try {
+      return await runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
+        progress.finished(r.index, r.count, `${formatBytesExact(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
+          `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${formatGBps(r.row.busbwGBps)} GB/s, checked`);
+        if (r.index + 1 < r.count) progress.show(formatBytes(sizes[r.index + 1]!));
+      });
+    } finally {
+      progress.stop();
+    }
+  });
   if (results.length === 0) return;
   process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatAllReduceTable(results));
 }

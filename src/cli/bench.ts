@@ -13,7 +13,7 @@ import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
 import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
-import { ProgressBar } from './progress-bar.js';
+import { SweepProgress } from './sweep-progress.js';
 import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, sweepNote } from './sizes.js';
 
 const DEFAULT_MIN = '512K';
@@ -209,11 +209,9 @@ interface AskedMax {
   short?: string;
 }
 
-/** The sweep's progress on stderr: a bar on a terminal, else one line per size (logs, CI). */
+/** The sweep's progress on stderr (sweep-progress.ts), with memory's or the ladder's note first. */
 class Progress implements BenchEvents {
-  #bar: ProgressBar | undefined;
-  /** The finished sizes' lines: on a terminal only the bar shows them, and an interrupt would lose them. */
-  #done: string[] = [];
+  readonly #sweep: SweepProgress;
   readonly #max: AskedMax;
   /** Names the backend when one run compares several. */
   readonly #label: string;
@@ -221,6 +219,7 @@ class Progress implements BenchEvents {
   constructor(max: AskedMax, label = '') {
     this.#max = max;
     this.#label = label;
+    this.#sweep = new SweepProgress('bench', label);
   }
 
   onPlan({ sizes, dropped }: PlanReport): void {
@@ -228,24 +227,17 @@ class Progress implements BenchEvents {
     const { bytes, name, short } = this.#max;
     const note = dropped ? `lowered ${name} from ${formatBytes(bytes)} to ${formatBytes(sizes.at(-1)!)}: ${dropped}` : short;
     if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
-    if (!process.stderr.isTTY) {
-      // Off a terminal the first line would otherwise come when the first size is done: 20 s at 2 GiB on cpu.
-      const range = sizes.length > 1 ? `, ${formatBytes(sizes[0])} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0])}`;
-      process.stderr.write(`${this.#label}bench: ${counted(sizes.length, 'size')}${range}, each checked then timed\n`);
-      return;
-    }
-    this.#bar = new ProgressBar({ format: `${this.#label}bench {bar} {value}/{total} sizes | {size} {stage} | {last}` }, () => {
-      if (this.#done.length > 0) process.stderr.write(`${this.#label}bench: interrupted after ${counted(this.#done.length, 'size')}:\n${this.#done.join('\n')}\n`);
-    });
-    this.#bar.start(sizes.length, 0, { size: formatBytes(sizes[0]), stage: 'verify', last: '' });
+    const range = sizes.length > 1 ? `, ${formatBytes(sizes[0])} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0])}`;
+    this.#sweep.start(sizes.length, formatBytes(sizes[0]), `${range}, each checked then timed`);
+    this.#sweep.show(formatBytes(sizes[0]), 'verify');
   }
 
   onProgress({ bytes, stage }: ProgressReport): void {
-    this.#bar?.show({ size: formatBytes(bytes), stage });
+    this.#sweep.show(formatBytes(bytes), stage);
   }
 
   onRow({ row, index, count }: RowReport): void {
-    const line = `${this.#label}${formatBytesExact(row.bytes)}: ${formatMicros(row.timeUs)} µs ` +
+    const line = `${formatBytesExact(row.bytes)}: ${formatMicros(row.timeUs)} µs ` +
       `(${formatMicros(row.timeMinUs)}-${formatMicros(row.timeMaxUs)}), ` +
       (Number.isFinite(row.graphUs) ? `graph ${formatMicros(row.graphUs)} µs, ` : '') +
       `${formatGBps(row.algbwGBps)} GB/s` +
@@ -253,13 +245,10 @@ class Progress implements BenchEvents {
       (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
       (row.vsOneD === undefined ? '' : `, ${formatRatio(row.vsOneD)}× the 1-D call`) +
       `, checked ${row.checked.join('+')}`;
-    this.#done.push(`[${index + 1}/${count}] ${line}`);
-    if (this.#bar) this.#bar.increment({ last: line });
-    else process.stderr.write(`[${index + 1}/${count}] ${line}\n`);
+    this.#sweep.finished(index, count, line);
   }
 
   stop(): void {
-    this.#bar?.stop();
-    this.#bar = undefined;
+    this.#sweep.stop();
   }
 }
