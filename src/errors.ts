@@ -21,6 +21,8 @@ export interface LibrarySearch {
   overrideEnv: string;
   /** What works without the library, e.g. "the cpu backend (--backend cpu)"; absent when nothing does. */
   instead?: string;
+  /** The path overrideEnv gave, where it was set: then it alone was tried. */
+  overridden?: string;
 }
 
 /**
@@ -33,7 +35,8 @@ export class LibraryNotFoundError extends A2avError {
   readonly searched: string[];
   readonly overrideEnv: string;
   constructor(search: LibrarySearch, options?: { cause?: unknown }) {
-    const ways = [search.instead && `use ${search.instead}`, `set ${search.overrideEnv} to the library's path`].filter(Boolean);
+    const named = search.overridden === undefined ? `set ${search.overrideEnv} to the library's path` : `correct ${search.overrideEnv}=${search.overridden} (it alone is tried), or unset it to search the usual places`;
+    const ways = [search.instead && `use ${search.instead}`, named].filter(Boolean);
     const places = search.searched.map((p) => `  ${p}${p.includes('/') ? '' : " (the loader's search path)"}`);
     super('A2AV_LIBRARY_NOT_FOUND', `${search.library} not found: ${ways.join(', or ')}.\nsearched:\n${places.join('\n') || '  (nothing)'}`, options);
     this.library = search.library;

@@ -291,7 +291,12 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
       [{ ranks: 2, timeoutMs: Infinity }, 'runRanks: timeoutMs must be a positive, finite number of ms, got Infinity'],
       // Past 2^31 - 1 Node's timers fire after 1 ms: the set-up failed at once, blaming a healthy peer.
       [{ ranks: 2, timeoutMs: 2 ** 31 }, 'runRanks: timeoutMs must be at most 2147483647 ms (about 24.8 days, what a timer holds), got 2147483648'],
-      [{ ranks: 2, lanes: 1.5 }, 'runRanks: lanes must be a positive integer, got 1.5'],
+      [{ ranks: 2, lanes: 1.5 }, 'runRanks: lanes must be an integer in 1..64, got 1.5'],
+      // Past the cap a typo is likelier than a plan (each lane is signal pads on every rank).
+      [{ ranks: 2, lanes: 100_000 }, 'runRanks: lanes must be an integer in 1..64, got 100000'],
+      // A report handler that is no function would lose every report without a word.
+      [{ ranks: 2, onReport: 5 }, 'runRanks: onReport must be a function (rank, message) => void, got 5'],
+      [{ ranks: 2, onReport: null }, 'runRanks: onReport must be a function (rank, message) => void, got null'],
     ] as const) {
       const err = await runRanks({ backend: 'cpu', ...opts } as never, programs, 'misuse', {}).catch((e: unknown) => e);
       assert.ok(err instanceof UsageError, String(err));

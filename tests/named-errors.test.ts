@@ -223,8 +223,8 @@ describe('LibraryNotFoundError', () => {
     folders: ['/nonexistent/a2av-a', '/nonexistent/a2av-b'],
     overrideEnv: 'A2AV_TEST_MISSING_LIB',
   };
-  const caught = (s: Parameters<typeof loadLibrary>[0]): LibraryNotFoundError => {
-    process.env.A2AV_TEST_MISSING_LIB = '/nonexistent/override/liba2av-missing.so.1';
+  const caught = (s: Parameters<typeof loadLibrary>[0], override?: string): LibraryNotFoundError => {
+    if (override !== undefined) process.env.A2AV_TEST_MISSING_LIB = override;
     try {
       loadLibrary(s);
     } catch (err) {
@@ -241,7 +241,6 @@ describe('LibraryNotFoundError', () => {
     assert.equal(err.code, 'A2AV_LIBRARY_NOT_FOUND');
     assert.equal(err.overrideEnv, 'A2AV_TEST_MISSING_LIB');
     const searched = [
-      '/nonexistent/override/liba2av-missing.so.1',
       'liba2av-missing.so.1',
       '/nonexistent/a2av-a/liba2av-missing.so.1',
       '/nonexistent/a2av-b/liba2av-missing.so.1',
@@ -250,12 +249,20 @@ describe('LibraryNotFoundError', () => {
     assert.deepEqual(err.message.split('\n'), [
       "libexample (a test library) not found: use the cpu backend (--backend cpu), or set A2AV_TEST_MISSING_LIB to the library's path.",
       'searched:',
-      '  /nonexistent/override/liba2av-missing.so.1',
       "  liba2av-missing.so.1 (the loader's search path)",
       '  /nonexistent/a2av-a/liba2av-missing.so.1',
       '  /nonexistent/a2av-b/liba2av-missing.so.1',
     ]);
     assert.ok(err.cause instanceof Error, "the loader's own error is the cause");
+  });
+
+  it('a file the variable names is the only one tried: a missing one is said, never passed over for another', () => {
+    const err = caught({ ...spec, instead: 'the cpu backend (--backend cpu)' }, '/nonexistent/override/liba2av-missing.so.1');
+    assert.deepEqual(err.message.split('\n'), [
+      'libexample (a test library) not found: use the cpu backend (--backend cpu), or correct A2AV_TEST_MISSING_LIB=/nonexistent/override/liba2av-missing.so.1 (it alone is tried), or unset it to search the usual places.',
+      'searched:',
+      '  /nonexistent/override/liba2av-missing.so.1 (A2AV_TEST_MISSING_LIB: no such file)',
+    ]);
   });
 
   it('names why the file the variable gives does not load, beside it', () => {

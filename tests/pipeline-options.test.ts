@@ -23,6 +23,8 @@ describe('pipeline options', () => {
       [{ trace: 'yes' }, /pipeline: trace must be true or false, got 'yes' \(a string\)$/],
       [{ inputDistBlocks: -1 }, /pipeline: inputDistBlocks must be an integer >= 1, got -1$/],
       [{ inputDistBlocks: 2.5 }, /pipeline: inputDistBlocks must be an integer >= 1, got 2\.5$/],
+      // No default: the CLI's (one per GPU) would start the driver to count them.
+      [{ ranks: undefined }, /^runPipeline: ranks is required /],
     ];
     for (const [change, message] of bad) {
       await assert.rejects(runPipeline({ ...base, ...change } as never), (err: Error) => err.name === 'UsageError' && message.test(err.message), JSON.stringify(change));

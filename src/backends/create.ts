@@ -5,7 +5,7 @@ import type { BackendName, Comm, CommOptions } from './backend.js';
 import { shown, UsageError } from '../errors.js';
 import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
-import { timeoutProblem } from '../world/options.js';
+import { MAX_LANES, timeoutProblem } from '../world/options.js';
 
 interface CudaBackendModule {
   createCudaComm(opts: CommOptions): Promise<Comm>;
@@ -103,5 +103,5 @@ function checkOptions(o: CommOptions): void {
   }
   const badTimeout = timeoutProblem(o.timeoutMs);
   if (badTimeout !== undefined) throw new UsageError(badTimeout);
-  if (!Number.isInteger(o.lanes) || o.lanes < 1) throw new UsageError(`lanes must be a positive integer, got ${shown(o.lanes)}`);
+  if (!Number.isInteger(o.lanes) || o.lanes < 1 || o.lanes > MAX_LANES) throw new UsageError(`lanes must be an integer in 1..${MAX_LANES}, got ${shown(o.lanes)}`);
 }

@@ -19,7 +19,8 @@ import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
-import { alignColumns, counted, formatGBps, formatMicros, formatRatio } from './table.js';
+import { alignColumns, counted, formatGBps, formatMicros, formatRatio, hostShareNote } from './table.js';
+import { hostShare } from './host-share.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
 
@@ -198,6 +199,9 @@ export interface MoeTokenResult {
   seed: number;
   repeats: number;
   device: string;
+  /** cpu: the host's cores and its load at the start (host-share.ts). */
+  cores?: number;
+  load?: number;
   date: string;
   rows: MoeTokenRow[];
 }
@@ -221,6 +225,7 @@ function refuseCpuBuffer(arg: MoeTokenArg, ranks: number): void {
 
 export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendName; ranks: number; timeoutMs?: number }, onRow: (r: MoeTokenReport) => void = () => {}): Promise<MoeTokenResult | undefined> {
   const date = new Date().toISOString();
+  const share = hostShare(opts.backend);
   const { backend, ranks, timeoutMs, ...arg } = opts;
   if (backend === 'cpu') refuseCpuBuffer(arg, ranks);
   const { rank, result } = await runJob<MoeTokenArg, { rows: MoeTokenRow[]; device: string }>(
@@ -230,7 +235,7 @@ export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendNam
     arg,
   );
   if (rank !== 0) return undefined;
-  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, seed: arg.seed, repeats: arg.repeats, device: result.device, date, rows: result.rows };
+  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, seed: arg.seed, repeats: arg.repeats, device: result.device, ...share, date, rows: result.rows };
 }
 
 export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string {
@@ -241,6 +246,7 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
     '# time µs = median of the timed loops (slowest rank in each); bytes = DeepEP\'s count: selections per rank x hidden x 2; GB/s = bytes / time',
     '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',
     '# vs 1d = 1d µs / time µs (eager); each row\'s first dispatch checked: expertCounts = the ids\' histogram',
+    ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),
   ];
   const head = ['tokens', 'backend', 'time µs', 'min-max µs', 'graph µs', 'bytes', 'GB/s', '1d µs', '1d graph µs', 'vs 1d'];
   const table = first.rows.flatMap((_, i) =>

@@ -55,26 +55,29 @@ export function wheelFolders(...subdirs: string[]): string[] {
 export function loadLibrary(spec: LibrarySpec): ReturnType<typeof koffi.load> {
   const tried: string[] = [];
   const attempts: string[] = [];
-  const override = process.env[spec.overrideEnv];
+  // A file the variable names is the one wanted: it alone is tried, never passed over for another.
+  const override = process.env[spec.overrideEnv] || undefined;
   if (override) attempts.push(override);
-  attempts.push(...spec.files);
-  for (const folder of spec.folders) for (const file of spec.files) attempts.push(join(folder, file));
+  else {
+    attempts.push(...spec.files);
+    for (const folder of spec.folders) for (const file of spec.files) attempts.push(join(folder, file));
+  }
   let lastError: unknown;
   for (const candidate of attempts) {
     if (candidate.includes('/') && !existsSync(candidate)) {
-      tried.push(candidate);
+      tried.push(candidate === override ? `${candidate} (${spec.overrideEnv}: no such file)` : candidate);
       continue;
     }
     try {
       return koffi.load(candidate);
     } catch (err) {
-      // The file the variable names is there but does not load: say why, beside it.
-      const why = candidate === override && existsSync(candidate) ? ` (${spec.overrideEnv}: ${String((err as Error).message ?? err).split('\n')[0]})` : '';
+      // The file the variable names does not load: say why, beside it.
+      const why = candidate === override ? ` (${spec.overrideEnv}: ${String((err as Error).message ?? err).split('\n')[0]})` : '';
       tried.push(candidate + why);
       lastError = err;
     }
   }
-  throw new LibraryNotFoundError({ library: spec.name, searched: [...new Set(tried)], overrideEnv: spec.overrideEnv, instead: spec.instead }, { cause: lastError });
+  throw new LibraryNotFoundError({ library: spec.name, searched: [...new Set(tried)], overrideEnv: spec.overrideEnv, instead: spec.instead, overridden: override }, { cause: lastError });
 }
 
 /** Why the file the variable `env` names does not load ('no such file', the loader's error); undefined when it loads or is unset. */

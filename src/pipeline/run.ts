@@ -46,6 +46,8 @@ export interface PipelineEvents {
 export async function runPipeline(opts: PipelineOptions, events: PipelineEvents = {}): Promise<PipelineResult | undefined> {
   // Else a bare TypeError from the destructuring below, where runRanks names its own refusal.
   if (opts === null || typeof opts !== 'object') throw new UsageError(`runPipeline takes one object of options, got ${shown(opts)}`);
+  // The CLI's default (2 on cpu, one per GPU) needs the driver to count GPUs: the caller says.
+  if (opts.ranks === undefined) throw new UsageError('runPipeline: ranks is required (the ranks to start as threads; under a launcher, the job\'s size)');
   const date = new Date().toISOString();
   // The ranks get the rank program's options only (they refuse keys it does not know).
   const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...given } = opts;

@@ -13,6 +13,12 @@ export function timeoutProblem(t: unknown, what = 'timeoutMs'): string | undefin
 }
 
 /** Refuses keys outside `known`, and a timeoutMs, lanes or backend that no communicator takes. */
+/**
+ * Lanes a communicator may have: each is a stream and signal pads of its own on every rank (on cpu
+ * about 0.7 MiB a lane at 72 ranks), and a pipeline overlaps a few; past this a typo is likelier.
+ */
+export const MAX_LANES = 64;
+
 export function checkRankOptions(call: string, options: unknown, known: readonly string[]): void {
   if (options === null || typeof options !== 'object') throw new UsageError(`${call}: options must be an object, got ${shown(options)}`);
   const o = options as Record<string, unknown>;
@@ -25,8 +31,11 @@ export function checkRankOptions(call: string, options: unknown, known: readonly
     const why = timeoutProblem(o.timeoutMs);
     if (why !== undefined) throw new UsageError(`${call}: ${why}`);
   }
-  if (o.lanes !== undefined && (!Number.isInteger(o.lanes) || (o.lanes as number) < 1)) {
-    throw new UsageError(`${call}: lanes must be a positive integer, got ${shown(o.lanes)}`);
+  if (o.lanes !== undefined && (!Number.isInteger(o.lanes) || (o.lanes as number) < 1 || (o.lanes as number) > MAX_LANES)) {
+    throw new UsageError(`${call}: lanes must be an integer in 1..${MAX_LANES}, got ${shown(o.lanes)}`);
+  }
+  if (o.onReport !== undefined && typeof o.onReport !== 'function') {
+    throw new UsageError(`${call}: onReport must be a function (rank, message) => void, got ${shown(o.onReport)}`);
   }
   if (o.backend !== undefined && o.backend !== 'cpu' && o.backend !== 'cuda' && o.backend !== 'nccl') {
     throw new UsageError(`${call}: unknown backend ${shown(o.backend, 'string')} (expected 'cpu', 'cuda' or 'nccl')`);
