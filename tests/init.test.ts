@@ -241,6 +241,20 @@ test('rank 0 serving the store does not wait in close() for a rank its timeout n
   assert.ok(rank0!.ms < START_WAIT_FLOOR_MS - 2000, `rank 0 took ${Math.round(rank0!.ms)} ms`);
 });
 
+test('a rank whose timeout named rank 0 (hung, with the store it serves) does not wait in close() to say it left', { timeout: 30_000 }, async () => {
+  const [storeAt, unused] = [await freePort(), await freePort()];
+  const token = randomBytes(16).toString('hex');
+  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
+  const timeoutMs = 1000;
+  // Rank 0 stops itself before its fourth call: its store thread stops with it, so a word to it would wait out the 10 s floor.
+  const arg = { seed: 3, victim: 0, calls: 3, ignoreSigterm: false, hangs: true };
+  const rank0 = spawn(process.execPath, [rankProgram, 'faultyRun', JSON.stringify(arg), String(timeoutMs)], { env: { ...process.env, ...common, RANK: '0', LOCAL_RANK: '0' }, stdio: 'ignore' });
+  const rank1 = await rankProcess({ ...common, RANK: '1', LOCAL_RANK: '1' }, timeoutMs, 'faultyRun', arg).finally(() => rank0.kill('SIGKILL'));
+  assert.equal(rank1!.code, 1, JSON.stringify(rank1!.line));
+  assert.equal(rank1!.line.error.missingRank, 0, JSON.stringify(rank1!.line));
+  assert.ok(rank1!.ms < START_WAIT_FLOOR_MS - 2000, `rank 1 took ${Math.round(rank1!.ms)} ms`);
+});
+
 test('a process that closes its communicator and calls init() again gets a working one, under a2av launch and at A2AV_STORE_PORT', { timeout: 60_000 }, async () => {
   const program = fileURLToPath(new URL('./fixtures/reinit-rank.js', import.meta.url));
   // Under a2av launch: its store outlives each communicator, which keep their keys apart.

@@ -100,8 +100,9 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
           await othersLeft(store, `${scope}/left`, place.worldSize, startWaitMs(timeoutMs), gone);
         }
         // Only rank 0's own store waits for this (a2av launch's outlives every rank). Past the
-        // communicator's close, a store already gone only means nobody waits for it.
-        else if (storePort() !== undefined) await store.set(`${scope}/left/${place.rank}`, new Uint8Array(1)).catch(() => {});
+        // communicator's close, a store already gone only means nobody waits for it; nor does a
+        // rank 0 this rank's timeout named (hung, its store with it: the word would wait out the floor).
+        else if (storePort() !== undefined && gone !== 0) await store.set(`${scope}/left/${place.rank}`, new Uint8Array(1)).catch(() => {});
       } finally {
         await watch?.close();
         await store.close();
