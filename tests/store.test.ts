@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { StoreError, UsageError } from '../src/errors.js';
 import { encodeAuth, encodeRequest, MAX_VALUE_BYTES, Op } from '../src/world/tcp-protocol.js';
 import { TcpStoreClient, TcpStoreServer } from '../src/world/tcp-store.js';
+import { allGather, GatherSweep } from '../src/world/all-gather.js';
 
 const TOKEN = 'a'.repeat(64);
 const T = { timeout: 5000 };
@@ -282,5 +283,46 @@ describe('tcp store: server loss', () => {
     await rejectsWith(c.add('mute/n', 1), 'timeout');
     await c.close();
     mute.close();
+  });
+});
+
+describe('a long job\'s store does not grow with its gathers', () => {
+  test('delete removes a key (a get then waits for it again); deleting a missing key is no error', T, async () => {
+    const server = await TcpStoreServer.listen({ token: TOKEN });
+    const c = await client(server);
+    try {
+      await c.set('k', bytes('v'));
+      assert.equal(text(await c.get('k', 0)), 'v');
+      await c.delete('k');
+      await assert.rejects(c.get('k', 50), (err: unknown) => err instanceof StoreError && err.reason === 'timeout');
+      await c.delete('never-set');
+    } finally {
+      await c.close();
+      await server.close();
+    }
+  });
+
+  test('a series of gathers keeps only the keys a rank may still read: each rank removes its own once a later gather is complete', T, async () => {
+    const server = await TcpStoreServer.listen({ token: TOKEN });
+    const stores = await Promise.all([0, 1, 2].map(() => client(server)));
+    try {
+      const sweeps = stores.map((s) => new GatherSweep(s));
+      const rounds = 40;
+      for (let n = 0; n < rounds; n++) {
+        const values = await Promise.all(stores.map((store, rank) =>
+          allGather({ store, key: `g/${n}`, rank, worldSize: 3, value: bytes(`${rank}:${n}`), timeoutMs: 2000, sweep: sweeps[rank] })));
+        for (const got of values) assert.deepEqual(got.map(text), [0, 1, 2].map((r) => `${r}:${n}`));
+      }
+      // The deletes are not waited for by the gathers: a round trip on each client settles them.
+      await Promise.all(stores.map((s) => s.add('settle', 1)));
+      const present = async (key: string) => stores[0].get(key, 0).then(() => true, () => false);
+      for (const r of [0, 1, 2]) {
+        assert.equal(await present(`g/${rounds - 1}/${r}`), true, 'the last gather, which a slow rank may still read, stays');
+        for (const n of [0, 1, rounds - 2]) assert.equal(await present(`g/${n}/${r}`), false, `gather ${n}'s key of rank ${r} is gone`);
+      }
+    } finally {
+      await Promise.all(stores.map((s) => s.close()));
+      await server.close();
+    }
   });
 });

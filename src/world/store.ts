@@ -13,6 +13,8 @@ export interface Store {
   get(key: string, timeoutMs?: number): Promise<Uint8Array>;
   /** Atomically adds `delta` to an integer counter (created at 0) and returns the new value. */
   add(key: string, delta: number): Promise<number>;
+  /** Removes `key` if it is there: a key no rank will read again (GatherSweep), so a long job's store does not grow. */
+  delete(key: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -28,6 +30,7 @@ export function scopedStore(store: Store, prefix: string): Store {
     set: (key, value) => store.set(prefix + key, value),
     get: (key, timeoutMs) => store.get(prefix + key, timeoutMs),
     add: (key, delta) => store.add(prefix + key, delta),
+    delete: (key) => store.delete(prefix + key),
     close: async () => {},
   };
 }

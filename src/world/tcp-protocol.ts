@@ -9,6 +9,7 @@
 //   GET      id u32 | timeoutMs u32 | keyLen u16 | key
 //   ADD      id u32 | delta i64 | keyLen u16 | key
 //   SET_ON_CLOSE  id u32 | keyLen u16 | key | value    (set by the server when this connection ends; answered OK)
+//   DELETE   id u32 | keyLen u16 | key                    (removes the key if there; answered OK)
 //   AUTH_OK  (empty)
 //   OK       id u32
 //   VALUE    id u32 | value
@@ -33,6 +34,8 @@ export const Op = {
   ADD: 0x04,
   /** A SET the server makes when this connection ends (by close or by the client's death), not now. */
   SET_ON_CLOSE: 0x05,
+  /** Removes a key no rank will read again (a finished gather's), so a long job's store does not grow. */
+  DELETE: 0x06,
   AUTH_OK: 0x81,
   OK: 0x82,
   VALUE: 0x83,
@@ -44,7 +47,8 @@ export const Op = {
 export type Request =
   | { op: typeof Op.SET | typeof Op.SET_ON_CLOSE; id: number; key: string; value: Buffer }
   | { op: typeof Op.GET; id: number; key: string; timeoutMs: number }
-  | { op: typeof Op.ADD; id: number; key: string; delta: bigint };
+  | { op: typeof Op.ADD; id: number; key: string; delta: bigint }
+  | { op: typeof Op.DELETE; id: number; key: string };
 
 export type Reply =
   | { op: typeof Op.OK; id: number }
@@ -124,7 +128,7 @@ export function encodeAuthOk(): Buffer {
 export function encodeRequest(req: Request): Buffer {
   const key = keyBytes(req.key);
   const sets = req.op === Op.SET || req.op === Op.SET_ON_CLOSE;
-  const fixed = sets ? 7 : req.op === Op.GET ? 11 : 15;
+  const fixed = sets || req.op === Op.DELETE ? 7 : req.op === Op.GET ? 11 : 15;
   const head = Buffer.alloc(fixed);
   head.writeUInt8(req.op, 0);
   head.writeUInt32BE(req.id, 1);
@@ -157,7 +161,7 @@ export function encodeReply(reply: Reply): Buffer {
 /** Parses a request body (after authentication). Throws ProtocolViolation. */
 export function decodeRequest(body: Buffer): Request {
   const op = body[0];
-  const fixed = op === Op.SET || op === Op.SET_ON_CLOSE ? 7 : op === Op.GET ? 11 : op === Op.ADD ? 15 : -1;
+  const fixed = op === Op.SET || op === Op.SET_ON_CLOSE || op === Op.DELETE ? 7 : op === Op.GET ? 11 : op === Op.ADD ? 15 : -1;
   if (fixed < 0) throw new ProtocolViolation(`unknown opcode ${op}`);
   if (body.length < fixed) throw new ProtocolViolation('truncated request');
   const id = body.readUInt32BE(1);
@@ -178,6 +182,7 @@ export function decodeRequest(body: Buffer): Request {
   }
   if (rest.length !== 0) throw new ProtocolViolation('trailing bytes');
   if (op === Op.GET) return { op, id, key, timeoutMs: body.readUInt32BE(5) };
+  if (op === Op.DELETE) return { op, id, key };
   return { op: Op.ADD, id, key, delta: body.readBigInt64BE(5) };
 }
 

@@ -164,6 +164,12 @@ export class TcpStoreClient implements Store {
     throw timeout('get', key, timeoutMs);
   }
 
+  /** Removes `key` if it is there (a key no rank will read again). */
+  async delete(key: string): Promise<void> {
+    checkKey(key);
+    await this.#call('delete', key, this.#timeoutMs, (id) => ({ op: Op.DELETE, id, key }));
+  }
+
   async add(key: string, delta: number): Promise<number> {
     checkKey(key);
     if (!Number.isSafeInteger(delta)) throw new UsageError(`store add delta must be a safe integer, got ${shown(delta)}`);

@@ -209,6 +209,10 @@ export class TcpStoreServer {
       case Op.GET:
         this.#get(conn, req.id, req.key, req.timeoutMs);
         return;
+      case Op.DELETE:
+        this.#data.delete(req.key);
+        this.#reply(conn, { op: Op.OK, id: req.id });
+        return;
       case Op.ADD: {
         const result = this.#add(req.key, req.delta);
         this.#reply(conn, typeof result === 'string' ? { op: Op.ERROR, id: req.id, message: result } : { op: Op.COUNTER, id: req.id, value: result });

@@ -9,7 +9,8 @@ import type { Store } from './store.js';
 type Request =
   | { op: 'set'; id: number; key: string; value: Uint8Array }
   | { op: 'get'; id: number; key: string }
-  | { op: 'add'; id: number; key: string; delta: number };
+  | { op: 'add'; id: number; key: string; delta: number }
+  | { op: 'delete'; id: number; key: string };
 
 type Reply = { id: number; value?: Uint8Array; counter?: number; error?: string };
 
@@ -45,6 +46,9 @@ export class ThreadStoreBroker {
         this.#waiting.set(req.key, list);
         return;
       }
+      case 'delete':
+        this.#values.delete(req.key);
+        return reply(port, { id: req.id });
       case 'add': {
         const counter = (this.#counters.get(req.key) ?? 0) + req.delta;
         this.#counters.set(req.key, counter);
@@ -103,6 +107,10 @@ export class ThreadStoreClient implements Store {
   async add(key: string, delta: number): Promise<number> {
     const r = await this.#call({ op: 'add', id: 0, key, delta }, undefined);
     return r.counter as number;
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.#call({ op: 'delete', id: 0, key }, undefined);
   }
 
   async close(): Promise<void> {

@@ -1,7 +1,7 @@
 // Set-up exchanges of the cpu backend over the rendezvous store: shared memory every rank maps
 // (pads, symmetric buffers), and host barriers.
 import { SharedMemoryError, StoreError, TimeoutError, UsageError } from '../../errors.js';
-import { allGather } from '../../world/all-gather.js';
+import { allGather, GatherSweep } from '../../world/all-gather.js';
 import { sizeDisagreement } from '../../world/disagreement.js';
 import type { Store } from '../../world/store.js';
 import { checkCpuBufferBytes, closeAll } from './buffer.js';
@@ -11,11 +11,14 @@ import type { SharedMemory, SharedRegion } from './memory.js';
 export class Rendezvous {
   readonly memory: SharedMemory;
   #store: Store;
+  /** Every gather of this communicator's set-up and host calls is one series (all-gather.ts). */
+  #sweep: GatherSweep;
   #rank: number;
   #world: number;
 
   constructor(store: Store, memory: SharedMemory, rank: number, world: number) {
     this.#store = store;
+    this.#sweep = new GatherSweep(store);
     this.memory = memory;
     this.#rank = rank;
     this.#world = world;
@@ -94,7 +97,7 @@ export class Rendezvous {
 
   /** Publishes `value` under `name`, then collects every rank's, in rank order. */
   #gather(name: string, value: Uint8Array, timeoutMs: number, deadline?: number, onValue?: (rank: number, value: Uint8Array) => void): Promise<Uint8Array[]> {
-    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline, onValue, what: callOf(name) });
+    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline, onValue, what: callOf(name), sweep: this.#sweep });
   }
 }
 

@@ -35,7 +35,7 @@ import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgs
 import { planWhat } from '../../collectives/call-names.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
-import { allGatherJson, endingOnTimeout, meet } from '../../world/all-gather.js';
+import { allGatherJson, endingOnTimeout, GatherSweep, meet } from '../../world/all-gather.js';
 import { gpuSetUpMs, startWaitMs } from '../../world/set-up-waits.js';
 import type { Store } from '../../world/store.js';
 import { AllReduceCalls } from './all-reduce.js';
@@ -84,6 +84,8 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   readonly ranksOnDevice: number;
   readonly #device: CudaDevice;
   readonly #store: Store;
+  /** The host gathers of barrier() and gatherOnHost(), whose keys it removes as they are done (all-gather.ts). */
+  readonly #sweep: GatherSweep;
   readonly #kernels: A2avKernels;
   readonly #moe: MoeCalls;
   readonly #allReduce: AllReduceCalls;
@@ -124,6 +126,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     this.#lendsModules = init.lendsModules;
     this.#loads = init.loads;
     this.#store = opts.store;
+    this.#sweep = new GatherSweep(opts.store);
     this.#timer = new EventTimer(device);
     this.#marks = new EventRing(device);
     this.deviceName = `${device.name} #${device.ordinal}`;
@@ -453,14 +456,14 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
 
   #meet(timeoutMs = this.timeoutMs): Promise<void> {
-    return meet({ store: this.#store, key: `a2av/cuda/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs });
+    return meet({ store: this.#store, key: `a2av/cuda/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs, sweep: this.#sweep });
   }
 
   async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
     this.#usable();
     checkBarrier(this.rank, options);
     const timeoutMs = options?.timeoutMs ?? startWaitMs(this.timeoutMs);
-    return this.#setUp(allGatherJson<number[]>({ store: this.#store, key: `a2av/cuda/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: [...values], timeoutMs }));
+    return this.#setUp(allGatherJson<number[]>({ store: this.#store, key: `a2av/cuda/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: [...values], timeoutMs, sweep: this.#sweep }));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

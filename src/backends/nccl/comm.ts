@@ -39,7 +39,7 @@ import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
 import { napMs } from '../../nccl/communicator.js';
-import { allGatherJson, endingOnTimeout, meet } from '../../world/all-gather.js';
+import { allGatherJson, endingOnTimeout, GatherSweep, meet } from '../../world/all-gather.js';
 import { sizeDisagreement } from '../../world/disagreement.js';
 import { startWaitMs } from '../../world/set-up-waits.js';
 import type { Store } from '../../world/store.js';
@@ -61,6 +61,8 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   readonly ranksOnDevice = 1;
   readonly #device: CudaDevice;
   readonly #store: Store;
+  /** The host gathers of barrier() and allocSymmetric(), whose keys it removes as they are done (all-gather.ts). */
+  readonly #sweep: GatherSweep;
   readonly #key: string;
   readonly #lanes: NcclLane[];
   readonly #memory: GpuMemory;
@@ -86,6 +88,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     this.#marks = new EventRing(device);
     this.#memory = new GpuMemory(device, this, opts.timeoutMs);
     this.#store = opts.store;
+    this.#sweep = new GatherSweep(opts.store);
     this.#key = key;
     this.#lanes = lanes;
     this.deviceName = `${device.name} #${device.ordinal}`;
@@ -113,7 +116,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
     this.#usable();
     this.#memory.checkBytes(bytes);
     const id = this.#symmetricCount++;
-    const sizes = await this.#setUp(allGatherJson({ store: this.#store, key: `${this.#key}/sym/${id}`, rank: this.rank, worldSize: this.worldSize, value: bytes, timeoutMs: this.timeoutMs }));
+    const sizes = await this.#setUp(allGatherJson({ store: this.#store, key: `${this.#key}/sym/${id}`, rank: this.rank, worldSize: this.worldSize, value: bytes, timeoutMs: this.timeoutMs, sweep: this.#sweep }));
     const odd = sizeDisagreement(this.rank, `allocSymmetric #${id}`, sizes);
     if (odd !== undefined) throw new UsageError(odd);
     return this.#memory.alloc(bytes, id);
@@ -315,7 +318,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   }
 
   #meet(timeoutMs = this.timeoutMs): Promise<void> {
-    return meet({ store: this.#store, key: `${this.#key}/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs });
+    return meet({ store: this.#store, key: `${this.#key}/comm/${this.#barriers++}`, rank: this.rank, worldSize: this.worldSize, timeoutMs, sweep: this.#sweep });
   }
 
   async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
