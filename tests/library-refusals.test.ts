@@ -126,12 +126,13 @@ describe('createMoeGroup options', () => {
 });
 
 describe('a peer that left', () => {
-  test('a wait for a rank that closed its communicator says so when it times out (an allReduce\'s wait named as one, not as splits); one for a rank still open does not', async () => {
-    for (const stays of [false, true]) {
-      const [outcome] = await runRanks<unknown, Caught | 'no error'>({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'peerLeaves', { stays });
+  test('a wait for a rank that closed its communicator says so when it times out, and whether it failed first (an allReduce\'s wait named as one, not as splits); one for a rank still open does not', async () => {
+    for (const how of ['closes', 'stays', 'fails'] as const) {
+      const [outcome] = await runRanks<unknown, Caught | 'no error'>({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'peerLeaves', { how });
       assert.ok(outcome !== 'no error' && outcome.name === 'TimeoutError', JSON.stringify(outcome));
       assert.match(outcome.message, /^rank 0: timed out after 300 ms waiting for rank 1 \(allReduce of 4 f32 on lane 0: .*, allReduce: waiting for the peer's count, dtype, op and output; the peer got no further than call \d+/);
-      assert.equal(outcome.message.endsWith('; it has closed its communicator)'), !stays, outcome.message);
+      if (how === 'stays') assert.doesNotMatch(outcome.message, /closed/);
+      else assert.ok(outcome.message.endsWith(how === 'closes' ? '; it has closed its communicator)' : '; it has closed its communicator after a failure of its own (its error says which))'), outcome.message);
     }
   });
 });

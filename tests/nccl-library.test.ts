@@ -20,7 +20,7 @@ function runModule(code: string, env: Record<string, string>): { status: number 
 }
 
 describe('finding libnccl', () => {
-  it('looks in $NCCL_HOME, the system folders, CUDA homes and NVIDIA wheels, after $A2AV_LIBNCCL', () => {
+  it('looks in $NCCL_HOME, the system folders, CUDA homes and NVIDIA wheels (unless $A2AV_LIBNCCL names the file)', () => {
     const spec = ncclLibrarySpec({ NCCL_HOME: '/opt/nccl' });
     assert.equal(spec.overrideEnv, 'A2AV_LIBNCCL');
     assert.deepEqual(spec.files, ['libnccl.so.2', 'libnccl.so']);
@@ -29,20 +29,31 @@ describe('finding libnccl', () => {
     assert.match(spec.instead ?? '', /--backend cuda/);
   });
 
-  it('names every place it searched when nothing loads', (t) => {
+  const search = (env: Record<string, string>) => {
     const r = runModule(
       `import { LibraryNotFoundError } from './dist/src/errors.js';
        const { ncclLib } = await import('./dist/src/nccl/library.js');
        try { ncclLib(); console.log('LOADED'); } catch (e) { console.log(JSON.stringify({ cls: e instanceof LibraryNotFoundError, code: e.code, message: e.message, searched: e.searched })); }`,
-      { A2AV_LIBNCCL: '/nonexistent/a2av-test/libnccl.so.2', NCCL_HOME: '/nonexistent/nccl-home' },
+      env,
     );
     assert.equal(r.status, 0, r.stderr);
-    if (r.stdout.trim() === 'LOADED') return t.skip('an NCCL is installed here, so not finding one cannot be shown');
-    const err = JSON.parse(r.stdout) as { cls: boolean; code: string; message: string; searched: string[] };
+    return r.stdout.trim() === 'LOADED' ? undefined : (JSON.parse(r.stdout) as { cls: boolean; code: string; message: string; searched: string[] });
+  };
+
+  it('A2AV_LIBNCCL names the one file tried: a missing one is said, not passed over for another', () => {
+    const err = search({ A2AV_LIBNCCL: '/nonexistent/a2av-test/libnccl.so.2', NCCL_HOME: '/nonexistent/nccl-home' })!;
+    assert.ok(err.cls);
+    assert.deepEqual(err.searched, ['/nonexistent/a2av-test/libnccl.so.2 (A2AV_LIBNCCL: no such file)']);
+    assert.match(err.message, /or correct A2AV_LIBNCCL=\/nonexistent\/a2av-test\/libnccl\.so\.2 \(it alone is tried\), or unset it to search the usual places\.\nsearched:\n/);
+  });
+
+  it('names every place it searched when nothing loads', (t) => {
+    const err = search({ A2AV_LIBNCCL: '', NCCL_HOME: '/nonexistent/nccl-home' });
+    if (err === undefined) return t.skip('an NCCL is installed here, so not finding one cannot be shown');
     assert.ok(err.cls);
     assert.equal(err.code, 'A2AV_LIBRARY_NOT_FOUND');
     assert.match(err.message, /^libnccl \(NCCL\) not found: use the cuda or cpu backend .*, or set A2AV_LIBNCCL to the library's path\.\nsearched:\n/);
-    for (const place of ['/nonexistent/a2av-test/libnccl.so.2', 'libnccl.so.2', '/nonexistent/nccl-home/lib/libnccl.so.2', '/usr/lib/x86_64-linux-gnu/libnccl.so.2']) {
+    for (const place of ['libnccl.so.2', '/nonexistent/nccl-home/lib/libnccl.so.2', '/usr/lib/x86_64-linux-gnu/libnccl.so.2']) {
       assert.ok(err.searched.includes(place), `${place} in ${err.searched.join(', ')}`);
       assert.ok(err.message.split('\n').some((line) => line.startsWith(`  ${place}`)), `${place} on a line of its own`);
     }

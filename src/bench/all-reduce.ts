@@ -151,17 +151,21 @@ export interface AllReduceBenchOptions extends AllReduceBenchArg {
   timeoutMs?: number;
 }
 
+/** Checked before the ranks allocate (and by the CLI before its progress starts): the ranks' error would name neither --max nor the canary. */
+export function refuseCpuAllReduceSize(backend: BackendName, sizes: readonly number[]): void {
+  const most = sizes[sizes.length - 1]! + CANARY_BYTES;
+  if (backend === 'cpu' && most > CPU_MAX_BUFFER_BYTES)
+    throw new UsageError(`bench allreduce: ${formatBytes(most - CANARY_BYTES)} (the largest size up to --max) on cpu: the output, its sum and a ${CANARY_BYTES}-byte canary ` +
+      `past it, needs ${formatBytesExact(most)}, past the cpu backend's ${formatBytes(CPU_MAX_BUFFER_BYTES)} per buffer: lower --max`);
+}
+
 /** Runs the sweep (ranks as threads, or this rank of a launched job); rank 0 gets the result. */
 export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: AllReduceReport) => void = () => {}): Promise<AllReduceBenchResult | undefined> {
   const date = new Date().toISOString();
   const { backend, ranks, timeoutMs, ...asked } = opts;
   const share = hostShare(backend);
   const arg = { ...asked, sizes: wholeElements(asked.sizes, asked.dtype) };
-  // Checked here, not by the ranks' allocation: its error names neither --max nor the canary.
-  const most = arg.sizes[arg.sizes.length - 1]! + CANARY_BYTES;
-  if (backend === 'cpu' && most > CPU_MAX_BUFFER_BYTES)
-    throw new UsageError(`bench allreduce: ${formatBytes(most - CANARY_BYTES)} (the largest size up to --max) on cpu: the output, its sum and a ${CANARY_BYTES}-byte canary ` +
-      `past it, needs ${formatBytesExact(most)}, past the cpu backend's ${formatBytes(CPU_MAX_BUFFER_BYTES)} per buffer: lower --max`);
+  refuseCpuAllReduceSize(backend, arg.sizes);
   const { rank, result } = await runJob<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
     { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
     new URL(import.meta.url),

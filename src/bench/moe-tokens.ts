@@ -211,7 +211,8 @@ export interface MoeTokenResult {
  * checked here, not by the ranks' allocation, whose error names no flag and comes after seconds of
  * allocating the smaller buffers.
  */
-function refuseCpuBuffer(arg: MoeTokenArg, ranks: number): void {
+/** A largest --tokens whose buffers pass what a cpu buffer holds, refused before any rank allocates (the CLI asks before its progress starts). */
+export function refuseCpuBuffer(arg: MoeTokenArg, ranks: number): void {
   const tokens = Math.max(...arg.tokens);
   if (arg.numExperts % ranks !== 0) return; // the ranks refuse it, by name
   const rowBytes = 2 * arg.hidden;

@@ -45,7 +45,7 @@ export function addBenchAllReduce(bench: Command): void {
 async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void> {
   const { names, ranks } = await backendsAndRanks(flags);
   // Refused before the ranks start (each would refuse it, after 65 threads had started).
-  const { ALL_REDUCE_MAX_RANKS, formatAllReduceTable, runAllReduceBench } = await import('../bench/all-reduce.js');
+  const { ALL_REDUCE_MAX_RANKS, formatAllReduceTable, refuseCpuAllReduceSize, runAllReduceBench } = await import('../bench/all-reduce.js');
   if (ranks > ALL_REDUCE_MAX_RANKS) fail(`bench allreduce: at most ${ALL_REDUCE_MAX_RANKS} ranks (the check's sums stay exact), got ${ranks}`);
   const max = flags.max ?? (names.includes('cpu') ? 16 << 20 : 256 << 20);
   checkSizeRange(cmd, { min: flags.min, max });
@@ -57,6 +57,7 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   const short = sweepNote(cmd, flags.min, max, element, `${flags.dtype} elements`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
   const results = await eachBackend(names, async (backend, label) => {
+    refuseCpuAllReduceSize(backend, sizes);
     const progress = new SweepProgress('bench allreduce', label);
     const range = sizes.length > 1 ? `, ${formatBytes(sizes[0])} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0])}`;
     progress.start(sizes.length, formatBytes(sizes[0]), `${range} of ${flags.dtype}, each checked then timed`);

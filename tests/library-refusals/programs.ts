@@ -58,16 +58,18 @@ export async function groupTooLarge(comm: Comm): Promise<{ outcome: Caught | 'no
 }
 
 /**
- * Rank 1 leaves after a first allReduce (closing its communicator, or, with `stays`, keeping it
- * open for a while); rank 0 makes a second one, which times out: what it says of rank 1.
+ * Rank 1 leaves after a first allReduce: it closes its communicator (`closes`), or keeps it open
+ * for a while (`stays`), or fails first (`fails`: a barrier of its own times out) and then closes;
+ * rank 0 makes a second allReduce, which times out: what it says of rank 1.
  */
-export async function peerLeaves(comm: Comm, arg: { stays: boolean }): Promise<Caught | 'no error'> {
+export async function peerLeaves(comm: Comm, arg: { how: 'closes' | 'stays' | 'fails' }): Promise<Caught | 'no error'> {
   const buf = comm.alloc(16);
   const reduce = () => comm.allReduce({ input: buf, output: buf, count: 4, dtype: 'f32', op: 'sum' }).wait();
   reduce();
   if (comm.rank === 1) {
-    if (arg.stays) await new Promise((r) => setTimeout(r, 1500));
-    else await comm.close();
+    if (arg.how === 'stays') await new Promise((r) => setTimeout(r, 1500));
+    if (arg.how === 'fails') await comm.barrier({ timeoutMs: 50 }).catch(() => {});
+    if (arg.how !== 'stays') await comm.close();
     return 'no error';
   }
   return caught(async () => reduce());

@@ -350,7 +350,7 @@ class CpuComm implements Comm, CheckContext {
     if (this.#closed) return;
     this.#closed = true;
     // A peer still waiting for this rank will say, when its wait times out, that it is gone.
-    if (this.#pads.length > 0) new PadViews(this.#pads[this.rank]).markClosed();
+    if (this.#pads.length > 0) new PadViews(this.#pads[this.rank]).markClosed(this.#aborted !== undefined);
     // Peers hold their own mappings of our memory, so nothing of theirs dangles. Ours go after
     // every view of them (buffers; pads: lanes are never used again once #closed is set).
     const buffers = [...this.#buffers];

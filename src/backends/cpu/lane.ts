@@ -254,7 +254,9 @@ export class CpuLane implements Lane {
       reportedBy: this.#rank,
       expert: site,
     };
-    const err = entryError(entry, this.#timeoutMs, what, this.#pads[peer].closed ? 'it has closed its communicator' : undefined);
+    const left = this.#pads[peer].closed;
+    const note = left === 'closed' ? 'it has closed its communicator' : left === undefined ? undefined : 'it has closed its communicator after a failure of its own (its error says which)';
+    const err = entryError(entry, this.#timeoutMs, what, note);
     this.#onTimeout(err);
     return err;
   }
