@@ -14,7 +14,7 @@ import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
 import { ARMS, checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';
-import { decodeSpans, encodeSpans, PHASES, type ArmTrace, type Phase } from './trace.js';
+import { decodeSpans, encodeSpans, PHASES, type ArmTrace, type Phase, type Span } from './trace.js';
 
 /** Allocations must fit free memory with this much to spare. */
 const MEMORY_HEADROOM = 1.1;
@@ -111,9 +111,10 @@ export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankC
       runs.push(await runArm(model, { arm, warmup: arg.warmup, iters: arg.iters, seed: arg.seed, inputDistBlocks: arg.inputDistBlocks, onStep: (step) => report({ type: 'step', arm, step, steps }) }));
     }
     await comm.barrier();
-    const gathered = await gatherToRoot(comm, agree, runs.flatMap(encodeRun));
+    const gathered = await gatherToRoot(comm, agree, runs.flatMap((r) => encodeRun(r, arg.trace)));
     if (!gathered) return undefined;
     const perRank = gathered.map((words) => decodeRuns(words, arg));
+    // The arms' rows need only each rank's phase medians (sent apart from the spans, which only a trace needs).
     return {
       backend: comm.backend,
       device: comm.deviceName,
@@ -130,7 +131,7 @@ export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankC
   }
 }
 
-function armResult(ranks: ArmRun[]): ArmResult {
+function armResult(ranks: (ArmRun & { phaseUs: number[] })[]): ArmResult {
   const iters = ranks[0].stepUs.length;
   // Each step's figures come from one rank, the slowest in that step (it sets the pace): taking each
   // column's maximum over ranks apart mixed ranks, so exposed + compute could pass the step.
@@ -138,7 +139,7 @@ function armResult(ranks: ArmRun[]): ArmResult {
   const stepUs = pacer.map((r, i) => r.stepUs[i]);
   const sorted = [...stepUs].sort((a, b) => a - b);
   const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
-  const phases = Object.fromEntries(PHASES.map((p) => [p, Math.max(...ranks.map((r) => medianOr0(r.spans.filter((s) => s.name === p).map((s) => s.endUs - s.startUs))))]));
+  const phases = Object.fromEntries(PHASES.map((p, i) => [p, Math.max(...ranks.map((r) => r.phaseUs[i]))]));
   const { paramsAgree, ...checksums } = checksumsOf(ranks);
   const med = median(stepUs);
   return {
@@ -160,13 +161,21 @@ function medianOr0(values: number[]): number {
   return values.length === 0 ? 0 : median(values);
 }
 
-// One rank's runs as float64 words: per arm the fixed-length fields, then the spans' count and spans.
-function encodeRun(r: ArmRun): number[] {
-  const words = encodeSpans(r.spans);
-  return [...r.stepUs, ...r.computeUs, r.hostBlockedUs, r.hostIssueUs, ...r.loss, ...r.tables, ...r.params, words.length, ...words];
+/** The median µs of each phase (PHASES' order) over this rank's timed steps: what the row needs of its spans. */
+function phaseMedians(spans: readonly Span[]): number[] {
+  return PHASES.map((p) => medianOr0(spans.filter((s) => s.name === p).map((s) => s.endUs - s.startUs)));
 }
 
-function decodeRuns(words: number[], arg: PipelineArg): ArmRun[] {
+/**
+ * One rank's runs as float64 words: per arm the fixed-length fields, its phase medians, then the
+ * spans' count and spans, only for a trace: at 10000 steps they were most of a run's memory.
+ */
+function encodeRun(r: ArmRun, trace: boolean): number[] {
+  const words = trace ? encodeSpans(r.spans) : [];
+  return [...r.stepUs, ...r.computeUs, r.hostBlockedUs, r.hostIssueUs, ...r.loss, ...r.tables, ...r.params, ...phaseMedians(r.spans), words.length, ...words];
+}
+
+function decodeRuns(words: number[], arg: PipelineArg): (ArmRun & { phaseUs: number[] })[] {
   const steps = arg.warmup + arg.iters;
   let at = 0;
   const take = (n: number) => words.slice(at, (at += n));
@@ -177,8 +186,9 @@ function decodeRuns(words: number[], arg: PipelineArg): ArmRun[] {
     const loss = take(steps);
     const tables = take(2) as [number, number];
     const params = take(2) as [number, number];
+    const phaseUs = take(PHASES.length);
     const spans = decodeSpans(take(take(1)[0]));
-    return { arm, stepUs, computeUs, hostBlockedUs, hostIssueUs, loss, tables, params, spans };
+    return { arm, stepUs, computeUs, hostBlockedUs, hostIssueUs, loss, tables, params, phaseUs, spans };
   });
 }
 
