@@ -224,35 +224,37 @@ test('rank 0 keeps its store at A2AV_STORE_PORT up past a short timeoutMs until 
   assert.ok(rank0!.exitedAt >= rank1!.line.result, `rank 0 exited ${rank1!.line.result - rank0!.exitedAt} ms before rank 1's program returned`);
 });
 
-test('rank 0 serving the store does not wait in close() for a rank its timeout named (it hung or died: it will never say it left)', { timeout: 30_000 }, async () => {
+/**
+ * Two ranks by hand at A2AV_STORE_PORT; rank `victim` stops itself (SIGSTOP) before its fourth call,
+ * hung, its store connection open. The other's call times out naming it, then the other closes:
+ * its outcome, and how long it ran.
+ */
+async function survivorOfHung(victim: 0 | 1) {
   const [storeAt, unused] = [await freePort(), await freePort()];
   const token = randomBytes(16).toString('hex');
   const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
   const timeoutMs = 1000;
-  // Rank 1 stops itself (SIGSTOP) before its fourth call: hung, its store connection stays open, so
-  // nothing but rank 0's own timeout says it will not leave. Rank 0's call times out naming it, then it closes.
-  const arg = { seed: 3, victim: 1, calls: 3, ignoreSigterm: false, hangs: true };
-  const rank1 = spawn(process.execPath, [rankProgram, 'faultyRun', JSON.stringify(arg), String(timeoutMs)], { env: { ...process.env, ...common, RANK: '1', LOCAL_RANK: '1' }, stdio: 'ignore' });
-  const rank0 = await rankProcess({ ...common, RANK: '0', LOCAL_RANK: '0' }, timeoutMs, 'faultyRun', arg).finally(() => rank1.kill('SIGKILL'));
-  assert.equal(rank0!.code, 1, JSON.stringify(rank0!.line));
-  assert.equal(rank0!.line.error.code, 'A2AV_TIMEOUT', JSON.stringify(rank0!.line));
-  assert.equal(rank0!.line.error.missingRank, 1);
+  const arg = { seed: 3, victim, calls: 3, ignoreSigterm: false, hangs: true };
+  const [hung, survivor] = [String(victim), String(1 - victim)];
+  const stopped = spawn(process.execPath, [rankProgram, 'faultyRun', JSON.stringify(arg), String(timeoutMs)], { env: { ...process.env, ...common, RANK: hung, LOCAL_RANK: hung }, stdio: 'ignore' });
+  const result = (await rankProcess({ ...common, RANK: survivor, LOCAL_RANK: survivor }, timeoutMs, 'faultyRun', arg).finally(() => stopped.kill('SIGKILL')))!;
+  assert.equal(result.code, 1, JSON.stringify(result.line));
+  assert.equal(result.line.error.code, 'A2AV_TIMEOUT', JSON.stringify(result.line));
+  assert.equal(result.line.error.missingRank, victim);
+  return result;
+}
+
+test('rank 0 serving the store does not wait in close() for a rank its timeout named (it hung or died: it will never say it left)', { timeout: 30_000 }, async () => {
+  // Nothing but rank 0's own timeout says the hung rank 1 will not leave.
+  const rank0 = await survivorOfHung(1);
   // Its set-up, three calls and the 1 s timeout: well under the 10 s it waited in close() for rank 1.
-  assert.ok(rank0!.ms < START_WAIT_FLOOR_MS - 2000, `rank 0 took ${Math.round(rank0!.ms)} ms`);
+  assert.ok(rank0.ms < START_WAIT_FLOOR_MS - 2000, `rank 0 took ${Math.round(rank0.ms)} ms`);
 });
 
 test('a rank whose timeout named rank 0 (hung, with the store it serves) does not wait in close() to say it left', { timeout: 30_000 }, async () => {
-  const [storeAt, unused] = [await freePort(), await freePort()];
-  const token = randomBytes(16).toString('hex');
-  const common = { WORLD_SIZE: '2', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(unused), A2AV_STORE_PORT: String(storeAt), A2AV_STORE_TOKEN: token };
-  const timeoutMs = 1000;
-  // Rank 0 stops itself before its fourth call: its store thread stops with it, so a word to it would wait out the 10 s floor.
-  const arg = { seed: 3, victim: 0, calls: 3, ignoreSigterm: false, hangs: true };
-  const rank0 = spawn(process.execPath, [rankProgram, 'faultyRun', JSON.stringify(arg), String(timeoutMs)], { env: { ...process.env, ...common, RANK: '0', LOCAL_RANK: '0' }, stdio: 'ignore' });
-  const rank1 = await rankProcess({ ...common, RANK: '1', LOCAL_RANK: '1' }, timeoutMs, 'faultyRun', arg).finally(() => rank0.kill('SIGKILL'));
-  assert.equal(rank1!.code, 1, JSON.stringify(rank1!.line));
-  assert.equal(rank1!.line.error.missingRank, 0, JSON.stringify(rank1!.line));
-  assert.ok(rank1!.ms < START_WAIT_FLOOR_MS - 2000, `rank 1 took ${Math.round(rank1!.ms)} ms`);
+  // Rank 0's store thread stopped with it: a word to it would wait out the 10 s floor.
+  const rank1 = await survivorOfHung(0);
+  assert.ok(rank1.ms < START_WAIT_FLOOR_MS - 2000, `rank 1 took ${Math.round(rank1.ms)} ms`);
 });
 
 test('a process that closes its communicator and calls init() again gets a working one, under a2av launch and at A2AV_STORE_PORT', { timeout: 60_000 }, async () => {
