@@ -303,11 +303,6 @@ export interface CopyOffsets {
   srcOffset?: number;
 }
 
-/** A copy within one buffer whose ranges overlap (undefined for the copy engine, and for memcpy): refused. */
-export function overlaps(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, dstOffset: number, srcOffset: number): boolean {
-  return dst === src && dstOffset !== srcOffset && Math.abs(dstOffset - srcOffset) < bytes;
-}
-
 /** Comm.copyToPeer's arguments. */
 export interface PeerCopyArgs {
   /** A symmetric buffer: the bytes land in peer `peer`'s copy of it, at `dstOffset` (default 0). */

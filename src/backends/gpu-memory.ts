@@ -1,8 +1,8 @@
 // One rank's GPU buffers, for the backends that keep data in CUDA device memory (cuda, nccl): the
 // registry that tells its own buffers from others', range checks, and host <-> device copies (through
 // cuda/host-copies.ts: bounded, and never behind other streams' work).
-import { overlaps, type CopyOffsets, type DeviceBuffer, type PeerCopyArgs, type Stream } from './backend.js';
-import { checkBuffer, checkWriteData, type CheckContext } from '../collectives/check.js';
+import type { CopyOffsets, DeviceBuffer, PeerCopyArgs, Stream } from './backend.js';
+import { checkBuffer, checkCopyOverlap, checkWriteData, type CheckContext } from '../collectives/check.js';
 import type { CudaDevice, CudaStream } from '../cuda/device.js';
 import { HostCopies } from '../cuda/host-copies.js';
 import { closeIpcMapping } from '../cuda/ipc.js';
@@ -103,7 +103,7 @@ export class GpuMemory {
     const { dstOffset = 0, srcOffset = 0 } = at ?? {};
     this.checkRange(dst, dstOffset, bytes, 'copy destination');
     this.checkRange(src, srcOffset, bytes, 'copy source');
-    if (overlaps(dst, src, bytes, dstOffset, srcOffset)) throw new UsageError(`rank ${this.ctx.rank}: copy within one buffer of overlapping ranges (${bytes} bytes from offset ${srcOffset} to ${dstOffset})`);
+    checkCopyOverlap(this.ctx.rank, dst, src, bytes, dstOffset, srcOffset);
     this.device.copyAsync((dst as GpuBuffer).ptr + BigInt(dstOffset), (src as GpuBuffer).ptr + BigInt(srcOffset), bytes, stream as CudaStream);
   }
 

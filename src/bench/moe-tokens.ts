@@ -208,10 +208,9 @@ export interface MoeTokenResult {
 
 /**
  * The largest buffer, a rank's recvX (every rank's tokens to it), against the cpu backend's largest:
- * checked here, not by the ranks' allocation, whose error names no flag and comes after seconds of
- * allocating the smaller buffers.
+ * checked here (and by the CLI before its progress starts), not by the ranks' allocation, whose
+ * error names no flag and comes after seconds of allocating the smaller buffers.
  */
-/** A largest --tokens whose buffers pass what a cpu buffer holds, refused before any rank allocates (the CLI asks before its progress starts). */
 export function refuseCpuBuffer(arg: MoeTokenArg, ranks: number): void {
   const tokens = Math.max(...arg.tokens);
   if (arg.numExperts % ranks !== 0) return; // the ranks refuse it, by name

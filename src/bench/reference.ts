@@ -80,7 +80,7 @@ export function referenceWork(comm: Comm, plan: ReferencePlan, buffers: Referenc
   }
   if (plan.kind === 'copy' && plan.timesCopy) {
     const { src, dst } = buffers.copy!;
-    const total = (plan.kind === 'copy' ? comm.ranksOnDevice : 1) * splits.rowsPerRank * rowBytes;
+    const total = comm.ranksOnDevice * splits.rowsPerRank * rowBytes;
     return () => {
       for (let done = 0; done < total; done += src.bytes) comm.copy(dst, src, Math.min(src.bytes, total - done), stream);
     };

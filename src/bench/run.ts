@@ -1,7 +1,6 @@
 // The driving side of a benchmark sweep: starts the ranks as threads (or, in a process started by
 // a launcher, runs this rank's part), turns rank 0's reports into events, and assembles the result.
 import { randomBytes } from 'node:crypto';
-
 import type { BackendName } from '../backends/backend.js';
 import { runJob } from '../world/job.js';
 import type { BenchOp } from './ops.js';

@@ -1,7 +1,7 @@
 // Byte sizes in binary units, both ways: `512K` / `4G` on the command line, `512 KiB` / `4 GiB` in tables.
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'] as const;
-const SHIFT: Record<string, number> = { '': 0, b: 0, k: 10, m: 20, g: 30, t: 40 };
+const SHIFT: Record<string, number> = { k: 10, m: 20, g: 30, t: 40 };
 const SIZE_RE = /^(\d+(?:\.\d+)?)\s*(?:([kmgt])(?:ib?|b)?|b)?$/i;
 
 /** The largest size parseSize takes: past it byte counts are no longer exact doubles. */
@@ -15,7 +15,7 @@ export const MAX_SIZE_BYTES = Number.MAX_SAFE_INTEGER;
 export function parseSize(text: string): number {
   const m = SIZE_RE.exec(text.trim());
   if (!m) throw new RangeError(`not a size: '${text}' (use bytes or a number with K, M, G, T: 512K, 4G)`);
-  const bytes = Number(m[1]) * 2 ** SHIFT[(m[2] ?? '').toLowerCase()];
+  const bytes = Number(m[1]) * 2 ** (m[2] === undefined ? 0 : SHIFT[m[2].toLowerCase()]);
   // Its own message: past 2^53 - 1 a size fails the whole-number check below for being too large, not fractional.
   if (bytes > MAX_SIZE_BYTES) throw new RangeError(`too large: '${text}' (a size is at most 2^53 - 1 bytes, just under 8192T)`);
   if (!Number.isInteger(bytes) || bytes <= 0) {

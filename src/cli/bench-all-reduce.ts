@@ -7,7 +7,7 @@ import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
 import { integer, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { checkSizeRange, sweepNote } from './sizes.js';
-import { SweepProgress } from './sweep-progress.js';
+import { sizeRange, SweepProgress } from './sweep-progress.js';
 
 interface AllReduceFlags {
   backend?: BackendName[];
@@ -59,13 +59,11 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   const results = await eachBackend(names, async (backend, label) => {
     refuseCpuAllReduceSize(backend, sizes);
     const progress = new SweepProgress('bench allreduce', label);
-    const range = sizes.length > 1 ? `, ${formatBytes(sizes[0])} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0])}`;
-    progress.start(sizes.length, formatBytes(sizes[0]), `${range} of ${flags.dtype}, each checked then timed`);
+    progress.start(sizes.map(formatBytes), `${sizeRange(sizes)} of ${flags.dtype}, each checked then timed`);
     try {
       return await runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
-        progress.finished(r.index, r.count, `${formatBytesExact(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
+        progress.finished(r.index, `${formatBytesExact(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
           `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${formatGBps(r.row.busbwGBps)} GB/s, checked`);
-        if (r.index + 1 < r.count) progress.show(formatBytes(sizes[r.index + 1]!));
       });
     } finally {
       progress.stop();

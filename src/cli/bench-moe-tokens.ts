@@ -53,14 +53,11 @@ export async function benchMoeTokens(flags: MoeTokenFlags, op: MoeTokenOp): Prom
     const arg = { op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats };
     if (backend === 'cpu') refuseCpuBuffer(arg, ranks);
     const progress = new SweepProgress(`bench --op ${op}`, label, 'token count');
-    progress.start(tokens.length, counted(tokens[0]!, 'token'), `: ${tokens.join(', ')} token${tokens.length === 1 && tokens[0] === 1 ? '' : 's'} a rank, each checked then timed`);
+    progress.start(tokens.map((t) => counted(t, 'token')), `: ${tokens.join(', ')} token${tokens.length === 1 && tokens[0] === 1 ? '' : 's'} a rank, each checked then timed`);
     try {
       return await runMoeTokenBench(
         { ...arg, backend, ranks, timeoutMs: flags.timeoutMs },
-        (r) => {
-          progress.finished(r.index, r.count, `${counted(r.row.tokens, 'token')}: ${formatMicros(r.row.timeUs)} µs, ${formatGBps(r.row.GBps)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked`);
-          if (r.index + 1 < r.count) progress.show(counted(tokens[r.index + 1]!, 'token'));
-        },
+        (r) => progress.finished(r.index, `${counted(r.row.tokens, 'token')}: ${formatMicros(r.row.timeUs)} µs, ${formatGBps(r.row.GBps)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked`),
       );
     } finally {
       progress.stop();

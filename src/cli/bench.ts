@@ -13,7 +13,7 @@ import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
 import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
-import { SweepProgress } from './sweep-progress.js';
+import { sizeRange, SweepProgress } from './sweep-progress.js';
 import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, sweepNote } from './sizes.js';
 
 const DEFAULT_MIN = '512K';
@@ -227,8 +227,7 @@ class Progress implements BenchEvents {
     const { bytes, name, short } = this.#max;
     const note = dropped ? `lowered ${name} from ${formatBytes(bytes)} to ${formatBytes(sizes.at(-1)!)}: ${dropped}` : short;
     if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
-    const range = sizes.length > 1 ? `, ${formatBytes(sizes[0])} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0])}`;
-    this.#sweep.start(sizes.length, formatBytes(sizes[0]), `${range}, each checked then timed`);
+    this.#sweep.start(sizes.map(formatBytes), `${sizeRange(sizes)}, each checked then timed`);
     this.#sweep.show(formatBytes(sizes[0]), 'verify');
   }
 
@@ -236,7 +235,7 @@ class Progress implements BenchEvents {
     this.#sweep.show(formatBytes(bytes), stage);
   }
 
-  onRow({ row, index, count }: RowReport): void {
+  onRow({ row, index }: RowReport): void {
     const line = `${formatBytesExact(row.bytes)}: ${formatMicros(row.timeUs)} µs ` +
       `(${formatMicros(row.timeMinUs)}-${formatMicros(row.timeMaxUs)}), ` +
       (Number.isFinite(row.graphUs) ? `graph ${formatMicros(row.graphUs)} µs, ` : '') +
@@ -245,7 +244,7 @@ class Progress implements BenchEvents {
       (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
       (row.vsOneD === undefined ? '' : `, ${formatRatio(row.vsOneD)}× the 1-D call`) +
       `, checked ${row.checked.join('+')}`;
-    this.#sweep.finished(index, count, line);
+    this.#sweep.finished(index, line);
   }
 
   stop(): void {

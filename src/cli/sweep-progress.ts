@@ -2,25 +2,33 @@
 // items' lines kept, and written out if Ctrl-C ends the run, as the bar alone showed them); off one
 // (logs, CI) a first line saying what will run, then a line per item as it finishes.
 import { counted } from '../bench/table.js';
+import { formatBytes } from '../bench/units.js';
 import { ProgressBar } from './progress-bar.js';
+
+/** A size sweep's range, as the first line off a terminal says it: `, 4 KiB to 64 KiB`, or `: 4 KiB` for one. */
+export function sizeRange(sizes: readonly number[]): string {
+  return sizes.length > 1 ? `, ${formatBytes(sizes[0]!)} to ${formatBytes(sizes.at(-1)!)}` : `: ${formatBytes(sizes[0]!)}`;
+}
 
 export class SweepProgress {
   #bar: ProgressBar | undefined;
+  #items: readonly string[] = [];
   #done: string[] = [];
   /** `name` heads its lines (`bench`, `bench allreduce`); `label` names the backend when one run compares several; `unit` what it counts. */
   constructor(readonly name: string, readonly label = '', readonly unit = 'size') {}
 
-  /** `count` items, the first called `first`; `plan` (off a terminal) says what they are, after the count. */
-  start(count: number, first: string, plan = ''): void {
+  /** The items, by name (the bar shows the one under way); `plan` (off a terminal) says what they are, after their count. */
+  start(items: readonly string[], plan = ''): void {
+    this.#items = items;
     if (!process.stderr.isTTY) {
       // Off a terminal the first line would otherwise come when the first item is done: 20 s at 2 GiB on cpu.
-      process.stderr.write(`${this.label}${this.name}: ${counted(count, this.unit)}${plan}\n`);
+      process.stderr.write(`${this.label}${this.name}: ${counted(items.length, this.unit)}${plan}\n`);
       return;
     }
     this.#bar = new ProgressBar({ format: `${this.label}${this.name} {bar} {value}/{total} ${this.unit}s | {item} {stage} | {last}` }, () => {
       if (this.#done.length > 0) process.stderr.write(`${this.label}${this.name}: interrupted after ${counted(this.#done.length, this.unit)}:\n${this.#done.join('\n')}\n`);
     });
-    this.#bar.start(count, 0, { item: first, stage: '', last: '' });
+    this.#bar.start(items.length, 0, { item: items[0], stage: '', last: '' });
   }
 
   /** The item under way, and what it is doing (the bar only). */
@@ -28,12 +36,17 @@ export class SweepProgress {
     this.#bar?.show({ item, stage });
   }
 
-  /** Item `index` of `count` finished: `line` says how it went (without the label, which is added). */
-  finished(index: number, count: number, line: string): void {
+  /** Item `index` finished: `line` says how it went (without the label, which is added); the bar moves on to the next. */
+  finished(index: number, line: string): void {
     const full = `${this.label}${line}`;
-    this.#done.push(`[${index + 1}/${count}] ${full}`);
-    if (this.#bar) this.#bar.increment({ last: full });
-    else process.stderr.write(`[${index + 1}/${count}] ${full}\n`);
+    const numbered = `[${index + 1}/${this.#items.length}] ${full}`;
+    this.#done.push(numbered);
+    if (!this.#bar) {
+      process.stderr.write(`${numbered}\n`);
+      return;
+    }
+    this.#bar.increment({ last: full });
+    if (index + 1 < this.#items.length) this.show(this.#items[index + 1]!);
   }
 
   stop(): void {

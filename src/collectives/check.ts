@@ -76,6 +76,13 @@ export function checkLaneIndex(ctx: Pick<CheckContext, 'rank' | 'laneCount'>, in
 }
 
 /** Checks one buffer argument: present, ours, not freed, at least `minBytes` long. */
+/** Comm.copy within one buffer over overlapping ranges (undefined for the copy engine, and for memcpy): refused. */
+export function checkCopyOverlap(rank: number, dst: DeviceBuffer, src: DeviceBuffer, bytes: number, dstOffset: number, srcOffset: number): void {
+  if (dst === src && dstOffset !== srcOffset && Math.abs(dstOffset - srcOffset) < bytes) {
+    throw new UsageError(`rank ${rank}: copy within one buffer of overlapping ranges (${bytes} bytes from offset ${srcOffset} to ${dstOffset})`);
+  }
+}
+
 export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer | undefined, minBytes = 0): void {
   if (buf === undefined || buf === null || typeof buf !== 'object') {
     throw new UsageError(`rank ${ctx.rank}: ${what} is missing`);

@@ -114,7 +114,6 @@ export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankC
     const gathered = await gatherToRoot(comm, agree, runs.flatMap((r) => encodeRun(r, arg.trace)));
     if (!gathered) return undefined;
     const perRank = gathered.map((words) => decodeRuns(words, arg));
-    // The arms' rows need only each rank's phase medians (sent apart from the spans, which only a trace needs).
     return {
       backend: comm.backend,
       device: comm.deviceName,
@@ -131,7 +130,10 @@ export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankC
   }
 }
 
-function armResult(ranks: (ArmRun & { phaseUs: number[] })[]): ArmResult {
+/** A rank's run as rank 0 receives it: with its phase medians (PHASES' order), and its spans only for a trace. */
+type GatheredRun = ArmRun & { phaseUs: number[] };
+
+function armResult(ranks: GatheredRun[]): ArmResult {
   const iters = ranks[0].stepUs.length;
   // Each step's figures come from one rank, the slowest in that step (it sets the pace): taking each
   // column's maximum over ranks apart mixed ranks, so exposed + compute could pass the step.
@@ -175,7 +177,7 @@ function encodeRun(r: ArmRun, trace: boolean): number[] {
   return [...r.stepUs, ...r.computeUs, r.hostBlockedUs, r.hostIssueUs, ...r.loss, ...r.tables, ...r.params, ...phaseMedians(r.spans), words.length, ...words];
 }
 
-function decodeRuns(words: number[], arg: PipelineArg): (ArmRun & { phaseUs: number[] })[] {
+function decodeRuns(words: number[], arg: PipelineArg): GatheredRun[] {
   const steps = arg.warmup + arg.iters;
   let at = 0;
   const take = (n: number) => words.slice(at, (at += n));

@@ -30,16 +30,19 @@ export interface AllGatherArgs {
  * own key of it (each rank its own: no rank waits on another for this).
  */
 export class GatherSweep {
+  readonly #store: Store;
   #last: string | undefined;
 
-  constructor(private readonly store: Store) {}
+  constructor(store: Store) {
+    this.#store = store;
+  }
 
   /** This rank's key of a gather that just completed; removes its key of the one before. */
   completed(key: string): void {
     const old = this.#last;
     this.#last = key;
     // Not waited for: a barrier costs no more round trips, and a store already closed loses nothing.
-    if (old !== undefined) void Promise.resolve().then(() => this.store.delete(old)).catch(() => {});
+    if (old !== undefined) this.#store.delete(old).catch(() => {});
   }
 }
 

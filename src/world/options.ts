@@ -12,13 +12,13 @@ export function timeoutProblem(t: unknown, what = 'timeoutMs'): string | undefin
   return undefined;
 }
 
-/** Refuses keys outside `known`, and a timeoutMs, lanes or backend that no communicator takes. */
 /**
  * Lanes a communicator may have: each is a stream and signal pads of its own on every rank (on cpu
  * about 0.7 MiB a lane at 72 ranks), and a pipeline overlaps a few; past this a typo is likelier.
  */
 export const MAX_LANES = 64;
 
+/** Refuses keys outside `known`, and a timeoutMs, lanes, onReport or backend that no communicator takes. */
 export function checkRankOptions(call: string, options: unknown, known: readonly string[]): void {
   if (options === null || typeof options !== 'object') throw new UsageError(`${call}: options must be an object, got ${shown(options)}`);
   const o = options as Record<string, unknown>;

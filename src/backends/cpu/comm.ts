@@ -21,8 +21,8 @@ import type {
   Replay,
   Stream,
 } from '../backend.js';
-import { ABORTED, EXPLAINED, explained, overlaps, type CopyOffsets, type Explain } from '../backend.js';
-import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
+import { ABORTED, EXPLAINED, explained, type CopyOffsets, type Explain } from '../backend.js';
+import { checkBarrier, checkCopyOverlap, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -165,7 +165,7 @@ class CpuComm implements Comm, CheckContext {
     const { dstOffset = 0, srcOffset = 0 } = at ?? {};
     checkRange(this.rank, dst, dstOffset, bytes, 'copy destination');
     checkRange(this.rank, src, srcOffset, bytes, 'copy source');
-    if (overlaps(dst, src, bytes, dstOffset, srcOffset)) throw new UsageError(`rank ${this.rank}: copy within one buffer of overlapping ranges (${bytes} bytes from offset ${srcOffset} to ${dstOffset})`);
+    checkCopyOverlap(this.rank, dst, src, bytes, dstOffset, srcOffset);
     if (dst !== src || dstOffset !== srcOffset) copyBytes((dst as CpuBuffer).u8, dstOffset, (src as CpuBuffer).u8, srcOffset, bytes);
   }
 
