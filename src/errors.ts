@@ -1,4 +1,5 @@
 // One base class with a stable `code`; one subclass per failure, with typed fields.
+import { freemem } from 'node:os';
 import { ALL_REDUCE_KIND, DTYPE_CODE, ExchangeKind, OP_CODE } from './codes.js';
 import { OP_OF_KIND } from './collectives/call-names.js';
 
@@ -108,6 +109,17 @@ export class CublasError extends A2avError {
 export class SharedMemoryError extends A2avError {
   constructor(readonly call: string, readonly errno: number, readonly errorName: string, readonly path: string, detail: string) {
     super('A2AV_SHM', `${call}${path ? ` ${path}` : ''} failed: ${errorName}${detail ? ` (${detail})` : ''}`);
+  }
+}
+
+/**
+ * The cpu backend could not get `bytes` of host memory for a buffer (V8 refused the allocation:
+ * more than the machine will map). `what` is the call that asked, e.g. "alloc".
+ */
+export class HostMemoryError extends A2avError {
+  constructor(readonly rank: number, readonly bytes: number, readonly what: string, options?: { cause?: unknown }) {
+    const free = freemem();
+    super('A2AV_HOST_MEMORY', `rank ${rank}: ${what}: could not allocate ${bytes} bytes of host memory (${free} bytes free on this machine)`, options);
   }
 }
 

@@ -36,6 +36,7 @@ export {
   CommAbortedError,
   CublasError,
   CudaError,
+  HostMemoryError,
   KernelSourcesNotFoundError,
   LibraryNotFoundError,
   NcclError,

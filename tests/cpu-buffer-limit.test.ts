@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { CPU_MAX_BUFFER_BYTES } from '../src/backends/cpu/buffer.js';
+import { allocateShared, CPU_MAX_BUFFER_BYTES } from '../src/backends/cpu/buffer.js';
+import { HostMemoryError } from '../src/errors.js';
 import { fitSweep } from '../src/bench/fit.js';
 import type { OpShape } from '../src/bench/ops.js';
 import { makeSplits } from '../src/bench/splits.js';
@@ -15,6 +16,8 @@ const GiB = 2 ** 30;
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
 // Node 20 caps typed arrays at 4 GiB; later Nodes at 2^53 - 1 bytes, which memory reaches first.
 const unreachable = CPU_MAX_BUFFER_BYTES > 2 ** 40 && `this Node's typed arrays reach ${CPU_MAX_BUFFER_BYTES} bytes: memory runs out first`;
+// 1 PiB: past the 2^47 bytes a process can map, so no host makes it.
+const PiB = 2 ** 50;
 
 describe('cpu buffers past the limit', () => {
   it('alloc and allocSymmetric refuse them with a UsageError naming the rank and the limit, on every rank', { timeout: 30_000, skip: unreachable }, async () => {
@@ -23,6 +26,25 @@ describe('cpu buffers past the limit', () => {
     // Named by rank, as every other refusal is: ranks as processes print to one terminal.
     for (const [rank, outcomes] of seen.entries()) {
       for (const outcome of outcomes!) assert.equal(outcome, `UsageError: rank ${rank}: a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${CPU_MAX_BUFFER_BYTES + 4}`);
+    }
+  });
+
+  it('memory the host cannot make is a HostMemoryError naming the rank, the call and the size, not a bare RangeError', () => {
+    assert.throws(() => allocateShared(3, PiB, 'alloc'), (err: unknown) => {
+      assert.ok(err instanceof HostMemoryError && err.cause instanceof RangeError, String(err));
+      assert.equal(err.code, 'A2AV_HOST_MEMORY');
+      assert.deepEqual([err.rank, err.bytes, err.what], [3, PiB, 'alloc']);
+      assert.match(err.message, new RegExp(`^rank 3: alloc: could not allocate ${PiB} bytes of host memory \\(\\d+ bytes free on this machine\\)$`));
+      return true;
+    });
+  });
+
+  it('alloc and allocSymmetric of 1 PiB under the limit: a HostMemoryError on every rank', { timeout: 30_000, skip: !unreachable && `this Node refuses ${PiB} bytes by its typed-array limit first` }, async () => {
+    const seen = await runRanks<number, string[]>({ backend: 'cpu', ranks: 2, timeoutMs: 10_000 }, new URL('./fixtures/cpu-alloc-limit.js', import.meta.url), 'allocBoth', PiB);
+    for (const [rank, outcomes] of seen.entries()) {
+      assert.equal(outcomes!.length, 2);
+      assert.match(outcomes![0]!, new RegExp(`^HostMemoryError: rank ${rank}: alloc: could not allocate ${PiB} bytes`));
+      assert.match(outcomes![1]!, new RegExp(`^HostMemoryError: rank ${rank}: allocSymmetric #0: could not allocate ${PiB} bytes`));
     }
   });
 

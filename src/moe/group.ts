@@ -13,7 +13,7 @@
 // launches (kernels/moe-tokens.cu says how the steps avoid memsets of their own).
 import { BETWEEN, COMPANION, EXPLAINED, GATHER, ON_REPLAY, ONE_GPU_FUSED, SCATTER, type Comm, type DeviceBuffer, type Handle, type Lane, type Stream } from '../backends/backend.js';
 import { checkArgsObject } from '../collectives/check.js';
-import { ClosedError, CommAbortedError, UsageError } from '../errors.js';
+import { ClosedError, CommAbortedError, HostMemoryError, UsageError } from '../errors.js';
 import { moeGatherOn, moePullFromEnv } from '../knobs.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeDispatchResult, MoeGroup, MoeGroupOptions, MoeLayout, MoeRoute } from './api.js';
 import { checkAgreedOptions, checkCombine, checkContext, checkDispatch, MOE_COMBINE_ARGS, MOE_DISPATCH_ARGS } from './check.js';
@@ -68,6 +68,7 @@ async function allocate(comm: Comm, s: TokenShape): Promise<TokenBuffers> {
       return buf;
     } catch (err) {
       for (const buf of made) comm.free(buf);
+      if (err instanceof HostMemoryError) throw new HostMemoryError(err.rank, bytes, `createMoeGroup: its ${name} buffer (${how})`, { cause: err });
       if (!(err instanceof UsageError) || err instanceof ClosedError) throw err;
       throw new UsageError(`rank ${comm.rank}: createMoeGroup: its ${name} buffer of ${bytes} bytes (${how}): ${err.message}`, { cause: err });
     }

@@ -36,8 +36,8 @@ export async function groupWith(comm: Comm, arg: { byRank: (Partial<MoeGroupOpti
 }
 
 /**
- * createMoeGroup with options whose combine buffer is past what a cpu buffer holds: what it throws,
- * and how many of the buffers it made are still allocated (through a communicator that counts).
+ * createMoeGroup with options whose combine buffer (1 PiB) no host can hold: what it throws, and
+ * how many of the buffers it made are still allocated (through a communicator that counts).
  */
 export async function groupTooLarge(comm: Comm): Promise<{ outcome: Caught | 'no error'; live: number }> {
   const live = new Set<unknown>();
@@ -51,8 +51,9 @@ export async function groupTooLarge(comm: Comm): Promise<{ outcome: Caught | 'no
     },
   });
   const tap = <T>(buf: T): T => (live.add(buf), buf);
-  // 800,000 rows sent at most; their combine rows of 8 KiB (6.5 GB) pass the 4 GiB a cpu buffer holds.
-  const options: MoeGroupOptions = { numExperts: 8, topk: 8, maxTokensPerRank: 100_000, rowBytes: 16, combineRowBytes: 8192, layout: 'expanded' };
+  // 128 rows sent at most, of 2^43-byte combine rows: 2^50 bytes, past Node 20's typed-array limit
+  // and past the 2^47 bytes a process can map, so later Nodes fail to allocate it.
+  const options: MoeGroupOptions = { numExperts: 8, topk: 8, maxTokensPerRank: 16, rowBytes: 16, combineRowBytes: 2 ** 43, layout: 'expanded' };
   const outcome = await caught(() => createMoeGroup(counting, options));
   return { outcome, live: live.size };
 }

@@ -2,7 +2,7 @@
 // The typed-array views are made once here, so collectives allocate no views on the hot path.
 import { Buffer, constants } from 'node:buffer';
 import type { DeviceBuffer } from '../backend.js';
-import { UsageError } from '../../errors.js';
+import { HostMemoryError, UsageError } from '../../errors.js';
 import type { SharedRegion } from './memory.js';
 
 /**
@@ -15,6 +15,19 @@ export const CPU_MAX_BUFFER_BYTES = constants.MAX_LENGTH;
 export function checkCpuBufferBytes(rank: number, bytes: number): void {
   if (bytes > CPU_MAX_BUFFER_BYTES) {
     throw new UsageError(`rank ${rank}: a cpu buffer holds at most ${CPU_MAX_BUFFER_BYTES} bytes (Node's typed-array limit), asked for ${bytes}`);
+  }
+}
+
+/**
+ * `bytes` of memory the rank's threads can share, or a HostMemoryError naming the rank and `what`
+ * asked, where V8 cannot make it (its own error is a bare RangeError).
+ */
+export function allocateShared(rank: number, bytes: number, what: string): SharedArrayBuffer {
+  try {
+    return new SharedArrayBuffer(bytes);
+  } catch (err) {
+    if (err instanceof RangeError) throw new HostMemoryError(rank, bytes, what, { cause: err });
+    throw err;
   }
 }
 

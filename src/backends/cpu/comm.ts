@@ -29,7 +29,7 @@ import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.j
 import { decodeJson, encodeJson, endingOnTimeout } from '../../world/all-gather.js';
 import { startWaitMs } from '../../world/set-up-waits.js';
 import { CpuReducer } from './all-reduce.js';
-import { checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
+import { allocateShared, checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
 import { CpuLane, doneHandle } from './lane.js';
 import { threadMemory, type SharedMemory, type SharedRegion } from './memory.js';
@@ -119,7 +119,7 @@ class CpuComm implements Comm, CheckContext {
     this.#usable();
     checkSize(this.rank, bytes);
     // Only this rank touches a local buffer, so it needs no shared mapping.
-    return this.#keep(new CpuBuffer(this, new SharedArrayBuffer(bytes)));
+    return this.#keep(new CpuBuffer(this, allocateShared(this.rank, bytes, 'alloc')));
   }
 
   async allocSymmetric(bytes: number): Promise<DeviceBuffer> {
@@ -388,7 +388,7 @@ class CpuComm implements Comm, CheckContext {
 // Messages name the rank, as the GPU backends' do: ranks as processes print to one terminal.
 function checkSize(rank: number, bytes: number): void {
   if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${rank}: allocation size must be a non-negative integer, got ${shown(bytes)}`);
-  // Before the memory is made: a SharedArrayBuffer of 1 TiB fails with a bare RangeError.
+  // Before the memory is made, so the limit is named rather than met as a failed allocation.
   checkCpuBufferBytes(rank, bytes);
 }
 

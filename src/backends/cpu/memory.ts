@@ -3,6 +3,7 @@
 // (POSIX shared memory, see process-memory.ts). Buffers, pads and lanes only see SharedRegion.
 import { freemem } from 'node:os';
 import { UsageError } from '../../errors.js';
+import { allocateShared } from './buffer.js';
 
 /** One rank's shareable memory, as this rank sees it (its own, or its mapping of a peer's). */
 export interface SharedRegion {
@@ -31,7 +32,8 @@ export interface SharedMemory {
    * every peer to map it and unpublishes it, so a crash later leaves nothing behind.
    */
   readonly named: boolean;
-  allocate(bytes: number): SharedRegion;
+  /** `bytes` for rank `rank`; `what` (the call that asked) names a failure. */
+  allocate(bytes: number, rank: number, what: string): SharedRegion;
   /** Maps the memory a peer published as `handle`. */
   map(handle: Uint8Array, peer: number): SharedRegion;
   /** The size of the memory a peer published as `handle`, read without mapping it. */
@@ -46,8 +48,8 @@ export interface SharedMemory {
 export const threadMemory: SharedMemory = {
   where: 'thread',
   named: false,
-  allocate(bytes) {
-    return new ThreadRegion(new SharedArrayBuffer(bytes));
+  allocate(bytes, rank, what) {
+    return new ThreadRegion(allocateShared(rank, bytes, what));
   },
   map(handle, peer) {
     if (!(handle.buffer instanceof SharedArrayBuffer)) {

@@ -34,7 +34,7 @@ export class Rendezvous {
     checkCpuBufferBytes(this.#rank, bytes);
     // One deadline for both rounds: a peer that dies between them must not cost a second timeout.
     const deadline = Date.now() + timeoutMs;
-    const own = this.memory.allocate(bytes);
+    const own = this.memory.allocate(bytes, this.#rank, what);
     const regions: SharedRegion[] = [];
     // The peers' handles as they arrive: after a failure, the names of those that cannot unlink theirs.
     const known: Uint8Array[] = [];
