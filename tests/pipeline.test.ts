@@ -19,7 +19,7 @@ import { ARMS, type Arm } from '../src/pipeline/train.js';
 import type { PipelineResult } from '../src/pipeline/run.js';
 import { chromeTrace, PHASES } from '../src/pipeline/trace.js';
 import { runRanks } from '../src/world/threads.js';
-import { COL_SUM_CANARY, type ArmsArg, type ColSumArg, type ColSumResult, type GemmArg, type GemmResult, type RankArm, type Survivor, type VictimArg } from './pipeline/programs.js';
+import { COL_SUM_CANARY, type ArmsArg, type ColSumArg, type ColSumResult, type GemmArg, type GemmResult, type MarksHeld, type RankArm, type Survivor, type VictimArg } from './pipeline/programs.js';
 import { colSumChunks, gemmChunks } from '../src/pipeline/compute.js';
 import { buildEmulator } from './pipeline/emulated-device.js';
 import { referenceRun } from './pipeline/reference.js';
@@ -93,6 +93,22 @@ describe('pipeline on cpu', () => {
         const inputLane = arm === 'one-lane' ? 'lane 0' : 'lane 1';
         const tid = events.find((e) => e.pid === pid && e.name === 'thread_name' && e.args.name === inputLane)!.tid;
         assert.ok(spans.some((s) => s.tid === tid && s.name === 'input dist ids'), `${arm}: the input dist is on ${inputLane}`);
+      }
+    }
+  });
+
+  test('a long run holds the marks of its last few steps, not of every step, and hands every one back', async () => {
+    for (const keepSpans of [false, true]) {
+      const perRank = await runRanks<unknown, MarksHeld>({ backend: 'cpu', ranks: 2 }, programs, 'marksHeld', { iters: 300, keepSpans });
+      for (const [rank, r] of perRank.entries()) {
+        const what = `rank ${rank}${keepSpans ? ', spans kept' : ''}`;
+        // 13 phases a step, two marks each, plus its start: 27 a step, for about 10 steps (and the base).
+        assert.ok(r.peak > 27 && r.peak <= 27 * 13 + 2, `${what}: held ${r.peak} marks at most`);
+        assert.equal(r.left, 0, `${what}: every mark handed back`);
+        assert.equal(r.stepUs.length, 300);
+        assert.ok(r.stepUs.every((us) => us > 0) && r.computeUs.every((us, i) => us > 0 && us <= r.stepUs[i] + 1), `${what}: every step timed, its compute within it`);
+        assert.ok(r.phaseUs.length === PHASES.length && r.phaseUs.every((us) => us > 0), `${what}: a median for every phase: ${r.phaseUs}`);
+        assert.equal(r.spans, keepSpans ? 300 * PHASES.length : 0);
       }
     }
   });

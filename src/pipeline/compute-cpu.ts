@@ -295,15 +295,21 @@ export class CpuCompute implements Compute {
 /** Host timestamps: on cpu the work is done when its call returns. Comparable across threads and processes (epoch based). */
 export class HostClock implements Clock {
   #marks: number[] = [];
+  #free: number[] = [];
   mark(): number {
-    this.#marks.push(performance.timeOrigin + performance.now());
-    return this.#marks.length - 1;
+    const id = this.#free.pop() ?? this.#marks.length;
+    this.#marks[id] = performance.timeOrigin + performance.now();
+    return id;
   }
   micros(from: number, to: number): number {
     return (this.#marks[to] - this.#marks[from]) * 1000;
   }
+  release(id: number): void {
+    this.#free.push(id);
+  }
   reset(): void {
     this.#marks = [];
+    this.#free = [];
   }
   reserve(): void {}
 }

@@ -120,29 +120,43 @@ class CudaKernelDevice implements KernelDevice {
   }
 }
 
-/** Timing events, one per mark, reused after reset(). */
+/** Timing events, one per mark, reused once released and after reset(). */
 class EventClock implements Clock {
   readonly #events: CudaEvent[] = [];
-  #used = 0;
+  /** Ids of events not in use, the highest first out. */
+  #free: number[] = [];
 
   constructor(readonly device: CudaDevice) {}
 
   mark(stream: Stream): number {
-    if (this.#used === this.#events.length) this.#events.push(this.device.createEvent(true));
-    this.#events[this.#used].record(cudaStream(stream, WHO));
-    return this.#used++;
+    if (this.#free.length === 0) this.#grow(this.#events.length + 1);
+    const id = this.#free.pop()!;
+    this.#events[id].record(cudaStream(stream, WHO));
+    return id;
   }
   micros(from: number, to: number): number {
+    // Elapsed time needs both events reached; the caller reads marks of steps already waited for.
+    this.#events[to].synchronize();
     return this.#events[to].elapsedSince(this.#events[from]) * 1000;
   }
+  release(id: number): void {
+    this.#free.push(id);
+  }
   reset(): void {
-    this.#used = 0;
+    this.#free = this.#events.map((_, i) => this.#events.length - 1 - i);
   }
   reserve(marks: number): void {
-    while (this.#events.length < marks) this.#events.push(this.device.createEvent(true));
+    this.#grow(marks);
+  }
+  #grow(marks: number): void {
+    while (this.#events.length < marks) {
+      this.#events.push(this.device.createEvent(true));
+      this.#free.unshift(this.#events.length - 1);
+    }
   }
   destroy(): void {
     for (const e of this.#events) e.destroy();
     this.#events.length = 0;
+    this.#free = [];
   }
 }

@@ -197,6 +197,8 @@ export interface Clock {
   mark(stream: Stream): number;
   /** µs from mark `from` to mark `to`, once the work before both has run. */
   micros(from: number, to: number): number;
+  /** Hands mark `id` back once read: a later mark() may take it. */
+  release(id: number): void;
   /** Forgets every mark (ids start again at 0). */
   reset(): void;
   /**

@@ -14,7 +14,7 @@ import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
 import { ARMS, checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';
-import { decodeSpans, encodeSpans, PHASES, type ArmTrace, type Phase, type Span } from './trace.js';
+import { decodeSpans, encodeSpans, PHASES, type ArmTrace, type Phase } from './trace.js';
 
 /** Allocations must fit free memory with this much to spare. */
 const MEMORY_HEADROOM = 1.1;
@@ -108,7 +108,7 @@ export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankC
     report({ type: 'start', device: comm.deviceName, arms: arg.arms, steps });
     const runs: ArmRun[] = [];
     for (const arm of arg.arms) {
-      runs.push(await runArm(model, { arm, warmup: arg.warmup, iters: arg.iters, seed: arg.seed, inputDistBlocks: arg.inputDistBlocks, onStep: (step) => report({ type: 'step', arm, step, steps }) }));
+      runs.push(await runArm(model, { arm, warmup: arg.warmup, iters: arg.iters, seed: arg.seed, inputDistBlocks: arg.inputDistBlocks, keepSpans: arg.trace, onStep: (step) => report({ type: 'step', arm, step, steps }) }));
     }
     await comm.barrier();
     const gathered = await gatherToRoot(comm, agree, runs.flatMap((r) => encodeRun(r, arg.trace)));
@@ -130,10 +130,7 @@ export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankC
   }
 }
 
-/** A rank's run as rank 0 receives it: with its phase medians (PHASES' order), and its spans only for a trace. */
-type GatheredRun = ArmRun & { phaseUs: number[] };
-
-function armResult(ranks: GatheredRun[]): ArmResult {
+function armResult(ranks: ArmRun[]): ArmResult {
   const iters = ranks[0].stepUs.length;
   // Each step's figures come from one rank, the slowest in that step (it sets the pace): taking each
   // column's maximum over ranks apart mixed ranks, so exposed + compute could pass the step.
@@ -159,25 +156,16 @@ function armResult(ranks: GatheredRun[]): ArmResult {
   };
 }
 
-function medianOr0(values: number[]): number {
-  return values.length === 0 ? 0 : median(values);
-}
-
-/** The median µs of each phase (PHASES' order) over this rank's timed steps: what the row needs of its spans. */
-function phaseMedians(spans: readonly Span[]): number[] {
-  return PHASES.map((p) => medianOr0(spans.filter((s) => s.name === p).map((s) => s.endUs - s.startUs)));
-}
-
 /**
  * One rank's runs as float64 words: per arm the fixed-length fields, its phase medians, then the
  * spans' count and spans, only for a trace: at 10000 steps they were most of a run's memory.
  */
 function encodeRun(r: ArmRun, trace: boolean): number[] {
   const words = trace ? encodeSpans(r.spans) : [];
-  return [...r.stepUs, ...r.computeUs, r.hostBlockedUs, r.hostIssueUs, ...r.loss, ...r.tables, ...r.params, ...phaseMedians(r.spans), words.length, ...words];
+  return [...r.stepUs, ...r.computeUs, r.hostBlockedUs, r.hostIssueUs, ...r.loss, ...r.tables, ...r.params, ...r.phaseUs, words.length, ...words];
 }
 
-function decodeRuns(words: number[], arg: PipelineArg): GatheredRun[] {
+function decodeRuns(words: number[], arg: PipelineArg): ArmRun[] {
   const steps = arg.warmup + arg.iters;
   let at = 0;
   const take = (n: number) => words.slice(at, (at += n));

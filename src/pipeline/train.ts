@@ -19,7 +19,8 @@ import { UsageError } from '../errors.js';
 import { at4 } from './compute.js';
 import type { Model } from './model.js';
 import { checksumWords, digest } from './synth.js';
-import type { Phase, Span, Track } from './trace.js';
+import { median } from '../bench/measure.js';
+import { PHASES, type Phase, type Span, type Track } from './trace.js';
 
 export const ARMS = ['one-lane', 'two-lanes', 'two-lanes-serialized'] as const;
 export type Arm = (typeof ARMS)[number];
@@ -32,6 +33,12 @@ export type Arm = (typeof ARMS)[number];
 const HANDLE_LAG = 8;
 /** Marks a timed step may make, at most (its phases on every stream, its collectives): Clock.reserve. */
 const MARKS_PER_STEP = 40;
+/**
+ * A timed step's marks are read (and handed back to the clock) this many steps after it was
+ * queued, when the host has already waited for what follows it: a run holds marks for these
+ * steps, not for all of them (10,000 steps held 400,000 events, about 1 GB of host memory).
+ */
+const READ_LAG = HANDLE_LAG + 2;
 
 export interface ArmOptions {
   arm: Arm;
@@ -46,6 +53,8 @@ export interface ArmOptions {
   inputDistBlocks?: number;
   /** After each step is queued (progress). */
   onStep?: (step: number) => void;
+  /** Keep every timed step's spans (for a trace); without, only each phase's median is kept. */
+  keepSpans?: boolean;
 }
 
 export interface ArmRun {
@@ -63,7 +72,9 @@ export interface ArmRun {
   /** synth.ts checksumWords of this rank's tables and of its dense parameters after the last step. */
   tables: [number, number];
   params: [number, number];
-  /** The timed steps' spans, µs from their start. */
+  /** Each phase's median µs over the timed steps (PHASES' order; 0 for a phase with no span). */
+  phaseUs: number[];
+  /** The timed steps' spans, µs from their start: only with keepSpans, else empty. */
   spans: Span[];
 }
 
@@ -92,7 +103,18 @@ class ArmLoop {
   readonly #D: Stream;
   readonly #lane0: Lane;
   readonly #inputLane: Lane;
-  readonly #marks: Marked[] = [];
+  /** Spans whose marks are not read yet, oldest first. */
+  readonly #open: Marked[] = [];
+  /** Start marks of the timed steps not read yet, oldest first; the first is step #startStep's. */
+  readonly #starts: number[] = [];
+  #startStep = 0;
+  /** The mark the timed steps' spans are measured from (the line-up). */
+  #base = -1;
+  #stepUs: number[] = [];
+  #computeUs: number[] = [];
+  /** Each phase's durations, µs, PHASES' order. */
+  readonly #phaseUs: number[][] = PHASES.map(() => []);
+  readonly #spans: Span[] = [];
   /** The collectives of the steps not yet waited for, oldest first (the prologue's, then each step's). */
   readonly #pending: Handle[][] = [[]];
   #timed = false;
@@ -117,8 +139,11 @@ class ArmLoop {
     const steps = warmup + iters;
     const clock = compute.clock;
     clock.reset();
-    // A timed step marks about 30 points (phases and collectives on every stream): room for all.
-    clock.reserve(MARKS_PER_STEP * (iters + 1));
+    // A timed step marks about 30 points (phases and collectives on every stream): room for the
+    // steps whose marks are not read yet.
+    clock.reserve(MARKS_PER_STEP * (Math.min(iters, READ_LAG + 2) + 1) + 1);
+    this.#stepUs = new Array<number>(iters).fill(0);
+    this.#computeUs = new Array<number>(iters).fill(0);
     this.#m.init(this.#C, seed);
     compute.zero(this.#C, at4(b.loss), 4 * steps);
     compute.sync(this.#C);
@@ -126,17 +151,16 @@ class ArmLoop {
     this.#drawBatch(0);
     let ready = this.#inputDist(0);
     let updated: Handle | undefined;
-    let base = -1;
     let hostStart = 0;
-    const stepMarks: number[] = [];
     for (let step = 0; step < steps; step++) {
       this.#step = step;
       if (step === warmup) {
-        base = this.#lineUp();
+        this.#base = this.#lineUp();
         this.#timed = true;
+        this.#startStep = step;
         hostStart = performance.now();
       }
-      if (this.#timed) stepMarks.push(clock.mark(this.#C));
+      if (this.#timed) this.#starts.push(clock.mark(this.#C));
       const slot = b.slots[step % 2];
       // The next batch's slot was last read by step i-1's embedding update.
       updated?.waitOn(this.#D);
@@ -164,6 +188,7 @@ class ArmLoop {
       ready = nextReady;
       if (this.#pending.length > HANDLE_LAG) for (const h of this.#pending.shift()!) h.wait();
       this.#pending.push([]);
+      if (this.#timed) this.#read(step - READ_LAG);
       this.#opts.onStep?.(step);
     }
     const end = clock.mark(this.#C);
@@ -172,23 +197,43 @@ class ArmLoop {
     for (const s of [this.#C, this.#D]) compute.sync(s);
     for (let i = 0; i < this.#comm.laneCount; i++) this.#comm.record(this.#comm.lane(i).stream).wait();
 
-    stepMarks.push(end);
-    const stepUs = stepMarks.slice(1).map((to, i) => clock.micros(stepMarks[i], to));
-    const spans: Span[] = this.#marks.map((s) => ({ track: s.track, name: s.name, step: s.step, startUs: clock.micros(base, s.from), endUs: clock.micros(base, s.to) }));
-    const computeUs = new Array<number>(iters).fill(0);
-    for (const s of spans) if (s.track === 'compute') computeUs[s.step - warmup] += s.endUs - s.startUs;
+    this.#starts.push(end);
+    this.#read(steps);
+    for (const mark of [this.#starts.shift()!, this.#base]) clock.release(mark);
     const loss = [...new Float32Array(this.#comm.read(b.loss, 0, 4 * steps).buffer)];
     return {
       arm: this.#opts.arm,
-      stepUs,
-      computeUs,
+      stepUs: this.#stepUs,
+      computeUs: this.#computeUs,
       hostBlockedUs: (this.#blockedMs * 1000) / iters,
       hostIssueUs: (hostIssueMs * 1000) / iters,
       loss,
       tables: compute.checksum(this.#C, at4(b.tables), this.#m.layout.local * this.#m.layout.shape.rows * this.#dim),
       params: compute.checksum(this.#C, at4(b.params), this.#m.layout.paramCount),
-      spans,
+      phaseUs: this.#phaseUs.map((us) => (us.length === 0 ? 0 : median(us))),
+      spans: this.#spans,
     };
+  }
+
+  /** Reads the marks of the timed steps before `step` (their work has run) and hands them back. */
+  #read(step: number): void {
+    const clock = this.#m.compute.clock;
+    const { warmup } = this.#opts;
+    while (this.#starts.length >= 2 && this.#startStep < step) {
+      const from = this.#starts.shift()!;
+      this.#stepUs[this.#startStep++ - warmup] = clock.micros(from, this.#starts[0]);
+      clock.release(from);
+    }
+    while (this.#open.length > 0 && this.#open[0].step < step) {
+      const m = this.#open.shift()!;
+      const startUs = clock.micros(this.#base, m.from);
+      const endUs = clock.micros(this.#base, m.to);
+      clock.release(m.from);
+      clock.release(m.to);
+      this.#phaseUs[PHASES.indexOf(m.name)].push(endUs - startUs);
+      if (m.track === 'compute') this.#computeUs[m.step - warmup] += endUs - startUs;
+      if (this.#opts.keepSpans) this.#spans.push({ track: m.track, name: m.name, step: m.step, startUs, endUs });
+    }
   }
 
   get #dim(): number {
@@ -222,7 +267,7 @@ class ArmLoop {
     const handle = call(lane);
     if (this.#timed) {
       this.#blockedMs += performance.now() - started;
-      this.#marks.push({ track: `lane ${lane.index}`, name, step: this.#step, from, to: clock.mark(lane.stream) });
+      this.#open.push({ track: `lane ${lane.index}`, name, step: this.#step, from, to: clock.mark(lane.stream) });
     }
     this.#last = { handle, lane };
     this.#pending[this.#pending.length - 1].push(handle);
@@ -234,7 +279,7 @@ class ArmLoop {
     const clock = this.#m.compute.clock;
     const from = clock.mark(stream);
     work();
-    this.#marks.push({ track, name, step: this.#step, from, to: clock.mark(stream) });
+    this.#open.push({ track, name, step: this.#step, from, to: clock.mark(stream) });
   }
 
   /**

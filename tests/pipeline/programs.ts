@@ -1,6 +1,6 @@
 // Rank programs for tests/pipeline.test.ts: every arm on one model, each rank's raw results.
 import type { Comm } from '../../src/backends/backend.js';
-import { at4, colSumPartialFloats, gemmPartialFloats, type Compute } from '../../src/pipeline/compute.js';
+import { at4, colSumPartialFloats, gemmPartialFloats, type Clock, type Compute } from '../../src/pipeline/compute.js';
 import { createCompute } from '../../src/pipeline/create-compute.js';
 import type { GemmChoice } from '../../src/pipeline/compute-cuda.js';
 import { Model } from '../../src/pipeline/model.js';
@@ -46,6 +46,48 @@ export async function arms(comm: Comm, arg: ArmsArg): Promise<RankArm[]> {
     await comm.barrier();
     model.free();
     compute.close();
+  }
+}
+
+export interface MarksHeld {
+  /** The most marks the clock held at once (made, not yet handed back). */
+  peak: number;
+  /** Marks still held after the run. */
+  left: number;
+  stepUs: number[];
+  computeUs: number[];
+  phaseUs: number[];
+  spans: number;
+}
+
+/** One arm of `iters` timed steps with the clock counted: how many marks it holds at most. */
+export async function marksHeld(comm: Comm, arg: { iters: number; keepSpans: boolean }): Promise<MarksHeld> {
+  const layout = new Layout(shapeOf('tiny'), comm.worldSize, comm.rank);
+  const inner = await createCompute(comm);
+  let held = 0;
+  let peak = 0;
+  const clock: Clock = {
+    mark: (s) => ((peak = Math.max(peak, ++held)), inner.clock.mark(s)),
+    release: (id) => (held--, inner.clock.release(id)),
+    micros: (a, b) => inner.clock.micros(a, b),
+    reset: () => ((held = 0), inner.clock.reset()),
+    reserve: (n) => inner.clock.reserve(n),
+  };
+  const compute = new Proxy(inner, {
+    get(target, key) {
+      if (key === 'clock') return clock;
+      const v = Reflect.get(target, key, target) as unknown;
+      return typeof v === 'function' ? v.bind(target) : v;
+    },
+  });
+  const model = await Model.create(comm, compute, layout, 2 + arg.iters);
+  try {
+    const r = await runArm(model, { arm: 'two-lanes', warmup: 2, iters: arg.iters, seed: 1, keepSpans: arg.keepSpans });
+    return { peak, left: held, stepUs: r.stepUs, computeUs: r.computeUs, phaseUs: r.phaseUs, spans: r.spans.length };
+  } finally {
+    await comm.barrier();
+    model.free();
+    inner.close();
   }
 }
 
