@@ -327,6 +327,8 @@ function checkPayload(ctx: CheckContext, input: DeviceBuffer, output: DeviceBuff
   // The call writes the offsets it receives while its own kernels (and a graph's next replay) may
   // still read the splits: one buffer for both would read half-overwritten splits.
   if (splits === outSplitsOffsets) throw new UsageError(`rank ${ctx.rank}: ${splitsName} and outSplitsOffsets are the same buffer (give each its own)`);
+  // Likewise the offsets would land in input while its rows are still being sent.
+  if (input === outSplitsOffsets) throw new UsageError(`rank ${ctx.rank}: input and outSplitsOffsets are the same buffer: the call writes the offsets while it sends input's rows (give each its own)`);
 }
 
 /** barrier()'s options: only timeoutMs, a positive number of ms. */

@@ -255,6 +255,7 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
     ["sizeHintBytes '4096'", { sizeHintBytes: '4096' as never }],
     ['sizehintbytes (misspelt)', { sizehintbytes: 4096 } as never],
     ['inSplits = outSplitsOffsets', { inSplits: ex.outSplitsOffsets }],
+    ['input = outSplitsOffsets', { input: ex.outSplitsOffsets }],
     ['plan of -1 blocks', { plan: { blocks: -1, threads: 256 } }],
     ['plan of 7 threads', { plan: { blocks: 1, threads: 7 } }],
   ];

@@ -38,6 +38,8 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ['combine with outSplitsOffsets smaller than int64[2][W*E]', () => comm.allToAllV2dOffset({ ...c, outSplitsOffsets: small })],
     ['combine with output = input', () => comm.allToAllV2dOffset({ ...c, output: moe.mid })],
     ['dispatch with inSplits = outSplitsOffsets', () => comm.allToAllV2d({ ...d, inSplits: moe.midOffsets }), /: inSplits and outSplitsOffsets are the same buffer/],
+    ['dispatch with input = outSplitsOffsets', () => comm.allToAllV2d({ ...d, input: moe.midOffsets }), /: input and outSplitsOffsets are the same buffer/],
+    ['combine with input = outSplitsOffsets', () => comm.allToAllV2dOffset({ ...c, input: moe.backOffsets }), /: input and outSplitsOffsets are the same buffer/],
     ['combine with inSplitsOffsets = outSplitsOffsets', () => comm.allToAllV2dOffset({ ...c, inSplitsOffsets: moe.backOffsets }), /: inSplitsOffsets and outSplitsOffsets are the same buffer/],
     ['combine on a lane past the last', () => comm.allToAllV2dOffset({ ...c, lane: { index: comm.laneCount, stream: comm.lane(0).stream } })],
     ['plan with negative inputRows', () => comm.planAllToAllV2d({ ...p, inputRows: -1 })],
