@@ -125,12 +125,19 @@ export class HostMemoryError extends A2avError {
 
 /**
  * A peer did not arrive within the timeout. `missingRank` is the first rank that was waited for, or
- * -1 where that is unknown (a wait on the device as a whole; NCCL, which does not say).
+ * -1 where that is unknown (a wait on the device as a whole; NCCL, which does not say). Where the
+ * backend sees that the peer has left (cpu: it closed its communicator without making the call),
+ * the wait ends then, not at the timeout: `waitedMs` says how long it was, else it is undefined.
  */
 export class TimeoutError extends A2avError {
-  constructor(readonly rank: number, readonly missingRank: number, readonly timeoutMs: number, readonly what: string) {
+  constructor(readonly rank: number, readonly missingRank: number, readonly timeoutMs: number, readonly what: string, readonly waitedMs?: number) {
     const whom = missingRank >= 0 ? `rank ${missingRank}` : 'a peer';
-    super('A2AV_TIMEOUT', `rank ${rank}: timed out after ${timeoutMs} ms waiting for ${whom} (${what})`);
+    super(
+      'A2AV_TIMEOUT',
+      waitedMs === undefined
+        ? `rank ${rank}: timed out after ${timeoutMs} ms waiting for ${whom} (${what})`
+        : `rank ${rank}: stopped waiting for ${whom} after ${waitedMs} ms, before the ${timeoutMs} ms timeout, as it has left without making the call (${what})`,
+    );
   }
 }
 

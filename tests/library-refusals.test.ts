@@ -137,13 +137,23 @@ describe('createMoeGroup options', () => {
 });
 
 describe('a peer that left', () => {
-  test('a wait for a rank that closed its communicator says so when it times out, and whether it failed first (an allReduce\'s wait named as one, not as splits); one for a rank still open does not', async () => {
+  test('a wait for a rank that closed its communicator ends then, not at the timeout, and says whether it failed first (an allReduce\'s wait named as one, not as splits); one for a rank still open times out', async () => {
     for (const how of ['closes', 'stays', 'fails'] as const) {
-      const [outcome] = await runRanks<unknown, Caught | 'no error'>({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'peerLeaves', { how });
+      // A rank still open is waited for until the timeout; one that left, not: 10 s would show.
+      const timeoutMs = how === 'stays' ? 300 : 10_000;
+      const started = performance.now();
+      const [outcome] = await runRanks<unknown, Caught | 'no error'>({ backend: 'cpu', ranks: 2, timeoutMs }, programs, 'peerLeaves', { how });
       assert.ok(outcome !== 'no error' && outcome.name === 'TimeoutError', JSON.stringify(outcome));
-      assert.match(outcome.message, /^rank 0: timed out after 300 ms waiting for rank 1 \(allReduce of 4 f32 on lane 0: .*, allReduce: waiting for the peer's count, dtype, op and output; the peer got no further than call \d+/);
-      if (how === 'stays') assert.doesNotMatch(outcome.message, /closed/);
-      else assert.ok(outcome.message.endsWith(how === 'closes' ? '; it has closed its communicator)' : '; it has closed its communicator after a failure of its own (its error says which))'), outcome.message);
+      const what = /\(allReduce of 4 f32 on lane 0: .*, allReduce: waiting for the peer's count, dtype, op and output; the peer got no further than call \d+/;
+      assert.match(outcome.message, what);
+      if (how === 'stays') {
+        assert.match(outcome.message, /^rank 0: timed out after 300 ms waiting for rank 1 \(/);
+        assert.doesNotMatch(outcome.message, /closed/);
+        continue;
+      }
+      assert.match(outcome.message, /^rank 0: stopped waiting for rank 1 after \d+ ms, before the 10000 ms timeout, as it has left without making the call \(/);
+      assert.ok(outcome.message.endsWith(how === 'closes' ? '; it has closed its communicator)' : '; it has closed its communicator after a failure of its own (its error says which))'), outcome.message);
+      assert.ok(performance.now() - started < 5000, `${how}: ended ${Math.round(performance.now() - started)} ms after it started, not at the timeout`);
     }
   });
 });

@@ -29,7 +29,7 @@ export function timeoutGiven(ms: number): void {
 // Only --timeout-ms sets a bound below the default in the commands, and ranks that share cores or
 // a GPU fall tens of ms apart between calls without anything being wrong: say which it may be.
 function timeoutHint(err: unknown): string {
-  if (!(err instanceof TimeoutError) || given === undefined || !(given < DEFAULT_TIMEOUT_MS)) return '';
+  if (!(err instanceof TimeoutError) || err.waitedMs !== undefined || given === undefined || !(given < DEFAULT_TIMEOUT_MS)) return '';
   // A set-up wait has a floor of its own: the bound that ran out is that floor, not the option.
   if (err.timeoutMs > given) return ` (set-up waits at least ${err.timeoutMs} ms whatever --timeout-ms says: a rank not there by then is not coming)`;
   return ` (--timeout-ms ${given} bounds every wait between ranks; ranks that share cores or a GPU can fall that far apart without failing: raise it, or leave out --timeout-ms for ${DEFAULT_TIMEOUT_MS} ms)`;

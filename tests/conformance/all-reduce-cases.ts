@@ -6,7 +6,7 @@ import type { AllReduceArgs, Comm, DeviceBuffer, Handle, Lane, ReduceDtype } fro
 import { ArDtype } from '../../src/backends/cuda/kernel-params.js';
 import { ALL_REDUCE_KIND, ExchangeKind } from '../../src/codes.js';
 import { allInputs, checkAgainstFloat64, checkBits, orderedReference } from './all-reduce-reference.js';
-import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
+import { type ExpectedSplitsError, expectSplitsError, expectTimeout, expectUsageError, stayAbsent } from './expect.js';
 import type { MismatchField } from '../../src/errors.js';
 import { ConformanceError } from './harness.js';
 import { poisonBytes, Rng } from './reference.js';
@@ -177,7 +177,7 @@ export interface AllReduceTimeoutArg {
 /** Rank `absent` never calls: every other rank's call ends in a TimeoutError naming it. */
 export async function allReduceTimeout(comm: Comm, arg: AllReduceTimeoutArg): Promise<number> {
   const b = await ReduceBuffers.create(comm, 1000);
-  if (comm.rank === arg.absent) return 0;
+  if (comm.rank === arg.absent) return stayAbsent(arg.timeoutMs);
   const started = performance.now();
   const c = start(b, { seed: arg.seed, call: 9000, dtype: 'f32', count: 1000, inPlace: false });
   // NCCL does not say which rank it waits for: there the error names none (missingRank -1).

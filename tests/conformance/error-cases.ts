@@ -3,7 +3,7 @@
 import type { AllToAllVArgs, Comm, DeviceBuffer } from '../../src/backends/backend.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../src/errors.js';
 import { startWaitMs } from '../../src/world/set-up-waits.js';
-import { expectSplitsError, expectTimeout, expectUsageError, type ExpectedSplitsError } from './expect.js';
+import { type ExpectedSplitsError, expectSplitsError, expectTimeout, expectUsageError, stayAbsent } from './expect.js';
 import { createMoeGroup } from '../../src/moe/group.js';
 import { Exchange } from './harness.js';
 import { colSum, makeSplits, rowSum, Rng } from './reference.js';
@@ -139,7 +139,7 @@ export async function timeout(comm: Comm, arg: TimeoutArg): Promise<number> {
   const W = comm.worldSize;
   const rowBytes = 17;
   const ex = await Exchange.create(comm, sizes(rowBytes));
-  if (comm.rank === arg.absent) return 0;
+  if (comm.rank === arg.absent) return stayAbsent(arg.timeoutMs);
   const S = makeSplits(new Rng(arg.seed, 3000), W, 'random', 2);
   ex.prepare(arg.seed, 3000, S, rowBytes);
   const started = performance.now();

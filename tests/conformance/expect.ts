@@ -70,3 +70,13 @@ function thrownBy(fn: () => unknown, what: string): unknown {
 function describe(err: unknown): string {
   return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
 }
+
+/**
+ * What a rank that "never calls" does in the timeout cases: it stays open past its peers' timeout
+ * (`timeoutMs`), then returns. One that returned at once would close its communicator, and cpu
+ * ends a wait for a rank that has closed as soon as it sees that: another case.
+ */
+export async function stayAbsent(timeoutMs: number): Promise<number> {
+  await new Promise((resolve) => setTimeout(resolve, 1.5 * timeoutMs));
+  return 0;
+}

@@ -7,7 +7,7 @@ import { A2avError, SplitsError, TimeoutError } from '../../src/errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeRoute } from '../../src/moe/api.js';
 import { MoeCapacityError, MoeRoutingError } from '../../src/moe/errors.js';
 import { createMoeGroup } from '../../src/moe/group.js';
-import { expectTimeout, expectUsageError } from './expect.js';
+import { expectTimeout, expectUsageError, stayAbsent } from './expect.js';
 import { ConformanceError } from './harness.js';
 import { jobOf, type TokenJobArg } from './moe-token-cases.js';
 import { TokenRig, type CallData } from './moe-token-harness.js';
@@ -312,7 +312,7 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
 export async function moeTokenTimeout(comm: Comm, arg: TokenJobArg & { absent: number; timeoutMs: number }): Promise<number> {
   const job = jobOf(comm, arg);
   const rig = await TokenRig.create(comm, { job, hidden: arg.hidden, emulator: arg.emulator });
-  if (comm.rank === arg.absent) return 0;
+  if (comm.rank === arg.absent) return stayAbsent(arg.timeoutMs);
   const d: CallData = { seed: arg.seed, call: 900, routings: Array.from({ length: comm.worldSize }, (_, q) => routing(job, arg.seed, 900, q, 'random')) };
   rig.prepare(d, true);
   rig.poison(900);

@@ -139,7 +139,9 @@ export async function victim(comm: Comm, arg: VictimArg): Promise<Survivor | nul
     });
     throw new Error(`rank ${me}: finished ${arg.steps} steps though rank ${arg.victim} stopped after ${arg.stopAfter}`);
   } catch (err) {
-    if (err instanceof Stop) return null;
+    // It stays open past its peers' timeout, as a hung rank would: one that closed at once would be
+    // found gone at once (cpu), which is another case (library-refusals' "a peer that left").
+    if (err instanceof Stop) return new Promise((resolve) => setTimeout(() => resolve(null), 1.5 * comm.timeoutMs));
     const e = err as Error & { code?: string; missingRank?: number };
     return { name: e.name, code: e.code, missingRank: e.missingRank, message: e.message };
   } finally {

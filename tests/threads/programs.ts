@@ -20,7 +20,8 @@ export async function abortsAfterTimeout(comm: Comm): Promise<string> {
   const W = comm.worldSize;
   const out = await comm.allocSymmetric(64);
   const args = { input: comm.alloc(64), output: out, inSplits: comm.alloc(8 * W), outSplitsOffsets: comm.alloc(16 * W), rowBytes: 8 };
-  if (comm.rank === 1) return 'absent';
+  // Open, not closed, while the others wait: a closed rank is found gone at once.
+  if (comm.rank === 1) return new Promise((resolve) => setTimeout(() => resolve('absent'), 2 * 300));
   const h = comm.allToAllV(args);
   try {
     h.wait();
@@ -39,7 +40,8 @@ export async function abortsAfterTimeout(comm: Comm): Promise<string> {
 export async function throwsTimeout(comm: Comm): Promise<void> {
   const out = await comm.allocSymmetric(64);
   const W = comm.worldSize;
-  if (comm.rank === 1) return;
+  // Rank 1 stays open past the timeout: one that had closed would be found gone at once.
+  if (comm.rank === 1) return void (await new Promise((resolve) => setTimeout(resolve, 2 * 300)));
   comm.allToAllV({ input: comm.alloc(64), output: out, inSplits: comm.alloc(8 * W), outSplitsOffsets: comm.alloc(16 * W), rowBytes: 8 }).wait();
 }
 
@@ -62,7 +64,8 @@ export async function lateSetUp(comm: Comm, arg: { lateMs: number }): Promise<{ 
   const out = await comm.allocSymmetric(8 * W);
   if (comm.rank === 0) await late();
   await comm.barrier();
-  if (comm.rank === 1) return 'absent';
+  // Open, not closed, while the others wait: a closed rank is found gone at once.
+  if (comm.rank === 1) return new Promise((resolve) => setTimeout(() => resolve('absent'), arg.lateMs));
   const inSplits = comm.alloc(8 * W);
   comm.write(inSplits, new BigInt64Array(W).fill(1n));
   const started = performance.now();

@@ -183,7 +183,9 @@ export class CpuLane implements Lane {
    */
   #arrived(seq: number, what: string, site = WAIT_ARRIVAL): Error | undefined {
     for (let p = 0; p < this.#world; p++) {
-      if (p !== this.#rank && !this.#waitFor(this.#pads[p], this.#arrive, seq)) return this.#timedOut(p, seq, what, site);
+      if (p === this.#rank) continue;
+      const waited = this.#waitFor(this.#pads[p], this.#arrive, seq, p);
+      if (waited !== true) return this.#timedOut(p, seq, what, site, waited);
     }
     return undefined;
   }
@@ -214,13 +216,19 @@ export class CpuLane implements Lane {
       pads[r].wake(done + me);
     }
     for (let p = 0; p < this.#world; p++) {
-      if (p !== me && !this.#waitFor(pads[me], done + p, seq)) return this.#timedOut(p, seq, what, WAIT_DONE);
+      if (p === me) continue;
+      const waited = this.#waitFor(pads[me], done + p, seq, p);
+      if (waited !== true) return this.#timedOut(p, seq, what, WAIT_DONE, waited);
     }
     return undefined;
   }
 
-  /** Waits until word idx of `pad` >= seq (in wrapping int32 order); false when the call's deadline passed. */
-  #waitFor(pad: PadViews, idx: number, seq: number): boolean {
+  /**
+   * Waits until word idx of `pad` >= seq (in wrapping int32 order), which rank `peer` writes:
+   * 'timeout' when the call's deadline passed, 'left' as soon as `peer` has closed its
+   * communicator without writing it (it makes no call again, so waiting on would only delay the error).
+   */
+  #waitFor(pad: PadViews, idx: number, seq: number, peer: number): true | 'timeout' | 'left' {
     const arr = pad.i32;
     let v = Atomics.load(arr, idx);
     if (((v - seq) | 0) >= 0) return true;
@@ -236,15 +244,23 @@ export class CpuLane implements Lane {
       const left = this.#deadline - performance.now();
       if (left <= 0) {
         this.#lastSeen = v;
-        return false;
+        return 'timeout';
       }
       pad.wait(idx, v, Math.min(left, MAX_SLEEP_MS));
       v = Atomics.load(arr, idx);
+      if (((v - seq) | 0) < 0 && this.#pads[peer].closed !== undefined) {
+        // The peer stores its words before its closed mark: read again after seeing the mark.
+        v = Atomics.load(arr, idx);
+        if (((v - seq) | 0) < 0) {
+          this.#lastSeen = v;
+          return 'left';
+        }
+      }
     }
     return true;
   }
 
-  #timedOut(peer: number, seq: number, what: string, site: number): Error {
+  #timedOut(peer: number, seq: number, what: string, site: number, how: 'timeout' | 'left'): Error {
     const entry: StatusEntry = {
       code: StatusCode.timeout,
       rank: this.#rank,
@@ -256,7 +272,8 @@ export class CpuLane implements Lane {
     };
     const left = this.#pads[peer].closed;
     const note = left === 'closed' ? 'it has closed its communicator' : left === undefined ? undefined : 'it has closed its communicator after a failure of its own (its error says which)';
-    const err = entryError(entry, this.#timeoutMs, what, note);
+    const waitedMs = how === 'left' ? Math.round(performance.now() - (this.#deadline - this.#timeoutMs)) : undefined;
+    const err = entryError(entry, this.#timeoutMs, what, note, waitedMs);
     this.#onTimeout(err);
     return err;
   }
