@@ -194,8 +194,15 @@ describe('a2av plot', () => {
     assert.equal(chart.series[0].points[0].gbps, MiB / (eagerRow.timeUs / 2) / 1e3);
     assert.equal(chart.series[1].points.length, 3, 'the reference keeps every size, eager');
     assert.deepEqual(chartOf([{ source: 'g.json', result }]).series.map((s) => s.points.length), [3, 4, 3]);
+    assert.deepEqual(chart.omitted, ['nccl'], 'nccl, which has no graph times, is named as left out');
+    assert.deepEqual(chartOf([{ source: 'g.json', result }]).omitted, []);
     const svg = await renderSvg(chart);
-    assert.match(svg, /CUDA graph replays\); dashed: the same-run reference, eager/);
+    assert.match(svg, /CUDA graph replays\); dashed: the same-run reference, eager; no graph times, not drawn: nccl/);
+    const mixed = join(dir, 'mixed.json');
+    writeFileSync(mixed, JSON.stringify(result));
+    const drawn = plotCli(mixed, '--time', 'graph', '-o', join(dir, 'mixed.svg'));
+    assert.equal(drawn.status, 0, drawn.stderr);
+    assert.match(drawn.stderr, /^a2av: not drawn, no graph times \(bench replays from a CUDA graph on cuda only\): nccl; --time eager draws them$/m);
     assert.deepEqual(linePaths(svg).map((l) => [l.label, l.points]), [['peer-copy ref', 3], ['cuda', 2]]);
     assert.throws(() => chartOf([{ source: 'e.json', result: synthetic() }], 'graph'), (err: unknown) => err instanceof UsageError && /^e\.json: no graph times/.test(err.message));
     const file = join(dir, 'eager-only.json');

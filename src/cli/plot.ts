@@ -20,5 +20,7 @@ async function plot(files: string[], output: string, timing: 'eager' | 'graph'):
   checkOutput(output);
   const twice = files.find((f, i) => files.findIndex((g) => resolve(g) === resolve(f)) !== i);
   if (twice !== undefined) fail(`${twice} is given twice: its lines would be drawn on each other`);
-  await writePlot(files.map(readResultFile), output, timing);
+  const omitted = await writePlot(files.map(readResultFile), output, timing);
+  // Said, not only drawn: a line missing from the picture is easy to miss too.
+  if (omitted.length > 0) process.stderr.write(`a2av: not drawn, no graph times (bench replays from a CUDA graph on cuda only): ${omitted.join(', ')}; --time eager draws them\n`);
 }

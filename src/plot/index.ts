@@ -28,12 +28,17 @@ export function checkOutput(outPath: string): void {
   checkWritable(outPath);
 }
 
-/** Renders the inputs' chart (their eager or graph times) and writes it to `outPath`. */
-export async function writePlot(inputs: readonly PlotInput[], outPath: string, timing: Timing = 'eager'): Promise<void> {
-  const svg = await renderSvg(chartOf(inputs, timing));
+/**
+ * Renders the inputs' chart (their eager or graph times) and writes it to `outPath`; returns the
+ * lines left out (backends without graph times), which the picture names too.
+ */
+export async function writePlot(inputs: readonly PlotInput[], outPath: string, timing: Timing = 'eager'): Promise<string[]> {
+  const chart = chartOf(inputs, timing);
+  const svg = await renderSvg(chart);
   try {
     writeFileSync(outPath, svg);
   } catch (err) {
     throw new UsageError(`${outPath}: cannot write (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`);
   }
+  return chart.omitted;
 }

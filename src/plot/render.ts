@@ -82,6 +82,7 @@ export async function renderSvg(chart: Chart): Promise<string> {
   }) as unknown as Element;
   svg.setAttribute('y', String(HEADER));
   const dashed = references.length === 0 ? '' : chart.timing === 'graph' ? '; dashed: the same-run reference, eager' : '; dashed: the same-run reference, moving the same bytes';
+  const omitted = chart.omitted.length === 0 ? '' : `; no graph times, not drawn: ${chart.omitted.join(', ')}`;
   const outer = document.createElementNS(SVG_NS, 'svg');
   for (const [name, value] of Object.entries({ xmlns: SVG_NS, width, height: HEIGHT + HEADER, viewBox: `0 0 ${width} ${HEIGHT + HEADER}`, 'font-family': FONT })) {
     outer.setAttribute(name, String(value));
@@ -91,7 +92,7 @@ export async function renderSvg(chart: Chart): Promise<string> {
   outer.append(
     background,
     text(document, { x: MARGIN.left, y: 20, size: 15, weight: 600, content: chart.title }),
-    text(document, { x: MARGIN.left, y: 38, size: 11, weight: 400, content: `algbw = input bytes per rank / median time per call (${chart.timing === 'graph' ? 'CUDA graph replays' : 'eager calls'})${dashed}` }),
+    text(document, { x: MARGIN.left, y: 38, size: 11, weight: 400, content: `algbw = input bytes per rank / median time per call (${chart.timing === 'graph' ? 'CUDA graph replays' : 'eager calls'})${dashed}${omitted}` }),
     svg,
   );
   return `<?xml version="1.0" encoding="UTF-8"?>\n${outer.outerHTML}\n`;

@@ -32,6 +32,8 @@ export interface Chart {
   /** Which time the measured lines show: eager calls, or the calls replayed from a CUDA graph. */
   timing: Timing;
   series: Series[];
+  /** Lines not drawn: with graph timing, the backends that have no graph times (nccl, cpu). */
+  omitted: string[];
 }
 
 /**
@@ -120,6 +122,7 @@ export function chartOf(inputs: readonly PlotInput[], timing: Timing = 'eager'):
   const differing = FIELDS.filter((f) => !shared.includes(f) && f.name !== 'date');
   const tags = distinctTags(inputs.map((input) => differing.map((f) => f.value(input.result))), inputs.map((i) => i.source));
   const series: Series[] = [];
+  const omitted: string[] = [];
   for (const [k, input] of inputs.entries()) {
     const tag = inputs.length === 1 ? '' : ` (${tags[k]})`;
     const byBackend = groupRows(input.result);
@@ -130,6 +133,7 @@ export function chartOf(inputs: readonly PlotInput[], timing: Timing = 'eager'):
       const colourOf = series.filter((s) => !s.reference).length;
       const timed = rows.filter((r) => isPositive(timeOf(r)));
       if (timed.length > 0) series.push({ label: `${backend}${tag}`, reference: false, colourOf, points: pointsOf(timed, timeOf) });
+      else omitted.push(`${backend}${tag}`);
       const refRows = rows.filter((r) => isPositive(r.refUs));
       if (refRows.length === 0) continue;
       const kinds = [...new Set(refRows.map((r) => r.ref ?? 'copy'))].join('/');
@@ -138,7 +142,7 @@ export function chartOf(inputs: readonly PlotInput[], timing: Timing = 'eager'):
     series.push(...refs);
   }
   const title = `a2av bench: ${shared.map((f) => f.value(inputs[0].result)).filter((v) => v !== '').join(', ')}`;
-  return { title, timing, series };
+  return { title, timing, series, omitted };
 }
 
 /**
