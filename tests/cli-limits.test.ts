@@ -135,7 +135,14 @@ describe('a2av: numbers past what a number holds are refused as too large, namin
   it('counts past 2^53 - 1: too large, not "expected an integer"', () => {
     const over = (option: string, value: string) => `option '${option}' argument '${value}' is invalid. expected an integer <= ${Number.MAX_SAFE_INTEGER}`;
     refused(['bench', '--backend', 'cpu', '--ranks', '99999999999999999999'], over('--ranks <n>', '99999999999999999999'));
-    refused(['bench', '--backend', 'cpu', '--repeats', '9007199254740992'], over('--repeats <n>', '9007199254740992'));
+    refused(['bench', '--backend', 'cpu', '--iters', '9007199254740992'], over('--iters <n>', '9007199254740992'));
+  });
+
+  it('--repeats past 1000 timed loops, in bench, bench allreduce and tune (they sized a buffer of one slot each: a rank failed on a buffer never asked for)', () => {
+    const why = (value: string) => `option '--repeats <n>' argument '${value}' is invalid. expected an integer <= 1000 (each is a whole timed loop)`;
+    refused(['bench', '--backend', 'cpu', '--min', '4K', '--max', '4K', '--repeats', '99999999999'], why('99999999999'));
+    refused(['bench', 'allreduce', '--backend', 'cpu', '--repeats', '1001'], why('1001'));
+    refused(['tune', '--repeats', '1001'], why('1001'));
   });
 });
 

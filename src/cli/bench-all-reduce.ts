@@ -5,7 +5,7 @@ import { formatGBps, formatMicros } from '../bench/table.js';
 import { doublingSizes, formatBytes, formatBytesExact, holdsWholeUnit } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
-import { integer, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
+import { integer, RANKS_HELP, repeatsInteger, size, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { checkSizeRange, sweepNote } from './sizes.js';
 import { sizeRange, SweepProgress } from './sweep-progress.js';
 
@@ -36,7 +36,7 @@ export function addBenchAllReduce(bench: Command): void {
       '(default: 256M on cuda and nccl, 16M on cpu)', size)
     .addOption(new Option('--dtype <dtype>', 'element type').choices(['f32', 'bf16']).default('f32'))
     .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms)', integer(1))
-    .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
+    .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', repeatsInteger, 5)
     .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)
     .option('--json', 'print only the JSON result to stdout')
     .action((flags: AllReduceFlags, cmd: Command) => benchAllReduce(flags, cmd));

@@ -12,7 +12,7 @@ import { formatBytes, formatBytesExact, parseSize } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
-import { integer, seedInteger, size, RANKS_HELP, TIMEOUT_HELP, timeoutMs } from './options.js';
+import { integer, RANKS_HELP, repeatsInteger, seedInteger, size, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { sizeRange, SweepProgress } from './sweep-progress.js';
 import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, sweepNote } from './sizes.js';
 
@@ -84,7 +84,7 @@ export function addBench(program: Command): Command {
       'run once per budget and plot the results together to see bandwidth against SMs used; not the moe-* ops', integer(1))
     .option('--seed <n>', 'seed of the zipf split layouts (uniform splits, having none, refuse it) and of the moe-* ops\' routing', seedInteger, 1)
     .option('--iters <n>', 'calls per timed loop (default: enough for >= 20 ms); not the moe-* ops, which always time loops of >= 20 ms', integer(1))
-    .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', integer(1), 5)
+    .option('--repeats <n>', 'timed loops per size; the median is reported, with the fastest and slowest', repeatsInteger, 5)
     .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)
     .option('--json', 'print only the JSON result to stdout')
     .option('--plot <file.svg>', 'also draw the result as an SVG plot of bandwidth against size (as a2av plot does; not the moe-* ops)')

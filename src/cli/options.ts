@@ -36,6 +36,8 @@ export function once<T>(items: T[], noun: string): T[] {
 
 /** Seeds: the split layouts and the pipeline's data are drawn from 32 bits, so a larger seed would repeat a smaller one's. */
 export const seedInteger = integer(0, 2 ** 32 - 1, ' (layouts and data are drawn from a 32-bit seed)');
+/** --repeats: each is a whole timed loop whose figure every rank agrees on (a slot each in one buffer). */
+export const repeatsInteger = integer(1, 1000, ' (each is a whole timed loop)');
 
 export function size(text: string): number {
   try {

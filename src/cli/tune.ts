@@ -6,7 +6,7 @@ import { doublingSizes, formatBytes, formatBytesExact, parseSize } from '../benc
 import { checkKnobs } from '../knobs.js';
 import { rankEnv } from '../world/env.js';
 import { gpuCount } from './backends.js';
-import { integer, listItems, once, size, sizeOrZero, TIMEOUT_HELP, timeoutMs } from './options.js';
+import { integer, listItems, once, repeatsInteger, size, sizeOrZero, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { ProgressBar } from './progress-bar.js';
 import { checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, sweepNote } from './sizes.js';
 
@@ -44,7 +44,7 @@ export function addTune(program: Command): void {
     .option('--row-bytes <size>', 'bytes per row, as --min takes them (16-byte multiples also try grid mode)', size, DEFAULT_ROW_BYTES)
     .option('--lanes <n>', "lanes of the communicator measured (default 2, init()'s): its plans apply to communicators with as many", integer(1))
     .addOption(new Option('--threads <list>', 'block sizes to try').argParser(threadList).default([256, 512, 1024], '256,512,1024'))
-    .option('--repeats <n>', 'timed loops per plan and size; the median counts', integer(1), 3)
+    .option('--repeats <n>', 'timed loops per plan and size; the median counts', repeatsInteger, 3)
     .addOption(new Option('--graph-max <size>', 'sizes up to this are timed by replaying a CUDA graph of back-to-back calls, which measures ' +
       'the device (eager times of small calls are set by the host\'s launches); larger sizes are timed eagerly; 0 times every size eagerly').argParser(sizeOrZero).default(4 << 20, '4M'))
     .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)
