@@ -48,6 +48,8 @@ const helpWords = args[0] === 'help' && args.length > 2 && nested(args.slice(1))
 
 watchStdout();
 try {
+  // commander prints the whole help for `help <a word it does not know>`, and exits 1 unexplained.
+  if (args[0] === 'help' && args.length > 1 && args[1] !== 'help' && !nested(args.slice(1))) program.error(`unknown command '${args.slice(1).join(' ')}' (a2av help lists the commands)`);
   await (helpWords ? program.parseAsync(helpWords, { from: 'user' }) : program.parseAsync());
 } catch (err) {
   reportError(err);

@@ -80,6 +80,13 @@ describe('a2av bench: values refused up front', () => {
       assert.equal(top.status, 0, top.stderr);
       assert.match(top.stdout, new RegExp(`^Usage: a2av bench ${sub} `));
     }
+    // A word help does not know is named as such, not answered with the whole help.
+    for (const words of [['nosuch'], ['bench', 'nosuch']]) {
+      const unknown = a2av('help', ...words);
+      assert.equal(unknown.status, 1);
+      assert.equal(unknown.stdout, '');
+      assert.equal(unknown.stderr, `a2av: unknown command '${words.join(' ')}' (a2av help lists the commands)\n`);
+    }
   });
 
   it('--plot into a missing folder or not .svg is refused before the sweep', () => {

@@ -82,6 +82,8 @@ describe('bench table', () => {
     const busy = /^# note: the host was busy when the run started \(load average 1\.9 on 2 cores, before the 2 ranks ran\): the ranks wait for cores/m;
     assert.match(formatTable({ ...single('cpu', 'rank-copy'), ranks: 2, cores: 2, load: 1.9 }), busy);
     assert.doesNotMatch(formatTable({ ...single('cpu', 'rank-copy'), ranks: 2, cores: 2, load: 0.3 }), /^# note:/m);
+    // One rank has no peers to wait for.
+    assert.match(formatTable({ ...single('cpu', 'rank-copy'), ranks: 1, cores: 2, load: 1.9 }), /^# note: the host was busy .*before the 1 rank ran\): the rank waits for a core, so the times/m);
     assert.doesNotMatch(formatTable({ ...single('cpu', 'rank-copy'), ranks: 2, cores: 8, load: 5.2 }), /^# note:/m, 'six cores free for two ranks');
     assert.equal(JSON.parse(formatJson({ ...single('cpu', 'rank-copy'), cores: 2, load: 1.9 })).load, 1.9);
   });

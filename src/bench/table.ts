@@ -210,7 +210,7 @@ export function hostShareNote(ranks: number, share: Partial<HostShare>): string 
   // Other work on the cores the ranks need: a rank that sleeps in a wait wakes late.
   if (load !== undefined && load > cores - ranks + 0.5) {
     return `# note: the host was busy when the run started (load average ${load} on ${counted(cores, 'core')}, before the ` +
-      `${counted(ranks, 'rank')} ran): the ranks wait for cores as well as for their peers, so the times depend on that work (small sizes' by up to 100x)`;
+      `${counted(ranks, 'rank')} ran): ${ranks === 1 ? 'the rank waits for a core' : 'the ranks wait for cores as well as for their peers'}, so the times depend on that work (small sizes' by up to 100x)`;
   }
   return undefined;
 }
