@@ -6,7 +6,7 @@ import { runJob } from '../world/job.js';
 import type { BenchOp } from './ops.js';
 import type { PlanReport, ProgressReport, RowReport, SweepArg, SweepReport, SweepResult, WrongElsewhere } from './rank.js';
 import type { SplitsKind } from './splits.js';
-import type { BenchResult } from './table.js';
+import type { BenchResult, BenchRow } from './table.js';
 import { UsageError } from '../errors.js';
 import { doublingSizes, formatBytes, holdsWholeUnit } from './units.js';
 import { WrongResultError } from './verify.js';
@@ -38,6 +38,8 @@ export interface BenchOptions {
 /** Rank 0's reports, as they come. */
 export interface BenchEvents {
   onPlan?(plan: PlanReport): void;
+  /** Once the plan is known: the result as it will read, without its rows (the rows come by onRow). */
+  onHead?(head: BenchResult): void;
   onProgress?(progress: ProgressReport): void;
   onRow?(row: RowReport): void;
 }
@@ -51,6 +53,13 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   const date = new Date().toISOString();
   const share = hostShare(opts.backend);
   let device = '';
+  // The 1-D call's results keep the keys they always had.
+  const moe = opts.op !== undefined && opts.op !== 'alltoallv' ? { op: opts.op, experts: opts.experts ?? 1, align: opts.align ?? 1 } : {};
+  const budget = opts.maxBlocks === undefined ? {} : { maxBlocks: opts.maxBlocks };
+  // zipf's layouts come from the seed: without it a result could not be rerun or told from another seed's.
+  const seed = opts.splits === 'zipf' ? { seed: opts.seed } : {};
+  const resultOf = (rows: BenchRow[]): BenchResult =>
+    ({ backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, ...seed, rowBytes: opts.rowBytes, device, ...share, date, repeats: opts.repeats, rows });
   const arg: SweepArg = {
     sizes: wholeRowSizes(opts),
     splits: opts.splits,
@@ -69,6 +78,7 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
     if (m.type === 'plan') {
       device = m.device;
       events.onPlan?.(m);
+      events.onHead?.(resultOf([]));
     } else if (m.type === 'progress') {
       events.onProgress?.(m);
     } else {
@@ -85,12 +95,7 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   // already; a launched rank whose check passed exits non-zero too when another's failed.
   if (result.stoppedBy) throw stoppedError(result.stoppedBy, rank);
   if (rank !== 0) return undefined;
-  // The 1-D call's results keep the keys they always had.
-  const moe = opts.op !== undefined && opts.op !== 'alltoallv' ? { op: opts.op, experts: opts.experts ?? 1, align: opts.align ?? 1 } : {};
-  const budget = opts.maxBlocks === undefined ? {} : { maxBlocks: opts.maxBlocks };
-  // zipf's layouts come from the seed: without it a result could not be rerun or told from another seed's.
-  const seed = opts.splits === 'zipf' ? { seed: opts.seed } : {};
-  return { backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, ...seed, rowBytes: opts.rowBytes, device, ...share, date, repeats: opts.repeats, rows: result.rows };
+  return resultOf(result.rows);
 }
 
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */

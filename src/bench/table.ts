@@ -85,6 +85,8 @@ export interface BenchResult {
   load?: number;
   /** Timed loops per size (absent in results written before it was recorded). */
   repeats?: number;
+  /** A run a signal ended: which, and how many of its sizes it had finished (the rows), e.g. `SIGINT after 3 of 8 sizes`. */
+  interrupted?: string;
   rows: BenchRow[];
 }
 
@@ -280,6 +282,7 @@ export function formatTable(result: BenchResult): string {
   if (shown('sync µs')) head.push('# sync µs = host wait per call for the device splits (nccl: copy to the host, count exchange)');
   const shared = hostShareNote(result.ranks, result);
   if (shared !== undefined) head.push(shared);
+  if (result.interrupted !== undefined) head.push(`# interrupted: ${result.interrupted}; the rows are the sizes it finished`);
   return [...head, ...alignColumns([columns.map((c) => c.title), ...rows.map((r) => columns.map((c) => c.cell(r)))])].join('\n') + '\n';
 }
 

@@ -7,29 +7,47 @@ import { rankEnv } from '../world/env.js';
 
 const ENDING_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 
+/**
+ * Until the returned function is called, SIGINT or SIGTERM runs `interrupted` (what the command
+ * says of the work it had finished), then ends the process by that signal, as if unheard (its
+ * default action: the status a shell expects, 130 for SIGINT). Not in a launched rank: its main
+ * thread runs its part of the work and may sit in a blocking wait, where a listener would hold back
+ * the signal that ended it at once.
+ */
+export function onEndingSignal(interrupted: (signal: NodeJS.Signals) => void): () => void {
+  if (rankEnv() !== undefined) return () => {};
+  const listener = (signal: NodeJS.Signals) => {
+    off();
+    try {
+      interrupted(signal);
+    } finally {
+      process.kill(process.pid, signal);
+    }
+  };
+  const off = () => {
+    for (const signal of ENDING_SIGNALS) process.off(signal, listener);
+  };
+  for (const signal of ENDING_SIGNALS) process.once(signal, listener);
+  return off;
+}
+
 export class ProgressBar {
   readonly #bar: SingleBar;
-  readonly #onSignal: (signal: NodeJS.Signals) => void;
+  readonly #interrupted: (signal: NodeJS.Signals) => void;
+  #listening: (() => void) | undefined;
   #stopped = false;
 
   /** `interrupted` writes what the run had finished, after the bar is gone (the bar alone held it). */
-  constructor(options: Options, interrupted: () => void = () => {}) {
+  constructor(options: Options, interrupted: (signal: NodeJS.Signals) => void = () => {}) {
     this.#bar = new SingleBar({ stream: process.stderr, hideCursor: true, clearOnComplete: true, ...options });
-    this.#onSignal = (signal) => {
-      try {
-        this.stop();
-        interrupted();
-      } finally {
-        // As if unheard: the default action ends the process, with the status a shell expects (130 for SIGINT).
-        process.kill(process.pid, signal);
-      }
-    };
+    this.#interrupted = interrupted;
   }
 
   start(total: number, value: number, payload: object = {}): void {
-    // Only where the ranks are threads: a launched rank's main thread runs its part of the sweep and
-    // may sit in a blocking wait, where a listener would hold back the signal that ended it at once.
-    if (rankEnv() === undefined) for (const signal of ENDING_SIGNALS) process.once(signal, this.#onSignal);
+    this.#listening = onEndingSignal((signal) => {
+      this.stop();
+      this.#interrupted(signal);
+    });
     this.#bar.start(total, value, payload);
   }
 
@@ -49,7 +67,7 @@ export class ProgressBar {
   stop(): void {
     if (this.#stopped) return;
     this.#stopped = true;
-    for (const signal of ENDING_SIGNALS) process.off(signal, this.#onSignal);
+    this.#listening?.();
     this.#bar.stop();
   }
 }

@@ -1,9 +1,10 @@
 // A sweep's progress on stderr, the same for every bench command: on a terminal a bar (the finished
 // items' lines kept, and written out if Ctrl-C ends the run, as the bar alone showed them); off one
-// (logs, CI) a first line saying what will run, then a line per item as it finishes.
+// (logs, CI) a first line saying what will run, then a line per item as it finishes. Either way a
+// Ctrl-C (or SIGTERM) lets the command write what it had finished (its table of them) before the end.
 import { counted } from '../bench/table.js';
 import { formatBytes } from '../bench/units.js';
-import { ProgressBar } from './progress-bar.js';
+import { onEndingSignal, ProgressBar } from './progress-bar.js';
 
 /** A size sweep's range, as the first line off a terminal says it: `, 4 KiB to 64 KiB`, or `: 4 KiB` for one. */
 export function sizeRange(sizes: readonly number[]): string {
@@ -12,10 +13,15 @@ export function sizeRange(sizes: readonly number[]): string {
 
 export class SweepProgress {
   #bar: ProgressBar | undefined;
+  #listening: (() => void) | undefined;
   #items: readonly string[] = [];
   #done: string[] = [];
-  /** `name` heads its lines (`bench`, `bench allreduce`); `label` names the backend when one run compares several; `unit` what it counts. */
-  constructor(readonly name: string, readonly label = '', readonly unit = 'size') {}
+  /**
+   * `name` heads its lines (`bench`, `bench allreduce`); `label` names the backend when one run
+   * compares several; `unit` what it counts; `interrupted` writes what the command had finished
+   * when a signal ends the run (after the bar is gone).
+   */
+  constructor(readonly name: string, readonly label = '', readonly unit = 'size', readonly interrupted: (signal: NodeJS.Signals) => void = () => {}) {}
 
   /** The items, by name (the bar shows the one under way); `plan` (off a terminal) says what they are, after their count. */
   start(items: readonly string[], plan = ''): void {
@@ -23,10 +29,16 @@ export class SweepProgress {
     if (!process.stderr.isTTY) {
       // Off a terminal the first line would otherwise come when the first item is done: 20 s at 2 GiB on cpu.
       process.stderr.write(`${this.label}${this.name}: ${counted(items.length, this.unit)}${plan}\n`);
+      this.#listening = onEndingSignal((signal) => {
+        process.stderr.write(`${this.label}${this.name}: interrupted (${signal}) after ${counted(this.#done.length, this.unit)}\n`);
+        this.interrupted(signal);
+      });
       return;
     }
-    this.#bar = new ProgressBar({ format: `${this.label}${this.name} {bar} {value}/{total} ${this.unit}s | {item} {stage} | {last}` }, () => {
-      if (this.#done.length > 0) process.stderr.write(`${this.label}${this.name}: interrupted after ${counted(this.#done.length, this.unit)}:\n${this.#done.join('\n')}\n`);
+    this.#bar = new ProgressBar({ format: `${this.label}${this.name} {bar} {value}/{total} ${this.unit}s | {item} {stage} | {last}` }, (signal) => {
+      process.stderr.write(`${this.label}${this.name}: interrupted (${signal}) after ${counted(this.#done.length, this.unit)}${this.#done.length > 0 ? ':' : ''}\n`);
+      if (this.#done.length > 0) process.stderr.write(`${this.#done.join('\n')}\n`);
+      this.interrupted(signal);
     });
     this.#bar.start(items.length, 0, { item: items[0], stage: '', last: '' });
   }
@@ -49,7 +61,14 @@ export class SweepProgress {
     if (index + 1 < this.#items.length) this.show(this.#items[index + 1]!);
   }
 
+  /** How many items have finished. */
+  get finishedCount(): number {
+    return this.#done.length;
+  }
+
   stop(): void {
+    this.#listening?.();
+    this.#listening = undefined;
     this.#bar?.stop();
     this.#bar = undefined;
   }
