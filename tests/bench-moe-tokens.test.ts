@@ -36,7 +36,8 @@ test('one rank, one expert, one token: the header and the progress line say them
   const args = ['bench', '--op', 'moe-dispatch', '--backend', 'cpu', '--ranks', '1', '--num-experts', '1', '--topk', '1', '--tokens', '1', '--hidden', '8', '--repeats', '1', '--seed', '1'];
   const run = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
   assert.equal(run.status, 0, run.stderr);
-  assert.match(run.stdout, /^# a2av bench moe-dispatch: cpu, 1 rank, 1 expert, top-1, hidden 8 bf16, /);
+  assert.match(run.stdout, /^# a2av bench moe-dispatch: cpu, 1 rank, 1 expert, top-1, hidden 8 bf16, expanded, routing seed 1, /);
+  assert.match(run.stdout, /^# time µs = median of 1 timed loop /m);
   assert.match(run.stderr, /^\[1\/1\] 1 token: [\d.]+ µs, /m);
   // The JSON keeps its numbers as they are.
   const json = spawnSync(process.execPath, [cli, ...args, '--json'], { encoding: 'utf8' });

@@ -12,7 +12,7 @@ import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
-import { alignColumns, counted, formatGBps, formatMicros, hostShareNote } from './table.js';
+import { alignColumns, counted, formatGBps, formatMicros, hostShareNote, loopsOf } from './table.js';
 import { formatBytes, formatBytesExact } from './units.js';
 import { hostShare } from './host-share.js';
 
@@ -194,7 +194,7 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
   const nccl = results.find((r) => r.backend === 'nccl');
   const lines = [
     `# a2av bench allreduce: ${results.map((r) => r.backend).join(',')}, ${counted(first.ranks, 'rank')}, ${first.dtype}, ${first.device}, ${first.date}`,
-    '# time µs = median of the timed loops (slowest rank in each), min-max their spread; graph µs = per call in a graph of ' +
+    `# time µs = median of ${loopsOf(first.repeats)} (slowest rank in each), min-max their spread; graph µs = per call in a graph of ` +
       `${GRAPH_CALLS} (cuda, up to ${formatBytes(GRAPH_MAX_BYTES)}); every size checked against the host sum first`,
     '# algbw = bytes per rank / time; busbw = algbw * 2(W-1)/W (NCCL\'s convention); vs nccl = NCCL time / this row\'s time',
     ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),

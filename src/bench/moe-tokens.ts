@@ -19,7 +19,7 @@ import { measure, slowestRank } from './measure.js';
 import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
-import { alignColumns, counted, formatGBps, formatMicros, formatRatio, hostShareNote } from './table.js';
+import { alignColumns, counted, formatGBps, formatMicros, formatRatio, hostShareNote, loopsOf } from './table.js';
 import { hostShare } from './host-share.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
@@ -242,8 +242,8 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
   const first = results[0]!;
   const lines = [
     `# a2av bench ${first.op}: ${results.map((r) => r.backend).join(',')}, ${counted(first.ranks, 'rank')}, ${counted(first.numExperts, 'expert')}, top-${first.topk}, hidden ${first.hidden} bf16, ` +
-      `${first.layout}, ${first.device}, ${first.date}`,
-    '# time µs = median of the timed loops (slowest rank in each); bytes = DeepEP\'s count: selections per rank x hidden x 2; GB/s = bytes / time',
+      `${first.layout}, routing seed ${first.seed}, ${first.device}, ${first.date}`,
+    `# time µs = median of ${loopsOf(first.repeats)} (slowest rank in each); bytes = DeepEP's count: selections per rank x hidden x 2; GB/s = bytes / time`,
     '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',
     '# vs 1d = 1d µs / time µs (eager); each row\'s first dispatch checked: expertCounts = the ids\' histogram',
     ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),

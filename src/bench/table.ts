@@ -217,6 +217,11 @@ export function hostShareNote(ranks: number, share: Partial<HostShare>): string 
   return undefined;
 }
 
+/** `5 timed loops`, or `the timed loops` for a result written before their count was recorded. */
+export function loopsOf(repeats: number | undefined): string {
+  return repeats === undefined ? 'the timed loops' : counted(repeats, 'timed loop');
+}
+
 /** `1 rank`, `8 ranks`: a count and its noun, singular for one. */
 export function counted(n: number, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`;
@@ -264,7 +269,7 @@ export function formatTable(result: BenchResult): string {
     `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
   const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
   const shown = (title: string) => columns.some((c) => c.title === title);
-  const loops = result.repeats === undefined ? 'timed loops' : counted(result.repeats, 'timed loop');
+  const loops = loopsOf(result.repeats);
   if (shown('min-max µs')) head.push(`# time µs = median of ${loops} (slowest rank in each), min-max = the fastest and slowest loop`);
   // The ratio's direction is said where its column is: ref µs over the row's, as vs 1d and vs nccl are.
   const ratio = '; ref ratio = ref µs / time µs (>= 1: faster than the reference)';
