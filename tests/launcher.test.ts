@@ -265,6 +265,23 @@ test('a signal in the half second after a rank failed does not hide the failure:
   assert.match(stderr, /^a2av launch: rank 1 \(pid \d+\) failed first: exit code 3; received SIGTERM; stopped rank 0, still running then\n$/);
 });
 
+for (const [when, where] of [['first', 'init\\(\\)'], ['second', 'its init\\(\\) #2']] as const) {
+  test(`a rank that exits with status 0 without joining the ${when} init() its peers wait in: the job stops at once, naming it, not after their 60 s set-up wait`, { timeout: 20_000 }, async () => {
+    // Those of the others that have joined by then are named (both, or the one that got there first).
+    const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 3, command: [node, fixture('leave-rank.mjs'), when] });
+    assert.equal(code, 1, stderr);
+    assert.match(stderr, new RegExp(`^a2av launch: rank 2 exited with status 0 without joining ${where}, where (rank [01]|ranks 0, 1) waited for it; stopped the job rather than let them wait out their set-up timeout\\n$`, 'm'));
+    assert.ok(ms < 10_000, `took ${ms} ms`);
+    for (const line of stdout.split('\n').filter((l) => /waiting \d+$/.test(l))) assert.ok(await gone(Number(line.split(' ').at(-1))), line);
+  });
+}
+
+test('ranks that end one by one, each after its last init(), are not stopped', T, async () => {
+  const { code, stderr } = await runLaunch({ nprocs: 3, command: [node, '-e', `import(${JSON.stringify(new URL('../src/world/init.js', import.meta.url).href)}).then(async ({ init }) => { const comm = await init({ backend: 'cpu' }); await comm.close(); await new Promise((r) => setTimeout(r, 300 * Number(process.env.RANK))); })`] });
+  assert.equal(code, 0, stderr);
+  assert.equal(stderr, '');
+});
+
 test('a failed rank whose peers had all ended on their own says nothing of stopping them', T, async () => {
   const { code, stderr } = await runLaunch({ nprocs: 3, command: [node, '-e', 'if (process.env.RANK === "2") setTimeout(() => process.exit(4), 300)'] });
   assert.equal(code, 4);

@@ -9,6 +9,7 @@ import type { Writable } from 'node:stream';
 import { UsageError } from '../errors.js';
 import { JOB_ID_ENV, LAUNCH_GRACE_ENV, STORE_PORT_ENV, STORE_TOKEN_ENV } from '../world/env.js';
 import { ERROR_FILE_ENV } from '../world/exit-record.js';
+import { joinedKey } from '../world/init.js';
 import { removeShmFiles } from '../world/shm-files.js';
 import { TcpStoreServer } from '../world/tcp-store.js';
 import { describeError, describeTimeouts, ExitRecordDir } from './exit-report.js';
@@ -67,6 +68,8 @@ type Checked = keyof typeof FLAGS;
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
 /** After a rank exits with an error status, how long the others may take to end on their own before SIGTERM. */
 const SETTLE_MS = 500;
+/** How often the store is read for peers left waiting in an init() by a rank that exited with status 0. */
+const STRANDED_POLL_MS = 100;
 
 /**
  * Runs the job's ranks of this node and resolves with the launcher's exit code: 0 when every rank
@@ -79,7 +82,7 @@ export async function launch(options: LaunchOptions): Promise<number> {
   const token = plan.nnodes > 1 ? sharedToken(options) : randomBytes(32).toString('hex');
   const server = plan.nodeRank === 0 ? await TcpStoreServer.listen({ token, host: plan.masterAddr, port: plan.masterPort }) : undefined;
   try {
-    return await new Job(plan, token, server?.port ?? plan.masterPort).run();
+    return await new Job(plan, token, server?.port ?? plan.masterPort, server).run();
   } finally {
     await server?.close();
   }
@@ -137,11 +140,20 @@ class Job {
   /** Ranks this launcher stopped after a failure (they were still running then). */
   #stopped = new Set<number>();
   #killTimer: NodeJS.Timeout | undefined;
+  /** The job's store where this node serves it (node 0): what the ranks have joined. */
+  #server: TcpStoreServer | undefined;
+  /** Ranks of this node that have exited, and those that exited with status 0. */
+  #exited = new Set<number>();
+  #cleanExits: RankExit[] = [];
+  #strandedPoll: NodeJS.Timeout | undefined;
+  /** A rank that exited with status 0 without joining an init() its peers joined: the job's failure. */
+  #stranded: { exit: RankExit; init: number; waiting: number[] } | undefined;
 
-  constructor(plan: Plan, token: string, port: number) {
+  constructor(plan: Plan, token: string, port: number, server?: TcpStoreServer) {
     this.#plan = plan;
     this.#token = token;
     this.#port = port;
+    this.#server = server;
   }
 
   async run(): Promise<number> {
@@ -177,6 +189,7 @@ class Job {
       // Ranks unlink their shared memory once every peer has mapped it; one killed before that cannot.
       removeShmFiles(this.#jobId);
       clearTimeout(this.#killTimer);
+      clearInterval(this.#strandedPoll);
       for (const signal of FORWARDED_SIGNALS) process.off(signal, onSignal);
       process.off('exit', onProcessExit);
       this.#records.remove();
@@ -212,7 +225,15 @@ class Job {
   }
 
   #onRankExit(exit: RankExit): void {
+    this.#exited.add(exit.rank);
     const failed = exit.spawnError !== undefined || exit.code !== 0;
+    if (!failed && this.#server !== undefined && !this.#stopping) {
+      // A rank may end before its peers; but one that never joined the init() they wait in leaves
+      // them waiting out their set-up timeout (60 s), saying nothing. Read the store until they end.
+      this.#cleanExits.push(exit);
+      this.#checkStranded();
+      this.#strandedPoll ??= setInterval(() => this.#checkStranded(), STRANDED_POLL_MS).unref();
+    }
     if (!failed || this.#stopping) return;
     this.#firstFailure = exit;
     // A rank that exited with a status usually failed with the others (a wrong result, a refused
@@ -221,6 +242,28 @@ class Job {
     // loaded two-core machine), so they get SETTLE_MS first. A crash or a failed start: at once.
     if (exit.spawnError === undefined && exit.signal === null) setTimeout(() => this.#stopAll('SIGTERM'), SETTLE_MS).unref();
     else this.#stopAll('SIGTERM');
+  }
+
+  /**
+   * Stops the job if a rank that exited with status 0 is missing from an init() that a rank still
+   * running has joined (the store's join keys, init.ts): that rank waits for it and nothing else.
+   */
+  #checkStranded(): void {
+    const server = this.#server!;
+    if (this.#stopping || this.#exited.size === this.#ranks.length) return clearInterval(this.#strandedPoll);
+    const world = this.#plan.nprocs * this.#plan.nnodes;
+    const ranks = Array.from({ length: world }, (_, r) => r);
+    for (let init = 0; ; init++) {
+      const joined = ranks.filter((r) => server.has(joinedKey(init, r)));
+      if (joined.length === 0) return;
+      const waiting = joined.filter((r) => !this.#exited.has(r));
+      const exit = this.#cleanExits.find((e) => !joined.includes(e.rank));
+      if (exit === undefined || waiting.length === 0) continue;
+      this.#stranded = { exit, init, waiting };
+      this.#firstFailure = exit;
+      this.#stopAll('SIGTERM');
+      return;
+    }
   }
 
   #onSignal(signal: NodeJS.Signals): void {
@@ -248,6 +291,12 @@ class Job {
       return 128 + (constants.signals[this.#interrupt] ?? 0);
     }
     if (failure === undefined) return 0;
+    if (this.#stranded !== undefined) {
+      const { exit, init, waiting } = this.#stranded;
+      const where = init === 0 ? 'init()' : `its init() #${init + 1}`;
+      say(`rank ${exit.rank} exited with status 0 without joining ${where}, where ${waiting.length === 1 ? 'rank' : 'ranks'} ${waiting.join(', ')} waited for it; stopped the job rather than let them wait out their set-up timeout`);
+      return 1;
+    }
     // A failure first, then maybe a signal (in the half second the others had to end): the failure is the job's outcome.
     const stopped = [...this.#stopped].sort((a, b) => a - b);
     const others =

@@ -9,7 +9,7 @@ import { recordUncaughtErrors } from './exit-record.js';
 import { LauncherWatch, removeLauncherLeftovers } from './launcher-watch.js';
 import { checkRankOptions } from './options.js';
 import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS } from './ranks.js';
-import { sameStart, StaleStore, type Start } from './same-start.js';
+import { sameStart, StaleStore, startKey, type Start } from './same-start.js';
 import { scopedStore } from './store.js';
 import { startWaitMs } from './set-up-waits.js';
 import { StoreServerThread } from './store-server-thread.js';
@@ -44,7 +44,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
   // Every rank calls init() as often: the count keys this one's exchanges apart from an earlier
   // communicator's over the same store (a launcher's outlives each).
   const generation = inits++;
-  const scope = `a2av/init/${generation}`;
+  const scope = initScope(generation);
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const backend = options.backend ?? (await defaultBackend());
   const lanes = options.lanes ?? DEFAULT_LANES;
@@ -114,6 +114,16 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
 
 /** init() calls made in this process. */
 let inits = 0;
+
+/** The store keys of every rank's `generation`-th init() (its first is 0) begin so. */
+export function initScope(generation: number): string {
+  return `a2av/init/${generation}`;
+}
+
+/** The key a rank sets as it joins its `generation`-th init() (same-start.ts): a launcher reads it. */
+export function joinedKey(generation: number, rank: number): string {
+  return startKey(initScope(generation), rank);
+}
 
 /**
  * Connects to the job's store and compares how the ranks were started (same-start.ts), with the

@@ -24,6 +24,11 @@ const START_NAMES: Record<keyof Start, string> = {
   timeoutMs: 'timeoutMs',
 };
 
+/** The key under `scope` that rank `rank` sets as it arrives, with how it was started. */
+export function startKey(scope: string, rank: number): string {
+  return `${scope}/start/${rank}`;
+}
+
 /**
  * Collective, over the store with the set-up floor, before anything is sized: ranks started with a
  * different world size, backend, lanes or timeoutMs are a UsageError on every rank, naming who has
@@ -43,7 +48,7 @@ export async function sameStart(store: TcpStoreClient, key: string, rank: number
     throw beforeRank0(err);
   });
   if (claims > 1) throw new UsageError(`rank ${rank}: init(): another process at this store was started as rank ${rank} too (RANK, or the launcher's variable for it, must differ in every process of a job; or another job uses this store)`);
-  await store.set(`${key}/start/${rank}`, encodeJson(mine)).catch((err: unknown) => {
+  await store.set(startKey(key, rank), encodeJson(mine)).catch((err: unknown) => {
     throw beforeRank0(err);
   });
   const all: Start[] = [];
@@ -55,7 +60,7 @@ export async function sameStart(store: TcpStoreClient, key: string, rank: number
     }
     let theirs: Start;
     try {
-      theirs = decodeJson<Start>(await store.get(`${key}/start/${r}`, Math.max(1, deadline - Date.now())));
+      theirs = decodeJson<Start>(await store.get(startKey(key, r), Math.max(1, deadline - Date.now())));
     } catch (err) {
       if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(rank, r, waitMs, 'init()');
       throw r === 0 ? beforeRank0(err) : err;

@@ -96,6 +96,11 @@ export class TcpStoreServer {
     return new TcpStoreServer(server, host, boundPort, sha256(Buffer.from(token, 'utf8')), authTimeoutMs);
   }
 
+  /** Whether `key` is set now (read in place, as the process serving the store sees it: a launcher's checks). */
+  has(key: string): boolean {
+    return this.#data.has(key);
+  }
+
   /** Connections currently open (authenticated or not). */
   get connectionCount(): number {
     return this.#connections.size;
