@@ -114,7 +114,7 @@ describe('a2av bench MoE flags', () => {
   it('refuses --experts and --align without a MoE op, and sizes beside --rows-per-expert', () => {
     for (const [args, message] of [
       [['--experts', '4'], 'a2av: --op alltoallv does not take --experts (an option of --op dispatch, combine or roundtrip)'],
-      [['--op', 'dispatch', '--experts', '257'], 'a2av: --experts 257: at most 256 experts per rank'],
+      [['--op', 'dispatch', '--experts', '257'], "a2av: option '--experts <E>' argument '257' is invalid. expected an integer <= 256 (MAX_EXPERTS_PER_RANK)"],
       [['--op', 'dispatch', '--rows-per-expert', '4', '--max', '1M'], 'a2av: --rows-per-expert sets the size: leave out --max'],
     ] as const) {
       const { status, stderr } = bench(...args);
