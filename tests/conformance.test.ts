@@ -37,7 +37,7 @@ const availability = { cpu: unavailable('cpu'), cuda: unavailable('cuda'), nccl:
 // x_copy_slices (kernels/exchange-slices.cuh), which by default only calls from 16 MiB take, so
 // its index, its spans across chunks and its loops under an SM budget meet the suite's odd shapes.
 /** The MoE cases that move data (not the host-side usage checks, not the timeout). */
-const MOE_DATA = /^(moe(Exchange|Plans|Replay|Errors|Mismatch|Lanes|Tokens|TokenReplay|TokenErrors|TokenReplayErrors)|planRefusals)$/;
+const MOE_DATA = /^(moe(Exchange|Plans|PlanReplay|Replay|Errors|Mismatch|Lanes|Tokens|TokenReplay|TokenErrors|TokenReplayErrors)|planRefusals)$/;
 type Run = { backend: BackendName; title: string; env?: Record<string, string>; cases?: (c: Case) => boolean };
 const runs: Run[] = [
   { backend: 'cpu', title: 'cpu' },

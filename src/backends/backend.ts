@@ -197,7 +197,10 @@ export interface ExchangePlan {
    * and output (checked on the device: SplitsError 'mismatch').
    */
   move(args: PlanMoveArgs): Handle;
-  /** Frees the plan's device memory (after its last move has run). */
+  /**
+   * Frees the plan's device memory (after its last move has run). Not inside capture() (UsageError):
+   * a plan made in a captured closure belongs to the graph and is closed after its last launch.
+   */
   close(): void;
 }
 

@@ -59,6 +59,13 @@ export const TOO_MANY_REPLAY_CALLS = (rank: number, has: number | 'more'): strin
 export const LAUNCH_IN_CAPTURE = (rank: number): string =>
   `rank ${rank}: a replay cannot be launched inside capture(): capture its calls in the one closure, or launch it before or after`;
 
+/**
+ * An exchange plan's close() inside capture(): a graph may hold the plan (its exchange and moves),
+ * and on cuda close() waits for the plan's lane, which a capture cannot do.
+ */
+export const PLAN_CLOSE_IN_CAPTURE = (rank: number): string =>
+  `rank ${rank}: an exchange plan cannot be closed inside capture(): close it after the replay's last launch (a plan made in the closure belongs to the graph)`;
+
 /** The bytes of a write: an array or ArrayBuffer has no byteLength, and the range check would say "undefined bytes". */
 export function checkWriteData(ctx: CheckContext, data: unknown): asserts data is ArrayBufferView {
   if (ArrayBuffer.isView(data)) return;

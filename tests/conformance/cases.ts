@@ -15,7 +15,7 @@ export { callerStream } from './stream-cases.js';
 export { captureRefused } from './nccl-cases.js';
 export { moeExchange, moeLanes, moeReplay } from './moe-cases.js';
 export { moeErrors, moeMismatch } from './moe-error-cases.js';
-export { moePlans, planRefusals } from './moe-plan-cases.js';
+export { moePlanReplay, moePlans, planRefusals } from './moe-plan-cases.js';
 export { moeUsage } from './moe-usage-cases.js';
 export { moeTokenReplay, moeTokens } from './moe-token-cases.js';
 export { moeTokenErrors, moeTokenReplayErrors, moeTokenTimeout } from './moe-token-error-cases.js';

@@ -6,7 +6,7 @@ import { SplitsError } from '../../src/errors.js';
 import { expectSplitsError, type ExpectedSplitsError } from './expect.js';
 import { ConformanceError, Exchange } from './harness.js';
 import { Moe } from './moe-harness.js';
-import { combineOffsets, dispatchLayout, dispatchOffsets, dispatchOutputFault, expectedDispatch, makeMoeSplits, moeInput, moeInputKey, type MoeSplits } from './moe-reference.js';
+import { combineOffsets, dispatchLayout, MOE_PATTERNS, dispatchOffsets, dispatchOutputFault, expectedDispatch, makeMoeSplits, moeInput, moeInputKey, type MoeSplits } from './moe-reference.js';
 import { expectedOutput, expectedSplitsOffsets, inputKey, makeSplits, patternBytes, poisonBytes, rowSum, Rng } from './reference.js';
 
 export interface MoePlansArg {
@@ -163,4 +163,83 @@ export async function planRefusals(comm: Comm, arg: MoePlansArg): Promise<number
   const fault = dispatchOutputFault(C, 0, arg.align, cap)!;
   refused('plan whose capacity is one row short', C, { ...full, outputRows: cap }, { problem: 'output-overflow', rank: 0, ...fault, available: cap });
   return PAYLOAD_ROWS.length + 2;
+}
+
+export interface MoePlanReplayArg {
+  seed: number;
+  launches: number;
+  experts: number;
+  align: number;
+  maxRows: number;
+}
+
+/** The payloads a captured plan moves: tokens (ROWS[0] bytes a row) and their top-k indices. */
+const REPLAY_ROWS = [48, 8] as const;
+
+/**
+ * Exchange plans in a graph: a dispatch plan moving two payloads and the combine plan of the first,
+ * made and moved inside capture() on a lane, launched again and again with new splits and rows in
+ * the same buffers (each launch redoes the exchange). A plan's close() inside the closure is
+ * refused (on cuda it would wait for the lane inside the capture); the plans are closed after the
+ * last launch. On cpu the closure runs at each launch, so the plans closed are the last launch's.
+ */
+export async function moePlanReplay(comm: Comm, arg: MoePlanReplayArg): Promise<number> {
+  const W = comm.worldSize;
+  const me = comm.rank;
+  const E = arg.experts;
+  const A = arg.align;
+  const lane = comm.lane(comm.laneCount - 1);
+  const inputRows = W * E * arg.maxRows;
+  const outputRows = inputRows + E * A;
+  const [rb, rbIdx] = REPLAY_ROWS;
+  const moe = await Moe.create(comm, { experts: E, inputBytes: inputRows * rb, outputBytes: outputRows * rb });
+  const idxIn = comm.alloc(inputRows * rbIdx);
+  const idxOut = await comm.allocSymmetric(outputRows * rbIdx);
+  let there: ExchangePlan | undefined;
+  let back: ExchangePlan | undefined;
+  let closeInside = 'not tried';
+  const graph = comm.capture(lane.stream, () => {
+    there = comm.planAllToAllV2d({ inSplits: moe.inSplits, outSplitsOffsets: moe.midOffsets, expertsPerRank: E, majorAlign: A, inputRows, outputRows, lane });
+    there.move({ input: moe.input, output: moe.mid, rowBytes: rb });
+    there.move({ input: idxIn, output: idxOut, rowBytes: rbIdx });
+    back = comm.planAllToAllV2dOffset({ inSplitsOffsets: moe.midOffsets, outSplitsOffsets: moe.backOffsets, expertsPerRank: E, inputRows: outputRows, outputRows: inputRows, lane });
+    back.move({ input: moe.mid, output: moe.back, rowBytes: rb });
+    try {
+      back.close();
+      closeInside = 'accepted';
+    } catch (err) {
+      closeInside = `${(err as Error).name}: ${(err as Error).message}`;
+    }
+  });
+  try {
+    // Every rank captures before any launches (README: instantiating can wait for the kernels on the GPU).
+    await comm.barrier();
+    for (let i = 0; i < arg.launches; i++) {
+      const call = 7300 + i;
+      const C = makeMoeSplits(new Rng(arg.seed, call), W, E, MOE_PATTERNS[i % MOE_PATTERNS.length]!, arg.maxRows);
+      const key = (q: number): number => moeInputKey(arg.seed, call, q);
+      const keyIdx = (q: number): number => moeInputKey(arg.seed, call, q, 1);
+      const label = `plan replay ${i} (W ${W}, E ${E}, majorAlign ${A})`;
+      moe.prepare(key, C, rb, call);
+      comm.write(idxIn, moeInput(keyIdx(me), C, me, rbIdx));
+      const idxPoison = poisonBytes(call & 0xff, idxOut.bytes);
+      comm.write(idxOut, idxPoison);
+      graph.launch(lane.stream).wait();
+      moe.verifyDispatch(key, C, A, rb, `${label}, tokens`);
+      const gotIdx = comm.read(idxOut, 0, idxOut.bytes);
+      const wantIdx = expectedDispatch(keyIdx, C, me, A, rbIdx, idxPoison);
+      const k = gotIdx.findIndex((b, j) => b !== wantIdx[j]);
+      if (k >= 0) throw new ConformanceError(`${label}, indices: rank ${me} byte ${k} (row ${Math.floor(k / rbIdx)}) is ${gotIdx[k]}, expected ${wantIdx[k]}`);
+      moe.verifyCombine(key, C, rb, `${label}, combine`);
+      if (!/^UsageError: rank \d+: an exchange plan cannot be closed inside capture\(\)/.test(closeInside)) {
+        throw new ConformanceError(`${label}: a plan's close() inside capture(): expected its UsageError, got ${closeInside}`);
+      }
+    }
+  } finally {
+    graph.close();
+  }
+  // After the last launch, outside the closure: both close.
+  there!.close();
+  back!.close();
+  return arg.launches;
 }

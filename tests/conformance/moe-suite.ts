@@ -4,7 +4,7 @@
 // on one GPU.
 import type { Case } from './suite.js';
 
-const MOE_FNS = new Set(['moeExchange', 'moeReplay', 'moeLanes', 'moeErrors', 'moeMismatch', 'moePlans', 'planRefusals', 'moeUsage']);
+const MOE_FNS = new Set(['moeExchange', 'moeReplay', 'moeLanes', 'moeErrors', 'moeMismatch', 'moePlans', 'planRefusals', 'moePlanReplay', 'moeUsage']);
 export const isMoeCase = (c: Case): boolean => MOE_FNS.has(c.fn);
 
 export const moeSuite: Case[] = [
@@ -39,6 +39,7 @@ export const moeSuite: Case[] = [
   ...[1, 2, 3].map((W) => ({ name: `exchange plans W=${W}: a dispatch plan and its combine plan, each reused for three payloads; moves that disagree`, fn: 'moePlans', ranks: W, arg: { experts: 8, align: 8, maxRows: 3 } })),
   ...[2, 3].map((W) => ({ name: `exchange plans W=${W}: a 1-D plan reused for three payloads; refused plans move nothing`, fn: 'planRefusals', ranks: W, arg: { experts: 4, align: 4, maxRows: 3 } })),
   ...[2, 3].map((W) => ({ name: `MoE graph replay W=${W}: dispatch + combine with new splits`, fn: 'moeReplay', ranks: W, arg: { launches: 7, experts: 8, align: 8, maxRows: 4 } })),
+  ...[1, 2, 3].map((W) => ({ name: `exchange plans in a graph W=${W}: a dispatch plan moving two payloads and its combine plan, captured, launched with new splits; close() inside refused`, fn: 'moePlanReplay', ranks: W, arg: { launches: 4, experts: 8, align: 4, maxRows: 4 } })),
   ...[1, 3, 4].map((W) => ({ name: `MoE splits errors W=${W}: every rule, exact fields (with expert), nothing written`, fn: 'moeErrors', ranks: W, arg: {} })),
   ...[2, 3].map((W) => ({ name: `MoE mismatch W=${W}: kind, row size, output, E or majorAlign differ on one rank`, fn: 'moeMismatch', ranks: W, arg: {} })),
   ...[2, 3].map((W) => ({ name: `MoE lanes W=${W}: one lane dispatches while the other combines`, fn: 'moeLanes', ranks: W, arg: { rounds: 4, experts: 8, align: 4, maxRows: 4 } })),

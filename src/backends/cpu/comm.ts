@@ -226,6 +226,7 @@ class CpuComm implements Comm, CheckContext {
       capacity: { inputRows: args.inputRows, outputRows: args.outputRows },
       usable: () => this.#usable(),
       call: (run) => this.#call(lane.index, run),
+      replaying: () => this.#replayed !== undefined,
     });
   }
 

@@ -3,7 +3,7 @@
 // its own: every rank publishes its row size and output, all check they agree (SplitsError
 // 'mismatch', nothing written, when they do not), then push rows along the kept chunks.
 import type { ExchangePlan, Handle, PlanCapacity, PlanMoveArgs } from '../backend.js';
-import { checkPlanMove, type CheckContext } from '../../collectives/check.js';
+import { checkPlanMove, PLAN_CLOSE_IN_CAPTURE, type CheckContext } from '../../collectives/check.js';
 import { Routing } from '../../collectives/exchange-routing.js';
 import { UsageError } from '../../errors.js';
 import { moveWhat } from '../../collectives/call-names.js';
@@ -19,6 +19,8 @@ export interface CpuPlanInit {
   usable: () => void;
   /** Makes a call on the plan's lane (counted inside a replayed closure) and returns its handle. */
   call: (run: () => Handle) => Handle;
+  /** Whether a replay's closure is running (where cuda's capture() would be). */
+  replaying: () => boolean;
 }
 
 export class CpuPlan implements ExchangePlan {
@@ -53,6 +55,8 @@ export class CpuPlan implements ExchangePlan {
   }
 
   close(): void {
+    // Refused as on cuda, where the closure runs inside the capture: code tried here must not rely on it.
+    if (!this.#closed && this.#init.replaying()) throw new UsageError(PLAN_CLOSE_IN_CAPTURE(this.#init.ctx.rank));
     this.#closed = true;
   }
 }

@@ -21,4 +21,6 @@ export interface CallHost {
   finish(lane: CudaLane, what: string): Handle;
   /** Throws CommAbortedError after a timeout. */
   usable(): void;
+  /** Whether a capture() is running its closure. */
+  capturing(): boolean;
 }

@@ -147,6 +147,7 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
       },
       finish: (lane, what) => this.#finish(lane, what),
       usable: () => this.#usable(),
+      capturing: () => this.#capture !== undefined,
     };
     this.#moe = new MoeCalls(host, init.moeModule);
     this.#allReduce = new AllReduceCalls(host, init.allReduceModule);

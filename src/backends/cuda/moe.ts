@@ -8,6 +8,7 @@ import type { CudaStream } from '../../cuda/device.js';
 import { moveWhat } from '../../collectives/call-names.js';
 import { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { UsageError } from '../../errors.js';
+import { PLAN_CLOSE_IN_CAPTURE } from '../../collectives/check.js';
 import { moeFusedOn, moeGridFromEnv, peerSplitFromEnv, type MoeGrid } from '../../knobs.js';
 import { GRID_MIN_BYTES, laneShares, peerSplitMode } from '../../tune/plan.js';
 import { earlyLaunchWanted, KernelFunction, KernelModule, StructLauncher } from '../../jit/module.js';
@@ -291,6 +292,7 @@ export class MoeCalls {
       },
       close: () => {
         if (closed) return;
+        if (host.capturing()) throw new UsageError(PLAN_CLOSE_IN_CAPTURE(host.rank));
         closed = true;
         // Its moves may still be queued: the buffer goes once the lane has run them.
         lane.stream.synchronize();
