@@ -149,7 +149,7 @@ export async function timeout(comm: Comm, arg: TimeoutArg): Promise<number> {
   const waited = performance.now() - started;
   if (waited < arg.timeoutMs / 2) throw new Error(`gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms (${err.message})`);
   // cpu says where the peer stopped from the words it waits on (the GPU kernels' words differ).
-  if (comm.backend === 'cpu' && !/waiting for the peer's splits; the peer has started no call on this lane/.test(err.message)) {
+  if (comm.backend === 'cpu' && !/\(allToAllV on lane 0: call \d+ on the lane, waiting for the peer's splits; the peer has started no call on this lane/.test(err.message)) {
     throw new Error(`rank ${arg.absent} absent: the timeout does not say the peer never started a call: ${err.message}`);
   }
   ex.verifyUntouched(`rank ${arg.absent} absent`);

@@ -273,7 +273,9 @@ export class CpuLane implements Lane {
     const left = this.#pads[peer].closed;
     const note = left === 'closed' ? 'it has closed its communicator' : left === undefined ? undefined : 'it has closed its communicator after a failure of its own (its error says which)';
     const waitedMs = how === 'left' ? Math.round(performance.now() - (this.#deadline - this.#timeoutMs)) : undefined;
-    const err = entryError(entry, this.#timeoutMs, what, note, waitedMs);
+    // Named by its lane, as cuda's are: ranks that call lanes in another order wait on different ones.
+    const onLane = /on lane \d+/.test(what) ? what : `${what} on lane ${this.index}`;
+    const err = entryError(entry, this.#timeoutMs, onLane, note, waitedMs);
     this.#onTimeout(err);
     return err;
   }
