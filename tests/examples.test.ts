@@ -27,10 +27,11 @@ const expected: Record<string, RegExp> = {
   lanes: /^rank \d \((\w+)\): 3 rounds of two exchanges on lanes 0 and 1 at once, checked$/,
   launch: /^\[rank \d\] rank \d \((\w+)\): 3 steps checked; the last sent/,
   moe: /^rank \d \((\w+)\): 3 steps of dispatch and combine checked; the last brought \d+ rows to its 2 experts$/,
+  experts: /^rank \d \((\w+)\): 3 steps checked, two payloads a plan, and back; the last sent \d+ rows, received \d+ \(with padding\) for experts \d+\.\.\d+$/,
 };
 
 function runAll(backend: 'cpu' | 'cuda', ranks: number): void {
-  for (const name of ['threads', 'replay', 'lanes', 'moe']) {
+  for (const name of ['threads', 'replay', 'lanes', 'moe', 'experts']) {
     it(`${name}.js --backend ${backend} --ranks ${ranks}`, T, () => {
       const lines = run([example(name), '--backend', backend, '--ranks', String(ranks)]);
       assert.equal(lines.length, ranks, lines.join('\n'));
