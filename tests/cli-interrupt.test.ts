@@ -9,9 +9,9 @@ import { fileURLToPath } from 'node:url';
 
 const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
 
-/** Runs `a2av bench ...args` with pipes, sends `signal` once two sizes are done, and returns what came out. */
-async function interrupted(args: string[], signal: NodeJS.Signals): Promise<{ stdout: string; stderr: string; signal: string | null }> {
-  const child = spawn(process.execPath, [cli, 'bench', '--backend', 'cpu', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+/** Runs `a2av bench ...args` with pipes, sends `signal` once two items are done, and returns what came out. */
+async function interruptedRun(args: string[], signal: NodeJS.Signals): Promise<{ stdout: string; stderr: string; signal: string | null }> {
+  const child = spawn(process.execPath, [cli, 'bench', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -26,7 +26,7 @@ async function interrupted(args: string[], signal: NodeJS.Signals): Promise<{ st
 const sweep = ['--min', '64K', '--max', '1G', '--iters', '100', '--repeats', '2'];
 
 test('SIGINT with stdout redirected: the finished sizes as the table, marked interrupted; ended by SIGINT', { timeout: 60_000 }, async () => {
-  const run = await interrupted(sweep, 'SIGINT');
+  const run = await interruptedRun(['--backend', 'cpu', ...sweep], 'SIGINT');
   assert.equal(run.signal, 'SIGINT', run.stderr);
   assert.match(run.stderr, /^bench: interrupted \(SIGINT\) after \d+ sizes?$/m);
   const lines = run.stdout.trimEnd().split('\n');
@@ -39,10 +39,22 @@ test('SIGINT with stdout redirected: the finished sizes as the table, marked int
 });
 
 test('SIGTERM with --json: the finished sizes as JSON that parses, with interrupted', { timeout: 60_000 }, async () => {
-  const run = await interrupted([...sweep, '--json'], 'SIGTERM');
+  const run = await interruptedRun(['--backend', 'cpu', ...sweep, '--json'], 'SIGTERM');
   assert.equal(run.signal, 'SIGTERM', run.stderr);
   const result = JSON.parse(run.stdout) as { interrupted: string; rows: { bytes: number }[] };
   assert.match(result.interrupted, /^SIGTERM after \d+ of \d+ sizes$/);
   assert.ok(result.rows.length >= 2);
   assert.deepEqual(result.rows.map((r) => r.bytes).slice(0, 2), [64 * 1024, 128 * 1024]);
+});
+
+test('bench allreduce and the token MoE bench: the same, each with its own table', { timeout: 90_000 }, async () => {
+  const reduce = await interruptedRun(['allreduce', '--backend', 'cpu', '--min', '64K', '--max', '256M', '--iters', '100', '--repeats', '2'], 'SIGINT');
+  assert.equal(reduce.signal, 'SIGINT', reduce.stderr);
+  assert.match(reduce.stdout, /^# interrupted: cpu: SIGINT after \d+ of \d+ sizes; its rows are the sizes it finished$/m);
+  assert.match(reduce.stdout, /^ *64 KiB +cpu +[\d.]+ /m);
+  const tokens = await interruptedRun(['--backend', 'cpu', '--op', 'moe-dispatch', '--num-experts', '8', '--topk', '2', '--hidden', '64', '--tokens', '1,2,4,8,16,32,64,128,256,512,1024,2048', '--repeats', '2', '--json'], 'SIGTERM');
+  assert.equal(tokens.signal, 'SIGTERM', tokens.stderr);
+  const result = JSON.parse(tokens.stdout) as { interrupted: string; rows: { tokens: number }[] };
+  assert.match(result.interrupted, /^SIGTERM after \d+ of 12 token counts$/);
+  assert.deepEqual(result.rows.map((r) => r.tokens).slice(0, 2), [1, 2]);
 });

@@ -45,7 +45,7 @@ export interface AllReduceRow {
   busbwGBps: number;
 }
 
-export type AllReduceReport = { type: 'row'; index: number; count: number; row: AllReduceRow };
+export type AllReduceReport = { type: 'row'; index: number; count: number; row: AllReduceRow; device: string };
 
 export interface AllReduceBenchResult {
   backend: BackendName;
@@ -58,6 +58,8 @@ export interface AllReduceBenchResult {
   date: string;
   /** Timed loops per size (the median is each row's time). */
   repeats: number;
+  /** A run a signal ended: which, and how many of its sizes it had finished (the rows). */
+  interrupted?: string;
   rows: AllReduceRow[];
 }
 
@@ -118,7 +120,7 @@ export async function allReduceSweep(comm: Comm, arg: AllReduceBenchArg, ctx: Ra
       const algbw = bytes / (t.medianUs * 1e3);
       const row: AllReduceRow = { bytes, count, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, graphUs, algbwGBps: algbw, busbwGBps: (algbw * 2 * (W - 1)) / W };
       rows.push(row);
-      if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.sizes.length, row } satisfies AllReduceReport);
+      if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.sizes.length, row, device: comm.deviceName } satisfies AllReduceReport);
     }
   } finally {
     agree.close();
@@ -160,20 +162,30 @@ export function refuseCpuAllReduceSize(backend: BackendName, sizes: readonly num
 }
 
 /** Runs the sweep (ranks as threads, or this rank of a launched job); rank 0 gets the result. */
-export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: AllReduceReport) => void = () => {}): Promise<AllReduceBenchResult | undefined> {
+/**
+ * Runs the sweep; rank 0's result (undefined on a launched job's other ranks). `onRow` gets each
+ * size as it finishes, with the result as far as it goes (what an interrupted run can still show).
+ */
+export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: AllReduceReport, soFar: AllReduceBenchResult) => void = () => {}): Promise<AllReduceBenchResult | undefined> {
   const date = new Date().toISOString();
   const { backend, ranks, timeoutMs, ...asked } = opts;
   const share = hostShare(backend);
   const arg = { ...asked, sizes: wholeElements(asked.sizes, asked.dtype) };
   refuseCpuAllReduceSize(backend, arg.sizes);
+  const resultOf = (device: string, rows: AllReduceRow[]): AllReduceBenchResult => ({ backend, ranks, dtype: arg.dtype, device, ...share, date, repeats: arg.repeats, rows });
+  const rows: AllReduceRow[] = [];
   const { rank, result } = await runJob<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
-    { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as AllReduceReport) },
+    { backend, ranks, timeoutMs, onReport: (_r, m) => {
+      const r = m as AllReduceReport;
+      rows.push(r.row);
+      onRow(r, resultOf(r.device, rows));
+    } },
     new URL(import.meta.url),
     'allReduceSweep',
     arg,
   );
   if (rank !== 0) return undefined;
-  return { backend, ranks, dtype: arg.dtype, device: result.device, ...share, date, repeats: arg.repeats, rows: result.rows };
+  return resultOf(result.device, result.rows);
 }
 
 /**
@@ -198,6 +210,7 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
       `${GRAPH_CALLS} (cuda, up to ${formatBytes(GRAPH_MAX_BYTES)}); every size checked against the host sum first`,
     '# algbw = bytes per rank / time; busbw = algbw * 2(W-1)/W (NCCL\'s convention); vs nccl = NCCL time / this row\'s time',
     ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),
+    ...results.flatMap((r) => (r.interrupted === undefined ? [] : [`# interrupted: ${r.backend}: ${r.interrupted}; its rows are the sizes it finished`])),
   ];
   const head = ['bytes', 'backend', 'time µs', 'min-max µs', 'graph µs', 'algbw GB/s', 'busbw GB/s', 'vs nccl'];
   const table: string[][] = [];

@@ -56,7 +56,7 @@ export interface MoeTokenRow {
   oneDGraphUs?: number;
 }
 
-export type MoeTokenReport = { type: 'row'; index: number; count: number; row: MoeTokenRow };
+export type MoeTokenReport = { type: 'row'; index: number; count: number; row: MoeTokenRow; device: string };
 
 /** Rank q's expert ids for `tokens` tokens: topk distinct experts each, uniform. */
 export function tokenRouting(seed: number, rank: number, tokens: number, numExperts: number, topk: number): BigInt64Array {
@@ -145,7 +145,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const row: MoeTokenRow = { tokens, selections, bytes, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, GBps: bytes / (t.medianUs * 1e3), oneDUs, vsOneD: oneDUs / t.medianUs };
       if (graphUs !== undefined) Object.assign(row, { graphUs, oneDGraphUs });
       rows.push(row);
-      if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.tokens.length, row } satisfies MoeTokenReport);
+      if (comm.rank === 0) ctx.report({ type: 'row', index, count: arg.tokens.length, row, device: comm.deviceName } satisfies MoeTokenReport);
     }
   } finally {
     agree.close();
@@ -203,6 +203,8 @@ export interface MoeTokenResult {
   cores?: number;
   load?: number;
   date: string;
+  /** A run a signal ended: which, and how many of its token counts it had finished (the rows). */
+  interrupted?: string;
   rows: MoeTokenRow[];
 }
 
@@ -223,19 +225,33 @@ export function refuseCpuBuffer(arg: MoeTokenArg, ranks: number): void {
     `of ${formatBytes(rowBytes)} (--hidden ${arg.hidden} bf16), ${formatBytesExact(bytes)}, past the cpu backend's ${formatBytes(CPU_MAX_BUFFER_BYTES)} per buffer: lower ${flags}`);
 }
 
-export async function runMoeTokenBench(opts: MoeTokenArg & { backend: BackendName; ranks: number; timeoutMs?: number }, onRow: (r: MoeTokenReport) => void = () => {}): Promise<MoeTokenResult | undefined> {
+/**
+ * Runs the sweep; rank 0's result (undefined on a launched job's other ranks). `onRow` gets each
+ * token count as it finishes, with the result as far as it goes (what an interrupted run can still show).
+ */
+export async function runMoeTokenBench(
+  opts: MoeTokenArg & { backend: BackendName; ranks: number; timeoutMs?: number },
+  onRow: (r: MoeTokenReport, soFar: MoeTokenResult) => void = () => {},
+): Promise<MoeTokenResult | undefined> {
   const date = new Date().toISOString();
   const share = hostShare(opts.backend);
   const { backend, ranks, timeoutMs, ...arg } = opts;
   if (backend === 'cpu') refuseCpuBuffer(arg, ranks);
+  const resultOf = (device: string, rows: MoeTokenRow[]): MoeTokenResult =>
+    ({ backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, seed: arg.seed, repeats: arg.repeats, device, ...share, date, rows });
+  const rows: MoeTokenRow[] = [];
   const { rank, result } = await runJob<MoeTokenArg, { rows: MoeTokenRow[]; device: string }>(
-    { backend, ranks, timeoutMs, onReport: (_r, m) => onRow(m as MoeTokenReport) },
+    { backend, ranks, timeoutMs, onReport: (_r, m) => {
+      const r = m as MoeTokenReport;
+      rows.push(r.row);
+      onRow(r, resultOf(r.device, rows));
+    } },
     new URL(import.meta.url),
     'moeTokenSweep',
     arg,
   );
   if (rank !== 0) return undefined;
-  return { backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, seed: arg.seed, repeats: arg.repeats, device: result.device, ...share, date, rows: result.rows };
+  return resultOf(result.device, result.rows);
 }
 
 export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string {
@@ -247,6 +263,7 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
     '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',
     '# vs 1d = 1d µs / time µs (eager); each row\'s first dispatch checked: expertCounts = the ids\' histogram',
     ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),
+    ...results.flatMap((r) => (r.interrupted === undefined ? [] : [`# interrupted: ${r.backend}: ${r.interrupted}; its rows are the token counts it finished`])),
   ];
   const head = ['tokens', 'backend', 'time µs', 'min-max µs', 'graph µs', 'bytes', 'GB/s', '1d µs', '1d graph µs', 'vs 1d'];
   const table = first.rows.flatMap((_, i) =>

@@ -1,4 +1,5 @@
 // `a2av bench allreduce`: comm.allReduce swept over sizes, each checked against the host sum first.
+import type { AllReduceBenchResult } from '../bench/all-reduce.js';
 import { Option, type Command } from 'commander';
 import type { BackendName } from '../backends/backend.js';
 import { formatGBps, formatMicros } from '../bench/table.js';
@@ -7,7 +8,7 @@ import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
 import { integer, RANKS_HELP, repeatsInteger, size, TIMEOUT_HELP, timeoutMs } from './options.js';
 import { checkSizeRange, sweepNote } from './sizes.js';
-import { sizeRange, SweepProgress } from './sweep-progress.js';
+import { PartialResults, sizeRange, SweepProgress } from './sweep-progress.js';
 
 interface AllReduceFlags {
   backend?: BackendName[];
@@ -56,19 +57,24 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   const sizes = doublingSizes(flags.min, max, element);
   const short = sweepNote(cmd, flags.min, max, element, `${flags.dtype} elements`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
+  const write = (results: AllReduceBenchResult[], apart = false) =>
+    process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : apart ? results.map((r) => formatAllReduceTable([r])).join('') : formatAllReduceTable(results));
+  // A signal mid-sweep: the backends run and the sizes finished, each its own table (their sizes differ).
+  const partial = new PartialResults<AllReduceBenchResult>('size', sizes.length, (results) => write(results, true));
   const results = await eachBackend(names, async (backend, label) => {
     refuseCpuAllReduceSize(backend, sizes);
-    const progress = new SweepProgress('bench allreduce', label);
+    const progress = new SweepProgress('bench allreduce', label, 'size', partial.interrupted);
     progress.start(sizes.map(formatBytes), `${sizeRange(sizes)} of ${flags.dtype}, each checked then timed`);
     try {
-      return await runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r) => {
+      return partial.done(await runAllReduceBench({ backend, ranks, sizes, dtype: flags.dtype, repeats: flags.repeats, iters: flags.iters, timeoutMs: flags.timeoutMs }, (r, soFar) => {
+        partial.current = soFar;
         progress.finished(r.index, `${formatBytesExact(r.row.bytes)}: ${formatMicros(r.row.timeUs)} µs` +
           `${r.row.graphUs === undefined ? '' : `, graph ${formatMicros(r.row.graphUs)} µs`}, busbw ${formatGBps(r.row.busbwGBps)} GB/s, checked`);
-      });
+      }));
     } finally {
       progress.stop();
     }
   });
   if (results.length === 0) return;
-  process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatAllReduceTable(results));
+  write(results);
 }

@@ -1,12 +1,13 @@
 // `a2av bench --op moe-dispatch|moe-combine`: a token MoE group (createMoeGroup) timed per --tokens count.
 // Its options are bench's (bench.ts defines them); here are the --tokens parser, the checks before the ranks start, and the run.
+import type { MoeTokenResult } from '../bench/moe-tokens.js';
 import { InvalidArgumentError } from 'commander';
 import { MAX_EXPERTS_PER_RANK, type BackendName } from '../backends/backend.js';
 import { counted, formatGBps, formatMicros } from '../bench/table.js';
 import { backendsAndRanks, eachBackend } from './backends.js';
 import { fail } from './exit.js';
 import { listItems, once } from './options.js';
-import { SweepProgress } from './sweep-progress.js';
+import { PartialResults, SweepProgress } from './sweep-progress.js';
 
 /** bench --op values that time a token MoE group (src/bench/moe-tokens.ts), not a split sweep. */
 export const MOE_TOKEN_OPS = ['moe-dispatch', 'moe-combine'] as const;
@@ -49,20 +50,24 @@ export async function benchMoeTokens(flags: MoeTokenFlags, op: MoeTokenOp): Prom
   if (flags.topk > flags.numExperts) fail(`--topk ${flags.topk} is more than the ${flags.numExperts} experts`);
   const tokens = flags.tokens ?? (names.includes('cpu') ? [1, 16, 128] : [1, 128, 4096]);
   const { formatMoeTokenTable, refuseCpuBuffer, runMoeTokenBench } = await import('../bench/moe-tokens.js');
+  const write = (results: MoeTokenResult[], apart = false) =>
+    process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : apart ? results.map((r) => formatMoeTokenTable([r])).join('') : formatMoeTokenTable(results));
+  // A signal mid-sweep: the backends run and the token counts finished, each its own table.
+  const partial = new PartialResults<MoeTokenResult>('token count', tokens.length, (results) => write(results, true));
   const results = await eachBackend(names, async (backend, label) => {
     const arg = { op, tokens, numExperts: flags.numExperts, topk: flags.topk, hidden: flags.hidden, layout: flags.layout, seed: flags.seed, repeats: flags.repeats };
     if (backend === 'cpu') refuseCpuBuffer(arg, ranks);
-    const progress = new SweepProgress(`bench --op ${op}`, label, 'token count');
+    const progress = new SweepProgress(`bench --op ${op}`, label, 'token count', partial.interrupted);
     progress.start(tokens.map((t) => counted(t, 'token')), `: ${tokens.join(', ')} token${tokens.length === 1 && tokens[0] === 1 ? '' : 's'} a rank, each checked then timed`);
     try {
-      return await runMoeTokenBench(
-        { ...arg, backend, ranks, timeoutMs: flags.timeoutMs },
-        (r) => progress.finished(r.index, `${counted(r.row.tokens, 'token')}: ${formatMicros(r.row.timeUs)} µs, ${formatGBps(r.row.GBps)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked`),
-      );
+      return partial.done(await runMoeTokenBench({ ...arg, backend, ranks, timeoutMs: flags.timeoutMs }, (r, soFar) => {
+        partial.current = soFar;
+        progress.finished(r.index, `${counted(r.row.tokens, 'token')}: ${formatMicros(r.row.timeUs)} µs, ${formatGBps(r.row.GBps)} GB/s, 1-D ${formatMicros(r.row.oneDUs)} µs, checked`);
+      }));
     } finally {
       progress.stop();
     }
   });
   if (results.length === 0) return;
-  process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : formatMoeTokenTable(results));
+  write(results);
 }

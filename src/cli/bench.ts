@@ -7,13 +7,13 @@ import { BENCH_OPS } from '../bench/ops.js';
 import type { PlanReport, ProgressReport, RowReport } from '../bench/rank.js';
 import type { BenchEvents, BenchOptions } from '../bench/run.js';
 import { SPLITS_KINDS } from '../bench/splits.js';
-import { counted, formatGBps, formatJson, formatMicros, formatRatio, formatTable, type BenchResult, type BenchRow } from '../bench/table.js';
+import { formatGBps, formatJson, formatMicros, formatRatio, formatTable, type BenchResult } from '../bench/table.js';
 import { formatBytes, formatBytesExact, parseSize } from '../bench/units.js';
 import { backendList, backendsAndRanks, eachBackend } from './backends.js';
 import { benchMoeTokens, countList, MOE_TOKEN_OPS, type MoeTokenFlags, type MoeTokenOp } from './bench-moe-tokens.js';
 import { fail } from './exit.js';
 import { integer, RANKS_HELP, repeatsInteger, seedInteger, size, TIMEOUT_HELP, timeoutMs } from './options.js';
-import { sizeRange, SweepProgress } from './sweep-progress.js';
+import { PartialResults, sizeRange, SweepProgress } from './sweep-progress.js';
 import { boundName, checkSizeRange, DEFAULT_MAX, DEFAULT_ROW_BYTES, sweepNote } from './sizes.js';
 
 const DEFAULT_MIN = '512K';
@@ -177,21 +177,20 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
   await plotting?.loadPlotLibraries();
   const { runBench } = await import('../bench/run.js');
   // A wrong result (WrongResultError, naming the first wrong byte) makes the exit status 1 too.
-  const done: BenchResult[] = [];
   // A signal mid-sweep: the sizes finished so far as the table (or JSON) the run would have ended
   // with, for each backend run or under way, then the end by that signal.
-  const interrupted = (partial: BenchResult) => {
-    for (const r of [...done, partial].filter((r) => r.rows.length > 0)) process.stdout.write(flags.json ? formatJson(r) : formatTable(r));
-  };
+  const partial = new PartialResults<BenchResult>('size', 0, (results) => {
+    for (const r of results) process.stdout.write(flags.json ? formatJson(r) : formatTable(r));
+  });
   const results: BenchResult[] = await eachBackend(names, async (backend, label) => {
-    const progress = new Progress(asked, label, interrupted);
+    const progress = new Progress(asked, label, partial);
     try {
       return await runBench(
         { backend, ranks, minBytes, maxBytes, splits: flags.splits, rowBytes: flags.rowBytes, seed: flags.seed, maxBlocks: flags.maxBlocks,
           iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs,
           ...(moe ? { op: flags.op as NonNullable<BenchOptions['op']>, experts, align: flags.align ?? 1 } : {}) },
         progress,
-      ).then((r) => (r && done.push(r), r));
+      ).then((r) => partial.done(r));
     } finally {
       progress.stop();
     }
@@ -220,18 +219,15 @@ class Progress implements BenchEvents {
   readonly #max: AskedMax;
   /** Names the backend when one run compares several. */
   readonly #label: string;
-  /** The result so far: its head once the plan is known, and the rows finished. */
+  /** What a signal lets the run show: this backend's result as far as it got. */
+  readonly #partial: PartialResults<BenchResult>;
   #head: BenchResult | undefined;
-  readonly #rows: BenchRow[] = [];
-  #sizes = 0;
 
-  /** `interrupted` gets the result of the sizes finished when a signal ends the run. */
-  constructor(max: AskedMax, label: string, interrupted: (partial: BenchResult) => void) {
+  constructor(max: AskedMax, label: string, partial: PartialResults<BenchResult>) {
     this.#max = max;
     this.#label = label;
-    this.#sweep = new SweepProgress('bench', label, 'size', (signal) => {
-      if (this.#head !== undefined) interrupted({ ...this.#head, interrupted: `${signal} after ${this.#rows.length} of ${counted(this.#sizes, 'size')}`, rows: this.#rows });
-    });
+    this.#partial = partial;
+    this.#sweep = new SweepProgress('bench', label, 'size', partial.interrupted);
   }
 
   onHead(head: BenchResult): void {
@@ -243,7 +239,7 @@ class Progress implements BenchEvents {
     const { bytes, name, short } = this.#max;
     const note = dropped ? `lowered ${name} from ${formatBytes(bytes)} to ${formatBytes(sizes.at(-1)!)}: ${dropped}` : short;
     if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
-    this.#sizes = sizes.length;
+    this.#partial.items = sizes.length;
     this.#sweep.start(sizes.map(formatBytes), `${sizeRange(sizes)}, each checked then timed`);
     this.#sweep.show(formatBytes(sizes[0]), 'verify');
   }
@@ -261,7 +257,7 @@ class Progress implements BenchEvents {
       (row.hostSyncUs === undefined ? '' : `, host sync ${formatMicros(row.hostSyncUs)} µs`) +
       (row.vsOneD === undefined ? '' : `, ${formatRatio(row.vsOneD)}× the 1-D call`) +
       `, checked ${row.checked.join('+')}`;
-    this.#rows.push(row);
+    this.#partial.current = { ...this.#head!, rows: [...(this.#partial.current?.rows ?? []), row] };
     this.#sweep.finished(index, line);
   }
 

@@ -73,3 +73,30 @@ export class SweepProgress {
     this.#bar = undefined;
   }
 }
+
+/**
+ * What a sweep ended by a signal can still show: the results of the backends it finished and, as
+ * far as it got, the one under way, marked `interrupted` (`SIGINT after 3 of 8 sizes`).
+ */
+export class PartialResults<R extends { rows: unknown[]; interrupted?: string }> {
+  #finished: R[] = [];
+  /** The backend under way: its result so far, from its last finished item. */
+  current: R | undefined;
+
+  /** `items`: how many the sweep has (bench learns it from the plan, and sets it then). */
+  constructor(readonly unit: string, public items: number, readonly write: (results: R[]) => void) {}
+
+  /** A backend's result once it has run (undefined on a launched job's other ranks): kept. */
+  done(result: R | undefined): R | undefined {
+    if (result !== undefined) this.#finished.push(result);
+    this.current = undefined;
+    return result;
+  }
+
+  /** For SweepProgress: writes what there is, if anything. */
+  readonly interrupted = (signal: NodeJS.Signals): void => {
+    const now = this.current && { ...this.current, interrupted: `${signal} after ${this.current.rows.length} of ${counted(this.items, this.unit)}` };
+    const all = [...this.#finished, ...(now ? [now] : [])];
+    if (all.length > 0) this.write(all);
+  };
+}

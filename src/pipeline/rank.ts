@@ -6,14 +6,14 @@ import type { BackendName, Comm } from '../backends/backend.js';
 import { Agreement } from '../collectives/agree.js';
 import { median } from '../bench/measure.js';
 import { formatBytes } from '../bench/units.js';
-import { shown, UsageError } from '../errors.js';
+import { UsageError } from '../errors.js';
 import type { RankContext } from '../world/ranks.js';
 import { createCompute } from './create-compute.js';
 import { checkPipelineArg, checkPipelineBackend, withPipelineDefaults, type PipelineInput } from './options.js';
 import type { GemmChoice } from './compute-cuda.js';
 import { Model } from './model.js';
 import { Layout, shapeOf, type ShapeName } from './shapes.js';
-import { ARMS, checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';
+import { checksumsOf, runArm, type Arm, type ArmRun, type Checksums } from './train.js';
 import { decodeSpans, encodeSpans, PHASES, type ArmTrace, type Phase } from './trace.js';
 
 /** Allocations must fit free memory with this much to spare. */
