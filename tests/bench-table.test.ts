@@ -38,9 +38,12 @@ describe('bench table', () => {
     const lines = formatTable(result).trimEnd().split('\n');
     assert.match(lines[0], /^# a2av bench: cuda, 4 ranks, uniform splits, 1024-byte rows, H200 #0, 2025-01-01/);
     assert.match(lines[1], /^# time µs = median of 5 timed loops \(slowest rank in each\), min-max = the fastest and slowest loop$/);
-    assert.match(lines[2], /^# ref = copy: the device copying the bytes all its ranks send \(cuMemcpyDtoD/);
-    assert.match(lines[3], /^# checked = calls whose result matched a host reference .* exit status 1 and names the first wrong byte$/);
-    const table = lines.slice(4);
+    assert.equal(lines[2], "# algbw = input bytes per rank / time; busbw = algbw × (W-1)/W, nccl-tests' all-to-all factor");
+    assert.match(lines[3], /^# ref = copy: the device copying the bytes all its ranks send \(cuMemcpyDtoD/);
+    assert.match(lines[4], /^# checked = calls whose result matched a host reference .* exit status 1 and names the first wrong byte$/);
+    // Uneven splits: the factor is said to be a convention.
+    assert.match(formatTable({ ...result, splits: 'zipf', seed: 1 }), /^# algbw = .*nccl-tests' all-to-all factor \(uniform traffic's: with zipf splits the share sent to other ranks differs\)$/m);
+    const table = lines.slice(5);
     assert.match(table[0], /^\s*bytes\s+time µs\s+min-max µs\s+graph µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio\s+checked$/);
     assert.equal(new Set(table.map((l) => l.length)).size, 1, 'all lines the same width');
     assert.match(table[1], /^\s*512 KiB\s+25\.00\s+24\.50-26\.25\s+18\.50\s+21\.0\s+15\.7\s+2\.50\s+0\.10\s+eager\+graph$/);
@@ -133,9 +136,10 @@ describe('bench table', () => {
       rows: [{ bytes: 512 << 10, timeUs: 6.78, graphUs: 6.05, algbwGBps: 77.4, busbwGBps: 38.7, refUs: 4.15, refRatio: 0.61 }],
     } as unknown as BenchResult;
     const lines = formatTable(old).trimEnd().split('\n');
-    assert.match(lines[1], /^# ref = copy: /);
-    assert.match(lines[2], /^\s*bytes\s+time µs\s+graph µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio$/);
-    assert.match(lines[3], /^\s*512 KiB\s+6\.78\s+6\.05\s+77\.4\s+38\.7\s+4\.15\s+0\.61$/);
+    assert.match(lines[1], /^# algbw = /);
+    assert.match(lines[2], /^# ref = copy: /);
+    assert.match(lines[3], /^\s*bytes\s+time µs\s+graph µs\s+algbw GB\/s\s+busbw GB\/s\s+ref µs\s+ref ratio$/);
+    assert.match(lines[4], /^\s*512 KiB\s+6\.78\s+6\.05\s+77\.4\s+38\.7\s+4\.15\s+0\.61$/);
   });
 });
 

@@ -271,6 +271,8 @@ export function formatTable(result: BenchResult): string {
   const shown = (title: string) => columns.some((c) => c.title === title);
   const loops = loopsOf(result.repeats);
   if (shown('min-max µs')) head.push(`# time µs = median of ${loops} (slowest rank in each), min-max = the fastest and slowest loop`);
+  // nccl-tests' factor assumes every rank sends each peer the same: with uneven splits it is a convention, not the bytes that crossed.
+  if (shown('busbw GB/s') && !op) head.push(`# algbw = input bytes per rank / time; busbw = algbw × (W-1)/W, nccl-tests' all-to-all factor${result.splits === 'uniform' ? '' : ` (uniform traffic's: with ${result.splits} splits the share sent to other ranks differs)`}`);
   // The ratio's direction is said where its column is: ref µs over the row's, as vs 1d and vs nccl are.
   const ratio = '; ref ratio = ref µs / time µs (>= 1: faster than the reference)';
   for (const kind of new Set(rows.map(refOf))) head.push(`# ${REF_NOTES[kind]}${kind === 'none' ? '' : ratio}`);
