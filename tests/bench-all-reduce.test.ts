@@ -63,7 +63,8 @@ test('the table: a row per size and backend, each against NCCL', () => {
   ];
   const lines = formatAllReduceTable(results).trim().split('\n');
   assert.match(lines[0]!, /cuda,nccl, 2 ranks, f32/);
-  assert.match(lines[1]!, /^# time µs = median of 5 timed loops /);
+  assert.match(lines[1]!, /^# time µs = median of 5 timed loops of about 20 ms each /);
+  assert.match(formatAllReduceTable(results.map((r) => ({ ...r, iters: 7 }))), /^# time µs = median of 5 timed loops of 7 calls \(/m);
   assert.match(lines[4]!, /4 KiB\s+cuda\s+5\.00\s+5\.00-5\.00\s+4\.00.*3\.00$/);
   assert.match(lines[5]!, /4 KiB\s+nccl\s+15\.00.*-$/);
 });

@@ -37,7 +37,10 @@ describe('bench table', () => {
   it('aligns columns with human units: time with its spread, graph, reference, what was checked', () => {
     const lines = formatTable(result).trimEnd().split('\n');
     assert.match(lines[0], /^# a2av bench: cuda, 4 ranks, uniform splits, 1024-byte rows, H200 #0, 2025-01-01/);
-    assert.match(lines[1], /^# time µs = median of 5 timed loops \(slowest rank in each\), min-max = the fastest and slowest loop$/);
+    assert.match(lines[1], /^# time µs = median of 5 timed loops of about 20 ms each \(slowest rank in each\), min-max = the fastest and slowest loop$/);
+    // --iters fixed the calls a loop: said, and kept in the JSON.
+    assert.match(formatTable({ ...result, iters: 100 }), /^# time µs = median of 5 timed loops of 100 calls \(slowest rank in each\)/m);
+    assert.equal(JSON.parse(formatJson({ ...result, iters: 100 })).iters, 100);
     assert.equal(lines[2], "# algbw = input bytes per rank / time; busbw = algbw × (W-1)/W, nccl-tests' all-to-all factor");
     assert.match(lines[3], /^# ref = copy: the device copying the bytes all its ranks send \(cuMemcpyDtoD/);
     assert.match(lines[4], /^# checked = calls whose result matched a host reference .* exit status 1 and names the first wrong byte$/);

@@ -9,7 +9,7 @@ import { UsageError } from '../errors.js';
 import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
-import { measure, slowestRank } from './measure.js';
+import { measure, slowestRank, TARGET_LOOP_MS } from './measure.js';
 import { captureBatch, timeReplay, usingBatch } from './rank.js';
 import { checkSameOptions } from './same-options.js';
 import { alignColumns, counted, formatGBps, formatMicros, hostShareNote, loopsOf } from './table.js';
@@ -58,6 +58,8 @@ export interface AllReduceBenchResult {
   date: string;
   /** Timed loops per size (the median is each row's time). */
   repeats: number;
+  /** Calls in each timed loop, where --iters fixed it; absent: enough for about 20 ms. */
+  iters?: number;
   /** A run a signal ended: which, and how many of its sizes it had finished (the rows). */
   interrupted?: string;
   rows: AllReduceRow[];
@@ -172,7 +174,8 @@ export async function runAllReduceBench(opts: AllReduceBenchOptions, onRow: (r: 
   const share = hostShare(backend);
   const arg = { ...asked, sizes: wholeElements(asked.sizes, asked.dtype) };
   refuseCpuAllReduceSize(backend, arg.sizes);
-  const resultOf = (device: string, rows: AllReduceRow[]): AllReduceBenchResult => ({ backend, ranks, dtype: arg.dtype, device, ...share, date, repeats: arg.repeats, rows });
+  const resultOf = (device: string, rows: AllReduceRow[]): AllReduceBenchResult =>
+    ({ backend, ranks, dtype: arg.dtype, device, ...share, date, repeats: arg.repeats, ...(arg.iters === undefined ? {} : { iters: arg.iters }), rows });
   const rows: AllReduceRow[] = [];
   const { rank, result } = await runJob<AllReduceBenchArg, { rows: AllReduceRow[]; device: string }>(
     { backend, ranks, timeoutMs, onReport: (_r, m) => {
@@ -206,7 +209,7 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
   const nccl = results.find((r) => r.backend === 'nccl');
   const lines = [
     `# a2av bench allreduce: ${results.map((r) => r.backend).join(',')}, ${counted(first.ranks, 'rank')}, ${first.dtype}, ${first.device}, ${first.date}`,
-    `# time µs = median of ${loopsOf(first.repeats)} (slowest rank in each), min-max their spread; graph µs = per call in a graph of ` +
+    `# time µs = median of ${loopsOf(first.repeats, first.iters)}${first.iters === undefined ? ` of about ${TARGET_LOOP_MS} ms each` : ''} (slowest rank in each), min-max their spread; graph µs = per call in a graph of ` +
       `${GRAPH_CALLS} (cuda, up to ${formatBytes(GRAPH_MAX_BYTES)}); every size checked against the host sum first`,
     '# algbw = bytes per rank / time; busbw = algbw * 2(W-1)/W (NCCL\'s convention); vs nccl = NCCL time / this row\'s time',
     ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),

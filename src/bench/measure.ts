@@ -4,7 +4,7 @@ import type { Agreement } from '../collectives/agree.js';
 import type { Timing } from './table.js';
 
 /** A timed loop should last at least this long, so event resolution and launch jitter vanish in it. */
-const TARGET_LOOP_MS = 20;
+export const TARGET_LOOP_MS = 20;
 const WARMUP_ITERS = 5;
 /** Discarded full-length loops before timing, at least this long in all. */
 const WARMUP_MS = 50;

@@ -59,7 +59,7 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
   // zipf's layouts come from the seed: without it a result could not be rerun or told from another seed's.
   const seed = opts.splits === 'zipf' ? { seed: opts.seed } : {};
   const resultOf = (rows: BenchRow[]): BenchResult =>
-    ({ backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, ...seed, rowBytes: opts.rowBytes, device, ...share, date, repeats: opts.repeats, rows });
+    ({ backend: opts.backend, ranks: opts.ranks, ...moe, ...budget, splits: opts.splits, ...seed, rowBytes: opts.rowBytes, device, ...share, date, repeats: opts.repeats, ...(opts.iters === undefined ? {} : { iters: opts.iters }), rows });
   const arg: SweepArg = {
     sizes: wholeRowSizes(opts),
     splits: opts.splits,

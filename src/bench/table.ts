@@ -1,4 +1,5 @@
 // The benchmark's result: the JSON form and an aligned text table of the same rows.
+import { TARGET_LOOP_MS } from './measure.js';
 import type { BenchOp } from './ops.js';
 import { formatBytesExact } from './units.js';
 import type { HostShare } from './host-share.js';
@@ -85,6 +86,8 @@ export interface BenchResult {
   load?: number;
   /** Timed loops per size (absent in results written before it was recorded). */
   repeats?: number;
+  /** Calls in each timed loop, where --iters fixed it; absent: enough calls for a loop of at least 20 ms. */
+  iters?: number;
   /** A run a signal ended: which, and how many of its sizes it had finished (the rows), e.g. `SIGINT after 3 of 8 sizes`. */
   interrupted?: string;
   rows: BenchRow[];
@@ -218,8 +221,9 @@ export function hostShareNote(ranks: number, share: Partial<HostShare>): string 
 }
 
 /** `5 timed loops`, or `the timed loops` for a result written before their count was recorded. */
-export function loopsOf(repeats: number | undefined): string {
-  return repeats === undefined ? 'the timed loops' : counted(repeats, 'timed loop');
+export function loopsOf(repeats: number | undefined, iters?: number): string {
+  const loops = repeats === undefined ? 'the timed loops' : counted(repeats, 'timed loop');
+  return iters === undefined ? loops : `${loops} of ${counted(iters, 'call')}`;
 }
 
 /** `1 rank`, `8 ranks`: a count and its noun, singular for one. */
@@ -269,7 +273,8 @@ export function formatTable(result: BenchResult): string {
     `${result.rowBytes}-byte rows, ${result.device}, ${result.date}`];
   const columns = COLUMNS.filter((c) => c.shown === undefined || c.shown(rows));
   const shown = (title: string) => columns.some((c) => c.title === title);
-  const loops = loopsOf(result.repeats);
+  // Results written before iters was recorded say nothing of it; since, absent means the automatic count.
+  const loops = loopsOf(result.repeats, result.iters) + (result.iters === undefined && result.repeats !== undefined ? ` of about ${TARGET_LOOP_MS} ms each` : '');
   if (shown('min-max µs')) head.push(`# time µs = median of ${loops} (slowest rank in each), min-max = the fastest and slowest loop`);
   // nccl-tests' factor assumes every rank sends each peer the same: with uneven splits it is a convention, not the bytes that crossed.
   if (shown('busbw GB/s') && !op) head.push(`# algbw = input bytes per rank / time; busbw = algbw × (W-1)/W, nccl-tests' all-to-all factor${result.splits === 'uniform' ? '' : ` (uniform traffic's: with ${result.splits} splits the share sent to other ranks differs)`}`);
