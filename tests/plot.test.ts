@@ -72,6 +72,15 @@ describe('a2av plot', () => {
     assert.match(svg, /input bytes per rank/);
   });
 
+  test('over three decades every y tick has its label, the 5s (0.5, 5, 50) too: a log scale\'s own tick format blanks them there', { skip: noLibraries }, async () => {
+    const points = [0.07, 0.4, 3, 40].map((gbps, i) => ({ bytes: 4096 << (2 * i), gbps }));
+    const svg = await renderSvg({ title: 'wide', timing: 'eager', omitted: [], series: [{ label: 'cpu', reference: false, colourOf: 0, points }] });
+    const y = bandwidthAxis(0.07, 40);
+    assert.deepEqual(y.ticks.map(y.label), ['0.05', '0.1', '0.2', '0.5', '1', '2', '5', '10', '20', '50']);
+    const texts = [...svg.matchAll(/<text[^>]*>([^<]*)<\/text>/g)].map((m) => m[1]);
+    for (const v of y.ticks) assert.ok(texts.includes(y.label(v)), `y tick ${v} labelled: ${texts.join('|')}`);
+  });
+
   test('a long line name is drawn whole: the picture widens past its 860 px rather than cut it at the edge', { skip: noLibraries }, async () => {
     const width = (svg: string) => Number(/^<\?xml[^>]*>\n<svg [^>]*width="(\d+)"/.exec(svg)![1]);
     assert.equal(width(await renderSvg(chartOf([{ source: 'r.json', result: synthetic() }]))), 860, 'short names keep the usual width');

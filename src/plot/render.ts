@@ -64,9 +64,12 @@ export async function renderSvg(chart: Chart): Promise<string> {
     marginRight,
     style: { background: 'white', color: '#222', fontSize: '11px', fontFamily: FONT },
     x: { type: 'log', base: 2, domain: x.domain, ticks: x.ticks, tickFormat: x.label, grid: true, label: 'input bytes per rank →', labelAnchor: 'center', labelOffset: 34 },
-    y: { type: 'log', domain: y.domain, ticks: y.ticks, tickFormat: y.label, grid: true, label: '↑ algbw, GB/s (input bytes per rank / time)' },
+    y: { type: 'log', domain: y.domain, ticks: y.ticks, grid: true },
     color: { domain: chart.series.map((s) => s.label), range: chart.series.map((s) => COLOURS[s.colourOf % COLOURS.length]) },
     marks: [
+      // The tick labels as text: a log scale hands a tickFormat function to d3's, which leaves the
+      // 5s (0.5, 5, 50...) blank.
+      Plot.axisY(y.ticks, { text: (v: number) => y.label(v), label: '↑ algbw, GB/s (input bytes per rank / time)' }),
       Plot.line(rows(references), { x: 'bytes', y: 'gbps', z: 'label', stroke: 'label', strokeWidth: 1.5, strokeDasharray: '6,4', ariaLabel: 'label' }),
       Plot.line(rows(measured), { x: 'bytes', y: 'gbps', z: 'label', stroke: 'label', strokeWidth: 2, ariaLabel: 'label' }),
       Plot.dot(rows(measured), { x: 'bytes', y: 'gbps', fill: 'label', r: 2.5 }),
