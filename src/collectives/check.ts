@@ -37,6 +37,11 @@ export interface CheckContext {
   owns(buf: DeviceBuffer): boolean;
   /** True when `lane` came from this communicator's lane(). */
   ownsLane(lane: Lane): boolean;
+  /**
+   * Where a backend's streams are plain objects (cpu): true for one it made. Absent where the
+   * stream's own class says it (cuda and nccl refuse another's where they use it).
+   */
+  knowsStream?(stream: Stream): boolean;
 }
 
 /** capture()'s stream and function, checked before capturing: on cuda `fn` runs at once, on cpu at each launch. */
@@ -107,18 +112,22 @@ export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer |
  * A call's `stream`, where given, must be a Stream (a lane's, or one the library made): a Lane or a
  * handle passed in its place would otherwise reach the driver (cuda) or be ignored (cpu).
  */
-export function checkStream(ctx: Pick<CheckContext, 'rank'>, stream: Stream | undefined): void {
+export function checkStream(ctx: Pick<CheckContext, 'rank' | 'knowsStream'>, stream: Stream | undefined): void {
   // null as undefined (the default), as the backends read it.
   if (stream === undefined || stream === null) return;
-  if (typeof stream === 'object' && (stream as { kind?: unknown }).kind === 'stream') return;
+  if (typeof stream === 'object' && (stream as { kind?: unknown }).kind === 'stream') {
+    // On cpu a stream orders nothing, so a made-up one would pass here and fail only on a GPU.
+    if (ctx.knowsStream && !ctx.knowsStream(stream)) throw new UsageError(`rank ${ctx.rank}: stream is not one this backend made (comm.lane(i).stream): a stream object made up, or of another backend`);
+    return;
+  }
   const lane = typeof stream === 'object' && 'index' in stream && 'stream' in stream;
   throw new UsageError(`rank ${ctx.rank}: stream must be a Stream (comm.lane(i).stream), got ${lane ? 'a Lane (pass it as lane, or its .stream)' : shown(stream)}`);
 }
 
 /** handle.waitOn(stream): the stream to order after the call, required (there is no default to order). */
-export function checkWaitOn(rank: number, stream: unknown): void {
+export function checkWaitOn(rank: number, stream: unknown, ctx: Pick<CheckContext, 'knowsStream'> = {}): void {
   if (stream === undefined || stream === null) throw new UsageError(`rank ${rank}: waitOn needs the stream to order after the call (comm.lane(i).stream, or a stream of yours)`);
-  checkStream({ rank }, stream as Stream);
+  checkStream({ rank, knowsStream: ctx.knowsStream }, stream as Stream);
 }
 
 /** Resolves the lane argument (default lane 0) and checks it belongs to this communicator; checks the call's stream too. */

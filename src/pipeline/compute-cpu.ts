@@ -21,6 +21,7 @@ import type {
   ScanArgs,
   SgdArgs,
 } from './compute.js';
+import { cpuStream } from '../backends/cpu/lane.js';
 import { hostBytes } from '../backends/raw.js';
 import { colSumChunks, gemmChunks } from './compute.js';
 import { ownedBy, slotFeature } from './shapes.js';
@@ -41,8 +42,8 @@ interface Views {
 }
 
 export class CpuCompute implements Compute {
-  readonly compute: Stream = { kind: 'stream' };
-  readonly data: Stream = { kind: 'stream' };
+  readonly compute: Stream = cpuStream();
+  readonly data: Stream = cpuStream();
   readonly clock: Clock = new HostClock();
   readonly gemmName = 'host loops (the cpu backend)';
   readonly #views = new WeakMap<DeviceBuffer, Views>();

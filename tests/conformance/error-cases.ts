@@ -250,6 +250,8 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
     ['lane given as its number', { lane: 1 as never }],
     ['a lane given as the stream', { stream: comm.lane(comm.laneCount - 1) as never }],
     ["stream 'bogus'", { stream: 'bogus' as never }],
+    // A stream object made up: cpu's streams order nothing, so it would pass there and fail on a GPU.
+    ['a made-up stream object', { stream: { kind: 'stream' } as never }],
     ['sizeHintBytes NaN', { sizeHintBytes: NaN }],
     ['sizeHintBytes -1', { sizeHintBytes: -1 }],
     ["sizeHintBytes '4096'", { sizeHintBytes: '4096' as never }],

@@ -1,5 +1,6 @@
 // A KernelDevice that runs kernels/pipeline.cu compiled for the host (emulate.cpp) on the cpu
 // backend's buffers: the pipeline's GPU compute path, struct packing included, without a GPU.
+import { cpuStream } from '../../src/backends/cpu/lane.js';
 import { join } from 'node:path';
 import koffi from 'koffi';
 import type { Stream } from '../../src/backends/backend.js';
@@ -18,8 +19,9 @@ export function buildEmulator(compiler: string, dir: string): string {
 type Zero = (address: bigint, bytes: bigint) => void;
 
 class EmulatedDevice implements KernelDevice {
-  readonly compute: Stream = { kind: 'stream' };
-  readonly data: Stream = { kind: 'stream' };
+  // The cpu backend's own streams: the communicator refuses others (cuda's would be CudaStreams).
+  readonly compute: Stream = cpuStream();
+  readonly data: Stream = cpuStream();
   readonly clock = new HostClock();
   readonly multiprocessors = 4;
   readonly scratch: bigint;

@@ -31,7 +31,7 @@ import { startWaitMs } from '../../world/set-up-waits.js';
 import { CpuReducer } from './all-reduce.js';
 import { allocateShared, checkCpuBufferBytes, closeAll, CpuBuffer } from './buffer.js';
 import { copyBytes } from './memcpy.js';
-import { CpuLane, doneHandle } from './lane.js';
+import { CpuLane, doneHandle, isCpuStream } from './lane.js';
 import { threadMemory, type SharedMemory, type SharedRegion } from './memory.js';
 import { PadLayout, PadViews } from './pad.js';
 import { CpuPlan } from './plan.js';
@@ -113,6 +113,10 @@ class CpuComm implements Comm, CheckContext {
 
   ownsLane(lane: Lane): boolean {
     return this.#lanes[lane.index] === lane;
+  }
+
+  knowsStream(stream: Stream): boolean {
+    return isCpuStream(stream);
   }
 
   alloc(bytes: number): DeviceBuffer {
@@ -255,7 +259,7 @@ class CpuComm implements Comm, CheckContext {
   // Work here is done when its call returns, so waitOn orders nothing; its stream is still checked,
   // as cuda's is: code tried here must not pass a Lane or a number there unsaid.
   #checked(wait: () => void): Handle {
-    return { wait, waitOn: (stream) => checkWaitOn(this.rank, stream) };
+    return { wait, waitOn: (stream) => checkWaitOn(this.rank, stream, this) };
   }
 
   capture(stream: Stream, fn: () => void): Replay {

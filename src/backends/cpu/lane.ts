@@ -30,6 +30,22 @@ const SPIN_CHECK = 256;
 const MAX_SLEEP_MS = 20;
 
 
+
+/** The cpu backend's streams: plain objects (work is done when its call returns), known by identity. */
+const cpuStreams = new WeakSet<Stream>();
+
+/** A new stream of the cpu backend (a lane's, the pipeline's compute and data streams). */
+export function cpuStream(): Stream {
+  const stream: Stream = { kind: 'stream' };
+  cpuStreams.add(stream);
+  return stream;
+}
+
+/** Whether `stream` is one cpuStream() made. */
+export function isCpuStream(stream: Stream): boolean {
+  return cpuStreams.has(stream);
+}
+
 export interface CpuLaneInit {
   index: number;
   rank: number;
@@ -53,7 +69,7 @@ export function doneHandle(err: Error | undefined): Handle {
 
 export class CpuLane implements Lane {
   readonly index: number;
-  readonly stream: Stream = { kind: 'stream' };
+  readonly stream: Stream = cpuStream();
   #rank: number;
   #world: number;
   #timeoutMs: number;
