@@ -126,18 +126,24 @@ export class HostMemoryError extends A2avError {
 /**
  * A peer did not arrive within the timeout. `missingRank` is the first rank that was waited for, or
  * -1 where that is unknown (a wait on the device as a whole; NCCL, which does not say). Where the
- * backend sees that the peer has left (cpu: it closed its communicator without making the call),
- * the wait ends then, not at the timeout: `waitedMs` says how long it was, else it is undefined.
+ * backend sees that the peer has left (cpu: it closed its communicator without finishing the call),
+ * the wait ends then, not at the timeout: `waitedMs` says how long it was (else undefined), and
+ * `peerFailed` whether the peer had failed first (its own timeout: then this rank was the late one,
+ * and the peer's error names the cause).
  */
 export class TimeoutError extends A2avError {
-  constructor(readonly rank: number, readonly missingRank: number, readonly timeoutMs: number, readonly what: string, readonly waitedMs?: number) {
+  readonly waitedMs: number | undefined;
+  readonly peerFailed: boolean;
+  constructor(readonly rank: number, readonly missingRank: number, readonly timeoutMs: number, readonly what: string, left?: { waitedMs: number; peerFailed: boolean }) {
     const whom = missingRank >= 0 ? `rank ${missingRank}` : 'a peer';
     super(
       'A2AV_TIMEOUT',
-      waitedMs === undefined
+      left === undefined
         ? `rank ${rank}: timed out after ${timeoutMs} ms waiting for ${whom} (${what})`
-        : `rank ${rank}: stopped waiting for ${whom} after ${waitedMs} ms, before the ${timeoutMs} ms timeout, as it has left without making the call (${what})`,
+        : `rank ${rank}: stopped waiting for ${whom} after ${left.waitedMs} ms (timeout ${timeoutMs} ms): it will make no more calls (${what})`,
     );
+    this.waitedMs = left?.waitedMs;
+    this.peerFailed = left?.peerFailed ?? false;
   }
 }
 

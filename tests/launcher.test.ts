@@ -441,6 +441,11 @@ test('exit records: a timeout behind a later CommAbortedError still names the ra
     const aborted = new CommAbortedError(2, { cause: new TimeoutError(2, 5, 100, 'allToAllV') });
     recordExitError(aborted, join(dir, 'aborted.json'));
     assert.deepEqual(readExitRecord(join(dir, 'aborted.json')), { name: 'CommAbortedError', code: 'A2AV_ABORTED', message: aborted.message, missingRank: 5 });
+    // A rank that gave up on a peer that had failed first (it was late): the record names nobody,
+    // so the launcher does not report that peer as the one that stopped answering.
+    const late = new TimeoutError(3, 0, 300, 'allToAllV on lane 0', { waitedMs: 5, peerFailed: true });
+    recordExitError(late, join(dir, 'late.json'));
+    assert.deepEqual(readExitRecord(join(dir, 'late.json')), { name: 'TimeoutError', code: 'A2AV_TIMEOUT', message: late.message, missingRank: undefined });
     recordExitError('a string', join(dir, 'string.json'));
     assert.equal(readExitRecord(join(dir, 'string.json'))?.message, 'non-error thrown: a string');
     const file = (name: string, text: string) => (writeFileSync(join(dir, name), text), join(dir, name));

@@ -120,10 +120,10 @@ function peerProgress(e: StatusEntry): string {
 }
 
 /** The named error a status entry stands for; `peerNote` adds what else is known of a missing peer. */
-export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV', peerNote?: string, waitedMs?: number): Error {
+export function entryError(e: StatusEntry, timeoutMs: number, what = 'allToAllV', peerNote?: string, left?: { waitedMs: number; peerFailed: boolean }): Error {
   if (e.code === StatusCode.timeout) {
     const site = WaitSite[e.expert ?? -1];
-    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane${site ? `, ${site}` : ''}; ${peerProgress(e)}${peerNote ? `; ${peerNote}` : ''}`, waitedMs);
+    return new TimeoutError(e.rank, e.peer, timeoutMs, `${what}: call ${e.needed} on the lane${site ? `, ${site}` : ''}; ${peerProgress(e)}${peerNote ? `; ${peerNote}` : ''}`, left);
   }
   const problem = problems[e.code];
   if (problem === undefined) {

@@ -109,6 +109,8 @@ function timeoutIn(err: Error): { rank: number; missingRank: number; timeoutMs: 
   for (let depth = 0; e instanceof Error && depth <= MAX_CAUSE_DEPTH; depth++, e = e.cause) {
     const t = e as Error & { code?: unknown; rank?: unknown; missingRank?: unknown; timeoutMs?: unknown };
     if (t.code === 'A2AV_TIMEOUT' && Number.isInteger(t.missingRank)) {
+      // A peer that closed after failing first is not the one that stopped: this rank was late.
+      if ((t as { peerFailed?: unknown }).peerFailed === true) return undefined;
       return { rank: Number(t.rank), missingRank: t.missingRank as number, timeoutMs: Number(t.timeoutMs) };
     }
   }

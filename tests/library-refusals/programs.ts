@@ -1,7 +1,7 @@
 // Rank programs for tests/library-refusals.test.ts (runRanks on the cpu backend). Each catches what
 // its rank throws and returns it, so the test sees every rank's error, not only the first.
 import type { Comm, Handle, Replay } from '../../src/backends/backend.js';
-import { ClosedError, UsageError } from '../../src/errors.js';
+import { ClosedError, TimeoutError, UsageError } from '../../src/errors.js';
 import type { MoeGroupOptions } from '../../src/moe/api.js';
 import { createMoeGroup } from '../../src/moe/group.js';
 
@@ -11,6 +11,8 @@ export interface Caught {
   code?: string;
   usage: boolean;
   closed: boolean;
+  /** A TimeoutError's: whether it ended early because the peer left, having failed first. */
+  peerFailed?: boolean;
 }
 
 async function caught(call: () => Promise<unknown>): Promise<Caught | 'no error'> {
@@ -19,7 +21,8 @@ async function caught(call: () => Promise<unknown>): Promise<Caught | 'no error'
     return 'no error';
   } catch (err) {
     const e = err as Error & { code?: string };
-    return { name: e.name, message: e.message, code: e.code, usage: e instanceof UsageError, closed: e instanceof ClosedError };
+    const caught: Caught = { name: e.name, message: e.message, code: e.code, usage: e instanceof UsageError, closed: e instanceof ClosedError };
+    return e instanceof TimeoutError ? { ...caught, peerFailed: e.peerFailed } : caught;
   }
 }
 

@@ -288,10 +288,10 @@ export class CpuLane implements Lane {
     };
     const left = this.#pads[peer].closed;
     const note = left === 'closed' ? 'it has closed its communicator' : left === undefined ? undefined : 'it has closed its communicator after a failure of its own (its error says which)';
-    const waitedMs = how === 'left' ? Math.round(performance.now() - (this.#deadline - this.#timeoutMs)) : undefined;
+    const waited = { waitedMs: Math.round(performance.now() - (this.#deadline - this.#timeoutMs)), peerFailed: left === 'closed after a failure' };
     // Named by its lane, as cuda's are: ranks that call lanes in another order wait on different ones.
     const onLane = /on lane \d+/.test(what) ? what : `${what} on lane ${this.index}`;
-    const err = entryError(entry, this.#timeoutMs, onLane, note, waitedMs);
+    const err = entryError(entry, this.#timeoutMs, onLane, note, how === 'left' ? waited : undefined);
     this.#onTimeout(err);
     return err;
   }
