@@ -347,6 +347,23 @@ function checkPayload(ctx: CheckContext, input: DeviceBuffer, output: DeviceBuff
   if (input === outSplitsOffsets) throw new UsageError(`rank ${ctx.rank}: input and outSplitsOffsets are the same buffer: the call writes the offsets while it sends input's rows (give each its own)`);
 }
 
+/**
+ * gatherOnHost()'s values: an array of numbers, refused otherwise on the calling rank (a BigInt
+ * failed inside JSON there while its peers waited out the set-up floor). They travel as JSON, so
+ * those it has no form for (NaN, ±Infinity, -0) go as their names and come back as they were.
+ */
+export function gatherWords(rank: number, values: unknown): (number | string)[] {
+  if (!Array.isArray(values)) throw new UsageError(`rank ${rank}: gatherOnHost takes an array of numbers, got ${shown(values)}`);
+  const bad = values.findIndex((v) => typeof v !== 'number');
+  if (bad >= 0) throw new UsageError(`rank ${rank}: gatherOnHost takes an array of numbers; item ${bad} is ${shown(values[bad])}`);
+  return (values as number[]).map((v) => (Number.isFinite(v) && !Object.is(v, -0) ? v : Object.is(v, -0) ? '-0' : String(v)));
+}
+
+/** A rank's values from gatherWords' form. */
+export function gatheredValues(words: readonly (number | string)[]): number[] {
+  return words.map(Number);
+}
+
 /** barrier()'s options: only timeoutMs, a positive number of ms. */
 export function checkBarrier(rank: number, options: BarrierOptions | undefined): void {
   if (options === undefined) return;

@@ -22,7 +22,7 @@ import type {
   Stream,
 } from '../backend.js';
 import { ABORTED, EXPLAINED, explained, type CopyOffsets, type Explain } from '../backend.js';
-import { checkBarrier, checkCopyOverlap, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, gatheredValues, gatherWords, checkCopyOverlap, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -333,8 +333,9 @@ class CpuComm implements Comm, CheckContext {
   async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
     this.#usable();
     checkBarrier(this.rank, options);
-    const all = await this.#setUp(this.#exchange.gather(`gather/${this.#gathers++}`, encodeJson(values), options?.timeoutMs ?? startWaitMs(this.timeoutMs)));
-    return all.map((b) => decodeJson<number[]>(b));
+    const words = gatherWords(this.rank, values);
+    const all = await this.#setUp(this.#exchange.gather(`gather/${this.#gathers++}`, encodeJson(words), options?.timeoutMs ?? startWaitMs(this.timeoutMs)));
+    return all.map((b) => gatheredValues(decodeJson<(number | string)[]>(b)));
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

@@ -31,7 +31,7 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkBarrier, gatheredValues, gatherWords, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import { planWhat } from '../../collectives/call-names.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -463,8 +463,10 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
     this.#usable();
     checkBarrier(this.rank, options);
+    const words = gatherWords(this.rank, values);
     const timeoutMs = options?.timeoutMs ?? startWaitMs(this.timeoutMs);
-    return this.#setUp(allGatherJson<number[]>({ store: this.#store, key: `a2av/cuda/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: [...values], timeoutMs, sweep: this.#sweep }));
+    const all = await this.#setUp(allGatherJson<(number | string)[]>({ store: this.#store, key: `a2av/cuda/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: words, timeoutMs, sweep: this.#sweep }));
+    return all.map(gatheredValues);
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */

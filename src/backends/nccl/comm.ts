@@ -34,7 +34,7 @@ import type {
 import { ABORTED } from '../backend.js';
 import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
-import { checkBarrier, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, gatheredValues, gatherWords, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -324,8 +324,10 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   async gatherOnHost(values: readonly number[], options?: BarrierOptions): Promise<number[][]> {
     this.#usable();
     checkBarrier(this.rank, options);
+    const words = gatherWords(this.rank, values);
     const timeoutMs = options?.timeoutMs ?? startWaitMs(this.timeoutMs);
-    return this.#setUp(allGatherJson<number[]>({ store: this.#store, key: `${this.#key}/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: [...values], timeoutMs }));
+    const all = await this.#setUp(allGatherJson<(number | string)[]>({ store: this.#store, key: `${this.#key}/gather/${this.#gathers++}`, rank: this.rank, worldSize: this.worldSize, value: words, timeoutMs }));
+    return all.map(gatheredValues);
   }
 
   /** A set-up wait whose timeout ends the communicator (endingOnTimeout says why). */
