@@ -117,7 +117,7 @@ export const suite: Case[] = [
 
 /** Cases that only make sense on some backends, and why the others skip them. */
 export function notFor(backend: BackendName, c: Case): string | undefined {
-  if ((c.fn === 'replay' || c.fn === 'moeReplay' || c.fn === 'allReduceReplay' || c.fn === 'moeTokenReplay' || c.fn === 'moeTokenReplayErrors') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
+  if ((c.fn === 'replay' || c.fn === 'moeReplay' || c.fn === 'moePlanReplay' || c.fn === 'allReduceReplay' || c.fn === 'moeTokenReplay' || c.fn === 'moeTokenReplayErrors') && backend === 'nccl') return 'nccl cannot capture (NCCL needs the splits on the host); "capture refused" checks that it says so';
   if (c.fn === 'captureRefused' && backend !== 'nccl') return 'only nccl refuses capture';
   if (c.fn === 'allReduceMismatch' && backend === 'nccl') return 'nccl sums what it is given: NCCL does not compare the ranks\' allReduce calls';
   if (c.only !== undefined && c.only.backend !== backend) return c.only.why;

@@ -23,7 +23,7 @@ import type {
   Stream,
 } from '../backend.js';
 import { ABORTED, EXPLAINED, ON_REPLAY, type Explain } from '../backend.js';
-import type { CudaDevice, CudaEvent, CudaGraph, CudaStream } from '../../cuda/device.js';
+import { CudaStream, type CudaDevice, type CudaEvent, type CudaGraph } from '../../cuda/device.js';
 import { queueShortfall } from '../../cuda/hardware-queues.js';
 import { noteLaneCall } from '../../cuda/driver-trace.js';
 import type { KernelModule } from '../../jit/module.js';
@@ -177,6 +177,11 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
   }
   ownsLane(lane: Lane): boolean {
     return this.#lanes[lane.index] === lane;
+  }
+
+  knowsStream(stream: Stream): boolean {
+    // A made-up stream object reached the driver as an undefined handle (koffi's TypeError).
+    return stream instanceof CudaStream;
   }
 
   alloc(bytes: number): DeviceBuffer {

@@ -32,7 +32,7 @@ import type {
   Stream,
 } from '../backend.js';
 import { ABORTED } from '../backend.js';
-import type { CudaDevice, CudaEvent, CudaStream } from '../../cuda/device.js';
+import { CudaStream, type CudaDevice, type CudaEvent } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import { checkBarrier, gatheredValues, gatherWords, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
@@ -104,6 +104,11 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
   }
   ownsLane(lane: Lane): boolean {
     return this.#lanes[lane.index] === lane;
+  }
+
+  knowsStream(stream: Stream): boolean {
+    // A made-up stream object reached the driver as an undefined handle (koffi's TypeError).
+    return stream instanceof CudaStream;
   }
 
   alloc(bytes: number): DeviceBuffer {
