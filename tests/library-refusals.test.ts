@@ -160,6 +160,22 @@ describe('a peer that left', () => {
   });
 });
 
+describe('gatherOnHost', () => {
+  test('numbers come back as they went, NaN, ±Infinity and -0 too; anything else is refused at once on the calling rank', async () => {
+    const outcomes = await runRanks<unknown, { back: string[][]; refused: (Caught | 'no error')[] }>({ backend: 'cpu', ranks: 3 }, programs, 'gatherValues', {});
+    for (const [rank, { back, refused }] of outcomes.entries()) {
+      assert.deepEqual(back, [0, 1, 2].map((r) => [r === 1 ? 'NaN' : String(r), '-0', 'Infinity', '-Infinity', String(2 ** 53 - 1)]), `rank ${rank}`);
+      assert.deepEqual(refused.map((o) => (o === 'no error' ? o : o.message)), [
+        `rank ${rank}: gatherOnHost takes an array of numbers; item 0 is 1n (a bigint)`,
+        `rank ${rank}: gatherOnHost takes an array of numbers; item 0 is '1' (a string)`,
+        `rank ${rank}: gatherOnHost takes an array of numbers, got 7`,
+        `rank ${rank}: gatherOnHost takes an array of numbers; item 0 is an object`,
+      ]);
+      assert.ok(refused.every((o) => o !== 'no error' && o.usage));
+    }
+  });
+});
+
 describe('ClosedError', () => {
   test('is exported, a UsageError with code A2AV_USAGE, and what a call after close() throws', async () => {
     assert.equal(api.ClosedError, ClosedError);

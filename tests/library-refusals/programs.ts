@@ -231,3 +231,12 @@ export async function laneAndWriteMisuse(comm: Comm): Promise<(Caught | 'no erro
     await caught(async () => comm.write(buf, new ArrayBuffer(4) as never)),
   ];
 }
+
+/** gatherOnHost with values JSON has no form for, then with values that are not numbers: what came back, and each refusal. */
+export async function gatherValues(comm: Comm): Promise<{ back: string[][]; refused: (Caught | 'no error')[] }> {
+  const all = await comm.gatherOnHost([comm.rank === 1 ? NaN : comm.rank, -0, Infinity, -Infinity, 2 ** 53 - 1]);
+  const back = all.map((values) => values.map((v) => (Object.is(v, -0) ? '-0' : String(v))));
+  const refused: (Caught | 'no error')[] = [];
+  for (const bad of [[1n], ['1'], 7, [{}]]) refused.push(await caught(() => comm.gatherOnHost(bad as never)));
+  return { back, refused };
+}
