@@ -2,7 +2,7 @@
 // registry that tells its own buffers from others', range checks, and host <-> device copies (through
 // cuda/host-copies.ts: bounded, and never behind other streams' work).
 import type { CopyOffsets, DeviceBuffer, PeerCopyArgs, Stream } from './backend.js';
-import { checkBuffer, checkCopyOverlap, checkWriteData, type CheckContext } from '../collectives/check.js';
+import { checkBuffer, checkCopyBytes, checkCopyOverlap, checkWriteData, type CheckContext } from '../collectives/check.js';
 import type { CudaDevice, CudaStream } from '../cuda/device.js';
 import { HostCopies } from '../cuda/host-copies.js';
 import { closeIpcMapping } from '../cuda/ipc.js';
@@ -47,7 +47,7 @@ export class GpuMemory {
 
   checkBytes(bytes: number): void {
     if (!Number.isSafeInteger(bytes) || bytes < 0)
-      throw new UsageError(`rank ${this.ctx.rank}: buffer size must be a non-negative integer, got ${bytes}`);
+      throw new UsageError(`rank ${this.ctx.rank}: buffer size must be a non-negative integer (at most 2^53-1), got ${bytes}`);
   }
 
   checkRange(buf: DeviceBuffer, offset: number, bytes: number, what: string): void {
@@ -101,6 +101,7 @@ export class GpuMemory {
 
   copy(dst: DeviceBuffer, src: DeviceBuffer, bytes: number, stream: Stream, at?: CopyOffsets): void {
     const { dstOffset = 0, srcOffset = 0 } = at ?? {};
+    checkCopyBytes(this.ctx.rank, bytes);
     this.checkRange(dst, dstOffset, bytes, 'copy destination');
     this.checkRange(src, srcOffset, bytes, 'copy source');
     checkCopyOverlap(this.ctx.rank, dst, src, bytes, dstOffset, srcOffset);

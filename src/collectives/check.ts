@@ -87,7 +87,11 @@ export function checkLaneIndex(ctx: Pick<CheckContext, 'rank' | 'laneCount'>, in
   if (index < 0 || index >= ctx.laneCount) throw new UsageError(`rank ${ctx.rank}: lane ${index} out of range (this communicator has ${ctx.laneCount})`);
 }
 
-/** Checks one buffer argument: present, ours, not freed, at least `minBytes` long. */
+/** A copy's byte count, before either buffer's range is checked against it (which would blame the destination). */
+export function checkCopyBytes(rank: number, bytes: number): void {
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${rank}: copy: byte count must be a non-negative integer, got ${shown(bytes)}`);
+}
+
 /** Comm.copy within one buffer over overlapping ranges (undefined for the copy engine, and for memcpy): refused. */
 export function checkCopyOverlap(rank: number, dst: DeviceBuffer, src: DeviceBuffer, bytes: number, dstOffset: number, srcOffset: number): void {
   if (dst === src && dstOffset !== srcOffset && Math.abs(dstOffset - srcOffset) < bytes) {
@@ -95,6 +99,7 @@ export function checkCopyOverlap(rank: number, dst: DeviceBuffer, src: DeviceBuf
   }
 }
 
+/** Checks one buffer argument: present, ours, not freed, at least `minBytes` long. */
 export function checkBuffer(ctx: CheckContext, what: string, buf: DeviceBuffer | undefined, minBytes = 0): void {
   if (buf === undefined || buf === null || typeof buf !== 'object') {
     throw new UsageError(`rank ${ctx.rank}: ${what} is missing`);
@@ -196,7 +201,14 @@ export function checkAllToAllV(ctx: CheckContext, args: AllToAllVArgs): number {
   checkPayload(ctx, args.input, args.output, args.inSplits, args.outSplitsOffsets);
   checkMaxBlocks(ctx, args.maxBlocks);
   checkSizeHint(ctx, args.sizeHintBytes);
-  if (args.plan !== undefined) checkPlanShape(args.plan);
+  if (args.plan !== undefined) {
+    try {
+      checkPlanShape(args.plan);
+    } catch (err) {
+      // Named by rank, as every other refusal of a call is: ranks as processes print to one terminal.
+      throw err instanceof UsageError ? new UsageError(`rank ${ctx.rank}: ${err.message}`, { cause: err }) : err;
+    }
+  }
   return checkLane(ctx, args.lane, args.stream);
 }
 

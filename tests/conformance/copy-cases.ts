@@ -53,6 +53,8 @@ export async function copyOffsets(comm: Comm, arg: CopyOffsetsArg): Promise<numb
     ['past the source', () => comm.copy(b, a, 10, stream, { srcOffset: N }), /copy source of 10 bytes at offset 4099 is outside/],
     ['a negative offset', () => comm.copy(b, a, 10, stream, { srcOffset: -1 }), /offset must be a non-negative integer, got -1/],
     ['overlapping ranges of one buffer', () => comm.copy(a, a, 100, stream, { dstOffset: 50 }), /overlapping ranges/],
+    // The count is the copy's, not the destination's.
+    ['4.5 bytes', () => comm.copy(b, a, 4.5, stream), /^rank \d+: copy: byte count must be a non-negative integer, got 4\.5$/],
   ];
   for (const [label, call, message] of refused) {
     expectUsageError(call, `rank ${comm.rank}: copy ${label}`, message);

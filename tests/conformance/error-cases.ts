@@ -263,7 +263,7 @@ export async function usage(comm: Comm, arg: ErrorsArg): Promise<number> {
   ];
   ex.poison(1);
   for (const [label, change] of misuse) {
-    expectUsageError(() => comm.allToAllV({ ...base, ...change }), label);
+    expectUsageError(() => comm.allToAllV({ ...base, ...change }), label, /^rank \d+: /);
   }
   expectUsageError(() => comm.lane(comm.laneCount), 'comm.lane(laneCount)');
   // Named by rank on every backend: ranks as processes print to one terminal.

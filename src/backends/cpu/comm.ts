@@ -22,7 +22,7 @@ import type {
   Stream,
 } from '../backend.js';
 import { ABORTED, EXPLAINED, explained, type CopyOffsets, type Explain } from '../backend.js';
-import { checkBarrier, gatheredValues, gatherWords, checkCopyOverlap, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, gatheredValues, gatherWords, checkCopyBytes, checkCopyOverlap, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -167,6 +167,7 @@ class CpuComm implements Comm, CheckContext {
     checkBuffer(this, 'copy destination', dst);
     checkBuffer(this, 'copy source', src);
     const { dstOffset = 0, srcOffset = 0 } = at ?? {};
+    checkCopyBytes(this.rank, bytes);
     checkRange(this.rank, dst, dstOffset, bytes, 'copy destination');
     checkRange(this.rank, src, srcOffset, bytes, 'copy source');
     checkCopyOverlap(this.rank, dst, src, bytes, dstOffset, srcOffset);
@@ -393,7 +394,7 @@ class CpuComm implements Comm, CheckContext {
 
 // Messages name the rank, as the GPU backends' do: ranks as processes print to one terminal.
 function checkSize(rank: number, bytes: number): void {
-  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${rank}: allocation size must be a non-negative integer, got ${shown(bytes)}`);
+  if (!Number.isSafeInteger(bytes) || bytes < 0) throw new UsageError(`rank ${rank}: allocation size must be a non-negative integer (at most 2^53-1), got ${shown(bytes)}`);
   // Before the memory is made, so the limit is named rather than met as a failed allocation.
   checkCpuBufferBytes(rank, bytes);
 }
