@@ -258,13 +258,14 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     assert.equal(refusal(() => checkPlanMove(ctx, { inputRows: 1, outputRows: 1 }, 4 as never)), 'rank 1: plan.move takes one object of named arguments, got 4');
   });
 
-  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: no arguments, capture without a function, a closed replay, a write of a plain array`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
+  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: no arguments, capture without a function or with an async one, a closed replay, a write of a plain array`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
     assert.deepEqual(await outcomesOf({ backend, ranks: 1 }, 'misuse'), [
       'UsageError: rank 0: allToAllV takes one object of named arguments, got undefined',
       'UsageError: rank 0: planAllToAllV takes one object of named arguments, got undefined',
       'UsageError: rank 0: planAllToAllV2d takes one object of named arguments, got undefined',
       'UsageError: rank 0: planAllToAllV2dOffset takes one object of named arguments, got undefined',
       'UsageError: rank 0: capture takes the function that makes the calls to record, got undefined',
+      "UsageError: rank 0: capture takes a plain function, not an async one: on cuda the calls it made after an await would not be in the graph",
       'UsageError: rank 0: this replay is closed',
       'UsageError: rank 0: write takes a typed array or DataView of the bytes, got an array',
     ]);

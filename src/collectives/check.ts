@@ -47,6 +47,8 @@ export interface CheckContext {
 /** capture()'s stream and function, checked before capturing: on cuda `fn` runs at once, on cpu at each launch. */
 export function checkCapture(ctx: CheckContext, stream: Stream | undefined, fn: unknown): void {
   if (typeof fn !== 'function') throw new UsageError(`rank ${ctx.rank}: capture takes the function that makes the calls to record, got ${shown(fn)}`);
+  // The capture ends when fn returns: what an async fn queues after its first await is not recorded.
+  if (fn.constructor?.name === 'AsyncFunction') throw new UsageError(`rank ${ctx.rank}: capture takes a plain function, not an async one: on cuda the calls it made after an await would not be in the graph`);
   if (stream == null) throw new UsageError(`rank ${ctx.rank}: capture needs the stream to record on (comm.lane(i).stream)`);
   checkStream(ctx, stream);
 }

@@ -105,6 +105,7 @@ export async function misuse(comm: Comm): Promise<(Caught | 'no error')[]> {
     await bare(comm.planAllToAllV2d),
     await bare(comm.planAllToAllV2dOffset),
     await caught(async () => comm.capture(lane.stream, undefined as never)),
+    await caught(async () => comm.capture(lane.stream, async () => {})),
     await caught(async () => replay.launch()),
     await caught(async () => comm.write(buf, [1, 2, 3] as never)),
   ];
