@@ -190,6 +190,20 @@ describe('error classes', () => {
     assert.match(back.message, /GPU 0 cannot access GPU 1 \(no P2P path\)/);
   });
 
+  it('JavaScript\'s own error classes come back as themselves; a class of the rank\'s own code as its nearest built-in, keeping its name', () => {
+    for (const err of [new RangeError('x'), new TypeError('y'), new SyntaxError('z'), new Error('w')]) {
+      const back = reviveError(serializeError(err));
+      assert.equal(Object.getPrototypeOf(back), Object.getPrototypeOf(err), err.name);
+      assert.deepEqual([back.name, back.message], [err.name, err.message]);
+    }
+    class OwnError extends RangeError {
+      override name = 'OwnError';
+    }
+    const own = reviveError(serializeError(new OwnError('v')));
+    assert.ok(own instanceof RangeError);
+    assert.equal(own.name, 'OwnError');
+  });
+
   it('every exported error class comes back as itself across threads, the MoE group\'s too', () => {
     const capacity = new api.MoeCapacityError({ rank: 1, expert: 300, localExpert: 44, needed: 70n, capacity: 64n, reportedBy: 0 }, Object.create(api.SplitsError.prototype) as api.SplitsError);
     const back = reviveError(serializeError(capacity));

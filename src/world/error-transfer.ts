@@ -40,7 +40,9 @@ export function serializeError(err: unknown, depth = 0): SerializedError {
 
 /** Rebuilds the error as the nearest a2av class in its chain (fields kept), else a plain Error. */
 export function reviveError(s: SerializedError): Error {
-  const known = s.classChain.flatMap((name) => ERROR_MODULES.map((m) => m[name])).find(isA2avClass);
+  // a2av's class, else the nearest of JavaScript's own (a RangeError thrown in a rank is one here
+  // too; a class of the rank's own code has no constructor on this thread: its nearest built-in).
+  const known = s.classChain.flatMap((name) => ERROR_MODULES.map((m) => m[name])).find(isA2avClass) ?? s.classChain.map((name) => BUILT_IN[name]).find((c) => c !== undefined);
   const err: Error = known !== undefined ? (Object.create(known.prototype) as Error) : new Error(s.message);
   // Fields as own properties, like the constructors set them; message and stack non-enumerable like Error's.
   Object.defineProperty(err, 'message', { value: s.message, writable: true, configurable: true, enumerable: false });
@@ -53,6 +55,9 @@ export function reviveError(s: SerializedError): Error {
   }
   return err;
 }
+
+/** JavaScript's own error classes, by name. */
+const BUILT_IN: Record<string, { prototype: object } | undefined> = { EvalError, RangeError, ReferenceError, SyntaxError, TypeError, URIError, AggregateError, Error };
 
 function classChain(err: Error): string[] {
   const names: string[] = [];
