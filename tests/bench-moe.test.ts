@@ -74,7 +74,7 @@ describe('runBench of the MoE ops on the cpu backend', () => {
       const result = await unlessNotYet(t, () => runBench(opts));
       if (!result) return;
       assert.deepEqual([result.op, result.experts, result.align], [op, 5, 4]);
-      assert.deepEqual(Object.keys(JSON.parse(formatJson(result))), ['backend', 'ranks', 'op', 'experts', 'align', 'splits', 'seed', 'rowBytes', 'device', 'cores', 'load', 'date', 'repeats', 'rows']);
+      assert.deepEqual(Object.keys(JSON.parse(formatJson(result))), ['backend', 'ranks', 'op', 'experts', 'align', 'splits', 'seed', 'rowBytes', 'device', 'cores', 'load', 'date', 'repeats', 'iters', 'rows']);
       assert.deepEqual(result.rows.map((r) => r.bytes), [342 * 24, 682 * 24]);
       for (const r of result.rows) {
         for (const v of [r.timeUs, r.refUs, r.oneDUs!, r.vsOneD!]) assert.ok(Number.isFinite(v) && v > 0, JSON.stringify(r));
