@@ -176,6 +176,23 @@ describe('gatherOnHost', () => {
   });
 });
 
+describe('a peer that left, in a host wait', () => {
+  test('barrier, gatherOnHost and allocSymmetric end when the rank they wait for has closed, not at the 10 s set-up floor', async () => {
+    for (const wait of ['barrier', 'gatherOnHost', 'allocSymmetric'] as const) {
+      for (const how of ['closes', 'fails'] as const) {
+        const started = performance.now();
+        const [outcome] = await runRanks<unknown, Caught | 'no error'>({ backend: 'cpu', ranks: 2, timeoutMs: 300 }, programs, 'peerLeavesHostWait', { how, wait });
+        const label = `${wait}, rank 1 ${how}`;
+        assert.ok(outcome !== 'no error' && outcome.name === 'TimeoutError', `${label}: ${JSON.stringify(outcome)}`);
+        assert.match(outcome.message, /^rank 0: stopped waiting for rank 1 after \d+ ms \(timeout 10000 ms\): it will make no more calls \(/, label);
+        assert.ok(outcome.message.endsWith(how === 'closes' ? '; it has closed its communicator)' : '; it has closed its communicator after a failure of its own (its error says which))'), `${label}: ${outcome.message}`);
+        assert.equal(outcome.peerFailed, how === 'fails', label);
+        assert.ok(performance.now() - started < 5000, `${label}: ended ${Math.round(performance.now() - started)} ms after it started`);
+      }
+    }
+  });
+});
+
 describe('ClosedError', () => {
   test('is exported, a UsageError with code A2AV_USAGE, and what a call after close() throws', async () => {
     assert.equal(api.ClosedError, ClosedError);

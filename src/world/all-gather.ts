@@ -19,7 +19,15 @@ export interface AllGatherArgs {
   what?: string;
   /** The series of gathers this one belongs to: its keys are removed once no rank can read them. */
   sweep?: GatherSweep;
+  /**
+   * Whether rank r has left for good (cpu: closed its communicator), and whether after a failure
+   * of its own: a wait for its value then ends once it is seen not to be there, not at the deadline.
+   */
+  gone?: (rank: number) => 'closed' | 'closed after a failure' | undefined;
 }
+
+/** How often a wait that can tell a peer has gone (AllGatherArgs.gone) looks. */
+const GONE_POLL_MS = 50;
 
 /**
  * A communicator's gathers over the job's store (its barriers, gatherOnHost, allocSymmetric), each
@@ -60,17 +68,35 @@ export async function allGather(a: AllGatherArgs): Promise<Uint8Array[]> {
       out.push(a.value);
       continue;
     }
-    try {
-      const value = await a.store.get(`${a.key}/${r}`, Math.max(1, deadline - Date.now()));
-      a.onValue?.(r, value);
-      out.push(value);
-    } catch (err) {
-      if (err instanceof StoreError && err.reason === 'timeout') throw new TimeoutError(a.rank, r, a.timeoutMs, a.what ?? `set-up exchange ${a.key}`);
-      throw err;
-    }
+    const value = await valueOf(a, r, deadline);
+    a.onValue?.(r, value);
+    out.push(value);
   }
   a.sweep?.completed(`${a.key}/${a.rank}`);
   return out;
+}
+
+/** Rank r's value, waited for until `deadline`, or until r is seen to have gone without it. */
+async function valueOf(a: AllGatherArgs, r: number, deadline: number): Promise<Uint8Array> {
+  const key = `${a.key}/${r}`;
+  const what = a.what ?? `set-up exchange ${a.key}`;
+  const started = Date.now();
+  for (;;) {
+    const left = deadline - Date.now();
+    try {
+      return await a.store.get(key, Math.max(1, a.gone ? Math.min(left, GONE_POLL_MS) : left));
+    } catch (err) {
+      if (!(err instanceof StoreError && err.reason === 'timeout')) throw err;
+      if (Date.now() >= deadline) throw new TimeoutError(a.rank, r, a.timeoutMs, what);
+      const how = a.gone?.(r);
+      if (how === undefined) continue;
+      // It may have published just before it closed: one more look before saying it never will.
+      const late = await a.store.get(key, 1).catch(() => undefined);
+      if (late !== undefined) return late;
+      const note = how === 'closed' ? 'it has closed its communicator' : 'it has closed its communicator after a failure of its own (its error says which)';
+      throw new TimeoutError(a.rank, r, a.timeoutMs, `${what}; ${note}`, { waitedMs: Date.now() - started, peerFailed: how !== 'closed' });
+    }
+  }
 }
 
 /**

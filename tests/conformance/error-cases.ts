@@ -176,10 +176,13 @@ export async function setUpTimeout(comm: Comm, arg: SetUpTimeoutArg): Promise<nu
     if (!(e instanceof UsageError)) throw new Error(`barrier(${JSON.stringify(bad)}) gave ${String(e)}, not UsageError`);
   }
   await comm.barrier();
+  // On cpu these store waits also span a peer's start or host work: they get the start floor.
+  const bound = comm.backend === 'cpu' && arg.first !== 'bounded barrier' ? startWaitMs(arg.timeoutMs) : arg.timeoutMs;
   if (comm.rank === arg.absent) {
-    // Away past its peers' timeout and their checks after it: its close() meets them (cuda, nccl),
-    // and a close made at once would be the barrier they wait in.
-    await new Promise((resolve) => setTimeout(resolve, 4 * arg.timeoutMs));
+    // Open, away past its peers' timeout and their checks after it: its close() meets them (cuda,
+    // nccl), a close made at once would be the barrier they wait in, and on cpu a peer that has
+    // closed is found gone at once, which is not what this case is about.
+    await new Promise((resolve) => setTimeout(resolve, bound + 4 * arg.timeoutMs));
     return 0;
   }
   const label = `rank ${arg.absent} absent from ${arg.first}()`;
@@ -194,8 +197,6 @@ export async function setUpTimeout(comm: Comm, arg: SetUpTimeoutArg): Promise<nu
   if (err.missingRank !== arg.absent || err.rank !== comm.rank) {
     throw new Error(`${label}: TimeoutError names rank ${err.rank} waiting for ${err.missingRank}, expected ${comm.rank} waiting for ${arg.absent}`);
   }
-  // On cpu these store waits also span a peer's start or host work: they get the start floor.
-  const bound = comm.backend === 'cpu' && arg.first !== 'bounded barrier' ? startWaitMs(arg.timeoutMs) : arg.timeoutMs;
   if (waited < bound / 2) throw new Error(`${label}: gave up after ${waited.toFixed(0)} ms, timeout is ${bound} ms`);
   if (arg.first === 'bounded barrier' && waited > 2 * arg.timeoutMs) throw new Error(`${label}: gave up after ${waited.toFixed(0)} ms: the communicator's timeout, not the barrier's ${arg.timeoutMs} ms`);
   const aborted = (what: string, e: unknown): void => {

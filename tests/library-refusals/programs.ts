@@ -241,3 +241,20 @@ export async function gatherValues(comm: Comm): Promise<{ back: string[][]; refu
   for (const bad of [[1n], ['1'], 7, [{}]]) refused.push(await caught(() => comm.gatherOnHost(bad as never)));
   return { back, refused };
 }
+
+/**
+ * Rank 1 closes its communicator (`closes`), or first fails a call of its own (`fails`: an
+ * allReduce that times out, rank 0 being elsewhere), while rank 0 waits for it in a host wait
+ * (`barrier`, `gatherOnHost`, `allocSymmetric`): what rank 0 gets.
+ */
+export async function peerLeavesHostWait(comm: Comm, arg: { how: 'closes' | 'fails'; wait: 'barrier' | 'gatherOnHost' | 'allocSymmetric' }): Promise<Caught | 'no error'> {
+  const buf = comm.alloc(16);
+  await comm.barrier();
+  if (comm.rank === 1) {
+    if (arg.how === 'fails') await caught(async () => comm.allReduce({ input: buf, output: buf, count: 4, dtype: 'f32', op: 'sum' }).wait());
+    await comm.close();
+    return 'no error';
+  }
+  const wait = arg.wait === 'barrier' ? () => comm.barrier() : arg.wait === 'gatherOnHost' ? () => comm.gatherOnHost([1]) : () => comm.allocSymmetric(64);
+  return caught(wait);
+}

@@ -103,6 +103,8 @@ class CpuComm implements Comm, CheckContext {
       this.#aborted ??= cause;
     };
     const views = pads.map((region) => new PadViews(region));
+    // The host waits (barrier, gatherOnHost, allocSymmetric) end, as a lane's do, for a peer that has closed.
+    exchange.peerGone = (rank) => (rank === this.rank || this.#closed ? undefined : views[rank]?.closed);
     this.#lanes = Array.from({ length: opts.lanes }, (_, index) => new CpuLane({ index, rank: this.rank, layout, pads: views, timeoutMs: this.timeoutMs, onTimeout }));
     this.#reducers = this.#lanes.map((lane) => new CpuReducer(lane, this.rank, layout, views));
   }

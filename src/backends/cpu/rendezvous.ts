@@ -15,6 +15,8 @@ export class Rendezvous {
   #sweep: GatherSweep;
   #rank: number;
   #world: number;
+  /** Set once the pads are up: whether a peer has closed its communicator (all-gather.ts's `gone`). */
+  peerGone: ((rank: number) => 'closed' | 'closed after a failure' | undefined) | undefined;
 
   constructor(store: Store, memory: SharedMemory, rank: number, world: number) {
     this.#store = store;
@@ -97,7 +99,7 @@ export class Rendezvous {
 
   /** Publishes `value` under `name`, then collects every rank's, in rank order. */
   #gather(name: string, value: Uint8Array, timeoutMs: number, deadline?: number, onValue?: (rank: number, value: Uint8Array) => void): Promise<Uint8Array[]> {
-    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline, onValue, what: callOf(name), sweep: this.#sweep });
+    return allGather({ store: this.#store, key: `a2av/cpu/${name}`, rank: this.#rank, worldSize: this.#world, value, timeoutMs, deadline, onValue, what: callOf(name), sweep: this.#sweep, gone: this.peerGone });
   }
 }
 
