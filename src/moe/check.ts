@@ -137,14 +137,16 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
   const fail = (what: string): never => {
     throw new UsageError(`rank ${ctx.rank}: MoE dispatch: ${what}`);
   };
+  // The shared buffer checks, in this call's words.
+  const buffer = (what: string, buf: DeviceBuffer | undefined, minBytes?: number): void => checkBuffer(ctx, `MoE dispatch: ${what}`, buf, minBytes);
   const { topk: K, rowBytes, expertsPerRank: E } = s;
   checkStream(ctx, a.stream);
   const type = a.topkIdxType ?? 'int64';
   if (type !== 'int64' && type !== 'int32') fail(`topkIdxType must be 'int64' or 'int32', got ${shown(type, 'string')}`);
   const idxBytes = type === 'int64' ? 8 : 4;
-  checkBuffer(ctx, 'x', a.x);
-  checkBuffer(ctx, 'topkIdx', a.topkIdx);
-  if (a.topkWeights !== undefined) checkBuffer(ctx, 'topkWeights', a.topkWeights);
+  buffer('x', a.x);
+  buffer('topkIdx', a.topkIdx);
+  if (a.topkWeights !== undefined) buffer('topkWeights', a.topkWeights);
   const held = [
     ['x', Math.floor(a.x.bytes / rowBytes)],
     ['topkIdx', Math.floor(a.topkIdx.bytes / (K * idxBytes))],
@@ -161,29 +163,30 @@ export function checkDispatch(ctx: CheckContext, s: TokenShape, a: MoeDispatchAr
     if (!isInt(a.numTokens, 0, s.tokenCap)) fail(`numTokens must be an integer in 0..${s.tokenCap} (maxTokensPerRank), got ${shown(a.numTokens)}`);
     tokens = a.numTokens;
   } else if (a.numTokens !== undefined) {
-    checkBuffer(ctx, 'numTokens (int64[1])', a.numTokens, 8);
+    if (typeof a.numTokens !== 'object' || a.numTokens === null) fail(`numTokens must be an integer in 0..${s.tokenCap} (maxTokensPerRank) or an int64[1] device buffer, got ${shown(a.numTokens)}`);
+    buffer('numTokens (int64[1])', a.numTokens, 8);
     numTokens = a.numTokens;
     tokens = cap;
   }
   for (const [what, rows] of held) if (rows < tokens) fail(`${what} holds ${rows} ${rows === 1 ? 'token' : 'tokens'}, the call has ${tokens}`);
-  checkBuffer(ctx, 'recvX', a.recvX, rowBytes);
+  buffer('recvX', a.recvX, rowBytes);
   if (!a.recvX.symmetric) fail('recvX must be a symmetric buffer (allocSymmetric): peers write it');
   const recvCap = Math.min(s.recvRows, Math.floor(a.recvX.bytes / rowBytes));
   const compact = s.layout === 'compact';
   if (a.recvTopkIdx !== undefined) {
     if (!compact) fail('recvTopkIdx is for the compact layout (expanded rows are grouped by expert: expertCounts says which)');
-    checkBuffer(ctx, `recvTopkIdx (${type}[recvX rows][K])`, a.recvTopkIdx, recvCap * K * idxBytes);
+    buffer(`recvTopkIdx (${type}[recvX rows][K])`, a.recvTopkIdx, recvCap * K * idxBytes);
   }
   if (a.recvTopkWeights !== undefined) {
     if (a.topkWeights === undefined) fail('recvTopkWeights needs topkWeights');
-    checkBuffer(ctx, compact ? 'recvTopkWeights (f32[recvX rows][K])' : 'recvTopkWeights (f32[recvX rows])', a.recvTopkWeights, recvCap * (compact ? K : 1) * 4);
+    buffer(compact ? 'recvTopkWeights (f32[recvX rows][K])' : 'recvTopkWeights (f32[recvX rows])', a.recvTopkWeights, recvCap * (compact ? K : 1) * 4);
   }
-  checkBuffer(ctx, 'expertCounts (int64[E])', a.expertCounts, 8 * E);
+  buffer('expertCounts (int64[E])', a.expertCounts, 8 * E);
   if (a.expertOffsets !== undefined) {
     if (compact) fail('expertOffsets is for the expanded layout');
-    checkBuffer(ctx, 'expertOffsets (int64[E])', a.expertOffsets, 8 * E);
+    buffer('expertOffsets (int64[E])', a.expertOffsets, 8 * E);
   }
-  if (a.numRecvRows !== undefined) checkBuffer(ctx, 'numRecvRows (int64[1])', a.numRecvRows, 8);
+  if (a.numRecvRows !== undefined) buffer('numRecvRows (int64[1])', a.numRecvRows, 8);
   // Peers write recvX while this rank's call still reads its inputs (on cuda the exchange reads x
   // in place) and before it writes its counts: no other buffer of the call may be recvX.
   const r = a.recvX;
@@ -213,7 +216,7 @@ export function checkCombine(ctx: CheckContext, s: TokenShape, a: MoeCombineArgs
   const rowOut = s.combineRowBytes;
   // The sizes come from the route (its recvX and T), not from this call: each message says which, and why.
   const sized = (what: string, buf: DeviceBuffer | undefined, bytes: number, why: () => string): void => {
-    checkBuffer(ctx, what, buf);
+    checkBuffer(ctx, `MoE combine: ${what}`, buf);
     if (buf!.bytes < bytes) fail(`${what} holds ${buf!.bytes} bytes, needs at least ${bytes}: ${why()}`);
   };
   const T = route.tokenCap;

@@ -270,8 +270,11 @@ async function misuse(comm: Comm, arg: TokenJobArg, rig: TokenRig, good: (label:
     [expanded ? 'recvTopkIdx with the expanded layout' : 'expertOffsets with the compact layout', expanded ? { recvTopkIdx: outputs.recvIdx } : { expertOffsets: outputs.offsets }],
     ['a route that is not the group\'s', { route: { layout: job.layout } as MoeRoute }],
     ['numToken (misspelt numTokens)', { numToken: 1 } as never],
+    ["numTokens '3' (neither a count nor a buffer)", { numTokens: '3' as never }],
   ];
-  for (const [label, change] of dispatches) expectUsageError(() => group.dispatch({ ...dispatchArgs, ...change }), `dispatch with ${label}`);
+  // Every refusal in the call's words: rank, then the call, as its own checks and the shared buffer checks say it.
+  for (const [label, change] of dispatches) expectUsageError(() => group.dispatch({ ...dispatchArgs, ...change }), `dispatch with ${label}`, /^rank \d+: MoE dispatch[: ]/);
+  expectUsageError(() => group.dispatch({ ...dispatchArgs, numTokens: '3' as never }), 'dispatch with numTokens \'3\'', /numTokens must be an integer in 0\.\.\d+ \(maxTokensPerRank\) or an int64\[1\] device buffer, got '3' \(a string\)$/);
   const old = d({ count: 'host', idx64: true, weights: false, tokens: 0 });
   old.done.wait();
   d({ count: 'host', idx64: true, weights: false, tokens: 0 }).done.wait();
