@@ -154,6 +154,9 @@ describe('error classes', () => {
     assert.doesNotMatch(compact.cause.message, /expert/);
     const expanded = dispatchError(refused, group) as api.MoeCapacityError;
     assert.equal(expanded.cause, refused);
+    // The expanded count is the layout's, padding included; the compact one is the rows that travel.
+    assert.match(expanded.message, /: its layout takes 9 rows \(every local expert's block, with the alignment padding\), recvX holds 8 \(reported by rank 0\)/);
+    assert.match(compact.message, /: the rank would receive 9 rows, recvX holds 8 /);
   });
 
   it('a token combine whose ranks differ names both ranks and says that y must be of one kind on every rank', () => {

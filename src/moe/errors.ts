@@ -24,7 +24,10 @@ export class MoeCapacityError extends A2avError {
   readonly reportedBy: number;
   constructor(f: { rank: number; expert: number; localExpert: number; needed: bigint; capacity: bigint; reportedBy: number }, cause: SplitsError) {
     const what = f.expert >= 0 ? `expert ${f.expert} (local expert ${f.localExpert} of rank ${f.rank}) passes the end of its recvX` : `rank ${f.rank}'s tokens pass the end of its recvX`;
-    super('A2AV_MOE_CAPACITY', `MoE dispatch refused: ${what}: the rank would receive ${f.needed} rows, recvX holds ${f.capacity} (reported by rank ${f.reportedBy}); nothing was written`, { cause });
+    // Expanded: the count is the whole layout's, each local expert's block padded to its alignment
+    // (an empty one still takes its rows), not the rows that travel.
+    const need = f.expert >= 0 ? `its layout takes ${f.needed} rows (every local expert's block, with the alignment padding)` : `the rank would receive ${f.needed} rows`;
+    super('A2AV_MOE_CAPACITY', `MoE dispatch refused: ${what}: ${need}, recvX holds ${f.capacity} (reported by rank ${f.reportedBy}); nothing was written`, { cause });
     this.rank = f.rank;
     this.expert = f.expert;
     this.localExpert = f.localExpert;
