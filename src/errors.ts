@@ -123,6 +123,14 @@ export class HostMemoryError extends A2avError {
   }
 }
 
+/** How a peer left for good: it closed its communicator, cleanly or after a failure of its own. */
+export type PeerLeft = 'closed' | 'closed after a failure';
+
+/** What a timeout says of a peer that left (its TimeoutError's `what` ends with it). */
+export function peerLeftNote(how: PeerLeft): string {
+  return how === 'closed' ? 'it has closed its communicator' : 'it has closed its communicator after a failure of its own (its error says which)';
+}
+
 /**
  * A peer did not arrive within the timeout. `missingRank` is the first rank that was waited for, or
  * -1 where that is unknown (a wait on the device as a whole; NCCL, which does not say). Where the

@@ -61,11 +61,6 @@ export class SweepProgress {
     if (index + 1 < this.#items.length) this.show(this.#items[index + 1]!);
   }
 
-  /** How many items have finished. */
-  get finishedCount(): number {
-    return this.#done.length;
-  }
-
   stop(): void {
     this.#listening?.();
     this.#listening = undefined;

@@ -38,8 +38,8 @@ export interface CheckContext {
   /** True when `lane` came from this communicator's lane(). */
   ownsLane(lane: Lane): boolean;
   /**
-   * Where a backend's streams are plain objects (cpu): true for one it made. Absent where the
-   * stream's own class says it (cuda and nccl refuse another's where they use it).
+   * True for a stream this backend made (cpu: one of its plain objects, by identity; cuda and nccl:
+   * a CudaStream), so a made-up one is refused by name, not met in the driver or ignored.
    */
   knowsStream?(stream: Stream): boolean;
 }
@@ -370,7 +370,7 @@ export function gatherWords(rank: number, values: unknown): (number | string)[] 
   if (!Array.isArray(values)) throw new UsageError(`rank ${rank}: gatherOnHost takes an array of numbers, got ${shown(values)}`);
   const bad = values.findIndex((v) => typeof v !== 'number');
   if (bad >= 0) throw new UsageError(`rank ${rank}: gatherOnHost takes an array of numbers; item ${bad} is ${shown(values[bad])}`);
-  return (values as number[]).map((v) => (Number.isFinite(v) && !Object.is(v, -0) ? v : Object.is(v, -0) ? '-0' : String(v)));
+  return (values as number[]).map((v) => (Object.is(v, -0) ? '-0' : Number.isFinite(v) ? v : String(v)));
 }
 
 /** A rank's values from gatherWords' form. */

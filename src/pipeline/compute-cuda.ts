@@ -123,7 +123,7 @@ class CudaKernelDevice implements KernelDevice {
 /** Timing events, one per mark, reused once released and after reset(). */
 class EventClock implements Clock {
   readonly #events: CudaEvent[] = [];
-  /** Ids of events not in use, the highest first out. */
+  /** Ids of events not in use (any order: each is recorded afresh when taken). */
   #free: number[] = [];
 
   constructor(readonly device: CudaDevice) {}
@@ -143,7 +143,7 @@ class EventClock implements Clock {
     this.#free.push(id);
   }
   reset(): void {
-    this.#free = this.#events.map((_, i) => this.#events.length - 1 - i);
+    this.#free = this.#events.map((_, i) => i);
   }
   reserve(marks: number): void {
     this.#grow(marks);
@@ -151,7 +151,7 @@ class EventClock implements Clock {
   #grow(marks: number): void {
     while (this.#events.length < marks) {
       this.#events.push(this.device.createEvent(true));
-      this.#free.unshift(this.#events.length - 1);
+      this.#free.push(this.#events.length - 1);
     }
   }
   destroy(): void {

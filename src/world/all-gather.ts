@@ -1,5 +1,5 @@
 // Small collectives over the rendezvous store, for setup (never on the data path).
-import { StoreError, TimeoutError } from '../errors.js';
+import { peerLeftNote, StoreError, TimeoutError, type PeerLeft } from '../errors.js';
 import type { Store } from './store.js';
 
 export interface AllGatherArgs {
@@ -23,7 +23,7 @@ export interface AllGatherArgs {
    * Whether rank r has left for good (cpu: closed its communicator), and whether after a failure
    * of its own: a wait for its value then ends once it is seen not to be there, not at the deadline.
    */
-  gone?: (rank: number) => 'closed' | 'closed after a failure' | undefined;
+  gone?: (rank: number) => PeerLeft | undefined;
 }
 
 /** How often a wait that can tell a peer has gone (AllGatherArgs.gone) looks. */
@@ -93,8 +93,7 @@ async function valueOf(a: AllGatherArgs, r: number, deadline: number): Promise<U
       // It may have published just before it closed: one more look before saying it never will.
       const late = await a.store.get(key, 1).catch(() => undefined);
       if (late !== undefined) return late;
-      const note = how === 'closed' ? 'it has closed its communicator' : 'it has closed its communicator after a failure of its own (its error says which)';
-      throw new TimeoutError(a.rank, r, a.timeoutMs, `${what}; ${note}`, { waitedMs: Date.now() - started, peerFailed: how !== 'closed' });
+      throw new TimeoutError(a.rank, r, a.timeoutMs, `${what}; ${peerLeftNote(how)}`, { waitedMs: Date.now() - started, peerFailed: how !== 'closed' });
     }
   }
 }

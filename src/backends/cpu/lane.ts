@@ -10,6 +10,7 @@
 // peer's done flag here. A plan's exchange stops before the rows; a plan's move publishes only the
 // header and pushes along the plan's routing.
 import type { Handle, Lane, Stream } from '../backend.js';
+import { peerLeftNote } from '../../errors.js';
 import { judge, mismatchOf, RECORD_HEADER_WORDS, Records, writeAllReduceHeader, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
 import { Routing } from '../../collectives/exchange-routing.js';
 import { StatusCode, WAIT_AR_DATA, WAIT_AR_HEADER, WAIT_ARRIVAL, WAIT_DONE, WAIT_MOVE, entryError, type StatusEntry } from '../../collectives/status.js';
@@ -28,8 +29,6 @@ const SPIN_MS = 0.1;
 const SPIN_CHECK = 256;
 /** Longest single sleep; only bounds how late the deadline is noticed (a peer's store wakes sleepers). */
 const MAX_SLEEP_MS = 20;
-
-
 
 /** The cpu backend's streams: plain objects (work is done when its call returns), known by identity. */
 const cpuStreams = new WeakSet<Stream>();
@@ -287,7 +286,7 @@ export class CpuLane implements Lane {
       expert: site,
     };
     const left = this.#pads[peer].closed;
-    const note = left === 'closed' ? 'it has closed its communicator' : left === undefined ? undefined : 'it has closed its communicator after a failure of its own (its error says which)';
+    const note = left === undefined ? undefined : peerLeftNote(left);
     const waited = { waitedMs: Math.round(performance.now() - (this.#deadline - this.#timeoutMs)), peerFailed: left === 'closed after a failure' };
     // Named by its lane, as cuda's are: ranks that call lanes in another order wait on different ones.
     const onLane = /on lane \d+/.test(what) ? what : `${what} on lane ${this.index}`;

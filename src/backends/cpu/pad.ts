@@ -19,6 +19,7 @@
 // The "done" words sit on their own line: peers write them while the owner writes its slots.
 import { Buffer } from 'node:buffer';
 import { MAX_EXPERTS_PER_RANK } from '../backend.js';
+import type { PeerLeft } from '../../errors.js';
 import { RECORD_HEADER_WORDS, recordDataWords } from '../../collectives/exchange-rules.js';
 import type { SharedRegion } from './memory.js';
 
@@ -116,7 +117,7 @@ export class PadViews {
   }
 
   /** How the pad's rank left, if it closed its communicator. */
-  get closed(): 'closed' | 'closed after a failure' | undefined {
+  get closed(): PeerLeft | undefined {
     const v = Atomics.load(this.i32, CLOSED);
     return v === 1 ? 'closed' : v === 2 ? 'closed after a failure' : undefined;
   }

@@ -1,6 +1,6 @@
 // Set-up exchanges of the cpu backend over the rendezvous store: shared memory every rank maps
 // (pads, symmetric buffers), and host barriers.
-import { SharedMemoryError, StoreError, TimeoutError, UsageError } from '../../errors.js';
+import { SharedMemoryError, StoreError, TimeoutError, UsageError, type PeerLeft } from '../../errors.js';
 import { allGather, GatherSweep } from '../../world/all-gather.js';
 import { sizeDisagreement } from '../../world/disagreement.js';
 import type { Store } from '../../world/store.js';
@@ -16,7 +16,7 @@ export class Rendezvous {
   #rank: number;
   #world: number;
   /** Set once the pads are up: whether a peer has closed its communicator (all-gather.ts's `gone`). */
-  peerGone: ((rank: number) => 'closed' | 'closed after a failure' | undefined) | undefined;
+  peerGone: ((rank: number) => PeerLeft | undefined) | undefined;
 
   constructor(store: Store, memory: SharedMemory, rank: number, world: number) {
     this.#store = store;
