@@ -183,7 +183,7 @@ function mismatchText(field: MismatchField, rank: number, needed: bigint, availa
     case 'kind':
       // By the operation alone, as every rank sees both records: the same text on every rank. A
       // plan's exchange or move is its operation's kind; the reporting rank's own call closes the message.
-      return `rank 0 called ${named(KIND_OPS, available)}, rank ${rank} ${named(KIND_OPS, needed)}`;
+      return `rank 0's call is an ${named(KIND_OPS, available)}, rank ${rank}'s an ${named(KIND_OPS, needed)} (a plan's exchange and moves are its operation's)`;
     case 'output':
       return `output symmetric buffer ${both(String(available), String(needed))}`;
     case 'dtype':
@@ -207,6 +207,8 @@ function callText(op: string, call: string | undefined): string {
 }
 
 const INT64_MAX = 0x7fffffffffffffffn;
+/** Where a count passes 2^32: splits written as int32 read as one int64 per pair. */
+const INT64_HINT = '; splits are read as int64 (BigInt64Array): int32 splits read two at a time';
 
 /** What SplitsError carries: the problem and where it is. */
 export interface SplitsFault {
@@ -292,7 +294,7 @@ export class SplitsError extends A2avError implements SplitsFault {
         }
         return needed >= INT64_MAX
           ? `rank ${rank}: splits overflow int64 (their sum passes 2^63-1 rows); the input holds ${available} rows, passed at ${where} ${at}`
-          : `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (${where}) ${at}`;
+          : `rank ${rank}: splits need ${needed} input rows but the input holds ${available} (${where})${needed >= 2n ** 32n ? INT64_HINT : ''} ${at}`;
       case 'output-overflow':
         return needed >= INT64_MAX
           ? `rank ${rank}: rows to receive overflow int64 (their sum passes 2^63-1); the output holds ${available} rows, passed at ${where} ${at}`

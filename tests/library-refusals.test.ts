@@ -10,7 +10,7 @@ import { cudaUnavailableReason } from '../src/cuda/probe.js';
 import { MAX_CPU_WORLD } from '../src/backends/cpu/world.js';
 import { MAX_WORLD } from '../src/backends/cuda/layout.js';
 import type { AllReduceArgs, DeviceBuffer } from '../src/backends/backend.js';
-import { checkAllReduce, checkAllToAllV, checkPlan, checkPlanMove, type CheckContext } from '../src/collectives/check.js';
+import { checkAllReduce, checkAllToAllV, checkPlan, checkPlanMove, planBuffers, type CheckContext } from '../src/collectives/check.js';
 import { ClosedError, shown, UsageError } from '../src/errors.js';
 import { CPU_MAX_BUFFER_BYTES } from '../src/backends/cpu/buffer.js';
 import type { MoeGroupOptions } from '../src/moe/api.js';
@@ -258,6 +258,25 @@ describe('a call\'s refusal says what matters', () => {
     assert.equal(refusal(() => checkAllToAllV(ctx, args)), 'rank 1: inSplits (int64[W]) holds 16 bytes, needs at least 24 (W = 3)');
   });
 
+  test("a plan's move into the plan's own splits or offsets is refused, as the direct call's is", () => {
+    const [splits, offsets] = [buffer(48), buffer(96)];
+    const dispatch = planBuffers({ inSplits: splits, outSplitsOffsets: offsets, expertsPerRank: 2, inputRows: 4, outputRows: 4 });
+    const combine = planBuffers({ inSplitsOffsets: splits, outSplitsOffsets: offsets, expertsPerRank: 2, inputRows: 4, outputRows: 4 });
+    const move = { input: buffer(64), rowBytes: 1 };
+    assert.equal(refusal(() => checkPlanMove(ctx, dispatch, { ...move, output: offsets })), "rank 1: plan.move output is the plan's outSplitsOffsets: peers write rows into output (give each its own)");
+    assert.equal(refusal(() => checkPlanMove(ctx, dispatch, { ...move, output: splits })), "rank 1: plan.move output is the plan's inSplits: peers write rows into output (give each its own)");
+    assert.equal(refusal(() => checkPlanMove(ctx, combine, { ...move, output: splits })), "rank 1: plan.move output is the plan's inSplitsOffsets: peers write rows into output (give each its own)");
+    checkPlanMove(ctx, dispatch, { ...move, output: buffer(64) });
+  });
+
+  test("a plan's maxBlocks is checked with the plan, as a call's is", () => {
+    const args = { inSplits: buffer(48), outSplitsOffsets: buffer(96), expertsPerRank: 2, inputRows: 4, outputRows: 4 };
+    for (const maxBlocks of [0, -1, 1.5, NaN, 'lots' as never]) {
+      assert.match(refusal(() => checkPlan(ctx, 'dispatch', { ...args, maxBlocks })), /^rank 1: maxBlocks must be a positive integer, got /);
+    }
+    assert.equal(planBuffers({ ...args, maxBlocks: 8 }).maxBlocks, 8);
+  });
+
   test('rowBytes past 2^53 - 1, a positive integer as it reads, is refused with the bound', () => {
     const args = { input: buffer(64), output: buffer(64), inSplits: buffer(24), outSplitsOffsets: buffer(48), rowBytes: 2 ** 53 };
     assert.equal(refusal(() => checkAllToAllV(ctx, args)), 'rank 1: rowBytes must be a positive integer at most 2^53-1 (Number.MAX_SAFE_INTEGER), got 9007199254740992');
@@ -267,12 +286,13 @@ describe('a call\'s refusal says what matters', () => {
 
 describe('misuse is a UsageError that names it, never a TypeError', () => {
   const ctx: CheckContext = { rank: 1, worldSize: 2, laneCount: 1, owns: () => true, ownsLane: () => true };
+  const bare = (bytes: number): DeviceBuffer => ({ bytes, symmetric: true, symmetricId: 0, freed: false });
 
   test('a call without its object of arguments names the call', () => {
     assert.equal(refusal(() => checkAllToAllV(ctx, undefined as never)), 'rank 1: allToAllV takes one object of named arguments, got undefined');
     assert.equal(refusal(() => checkAllReduce(ctx, null as never)), 'rank 1: allReduce takes one object of named arguments, got null');
     assert.equal(refusal(() => checkPlan(ctx, 'dispatch', undefined as never)), 'rank 1: planAllToAllV2d takes one object of named arguments, got undefined');
-    assert.equal(refusal(() => checkPlanMove(ctx, { inputRows: 1, outputRows: 1 }, 4 as never)), 'rank 1: plan.move takes one object of named arguments, got 4');
+    assert.equal(refusal(() => checkPlanMove(ctx, { inputRows: 1, outputRows: 1, splits: bare(16), splitsName: 'inSplits', outSplitsOffsets: bare(32) }, 4 as never)), 'rank 1: plan.move takes one object of named arguments, got 4');
   });
 
   for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: no arguments, capture without a function or with an async one, a closed replay, a write of a plain array`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {

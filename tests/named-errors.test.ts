@@ -53,7 +53,7 @@ describe('error classes', () => {
     const first = "(rank 1 is the first rank whose call differs from rank 0's; either may be the odd one out)";
     assert.equal(said('rowBytes', 'allToAllV', 16n, 8n), `rank 0 and rank 1 disagree: rowBytes 8 on rank 0, 16 on rank 1 ${first} (reported by rank 3, in its allToAllV)`);
     assert.equal(said('output', 'allToAllV2d', 5n, 4n), `rank 0 and rank 1 disagree: output symmetric buffer 4 on rank 0, 5 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
-    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), `rank 0 and rank 1 disagree: rank 0 called allToAllV2d, rank 1 allToAllV2dOffset ${first} (reported by rank 3, in its allToAllV2d)`);
+    assert.equal(said('kind', 'allToAllV2d', 3n, 2n), `rank 0 and rank 1 disagree: rank 0's call is an allToAllV2d, rank 1's an allToAllV2dOffset (a plan's exchange and moves are its operation's) ${first} (reported by rank 3, in its allToAllV2d)`);
     assert.equal(said('expertsPerRank', 'allToAllV2d', 16n, 8n), `rank 0 and rank 1 disagree: expertsPerRank 8 on rank 0, 16 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
     assert.equal(said('majorAlign', 'allToAllV2d'), `rank 0 and rank 1 disagree: majorAlign 1 on rank 0, 2 on rank 1 ${first} (reported by rank 3, in its allToAllV2d)`);
     assert.equal(said('count', 'allReduce', 7n, 9n), `rank 0 and rank 1 disagree: count 9 on rank 0, 7 on rank 1 ${first} (reported by rank 3, in its allReduce)`);
@@ -77,7 +77,7 @@ describe('error classes', () => {
     // Another kind on rank 1 while rank 0 moves a dispatch plan: both sides by their operation, as
     // every rank reads them (the same text on each), the reporting rank's own call last.
     const kinds = entryError({ ...entry, expert: MismatchCode.kind, needed: 3n, available: 2n }, 1000, 'a move of the exchange plan of allToAllV2d on lane 0') as api.SplitsError;
-    assert.match(kinds.message, /^rank 0 and rank 1 disagree: rank 0 called allToAllV2d, rank 1 allToAllV2dOffset .*\(reported by rank 0, in its plan.move of a planAllToAllV2d plan\)$/);
+    assert.match(kinds.message, /^rank 0 and rank 1 disagree: rank 0's call is an allToAllV2d, rank 1's an allToAllV2dOffset \(a plan's exchange and moves are its operation's\) .*\(reported by rank 0, in its plan.move of a planAllToAllV2d plan\)$/);
     const peerSide = entryError({ ...entry, expert: MismatchCode.kind, needed: 3n, available: 2n, reportedBy: 2 }, 1000, 'allToAllV2d on lane 0, call 3') as api.SplitsError;
     assert.equal(peerSide.message.split(' (reported by')[0], kinds.message.split(' (reported by')[0], 'every rank gives the same account of the two calls');
     const direct = entryError(entry, 1000, 'allToAllV2d on lane 0, call 3') as api.SplitsError;
@@ -114,6 +114,11 @@ describe('error classes', () => {
     assert.match(new api.SplitsError({ ...at, needed: 0x7fffffffffffffffn }).message, /^rank 1: the chunk for peer 0, expert 2 ends past row 2\^63-1 \(its offset \+ rows overflow int64\)/);
     // The other calls' input-overflow is still a sum of splits.
     assert.equal(new api.SplitsError({ ...at, op: 'allToAllV2d', needed: 300n }).message, 'rank 1: splits need 300 input rows but the input holds 256 (peer 0, expert 2) (reported by rank 0)');
+    // Past 2^32 rows the likeliest cause is int32 splits, two of which read as one int64.
+    assert.equal(
+      new api.SplitsError({ ...at, op: 'allToAllV2d', needed: (4n << 32n) | 3n }).message,
+      'rank 1: splits need 17179869187 input rows but the input holds 256 (peer 0, expert 2); splits are read as int64 (BigInt64Array): int32 splits read two at a time (reported by rank 0)',
+    );
   });
 
   it('a bad expert id names its entry and the ids allowed, and has no cause (the exchange saw only a stand-in split)', () => {

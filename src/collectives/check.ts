@@ -281,6 +281,7 @@ export interface PlanCheckArgs extends PlanCapacity {
   majorAlign?: number;
   lane?: Lane;
   stream?: Stream;
+  maxBlocks?: number;
 }
 
 /** Checks the creation of an exchange plan of `kind`; returns the lane index to run it on. */
@@ -291,6 +292,7 @@ export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheck
   }
   const n = ctx.worldSize * (kind === '1d' ? 1 : checkExperts(ctx, args.expertsPerRank));
   if (kind === 'dispatch') checkMajorAlign(ctx, args.majorAlign);
+  checkMaxBlocks(ctx, args.maxBlocks);
   if (kind === 'combine') checkBuffer(ctx, 'inSplitsOffsets (int64[2][E*W])', args.inSplitsOffsets, 16 * n);
   else checkBuffer(ctx, kind === '1d' ? 'inSplits (int64[W])' : 'inSplits (int64[W*E])', args.inSplits, 8 * n);
   checkBuffer(ctx, kind === 'dispatch' ? 'outSplitsOffsets (int64[2][E*W])' : 'outSplitsOffsets (int64[2][W*E])', args.outSplitsOffsets, 16 * n);
@@ -301,14 +303,36 @@ export function checkPlan(ctx: CheckContext, kind: ExchangeKind, args: PlanCheck
   return checkLane(ctx, args.lane, args.stream);
 }
 
-/** Checks one payload of an exchange plan against the plan's capacity. */
-export function checkPlanMove(ctx: CheckContext, capacity: PlanCapacity, args: PlanMoveArgs): void {
+/** What a plan's moves are checked against: its capacity and its own splits buffers. */
+export interface PlanBuffers extends PlanCapacity {
+  /** 1d, dispatch: inSplits; combine: inSplitsOffsets. */
+  splits: DeviceBuffer;
+  splitsName: 'inSplits' | 'inSplitsOffsets';
+  outSplitsOffsets: DeviceBuffer;
+  /** The calls' SM budget on cuda (checked with the plan). */
+  maxBlocks?: number;
+}
+
+/** A checked plan's PlanBuffers. */
+export function planBuffers(args: PlanCheckArgs): PlanBuffers {
+  const splitsName = args.inSplits !== undefined ? 'inSplits' : 'inSplitsOffsets';
+  return { inputRows: args.inputRows, outputRows: args.outputRows, splits: args[splitsName]!, splitsName, outSplitsOffsets: args.outSplitsOffsets, maxBlocks: args.maxBlocks };
+}
+
+/** Checks one payload of an exchange plan against the plan's capacity and buffers. */
+export function checkPlanMove(ctx: CheckContext, plan: PlanBuffers, args: PlanMoveArgs): void {
   checkArgsObject(ctx, 'plan.move', args, PLAN_MOVE_ARGS);
   checkStream(ctx, args.stream);
   checkRowBytes(ctx, args.rowBytes);
   checkPayload(ctx, args.input, args.output);
-  checkRows(ctx, 'input', args.input, capacity.inputRows, args.rowBytes);
-  checkRows(ctx, 'output', args.output, capacity.outputRows, args.rowBytes);
+  // Peers write rows into output: into the plan's splits, a replayed exchange would read rows as
+  // splits; into its offsets, the combine that follows would.
+  if (args.output === plan.splits || args.output === plan.outSplitsOffsets) {
+    const name = args.output === plan.outSplitsOffsets ? 'outSplitsOffsets' : plan.splitsName;
+    throw new UsageError(`rank ${ctx.rank}: plan.move output is the plan's ${name}: peers write rows into output (give each its own)`);
+  }
+  checkRows(ctx, 'input', args.input, plan.inputRows, args.rowBytes);
+  checkRows(ctx, 'output', args.output, plan.outputRows, args.rowBytes);
 }
 
 function checkRows(ctx: CheckContext, what: string, buf: DeviceBuffer, rows: number, rowBytes: number): void {

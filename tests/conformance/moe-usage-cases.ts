@@ -45,6 +45,7 @@ export async function moeUsage(comm: Comm, arg: { seed: number }): Promise<numbe
     ['plan with negative inputRows', () => comm.planAllToAllV2d({ ...p, inputRows: -1 })],
     ['plan with outputRows 1.5', () => comm.planAllToAllV2d({ ...p, outputRows: 1.5 })],
     ['plan with expertsPerRank 300', () => comm.planAllToAllV2d({ ...p, expertsPerRank: 300 })],
+    ['plan with maxBlocks 0', () => comm.planAllToAllV2d({ ...p, maxBlocks: 0 }), /maxBlocks must be a positive integer/],
     ['1-D plan with inSplits smaller than int64[W]', () => comm.planAllToAllV({ inSplits: comm.alloc(8 * W - 1), outSplitsOffsets: moe.midOffsets, inputRows: 1, outputRows: 1 })],
     // A misspelt option would otherwise be dropped and the call run without it (majorAlign 1 here).
     ['dispatch with majoralign (misspelt)', () => comm.allToAllV2d({ ...d, majoralign: 2 } as never)],

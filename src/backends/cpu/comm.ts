@@ -22,7 +22,7 @@ import type {
   Stream,
 } from '../backend.js';
 import { ABORTED, EXPLAINED, explained, type CopyOffsets, type Explain } from '../backend.js';
-import { checkBarrier, gatheredValues, gatherWords, checkCopyBytes, checkCopyOverlap, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, gatheredValues, gatherWords, checkCopyBytes, checkCopyOverlap, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkBuffer, checkCapture, checkPlan, planBuffers, checkStream, checkWaitOn, checkWriteData, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext } from '../../collectives/check.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, shown, UsageError } from '../../errors.js';
@@ -230,7 +230,7 @@ class CpuComm implements Comm, CheckContext {
       ctx: this,
       lane,
       exchange: planRecord(kind, this.worldSize, args),
-      capacity: { inputRows: args.inputRows, outputRows: args.outputRows },
+      buffers: planBuffers(args),
       usable: () => this.#usable(),
       call: (run) => this.#call(lane.index, run),
       replaying: () => this.#replayed !== undefined,

@@ -2,8 +2,8 @@
 // outcome is `ready`), and the routing it judged is kept for every move. A move is a lane call of
 // its own: every rank publishes its row size and output, all check they agree (SplitsError
 // 'mismatch', nothing written, when they do not), then push rows along the kept chunks.
-import type { ExchangePlan, Handle, PlanCapacity, PlanMoveArgs } from '../backend.js';
-import { checkPlanMove, PLAN_CLOSE_IN_CAPTURE, type CheckContext } from '../../collectives/check.js';
+import type { ExchangePlan, Handle, PlanMoveArgs } from '../backend.js';
+import { checkPlanMove, PLAN_CLOSE_IN_CAPTURE, type CheckContext, type PlanBuffers } from '../../collectives/check.js';
 import { Routing } from '../../collectives/exchange-routing.js';
 import { UsageError } from '../../errors.js';
 import { moveWhat } from '../../collectives/call-names.js';
@@ -14,7 +14,8 @@ export interface CpuPlanInit {
   ctx: CheckContext;
   lane: CpuLane;
   exchange: CallRecord;
-  capacity: PlanCapacity;
+  /** Its capacity and splits buffers, which its moves are checked against. */
+  buffers: PlanBuffers;
   /** Throws when the communicator can no longer be used (closed, or a peer timed out). */
   usable: () => void;
   /** Makes a call on the plan's lane (counted inside a replayed closure) and returns its handle. */
@@ -45,10 +46,10 @@ export class CpuPlan implements ExchangePlan {
   }
 
   move(args: PlanMoveArgs): Handle {
-    const { ctx, lane, exchange, capacity, usable, call } = this.#init;
+    const { ctx, lane, exchange, buffers, usable, call } = this.#init;
     usable();
     if (this.#closed) throw new UsageError(`rank ${ctx.rank}: this exchange plan is closed`);
-    checkPlanMove(ctx, capacity, args);
+    checkPlanMove(ctx, buffers, args);
     if (this.#error !== undefined) return call(() => doneHandle(this.#error));
     const p = { input: args.input, output: args.output, rowBytes: args.rowBytes };
     return call(() => doneHandle(lane.move(moveHeader(exchange.header, p, this.#id), this.#routing, p, moveWhat(exchange.what))));

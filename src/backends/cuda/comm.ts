@@ -31,7 +31,7 @@ import { loadModules, type ModuleLoad } from './modules.js';
 import { EventTimer, hostWaitLimitMs } from '../event-timer.js';
 import { GpuBuffer, GpuMemory } from '../gpu-memory.js';
 import { EventRing, type HostWaiter } from '../stream-lane.js';
-import { checkBarrier, gatheredValues, gatherWords, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, checkStream, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
+import { checkBarrier, gatheredValues, gatherWords, checkLaneIndex, checkAllReduce, checkAllToAllV, checkArgsObject, checkCapture, PEER_COPY_ARGS, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkPlanMove, planBuffers, checkStream, LAUNCH_IN_CAPTURE, REPLAY_CALLS_PER_LANE, TOO_MANY_REPLAY_CALLS, type CheckContext, type PlanCheckArgs } from '../../collectives/check.js';
 import { planWhat } from '../../collectives/call-names.js';
 import type { ExchangeKind } from '../../collectives/exchange-rules.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -257,11 +257,12 @@ export class CudaComm implements Comm, CheckContext, HostWaiter {
     // Checked before any field is read (checkPlan refuses a missing argument object by name).
     const lane = this.#lanes[checkPlan(this, kind, args)];
     const splits = (kind === 'combine' ? args.inSplitsOffsets : args.inSplits) as DeviceBuffer;
-    const plan = this.#moe.plan(lane, exchangeCall(kind, { ...args, splits }, { inRows: args.inputRows, outRows: args.outputRows }), args.stream, what);
+    const plan = this.#moe.plan(lane, exchangeCall(kind, { ...args, splits }, { inRows: args.inputRows, outRows: args.outputRows }), args.stream, what, args.maxBlocks);
+    const buffers = planBuffers(args);
     return {
       ready: plan.ready,
       move: (m) => {
-        checkPlanMove(this, args, m);
+        checkPlanMove(this, buffers, m);
         return plan.move(m);
       },
       close: () => plan.close(),

@@ -270,7 +270,7 @@ export class MoeCalls {
   }
 
   /** Builds an exchange plan on `lane`: the exchange now, moves later. */
-  plan(lane: CudaLane, x: ExchangeCall, stream: Stream | undefined, what: string): ExchangePlan {
+  plan(lane: CudaLane, x: ExchangeCall, stream: Stream | undefined, what: string, maxBlocks?: number): ExchangePlan {
     this.#host.usable();
     const scratch = this.#scratchOf(lane);
     const host = this.#host;
@@ -285,7 +285,7 @@ export class MoeCalls {
       move: (m: PlanMoveArgs): Handle => {
         if (closed) throw new UsageError(`rank ${host.rank}: this exchange plan is closed`);
         host.usable();
-        const payload = { input: m.input as GpuBuffer, output: m.output as GpuBuffer, rowBytes: m.rowBytes };
+        const payload = { input: m.input as GpuBuffer, output: m.output as GpuBuffer, rowBytes: m.rowBytes, maxBlocks };
         host.follow(lane, m.stream);
         this.#queue(lane.stream, this.#paramsOf(lane, x, payload, buf, scratch), ['check', 'copy', 'done'], payload);
         return host.finish(lane, moveWhat(what));

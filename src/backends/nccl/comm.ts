@@ -34,7 +34,7 @@ import type {
 import { ABORTED } from '../backend.js';
 import { CudaStream, type CudaDevice, type CudaEvent } from '../../cuda/device.js';
 import { directRecord, planRecord } from '../../collectives/call-records.js';
-import { checkBarrier, gatheredValues, gatherWords, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, checkStream, type CheckContext } from '../../collectives/check.js';
+import { checkBarrier, gatheredValues, gatherWords, checkLaneIndex, checkAllReduce, checkAllToAllV, checkAllToAllV2d, checkAllToAllV2dOffset, checkPlan, planBuffers, checkStream, type CheckContext } from '../../collectives/check.js';
 import { judge, type ExchangeKind } from '../../collectives/exchange-rules.js';
 import { entryError } from '../../collectives/status.js';
 import { ClosedError, CommAbortedError, TimeoutError, UsageError } from '../../errors.js';
@@ -226,7 +226,7 @@ export class NcclComm implements Comm, CheckContext, HostWaiter, NcclHost {
       host: this,
       lane,
       exchange: planRecord(kind, this.worldSize, args),
-      capacity: { inputRows: args.inputRows, outputRows: args.outputRows },
+      buffers: planBuffers(args),
       stream: args.stream,
       usable: () => this.#usable(),
       outcome: (err) => {

@@ -2,11 +2,11 @@
 // is `ready`; outSplitsOffsets is written then), and the routing it judged is kept on the host for
 // every move. A move first gathers every rank's header (row size, output) and refuses a mismatch
 // on every rank, then moves the rows as the routing says: no second exchange of the splits.
-import type { ExchangePlan, Handle, PlanCapacity, PlanMoveArgs, Stream } from '../backend.js';
+import type { ExchangePlan, Handle, PlanMoveArgs, Stream } from '../backend.js';
 import type { CudaStream } from '../../cuda/device.js';
 import { moveWhat } from '../../collectives/call-names.js';
 import { moveHeader, type CallRecord } from '../../collectives/call-records.js';
-import { checkPlanMove, type CheckContext } from '../../collectives/check.js';
+import { checkPlanMove, type CheckContext, type PlanBuffers } from '../../collectives/check.js';
 import { judge, mismatchOf } from '../../collectives/exchange-rules.js';
 import { Routing } from '../../collectives/exchange-routing.js';
 import { entryError } from '../../collectives/status.js';
@@ -21,7 +21,8 @@ export interface NcclPlanInit {
   host: NcclHost & HostWaiter & CheckContext;
   lane: NcclLane;
   exchange: CallRecord;
-  capacity: PlanCapacity;
+  /** Its capacity and splits buffers, which its moves are checked against. */
+  buffers: PlanBuffers;
   stream?: Stream;
   /** Throws when the communicator can no longer be used. */
   usable: () => void;
@@ -55,10 +56,10 @@ export class NcclPlan implements ExchangePlan {
   }
 
   move(args: PlanMoveArgs): Handle {
-    const { host, lane, exchange, capacity, usable, outcome } = this.#init;
+    const { host, lane, exchange, buffers, usable, outcome } = this.#init;
     usable();
     if (this.#closed) throw new UsageError(`rank ${host.rank}: this exchange plan is closed`);
-    checkPlanMove(host, capacity, args);
+    checkPlanMove(host, buffers, args);
     lane.follow(args.stream as CudaStream | undefined);
     const what = moveWhat(exchange.what);
     let err = this.#error;
