@@ -10,6 +10,7 @@ const errno = (err: unknown): string => (err as NodeJS.ErrnoException).code ?? (
  * or a place that takes no files at all (/proc, a read-only mount).
  */
 export function checkWritable(path: string): void {
+  if (path === '') throw new UsageError('an empty file name: give the file to write');
   const dir = dirname(resolve(path));
   let existing: Stats | undefined;
   try {

@@ -23,6 +23,9 @@ describe('pipeline options', () => {
       [{ trace: 'yes' }, /pipeline: trace must be true or false, got 'yes' \(a string\)$/],
       [{ inputDistBlocks: -1 }, /pipeline: inputDistBlocks must be an integer >= 1, got -1$/],
       [{ inputDistBlocks: 2.5 }, /pipeline: inputDistBlocks must be an integer >= 1, got 2\.5$/],
+      // Every timed step's times are kept: 2e8 failed as an array length after the ranks started.
+      [{ iters: 2e8 }, /pipeline: iters \+ warmup must be at most 10000000 steps an arm .*, got 200000000 \+ 0$/],
+      [{ iters: 9e6, warmup: 2e6 }, /pipeline: iters \+ warmup must be at most 10000000 /],
       // No default: the CLI's (one per GPU) would start the driver to count them.
       [{ ranks: undefined }, /^runPipeline: ranks is required /],
     ];
@@ -69,6 +72,15 @@ describe('pipeline options', () => {
       assert.match(err.message, message);
       assert.equal(err.failedRank, undefined, 'refused on the host, not by a rank');
     }
+  });
+
+  test('pipelineRank: a rank refusing its own options says why, and its peers name it rather than wait (a BigInt seed too)', async () => {
+    const said = await runRanks({ backend: 'cpu', ranks: 3, timeoutMs: 30_000 }, new URL('./pipeline/programs.js', import.meta.url), 'oneRankRefuses', { refuse: 1 });
+    assert.deepEqual(said, [
+      'UsageError: pipeline: rank 1 refused its options: pipeline: iters must be an integer >= 1, got 0',
+      'UsageError: pipeline: iters must be an integer >= 1, got 0',
+      'UsageError: pipeline: rank 1 refused its options: pipeline: iters must be an integer >= 1, got 0',
+    ]);
   });
 
   test('pipelineRank on a one-lane communicator refuses a two-lane arm before any arm runs', async () => {

@@ -73,7 +73,7 @@ describe('pipeline on cpu', () => {
   });
 
   test('runPipeline: rows agree, and the trace has a compute, data and lane track per arm and rank', async () => {
-    const result = await runPipeline({ backend: 'cpu', ranks: 2, shape: 'tiny', arms: [...ARMS], warmup: 1, iters: 3, seed: 3, trace: true });
+    const result = await runPipeline({ backend: 'cpu', ranks: 2, shape: 'tiny', arms: [...ARMS], warmup: 2, iters: 3, seed: 3, trace: true });
     assert.ok(result);
     assert.deepEqual(pipelineRows([result]).problems, []);
     assert.deepEqual(result.arms.map((a) => a.arm), [...ARMS]);
@@ -89,7 +89,7 @@ describe('pipeline on cpu', () => {
         assert.deepEqual(tracks, arm === 'one-lane' ? ['compute', 'data', 'lane 0'] : ['compute', 'data', 'lane 0', 'lane 1'], `${arm} rank ${rank}`);
         const spans = events.filter((e) => e.pid === pid && e.ph === 'X');
         assert.equal(spans.length, 3 * PHASES.length, `${arm} rank ${rank}: every phase of every timed step`);
-        for (const s of spans) assert.ok(PHASES.includes(s.name) && s.dur >= 0 && Number.isFinite(s.ts) && [1, 2, 3].includes(s.args.step), JSON.stringify(s));
+        for (const s of spans) assert.ok(PHASES.includes(s.name) && s.dur >= 0 && Number.isFinite(s.ts) && [1, 2, 3].includes(s.args.step), JSON.stringify(s)); // timed steps, from 1
         const inputLane = arm === 'one-lane' ? 'lane 0' : 'lane 1';
         const tid = events.find((e) => e.pid === pid && e.name === 'thread_name' && e.args.name === inputLane)!.tid;
         assert.ok(spans.some((s) => s.tid === tid && s.name === 'input dist ids'), `${arm}: the input dist is on ${inputLane}`);
@@ -175,6 +175,9 @@ describe('pipeline on cpu', () => {
       assert.deepEqual(out.rows.map((row: { arm: string }) => row.arm), [...ARMS]);
       assert.equal(out.rows[0].vsOneLane, 1);
       assert.equal(out.rows[0].vsNcclOneLane, null, 'no nccl row: nothing to compare with');
+      // The table's cpu caveat travels with the figures, as do the host's cores and load.
+      assert.ok(out.notes.some((n: string) => /^cpu: .* their timings compare nothing/.test(n)), JSON.stringify(out.notes));
+      assert.ok(Number.isInteger(out.cores) && out.cores >= 1 && typeof out.load === 'number', JSON.stringify({ cores: out.cores, load: out.load }));
       const trace = JSON.parse(readFileSync(traceFile, 'utf8'));
       assert.ok(trace.traceEvents.some((e: { ph: string }) => e.ph === 'X'));
       // Off a terminal the progress is lines: the start, then each arm's first step.

@@ -14,11 +14,18 @@ export interface RankOptions {
   options: object;
   /** How the CLI names a field where that is not the field's own name (rowBytes: '--row-bytes'). */
   flags?: Readonly<Record<string, string>>;
+  /**
+   * This rank's own refusal of its options, where it has one: it is still sent, so that peers
+   * started well are told which rank refused and why rather than waiting for it, and it is what
+   * this rank throws.
+   */
+  refused?: Error;
 }
 
 interface Sent {
   command: string;
   options: Record<string, unknown>;
+  refused?: string;
 }
 
 /**
@@ -27,8 +34,12 @@ interface Sent {
  * then by name) with this rank's value and a differing rank's.
  */
 export async function checkSameOptions(comm: Comm, mine: RankOptions): Promise<void> {
-  const sent = JSON.stringify({ command: mine.command, options: canonical(mine.options) });
+  // Refused options are not sent: they may not be JSON at all (a BigInt).
+  const sent = JSON.stringify(mine.refused ? { command: mine.command, options: {}, refused: mine.refused.message } : { command: mine.command, options: canonical(mine.options) });
   const all = (await gatherBytes(comm, new TextEncoder().encode(sent))).map((b) => new TextDecoder().decode(b));
+  if (mine.refused) throw mine.refused;
+  const refusing = all.findIndex((s) => (JSON.parse(s) as Sent).refused !== undefined);
+  if (refusing >= 0) throw new UsageError(`${mine.command}: rank ${refusing} refused its options: ${(JSON.parse(all[refusing]!) as Sent).refused}`);
   // The rank to name: rank 0 where this rank differs from it, else the first rank that does.
   const peer = all[comm.rank] !== all[0] ? 0 : all.findIndex((s) => s !== all[0]);
   if (peer < 0) return;

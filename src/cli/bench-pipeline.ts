@@ -51,7 +51,7 @@ export function addBenchPipeline(bench: Command): void {
     .addOption(new Option('--shape <name>', 'tiny; dlrm (26 features, dim 64, 100k rows, batch 8192, dense 512-256-64 over 512-512-256-1); ' +
       'dlrm-128 (dim 128); many-tables (170 features, dim 256, pooling 30, batch 32768) (default: dlrm, or tiny where cpu is one of the backends)').choices(SHAPE_NAMES))
     .addOption(new Option('--arms <list>', 'arms to run, in this order').argParser(armList).default([...ARMS], ARMS.join(',')))
-    .option('--iters <n>', 'timed steps per arm: the median and spread are over them (default 200; 100 with cpu)', integer(1))
+    .option('--iters <n>', 'timed steps per arm: the median and spread are over them (default 200; 100 with cpu; with --warmup at most 10^7)', integer(1))
     .option('--warmup <n>', 'untimed steps before them (default 20)', integer(0))
     .option('--seed <n>', 'seed of the synthetic batches and the initial weights', seedInteger, 1)
     .option('--timeout-ms <ms>', TIMEOUT_HELP, timeoutMs)

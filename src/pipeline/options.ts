@@ -27,6 +27,13 @@ export function withPipelineDefaults(arg: PipelineInput): PipelineArg {
   return { ...arg, arms, warmup, seed, trace };
 }
 
+/**
+ * Steps an arm runs at most, timed and warm-up alike: each timed step's times are kept for the
+ * median (two numbers a step, and a trace's spans), and 10^7 steps of the smallest shape are hours.
+ * Past about 1.3e8 the arrays alone fail, after the ranks have started.
+ */
+export const MAX_PIPELINE_STEPS = 10_000_000;
+
 /** The seed is a u32 in the kernels and in synth.ts: a larger one would train as seed mod 2^32. */
 const MAX_SEED = 2 ** 32 - 1;
 
@@ -53,6 +60,7 @@ export function checkPipelineArg(arg: PipelineArg, runnerKeys: readonly string[]
   for (const [name, value, least] of [['iters', arg.iters, 1], ['warmup', arg.warmup, 0], ['seed', arg.seed, 0]] as const) {
     if (!Number.isSafeInteger(value) || value < least) fail(`${name} must be an integer >= ${least}, got ${shown(value)}`);
   }
+  if (arg.iters + arg.warmup > MAX_PIPELINE_STEPS) fail(`iters + warmup must be at most ${MAX_PIPELINE_STEPS} steps an arm (each timed step's times are kept for the median), got ${arg.iters} + ${arg.warmup}`);
   if (arg.seed > MAX_SEED) fail(`seed must be at most ${MAX_SEED} (the kernels draw from a 32-bit seed: ${arg.seed} would train as ${arg.seed % 2 ** 32}), got ${arg.seed}`);
   if (arg.trace !== undefined && typeof arg.trace !== 'boolean') fail(`trace must be true or false, got ${shown(arg.trace)}`);
   if (arg.inputDistBlocks !== undefined && (!Number.isSafeInteger(arg.inputDistBlocks) || arg.inputDistBlocks < 1)) {

@@ -83,8 +83,14 @@ export interface PipelineRankResult {
 export async function pipelineRank(comm: Comm, given: PipelineInput, ctx?: RankContext): Promise<PipelineRankResult | undefined> {
   const arg = withPipelineDefaults(given);
   // Ranks started with different options would fail later on a buffer's size: say which option.
-  await checkSameOptions(comm, { command: 'bench pipeline', options: arg, flags: { inputDistBlocks: '--input-dist-blocks' } });
-  checkPipelineArg(arg);
+  // A rank's own refusal goes first, and to its peers, which would otherwise wait for it.
+  let refused: Error | undefined;
+  try {
+    checkPipelineArg(arg);
+  } catch (err) {
+    refused = err as Error;
+  }
+  await checkSameOptions(comm, { command: 'pipeline', options: arg, flags: { inputDistBlocks: 'inputDistBlocks (--input-dist-blocks)' }, refused });
   // Said before any arm runs: else every arm before the first two-lane one runs to its end first.
   const twoLane = arg.arms.find((arm) => arm !== 'one-lane');
   if (twoLane !== undefined && comm.laneCount < 2) throw new UsageError(`pipeline arm ${twoLane} needs 2 lanes; the communicator has ${comm.laneCount}`);

@@ -2,6 +2,7 @@
 // by a launcher, runs this rank's part), turns rank 0's reports into events, returns its result.
 import type { BackendName } from '../backends/backend.js';
 import { shown, UsageError } from '../errors.js';
+import { hostShare } from '../bench/host-share.js';
 import { runJob } from '../world/job.js';
 import { checkPipelineArg, checkPipelineBackend, withPipelineDefaults, type PipelineInput } from './options.js';
 import type { ArmResult, PipelineArg, PipelineRankResult, PipelineReport } from './rank.js';
@@ -29,6 +30,9 @@ export interface PipelineResult {
   seed: number;
   /** The input dist's block budget, when one was set. */
   inputDistBlocks?: number;
+  /** cpu: the host's cores, and its 1-minute load average when the run started (host-share.ts). */
+  cores?: number;
+  load?: number;
   /** Where the step times come from. */
   clock: string;
   /** What computed the dense layers' GEMMs. */
@@ -49,6 +53,8 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
   // The CLI's default (2 on cpu, one per GPU) needs the driver to count GPUs: the caller says.
   if (opts.ranks === undefined) throw new UsageError('runPipeline: ranks is required (the ranks to start as threads; under a launcher, the job\'s size)');
   const date = new Date().toISOString();
+  // Read before the ranks start; kept if they turn out to be cpu's.
+  const share = hostShare('cpu');
   // The ranks get the rank program's options only (they refuse keys it does not know).
   const { backend: _backend, ranks: _ranks, timeoutMs: _timeoutMs, ...given } = opts;
   const arg = withPipelineDefaults(given);
@@ -76,6 +82,7 @@ export async function runPipeline(opts: PipelineOptions, events: PipelineEvents 
     shape: SHAPES[opts.shape],
     device: rank0.device,
     date,
+    ...(backend === 'cpu' ? share : {}),
     warmup: arg.warmup,
     iters: arg.iters,
     ...(opts.inputDistBlocks === undefined ? {} : { inputDistBlocks: opts.inputDistBlocks }),

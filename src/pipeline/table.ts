@@ -44,6 +44,9 @@ export function pipelineRows(results: readonly PipelineResult[]): PipelineReport
   const notes: string[] = [];
   const ownOrder = (backend: string) => backend === 'nccl' && (results[0]?.ranks ?? 0) > 2;
   if (results.some((r) => ownOrder(r.backend))) notes.push("nccl's all-reduce sums in its own order past 2 ranks: its rows are compared with each other only");
+  // cpu ranks are threads or processes sharing the host's cores with each other and with the
+  // exchange itself: what the arms' timings differ by there is scheduling, not overlap.
+  if (results.some((r) => r.backend === 'cpu')) notes.push(CPU_NOTE);
   for (const group of [rows.filter((r) => !ownOrder(r.backend)), rows.filter((r) => ownOrder(r.backend))]) {
     const first = group[0];
     for (const r of group.slice(1)) {
@@ -55,6 +58,8 @@ export function pipelineRows(results: readonly PipelineResult[]): PipelineReport
   for (const r of rows) if (!r.paramsAgree) problems.push(`${r.backend} ${r.arm}: ranks ended with different dense parameters`);
   return { rows, problems, notes };
 }
+
+const CPU_NOTE = "cpu: the ranks share the host's cores and run the exchanges themselves, so its rows check the results and their timings compare nothing (vs one-lane included)";
 
 const VS_NCCL = 'vs nccl one-lane';
 const COLUMNS: ReadonlyArray<{ title: string; cell: (r: PipelineRow) => string }> = [
@@ -96,10 +101,7 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
       'exposed comm µs = median of (step − compute): the compute waiting, mostly for collectives',
     '# input dist µs = the input dist of the next batch (lengths, then ids), median per step on its lane: on a GPU, about the most a second lane can take off a step (on cpu the ranks\' own threads do the exchange, so lanes change more than that)',
     '# host blocked µs = the host inside collective calls, mean per step of the slowest rank (cuda: queueing them; nccl: also waiting for the device splits; cpu: the exchange itself): a mean, so a few long waits can put it past the median step µs',
-    ...notes.map((n) => `# note: ${n}`),
-    // cpu ranks are threads or processes sharing the host's cores with each other and with the
-    // exchange itself: what the arms' timings differ by there is scheduling, not overlap.
-    ...(results.some((r) => r.backend === 'cpu') ? ['# cpu: the ranks share the host\'s cores and run the exchanges themselves, so its rows check the results and their timings compare nothing (vs one-lane included)'] : []),
+    ...notes.map((n) => (n === CPU_NOTE ? `# ${n}` : `# note: ${n}`)),
     problems.length === 0
       ? `# checksums: every row ended with the same loss, tables and parameters (loss ${rows[0].checksums.loss}, tables ${rows[0].checksums.tables}, params ${rows[0].checksums.params}); checksum = a digest of the three, one per row`
       : `# CHECKSUMS DIFFER: ${problems.join('; ')}`,
@@ -109,8 +111,8 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
 
 export function formatPipelineJson(results: readonly PipelineResult[]): string {
   const { rows, problems, notes } = pipelineRows(results);
-  const { shape, ranks, device, date, warmup, iters, seed } = results[0];
+  const { shape, ranks, device, date, warmup, iters, seed, cores, load } = results[0];
   const clocks = Object.fromEntries(results.map((r) => [r.backend, r.clock]));
   const gemms = Object.fromEntries(results.map((r) => [r.backend, r.gemm]));
-  return JSON.stringify({ op: 'pipeline', shape, ranks, device, date, warmup, iters, seed, clocks, gemms, rows, checksumsAgree: problems.length === 0, problems, notes }, null, 2) + '\n';
+  return JSON.stringify({ op: 'pipeline', shape, ranks, device, date, cores, load, warmup, iters, seed, clocks, gemms, rows, checksumsAgree: problems.length === 0, problems, notes }, null, 2) + '\n';
 }

@@ -26,6 +26,7 @@ export type Track = 'compute' | 'data' | `lane ${number}`;
 export interface Span {
   track: Track;
   name: Phase;
+  /** The timed step, from 1 (warm-up steps are not traced). */
   step: number;
   /** µs from the start of the timed steps (each rank's clock, lined up by an all-reduce). */
   startUs: number;
@@ -103,6 +104,15 @@ export function chromeTrace(arms: readonly ArmTrace[], clock: string): ChromeTra
  * V8's longest string from about 4M events (13 a step, rank and arm: 3 arms of 8 ranks at 13k steps).
  */
 export function writeChromeTrace(path: string, trace: ChromeTrace): void {
+  try {
+    writeEvents(path, trace);
+  } catch (err) {
+    // fs errors name neither the file nor what was being written.
+    throw new Error(`${path}: the trace could not be written (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, { cause: err });
+  }
+}
+
+function writeEvents(path: string, trace: ChromeTrace): void {
   const fd = openSync(path, 'w');
   try {
     writeSync(fd, `{"displayTimeUnit":${JSON.stringify(trace.displayTimeUnit)},"otherData":${JSON.stringify(trace.otherData)},"traceEvents":[\n`);

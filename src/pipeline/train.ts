@@ -232,7 +232,7 @@ class ArmLoop {
       clock.release(m.to);
       this.#phaseUs[PHASES.indexOf(m.name)].push(endUs - startUs);
       if (m.track === 'compute') this.#computeUs[m.step - warmup] += endUs - startUs;
-      if (this.#opts.keepSpans) this.#spans.push({ track: m.track, name: m.name, step: m.step, startUs, endUs });
+      if (this.#opts.keepSpans) this.#spans.push({ track: m.track, name: m.name, step: m.step - warmup + 1, startUs, endUs });
     }
   }
 

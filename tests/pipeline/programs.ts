@@ -5,6 +5,7 @@ import { createCompute } from '../../src/pipeline/create-compute.js';
 import type { GemmChoice } from '../../src/pipeline/compute-cuda.js';
 import { Model } from '../../src/pipeline/model.js';
 import { Layout, shapeOf, type ShapeName } from '../../src/pipeline/shapes.js';
+import { pipelineRank } from '../../src/pipeline/rank.js';
 import { runArm, type Arm } from '../../src/pipeline/train.js';
 import { emulatedCompute } from './emulated-device.js';
 import { Rng } from '../conformance/reference.js';
@@ -262,4 +263,19 @@ export async function colSum(comm: Comm, arg: ColSumArg): Promise<ColSumResult> 
   const out: ColSumResult = { x: Array.from(X), host, hostCanary };
   if (arg.emulator !== undefined) [out.kernels, out.kernelsCanary] = run(emulatedCompute(arg.emulator));
   return out;
+}
+
+/**
+ * pipelineRank with options of this rank's own: `refuse` (a rank) gives that rank `iters: 0` and
+ * a BigInt seed, which JSON cannot carry; the others the good options. Returns each rank's error.
+ */
+export async function oneRankRefuses(comm: Comm, arg: { refuse: number }): Promise<string> {
+  const good = { shape: 'tiny' as const, arms: ['one-lane' as Arm], warmup: 0, iters: 1, seed: 1, trace: false };
+  const mine = comm.rank === arg.refuse ? { ...good, iters: 0, seed: 1n as never } : good;
+  try {
+    await pipelineRank(comm, mine);
+    return 'no error';
+  } catch (err) {
+    return `${(err as Error).name}: ${(err as Error).message}`;
+  }
 }
