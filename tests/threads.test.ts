@@ -1,5 +1,6 @@
 // runRanks: results in rank order, reports, and failures that name the rank and keep their class.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { SplitsError, TimeoutError, UsageError } from '../src/errors.js';
@@ -100,6 +101,15 @@ test('a module path that names no file is one UsageError naming the path, before
   assert.match(relative.message, /not found \(a relative path is resolved against the working directory; new URL\('\.\/rank\.js', import\.meta\.url\)/);
   const folder = fileURLToPath(new URL('./threads/', import.meta.url));
   await assert.rejects(runRanks({ backend: 'cpu', ranks: 2 }, folder, 'echo', {}), { name: 'UsageError', message: `runRanks: module ${folder} is not a file` });
+});
+
+test('a module that starts ranks at its top level gets a UsageError from its ranks, not threads without end', () => {
+  const fixture = fileURLToPath(new URL('../../tests/fixtures/self-starting-ranks.mjs', import.meta.url));
+  const r = spawnSync(process.execPath, [fixture], { encoding: 'utf8', timeout: 30_000 });
+  assert.equal(r.signal, null, `ended by ${r.signal} (it started ranks without end): ${r.stdout.slice(0, 400)}`);
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /UsageError: runRanks: called in rank [01]'s thread, which imports the module given to runRanks; .*isMainThread/);
+  assert.equal(r.stdout, '', 'no rank ran');
 });
 
 test('a data: module goes to the ranks as given', async () => {

@@ -9,6 +9,9 @@ export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 /** Default lanes per communicator. */
 export const DEFAULT_LANES = 2;
 
+/** globalThis key a rank thread sets to its rank (thread-worker.ts): runRanks refuses to start ranks inside one. */
+export const RANK_THREAD = Symbol.for('a2av.rankThread');
+
 export interface RankContext {
   /** Sends a small structured-cloneable message to the main thread's `onReport` (progress, rows); throws UsageError for one that cannot be cloned. */
   report(message: unknown): void;

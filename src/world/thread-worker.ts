@@ -7,6 +7,7 @@ import { UsageError } from '../errors.js';
 import { isDataCloneError, serializeError, unsendable } from './error-transfer.js';
 import type { RankContext, RankFn } from './ranks.js';
 import { ThreadStoreClient } from './thread-store.js';
+import { RANK_THREAD } from './ranks.js';
 import { traceThisRank, type DriverTraceBuffer } from '../cuda/driver-trace.js';
 
 /** workerData of a rank thread. */
@@ -31,6 +32,8 @@ export type RankThreadMessage =
   | { type: 'error'; error: ReturnType<typeof serializeError> };
 
 const init = workerData as RankThreadInit;
+// Seen by runRanks (threads.ts), through globalThis so that another copy of the package sees it too.
+(globalThis as Record<symbol, unknown>)[RANK_THREAD] = init.rank;
 const port = parentPort!;
 const post = (msg: RankThreadMessage): void => port.postMessage(msg);
 

@@ -10,7 +10,7 @@ import { checkCpuWorld } from '../backends/cpu/world.js';
 import { RankExitedError, shown, UsageError } from '../errors.js';
 import { reviveError, unsendable } from './error-transfer.js';
 import { checkRankOptions } from './options.js';
-import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, type RunRanksOptions } from './ranks.js';
+import { DEFAULT_LANES, DEFAULT_TIMEOUT_MS, RANK_THREAD, type RunRanksOptions } from './ranks.js';
 import { ThreadStoreBroker } from './thread-store.js';
 import { createDriverTrace, describeDriverTrace, watchDriverTrace } from '../cuda/driver-trace.js';
 import { driverTraceOn } from '../knobs.js';
@@ -34,6 +34,12 @@ export type RankFailure = Error & { failedRank: number };
  * it (the argument's before any thread starts), with the DataCloneError as `cause`.
  */
 export async function runRanks<A, R>(opts: RunRanksOptions, module: URL | string, exportName: string, arg: A): Promise<R[]> {
+  // The module given to runRanks is imported by every rank: a top-level call in it would start
+  // ranks again in each, threads without end.
+  const inRank = (globalThis as Record<symbol, unknown>)[RANK_THREAD];
+  if (inRank !== undefined) {
+    throw new UsageError(`runRanks: called in rank ${inRank}'s thread, which imports the module given to runRanks; a top-level runRanks call there starts ranks again in every rank (guard it with isMainThread from node:worker_threads, or give the ranks a module of their own)`);
+  }
   checkRankOptions('runRanks', opts, ['backend', 'ranks', 'timeoutMs', 'lanes', 'onReport']);
   const ranks = opts.ranks;
   if (!Number.isInteger(ranks) || ranks < 1) throw new UsageError(`runRanks: ranks must be a positive integer, got ${shown(ranks)}`);
