@@ -308,6 +308,16 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
     ]);
   });
 
+  for (const backend of ['cpu', 'cuda'] as const) test(`${backend}: a route reused with a larger recvX has its combine's y checked against that recvX, not the first`, { skip: backend === 'cuda' ? cudaUnavailableReason() : false }, async () => {
+    const said = await outcomesOf({ backend, ranks: 1 }, 'routeReusedWithLargerRecvX');
+    assert.match(said[0], /^MoeCapacityError: /);
+    assert.deepEqual(said.slice(1), [
+      'no error',
+      'UsageError: rank 0: MoE combine: y ([recvX rows][combineRowBytes]) holds 32 bytes, needs at least 96: 6 rows of 16 bytes (y has the layout of the route\'s recvX: its rows, at most the group\'s recvRows)',
+      'no error',
+    ]);
+  });
+
   test('cpu: a capture inside a replayed closure, and a launch on something that is not a stream, are refused as on cuda', async () => {
     assert.deepEqual(await outcomesOf({ backend: 'cpu', ranks: 1 }, 'replayMisuse'), [
       'UsageError: rank 0: capture() is already in progress',

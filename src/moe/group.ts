@@ -126,7 +126,8 @@ class TokenRoute implements MoeRoute {
     readonly layout: MoeLayout,
     readonly group: TokenGroup,
     readonly tokenCap: number,
-    readonly recvCap: number,
+    /** The rows of the latest dispatch's recvX along it (capped at the group's recvRows): the combine's y has its layout. */
+    public recvCap: number,
     /** The count's device buffer, if it was one (tokenCap is then the most it could be, bounded by `limit`). */
     readonly numTokens: DeviceBuffer | undefined,
     readonly limit: TokenLimit,
@@ -195,6 +196,8 @@ class TokenGroup implements MoeGroup {
     if (reused === undefined) compute.routeAndGather(s, { topkIdx: a.topkIdx, idx64: p.idx64, numTokens: p.numTokens, tokens: p.tokens, tokenCap: p.tokenCap }, gather);
     else compute.gather(s, gather);
     let route = reused;
+    // A combine follows the latest dispatch: its y is checked against this recvX, not the first's.
+    if (route !== undefined) route.recvCap = p.recvCap;
     if (route === undefined) {
       const fresh = new TokenRoute(sh.layout, this, p.tokenCap, p.recvCap, p.numTokens, p.limit);
       this.#route = route = fresh;

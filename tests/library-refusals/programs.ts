@@ -258,3 +258,28 @@ export async function peerLeavesHostWait(comm: Comm, arg: { how: 'closes' | 'fai
   const wait = arg.wait === 'barrier' ? () => comm.barrier() : arg.wait === 'gatherOnHost' ? () => comm.gatherOnHost([1]) : () => comm.allocSymmetric(64);
   return caught(wait);
 }
+
+/**
+ * A route refused for recvX's capacity, reused with a recvX that holds every row: the combine's y
+ * is checked against that recvX, the latest dispatch's, so a y sized for the first is refused on
+ * the host naming y; one sized for the second goes through. Every token to expert 0, one rank.
+ */
+export async function routeReusedWithLargerRecvX(comm: Comm): Promise<(Caught | 'no error')[]> {
+  const [T, K, H] = [4, 1, 4];
+  const group = await createMoeGroup(comm, { numExperts: 2, topk: K, maxTokensPerRank: T, rowBytes: 4 * H, layout: 'expanded' });
+  const x = comm.alloc(4 * H * T);
+  const ids = comm.alloc(8 * T * K);
+  comm.write(ids, new BigInt64Array(T * K));
+  const counts = comm.alloc(16);
+  const small = await comm.allocSymmetric(2 * 4 * H);
+  const large = await comm.allocSymmetric(group.recvRows * 4 * H);
+  const out = comm.alloc(4 * H * T);
+  const first = group.dispatch({ x, topkIdx: ids, recvX: small, expertCounts: counts });
+  const outcomes = [await caught(async () => first.done.wait())];
+  outcomes.push(await caught(async () => group.dispatch({ x, topkIdx: ids, recvX: large, expertCounts: counts, route: first.route }).done.wait()));
+  for (const y of [comm.alloc(2 * 4 * H), comm.alloc(group.recvRows * 4 * H)]) {
+    outcomes.push(await caught(async () => group.combine({ y, route: first.route, out, dtype: 'f32' }).wait()));
+  }
+  await group.close();
+  return outcomes;
+}
