@@ -5,6 +5,8 @@ import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { runMoeTokenBench, tokenRouting } from '../src/bench/moe-tokens.js';
+import { runRanks } from '../src/world/threads.js';
+import type { FaultyTokenArg } from './fixtures/bench-faulty-token-rank.js';
 
 test('routing: topk distinct experts per token in range, the same for the same seed, rank and count', () => {
   const ids = tokenRouting(5, 1, 200, 64, 8);
@@ -30,6 +32,23 @@ test('cpu, 2 ranks: dispatch and combine rows for every token count, expanded an
     }
   }
 });
+
+for (const [corrupt, op, wrong] of [
+  ['allToAllV2d', 'moe-dispatch', /^rank 1: eager moe-dispatch gave a wrong result at .*: recvX byte 0: expert 4's row 0 \(recvX row 0\) should be rank 0's token \d+: element 0 is /],
+  ['allToAllV2dOffset', 'moe-combine', /^rank 1: eager moe-combine gave a wrong result at .*: out byte \d+: token \d+, element 0: .*, the 3 terms of its own row give /],
+] as const) {
+  test(`a wrong ${op === 'moe-dispatch' ? 'received row' : 'combined token'} ends the token bench, naming it (checked beyond the counts)`, { timeout: 60_000 }, async () => {
+    const arg: FaultyTokenArg = { op, tokens: [32], numExperts: 8, topk: 3, hidden: 16, layout: 'expanded', seed: 1, repeats: 1, corrupt };
+    await assert.rejects(
+      runRanks({ backend: 'cpu', ranks: 2, timeoutMs: 30_000 }, new URL('./fixtures/bench-faulty-token-rank.js', import.meta.url), 'faultyTokenSweep', arg),
+      (err: Error & { code?: string }) => {
+        assert.equal(err.code, 'A2AV_BENCH_WRONG_RESULT', err.message);
+        assert.match(err.message.replace(/^rank 1 failed: (rank 1: )?/, 'rank 1: '), wrong);
+        return true;
+      },
+    );
+  });
+}
 
 test('one rank, one expert, one token: the header and the progress line say them in the singular', { timeout: 60_000 }, () => {
   const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));

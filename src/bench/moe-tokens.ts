@@ -2,8 +2,8 @@
 // count, DeepSeek-V3's shape by default (256 experts, top-8, hidden 7168 in bf16): µs per dispatch
 // and per combine, GB/s by DeepEP's byte count (selections x hidden x 2 bytes), and the 1-D call
 // moving the same rows between the same ranks beside them. Routing: every token picks topk
-// distinct experts uniformly at random (seeded). Each token count is checked first: every rank's
-// expertCounts must equal the histogram of every rank's ids for its experts.
+// distinct experts uniformly at random (seeded). Each token count is checked first
+// (moe-token-check.ts): the counts, sampled received rows, and the combine of sampled tokens.
 import type { BackendName, Comm, DeviceBuffer } from '../backends/backend.js';
 import { CPU_MAX_BUFFER_BYTES } from '../backends/cpu/buffer.js';
 import { formatBytes, formatBytesExact } from './units.js';
@@ -16,13 +16,18 @@ import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
-import { captureBatch, timeReplay, usingBatch } from './rank.js';
+import { captureBatch, timeReplay, usingBatch, type WrongElsewhere } from './rank.js';
+import { stoppedError } from './run.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
 import { alignColumns, counted, formatGBps, formatMicros, formatRatio, hostShareNote, loopsOf } from './table.js';
 import { hostShare } from './host-share.js';
+import { checkCombine, checkDispatch, tokenRows, type TokenCheck } from './moe-token-check.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
+
+/** Every top-k weight of the expanded combine: a power of two, so the check's products are exact. */
+const WEIGHT = 0.125;
 
 export interface MoeTokenArg {
   op: MoeTokenOp;
@@ -71,7 +76,7 @@ export function tokenRouting(seed: number, rank: number, tokens: number, numExpe
 }
 
 /** The rank program: every token count checked, then timed; rank 0 reports each row and returns them all. */
-export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankContext): Promise<{ rows: MoeTokenRow[]; device: string }> {
+export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankContext): Promise<{ rows: MoeTokenRow[]; device: string; stoppedBy?: WrongElsewhere }> {
   const W = comm.worldSize;
   await checkSameOptions(comm, { command: 'bench', options: arg, flags: { numExperts: '--num-experts' } });
   if (arg.numExperts % W !== 0) throw new UsageError(`--num-experts ${arg.numExperts} is not a multiple of the ${W} ranks`);
@@ -90,14 +95,16 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
   const out = own(comm.alloc(maxTokens * rowBytes));
   const inSplits = own(comm.alloc(8 * W));
   const outSplitsOffsets = own(comm.alloc(16 * W));
-  comm.write(x, new Uint8Array(maxTokens * rowBytes).fill(0x3c));
-  comm.write(weights, new Float32Array(maxTokens * arg.topk).fill(0.125));
+  comm.write(x, tokenRows(comm.rank, maxTokens, arg.hidden));
+  comm.write(weights, new Float32Array(maxTokens * arg.topk).fill(WEIGHT));
+  // Read back by the first dispatch's check only.
+  const expertOffsets = own(comm.alloc(8 * E));
+  const numRecvRows = own(comm.alloc(8));
   const group = await createMoeGroup(comm, { numExperts: arg.numExperts, topk: arg.topk, maxTokensPerRank: maxTokens, rowBytes, layout: arg.layout });
   const recvX = own(await comm.allocSymmetric(group.recvRows * rowBytes));
   // Symmetric, so that the combine reads the expert outputs where they lie (moe/group.ts).
   const y = own(await comm.allocSymmetric(group.recvRows * group.combineRowBytes));
   const oneDOut = own(await comm.allocSymmetric(group.recvRows * rowBytes));
-  comm.write(y, new Uint8Array(group.recvRows * group.combineRowBytes).fill(0x3c));
   const stream = comm.lane(0).stream;
   const rows: MoeTokenRow[] = [];
   try {
@@ -105,12 +112,19 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const all = Array.from({ length: W }, (_, q) => tokenRouting(arg.seed, q, tokens, arg.numExperts, arg.topk));
       comm.write(topkIdx, all[comm.rank]!);
       const dispatch = () => group.dispatch({ x, topkIdx, topkWeights: weights, numTokens: tokens, recvX, expertCounts, stream });
-      const first = dispatch();
+      const layoutOut = arg.layout === 'expanded' ? { expertOffsets } : { numRecvRows };
+      const first = group.dispatch({ x, topkIdx, topkWeights: weights, numTokens: tokens, recvX, expertCounts, ...layoutOut, stream });
       first.done.wait();
-      checkCounts(comm, expertCounts, all, E);
+      const check: TokenCheck = { comm, op: 'moe-dispatch', layout: arg.layout, all, expertsPerRank: E, topk: arg.topk, hidden: arg.hidden, tokens };
+      let stoppedBy = agreed(agree, { op: 'moe-dispatch', bytesPerRank: tokens * rowBytes }, () => checkDispatch(check, { recvX, expertCounts, expertOffsets, numRecvRows }));
+      if (stoppedBy) return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy };
       const route = first.route;
+      // The expert outputs are the rows each expert received: each token's combine then adds up its own row.
+      comm.copy(y, recvX, group.recvRows * rowBytes, stream);
       const combine = () => group.combine({ y, route, out, topkWeights: arg.layout === 'expanded' ? weights : undefined, dtype: 'bf16', stream });
       combine().wait();
+      stoppedBy = agreed(agree, { op: 'moe-combine', bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine' }, out, WEIGHT));
+      if (stoppedBy) return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy };
       const op = arg.op === 'moe-dispatch' ? () => void dispatch().done : () => void combine();
       // As the size sweep's first size (bench/rank.ts): the first count's first loops run while the
       // process is still starting up, several times slower; time them once more and keep the second.
@@ -155,6 +169,24 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
   return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName };
 }
 
+/**
+ * Runs a check on every rank and shares its outcome: the rank that found a wrong result throws (its
+ * error names the first wrong byte); the others return where it was found, rather than wait for
+ * that rank in the next call.
+ */
+function agreed(agree: Agreement, what: Pick<WrongElsewhere, 'op' | 'bytesPerRank'>, check: () => void): WrongElsewhere | undefined {
+  let wrong: WrongResultError | undefined;
+  try {
+    check();
+  } catch (e) {
+    if (!(e instanceof WrongResultError)) throw e;
+    wrong = e;
+  }
+  const finder = agree.gather([wrong ? 1 : 0]).findIndex(([bad]) => bad === 1);
+  if (wrong) throw wrong;
+  return finder < 0 ? undefined : { rank: finder, form: 'eager', ...what };
+}
+
 /** rows[src][dst]: rows src sends dst, one per (token, k) (expanded) or per (token, rank) (compact). */
 function rowsPerRank(all: readonly BigInt64Array[], W: number, E: number, topk: number, layout: MoeLayout): number[][] {
   return all.map((ids) => {
@@ -169,7 +201,7 @@ function rowsPerRank(all: readonly BigInt64Array[], W: number, E: number, topk: 
   });
 }
 
-/** This rank's expertCounts against the histogram of every rank's ids (expanded: selections; compact: tokens). */
+/** This rank's expertCounts against the histogram of every rank's ids (a graph of dispatches' check). */
 function checkCounts(comm: Comm, expertCounts: DeviceBuffer, all: readonly BigInt64Array[], E: number): void {
   const want = new Array<number>(E).fill(0);
   for (const ids of all) for (const g of ids) if (Number(g) >= comm.rank * E && Number(g) < (comm.rank + 1) * E) want[Number(g) - comm.rank * E]! += 1;
@@ -240,7 +272,7 @@ export async function runMoeTokenBench(
   const resultOf = (device: string, rows: MoeTokenRow[]): MoeTokenResult =>
     ({ backend, ranks, op: arg.op, numExperts: arg.numExperts, topk: arg.topk, hidden: arg.hidden, layout: arg.layout, seed: arg.seed, repeats: arg.repeats, device, ...share, date, rows });
   const rows: MoeTokenRow[] = [];
-  const { rank, result } = await runJob<MoeTokenArg, { rows: MoeTokenRow[]; device: string }>(
+  const { rank, result } = await runJob<MoeTokenArg, { rows: MoeTokenRow[]; device: string; stoppedBy?: WrongElsewhere }>(
     { backend, ranks, timeoutMs, onReport: (_r, m) => {
       const r = m as MoeTokenReport;
       rows.push(r.row);
@@ -250,6 +282,9 @@ export async function runMoeTokenBench(
     'moeTokenSweep',
     arg,
   );
+  // Threads: the rank that found a wrong result threw, and runRanks rejected with its error; a
+  // launched rank whose check passed exits non-zero too.
+  if (result.stoppedBy) throw stoppedError(result.stoppedBy, rank);
   if (rank !== 0) return undefined;
   return resultOf(result.device, result.rows);
 }
@@ -261,7 +296,8 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
       `${first.layout}, routing seed ${first.seed}, ${first.device}, ${first.date}`,
     `# time µs = median of ${loopsOf(first.repeats)} (slowest rank in each); bytes = DeepEP's count: selections per rank x hidden x 2; GB/s = bytes / time`,
     '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',
-    '# vs 1d = 1d µs / time µs (eager); each row\'s first dispatch checked: expertCounts = the ids\' histogram',
+    '# vs 1d = 1d µs / time µs (eager); checked first, each row: expertCounts = the ids\' histogram, sampled recvX rows are the tokens the ids send there, the combine of sampled tokens adds up their own rows to the bit',
+    ...(first.layout === 'compact' ? ['# compact moves a row per (token, rank), fewer than the selections DeepEP\'s count takes (bytes, GB/s); 1d µs moves the same rows as compact does'] : []),
     ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),
     ...results.flatMap((r) => (r.interrupted === undefined ? [] : [`# interrupted: ${r.backend}: ${r.interrupted}; its rows are the token counts it finished`])),
   ];

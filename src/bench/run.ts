@@ -99,7 +99,7 @@ export async function runBench(opts: BenchOptions, events: BenchEvents = {}): Pr
 }
 
 /** This rank's error when another rank's check failed: every rank of a launched job exits non-zero, not only the finder. */
-function stoppedError(stop: WrongElsewhere, rank: number): WrongResultError {
+export function stoppedError(stop: WrongElsewhere, rank: number): WrongResultError {
   return new WrongResultError({ ...stop, reportedBy: rank });
 }
 
