@@ -277,6 +277,12 @@ describe('a call\'s refusal says what matters', () => {
     assert.equal(planBuffers({ ...args, maxBlocks: 8 }).maxBlocks, 8);
   });
 
+  test('an allReduce count past 2^53 - 1 is refused with the bound', () => {
+    const args: AllReduceArgs = { input: buffer(16), output: buffer(16), count: 2 ** 53, dtype: 'f32', op: 'sum' };
+    assert.equal(refusal(() => checkAllReduce(ctx, args)), 'rank 1: allReduce count must be a non-negative integer at most 2^53-1 (Number.MAX_SAFE_INTEGER), got 9007199254740992');
+    assert.equal(refusal(() => checkAllReduce(ctx, { ...args, count: -1 })), 'rank 1: allReduce count must be a non-negative integer, got -1');
+  });
+
   test('rowBytes past 2^53 - 1, a positive integer as it reads, is refused with the bound', () => {
     const args = { input: buffer(64), output: buffer(64), inSplits: buffer(24), outSplitsOffsets: buffer(48), rowBytes: 2 ** 53 };
     assert.equal(refusal(() => checkAllToAllV(ctx, args)), 'rank 1: rowBytes must be a positive integer at most 2^53-1 (Number.MAX_SAFE_INTEGER), got 9007199254740992');
@@ -291,6 +297,7 @@ describe('misuse is a UsageError that names it, never a TypeError', () => {
   test('a call without its object of arguments names the call', () => {
     assert.equal(refusal(() => checkAllToAllV(ctx, undefined as never)), 'rank 1: allToAllV takes one object of named arguments, got undefined');
     assert.equal(refusal(() => checkAllReduce(ctx, null as never)), 'rank 1: allReduce takes one object of named arguments, got null');
+    assert.equal(refusal(() => checkAllReduce(ctx, [] as never)), 'rank 1: allReduce takes one object of named arguments, got an array');
     assert.equal(refusal(() => checkPlan(ctx, 'dispatch', undefined as never)), 'rank 1: planAllToAllV2d takes one object of named arguments, got undefined');
     assert.equal(refusal(() => checkPlanMove(ctx, { inputRows: 1, outputRows: 1, splits: bare(16), splitsName: 'inSplits', outSplitsOffsets: bare(32) }, 4 as never)), 'rank 1: plan.move takes one object of named arguments, got 4');
   });

@@ -24,6 +24,8 @@ describe('pipeline options', () => {
       [{ inputDistBlocks: -1 }, /pipeline: inputDistBlocks must be an integer >= 1, got -1$/],
       [{ inputDistBlocks: 2.5 }, /pipeline: inputDistBlocks must be an integer >= 1, got 2\.5$/],
       // Every timed step's times are kept: 2e8 failed as an array length after the ranks started.
+      [{ shape: undefined }, /^pipeline: shape is required \(tiny, dlrm, /],
+      [{ shape: 'big' }, /^pipeline: unknown shape 'big' \(choose from tiny, /],
       [{ iters: 2e8 }, /pipeline: iters \+ warmup must be at most 10000000 steps an arm .*, got 200000000 \+ 0$/],
       [{ iters: 9e6, warmup: 2e6 }, /pipeline: iters \+ warmup must be at most 10000000 /],
       // No default: the CLI's (one per GPU) would start the driver to count them.

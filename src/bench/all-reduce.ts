@@ -216,6 +216,8 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
     ...results.flatMap((r) => (r.interrupted === undefined ? [] : [`# interrupted: ${r.backend}: ${r.interrupted}; its rows are the sizes it finished`])),
   ];
   const head = ['bytes', 'backend', 'time µs', 'min-max µs', 'graph µs', 'algbw GB/s', 'busbw GB/s', 'vs nccl'];
+  // Columns no row fills are left out: graph µs where no backend ran graphs, vs nccl without a second backend beside nccl.
+  const shown = [true, true, true, true, results.some((r) => r.rows.some((x) => x.graphUs !== undefined)), true, true, nccl !== undefined && results.length > 1];
   const table: string[][] = [];
   for (const [i, row] of first.rows.entries()) {
     for (const r of results) {
@@ -234,5 +236,6 @@ export function formatAllReduceTable(results: readonly AllReduceBenchResult[]): 
       ]);
     }
   }
-  return [...lines, ...alignColumns([head, ...table], [1])].join('\n') + '\n';
+  const kept = (cells: string[]) => cells.filter((_, c) => shown[c]);
+  return [...lines, ...alignColumns([kept(head), ...table.map(kept)], [1])].join('\n') + '\n';
 }

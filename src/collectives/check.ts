@@ -179,8 +179,8 @@ const PLAN_ARGS: Record<ExchangeKind, ReadonlySet<string>> = {
  * without it.
  */
 export function checkArgsObject(ctx: CheckContext, call: string, args: unknown, names?: ReadonlySet<string>): void {
-  if (args === null || typeof args !== 'object') {
-    throw new UsageError(`rank ${ctx.rank}: ${call} takes one object of named arguments, got ${shown(args)}`);
+  if (args === null || typeof args !== 'object' || Array.isArray(args)) {
+    throw new UsageError(`rank ${ctx.rank}: ${call} takes one object of named arguments, got ${Array.isArray(args) ? 'an array' : shown(args)}`);
   }
   if (names === undefined) return;
   for (const key in args) if (Object.hasOwn(args, key) && !names.has(key)) unknownArg(ctx, call, key, names);
@@ -263,7 +263,10 @@ export function checkAllToAllV2dOffset(ctx: CheckContext, args: AllToAllV2dOffse
 export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
   checkArgsObject(ctx, 'allReduce', args, ALL_REDUCE_ARGS);
   const { count, dtype, op } = args;
-  if (!Number.isSafeInteger(count) || count < 0) throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer, got ${shown(count)}`);
+  if (!Number.isSafeInteger(count) || count < 0) {
+    const past = Number.isInteger(count) && count > 0 ? ' at most 2^53-1 (Number.MAX_SAFE_INTEGER)' : '';
+    throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer${past}, got ${shown(count)}`);
+  }
   if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${shown(dtype, 'string')}`);
   if (op !== 'sum') throw new UsageError(`rank ${ctx.rank}: allReduce op must be 'sum', got ${shown(op, 'string')}`);
   const bytes = count * ELEMENT_BYTES[dtype];

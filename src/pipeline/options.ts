@@ -5,7 +5,7 @@ import type { BackendName } from '../backends/backend.js';
 import { shown, UsageError } from '../errors.js';
 import type { GemmChoice } from './compute-cuda.js';
 import type { PipelineArg } from './rank.js';
-import { shapeOf } from './shapes.js';
+import { shapeOf, SHAPES } from './shapes.js';
 import { ARMS } from './train.js';
 
 const GEMMS: readonly GemmChoice[] = ['auto', 'cublas', 'kernel'];
@@ -50,7 +50,12 @@ export function checkPipelineArg(arg: PipelineArg, runnerKeys: readonly string[]
   // A misspelt optional key (inputDistBlock, gemms) would otherwise run the default, unsaid.
   const unknown = Object.keys(arg).filter((k) => !Object.hasOwn(ARG_KEYS, k));
   if (unknown.length > 0) fail(`unknown option${unknown.length > 1 ? 's' : ''} ${unknown.map((k) => `'${k}'`).join(', ')} (known: ${[...runnerKeys, ...Object.keys(ARG_KEYS)].join(', ')})`);
-  shapeOf(arg.shape);
+  if (arg.shape === undefined) fail(`shape is required (${Object.keys(SHAPES).join(', ')})`);
+  try {
+    shapeOf(arg.shape);
+  } catch (err) {
+    fail((err as Error).message);
+  }
   if (!Array.isArray(arg.arms)) fail(`arms must be an array of arm names, got ${shown(arg.arms)}`);
   if (arg.arms.length === 0) fail(`arms must name at least one arm (${ARMS.join(', ')})`);
   arg.arms.forEach((arm, i) => {

@@ -93,7 +93,7 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
   const head = [
     `# a2av bench pipeline: ${s.name} (${s.features} features, dim ${s.dim}, ${s.rows} rows a table, batch ${s.batch} a rank, pooling ${s.pooling}, ` +
       `dense ${s.bottom.join('-')} over ${s.top.join('-')}), ${counted(first.ranks, 'rank')}, ${first.device}, ${first.date}`,
-    `# ${first.iters} timed steps after ${counted(first.warmup, 'warm-up step')}; each step's figures are its slowest rank's (step, compute and exposed alike); step µs = median, p10-p90 = its spread`,
+    `# ${counted(first.iters, 'timed step')} after ${counted(first.warmup, 'warm-up step')}; each step's figures are its slowest rank's (step, compute and exposed alike); step µs = median, p10-p90 = its spread`,
     ...(budget === undefined ? [] : [`# input dist: at most ${budget} thread blocks per all-to-all (its lane's SM budget; cuda)`]),
     ...results.map((r) => `# ${r.backend} clock: ${r.clock}; GEMMs: ${r.gemm}`),
     ...(withNccl ? ["# vs nccl one-lane = it/s over nccl's one-lane it/s: one communicator, the splits through the host (TorchRec's way today)"] : []),
