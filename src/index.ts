@@ -28,6 +28,8 @@ export { MoeCapacityError, MoeRoutingError, type MoeRoutingProblem } from './moe
 export { runPipeline, type PipelineOptions, type PipelineResult } from './pipeline/run.js';
 export { pipelineRank, type ArmResult, type PipelineArg, type PipelineRankResult } from './pipeline/rank.js';
 export { type PipelineInput } from './pipeline/options.js';
+export { pipelineRows, type PipelineReportData, type PipelineRow } from './pipeline/table.js';
+export { chromeTrace, writeChromeTrace, type ArmTrace, type ChromeTrace } from './pipeline/trace.js';
 export { ARMS as PIPELINE_ARMS, type Arm as PipelineArm } from './pipeline/train.js';
 export { SHAPES as PIPELINE_SHAPES, type Shape as PipelineShape, type ShapeName as PipelineShapeName } from './pipeline/shapes.js';
 export {
