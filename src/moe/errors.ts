@@ -3,7 +3,7 @@
 // so every rank throws the same error, with no device read (which could stall behind a peer's
 // spinning kernel), but for one: the rank whose device token count was refused reads that count
 // back (8 bytes, through the communicator's read, which waits on no other stream) to name it.
-import { A2avError, SplitsError, UsageError } from '../errors.js';
+import { A2avError, SplitsError, TimeoutError, UsageError } from '../errors.js';
 import { BAD_TOKEN_COUNT } from './compute.js';
 import type { MoeLayout } from './api.js';
 
@@ -145,6 +145,7 @@ export function dispatchError(
   g: { layout: MoeLayout; experts: number; expertsPerRank: number; topk: number; tokenCap: number },
   call?: DispatchFacts,
 ): unknown {
+  if (err instanceof TimeoutError) return moeTimeout(err, 'dispatch');
   if (!(err instanceof SplitsError)) return err;
   if (err.problem === 'negative' && err.peer === 0 && err.expert <= 0) {
     // The routing step's stand-ins for a bad count or id (compute.ts BAD_TOKEN_COUNT): not a split
@@ -181,6 +182,7 @@ function tokenCountFacts(rank: number, maxTokensPerRank: number, call: DispatchF
  * `dispatched` returns that dispatch's error (undefined where its handle cannot say).
  */
 export function combineError(err: unknown, dispatched: () => unknown = () => undefined): unknown {
+  if (err instanceof TimeoutError) return moeTimeout(err, 'combine');
   // The group's combines agree on all else by construction (its shape, its buffers): only y can
   // differ, read in place on some ranks (symmetric, ranks on one GPU) and moved back on others.
   // A rank that made another call here (its own combine refused on the host, then the next call)
@@ -191,6 +193,16 @@ export function combineError(err: unknown, dispatched: () => unknown = () => und
   }
   if (!(err instanceof SplitsError) || err.problem !== 'negative') return err;
   return routeRefused(err, dispatched, 'combine');
+}
+
+/**
+ * A timeout inside a group's call, said as that call's: the exchange it waited in (one of the
+ * dispatch's two on cpu and nccl, its lane call count) reads as the group's internals otherwise.
+ */
+function moeTimeout(err: TimeoutError, op: 'dispatch' | 'combine'): TimeoutError {
+  if (err.what.startsWith('MoE ')) return err;
+  const left = err.waitedMs === undefined ? undefined : { waitedMs: err.waitedMs, peerFailed: err.peerFailed };
+  return new TimeoutError(err.rank, err.missingRank, err.timeoutMs, `MoE ${op}, in its exchange: ${err.what}`, left);
 }
 
 /**

@@ -323,6 +323,8 @@ export async function moeTokenTimeout(comm: Comm, arg: TokenJobArg & { absent: n
   const missing = comm.backend === 'nccl' ? -1 : arg.absent;
   const err: TimeoutError = expectTimeout(rig.dispatch({ count: 'host', idx64: true, weights: false, tokens: d.routings[comm.rank].tokens }).done, missing, comm.rank, `rank ${arg.absent} absent`);
   const waited = performance.now() - started;
+  // Said as the group's call, not only as the exchange inside it.
+  if (!err.message.includes('(MoE dispatch, in its exchange: ')) throw new ConformanceError(`rank ${arg.absent} absent: the timeout does not say it was the MoE dispatch's: ${err.message}`, { cause: err });
   if (waited < arg.timeoutMs / 2) throw new Error(`gave up after ${waited.toFixed(0)} ms, timeout is ${arg.timeoutMs} ms (${err.message})`);
   rig.verifyUntouched(`rank ${arg.absent} absent`, Object.values(rig.outputs) as DeviceBuffer[]);
   return Math.round(waited);
