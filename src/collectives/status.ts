@@ -115,7 +115,7 @@ export function readStatus(words: BigInt64Array, at = 0): StatusEntry | undefine
  */
 function peerProgress(e: StatusEntry): string {
   if (e.expert === WAIT_ARRIVAL) return e.available <= 0n ? 'the peer has started no call on this lane' : `the peer has not started it: the last it started is call ${e.available}`;
-  if (e.expert === WAIT_DONE) return 'the peer started it but has not finished it (stopped, or died, inside the call)';
+  if (e.expert === WAIT_DONE) return 'the peer started it but has not finished it (stopped or died inside the call, or is still in it: ranks sharing cores or a GPU can take longer than the timeout)';
   return `the peer got no further than call ${e.available}`;
 }
 
