@@ -156,9 +156,16 @@ describe('a2av bench: a sweep that starts past --min or stops short of --max say
     ]);
     // On the ladder, or the default --max: no note.
     assert.deepEqual(notes('--min', '1K', '--max', '4K'), []);
+    // --json keeps the note with the figures it explains.
+    const json = bench('--ranks', '1', '--repeats', '1', '--iters', '1', '--min', '1K', '--max', '3K', '--json');
+    assert.equal(json.status, 0, json.stderr);
+    assert.deepEqual(JSON.parse(json.stdout).notes, [`--max 3 KiB is not a doubling of --min 1 KiB: the sweep stops at 2 KiB, ${nccl}`]);
+    assert.equal(JSON.parse(bench('--ranks', '1', '--repeats', '1', '--iters', '1', '--min', '1K', '--max', '2K', '--json').stdout).notes, undefined);
     const allreduce = a2av('bench', 'allreduce', '--backend', 'cpu', '--ranks', '1', '--repeats', '1', '--iters', '1', '--max', '12K');
     assert.equal(allreduce.status, 0, allreduce.stderr);
     assert.equal(allreduce.stderr.split('\n')[0], `a2av: note: --max 12 KiB is not a doubling of the default --min 4 KiB: the sweep stops at 8 KiB, ${nccl}`);
+    const allreduceJson = a2av('bench', 'allreduce', '--backend', 'cpu', '--ranks', '1', '--repeats', '1', '--iters', '1', '--max', '12K', '--json');
+    assert.deepEqual(JSON.parse(allreduceJson.stdout).notes, [`--max 12 KiB is not a doubling of the default --min 4 KiB: the sweep stops at 8 KiB, ${nccl}`]);
   });
 
   it('lowered to fit: the note names the --max given, not the ladder\'s top below it', { timeout: 60_000 }, async () => {

@@ -62,6 +62,8 @@ export interface AllReduceBenchResult {
   iters?: number;
   /** A run a signal ended: which, and how many of its sizes it had finished (the rows). */
   interrupted?: string;
+  /** The CLI's note on stderr where the sizes run are not the --min and --max given. */
+  notes?: string[];
   rows: AllReduceRow[];
 }
 

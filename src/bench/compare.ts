@@ -21,5 +21,6 @@ export function compareBackends(results: readonly BenchResult[]): BenchResult {
     }
   }
   const devices = [...new Set(results.map((r) => r.device))].join(' / ');
-  return { ...results[0], backend: results.map((r) => r.backend).join(','), device: devices, rows };
+  const notes = results.flatMap((r) => r.notes ?? []);
+  return { ...results[0], backend: results.map((r) => r.backend).join(','), device: devices, ...(notes.length > 0 ? { notes } : {}), rows };
 }

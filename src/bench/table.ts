@@ -90,6 +90,11 @@ export interface BenchResult {
   iters?: number;
   /** A run a signal ended: which, and how many of its sizes it had finished (the rows), e.g. `SIGINT after 3 of 8 sizes`. */
   interrupted?: string;
+  /**
+   * The CLI's notes on stderr of the sizes it ran, where they are not the --min and --max given:
+   * a sweep started or stopped elsewhere (whole rows, the doubling ladder), or lowered to fit memory.
+   */
+  notes?: string[];
   rows: BenchRow[];
 }
 

@@ -57,8 +57,10 @@ async function benchAllReduce(flags: AllReduceFlags, cmd: Command): Promise<void
   const sizes = doublingSizes(flags.min, max, element);
   const short = sweepNote(cmd, flags.min, max, element, `${flags.dtype} elements`);
   if (short) process.stderr.write(`a2av: note: ${short}\n`);
+  // The note travels with the figures it explains (the table's readers saw it on stderr).
+  const noted = (r: AllReduceBenchResult): AllReduceBenchResult => (short ? { ...r, notes: [short] } : r);
   const write = (results: AllReduceBenchResult[], apart = false) =>
-    process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? results[0] : results, null, 2) + '\n' : apart ? results.map((r) => formatAllReduceTable([r])).join('') : formatAllReduceTable(results));
+    process.stdout.write(flags.json ? JSON.stringify(results.length === 1 ? noted(results[0]!) : results.map(noted), null, 2) + '\n' : apart ? results.map((r) => formatAllReduceTable([r])).join('') : formatAllReduceTable(results));
   // A signal mid-sweep: the backends run and the sizes finished, each its own table (their sizes differ).
   const partial = new PartialResults<AllReduceBenchResult>('size', sizes.length, (results) => write(results, true));
   const results = await eachBackend(names, async (backend, label) => {

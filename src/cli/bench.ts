@@ -190,7 +190,7 @@ async function bench(flags: BenchFlags, cmd: Command): Promise<void> {
           iters: flags.iters, repeats: flags.repeats, timeoutMs: flags.timeoutMs,
           ...(moe ? { op: flags.op as NonNullable<BenchOptions['op']>, experts, align: flags.align ?? 1 } : {}) },
         progress,
-      ).then((r) => partial.done(r));
+      ).then((r) => partial.done(r && progress.withNote(r)));
     } finally {
       progress.stop();
     }
@@ -222,6 +222,8 @@ class Progress implements BenchEvents {
   /** What a signal lets the run show: this backend's result as far as it got. */
   readonly #partial: PartialResults<BenchResult>;
   #head: BenchResult | undefined;
+  /** The note of the sizes that run, when there is one: said on stderr, kept in the result. */
+  note: string | undefined;
 
   constructor(max: AskedMax, label: string, partial: PartialResults<BenchResult>) {
     this.#max = max;
@@ -231,14 +233,22 @@ class Progress implements BenchEvents {
   }
 
   onHead(head: BenchResult): void {
-    this.#head = head;
+    this.#head = this.withNote(head);
+  }
+
+  /** `result` with this sweep's note among its notes. */
+  withNote(result: BenchResult): BenchResult {
+    return this.note === undefined ? result : { ...result, notes: [...(result.notes ?? []), this.note] };
   }
 
   onPlan({ sizes, dropped }: PlanReport): void {
     // Memory's limit, else the ladder's: one note saying what was asked and what will run.
     const { bytes, name, short } = this.#max;
     const note = dropped ? `lowered ${name} from ${formatBytes(bytes)} to ${formatBytes(sizes.at(-1)!)}: ${dropped}` : short;
-    if (note) process.stderr.write(`a2av: note: ${this.#label}${note}\n`);
+    if (note) {
+      this.note = `${this.#label}${note}`;
+      process.stderr.write(`a2av: note: ${this.note}\n`);
+    }
     this.#partial.items = sizes.length;
     this.#sweep.start(sizes.map(formatBytes), `${sizeRange(sizes)}, each checked then timed`);
     this.#sweep.show(formatBytes(sizes[0]), 'verify');
