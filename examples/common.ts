@@ -14,9 +14,15 @@ export interface ExampleArgs {
   ranks: number;
 }
 
-/** `--backend cpu|cuda|nccl` (default: the library's choice), `--ranks N` (default 4). */
-export function exampleArgs(argv = process.argv.slice(2)): ExampleArgs {
+/**
+ * `--backend cpu|cuda|nccl` (default: the library's choice), `--ranks N` (default 4). `launched`:
+ * the launcher starts the ranks, so `--ranks` would be ignored, and is refused.
+ */
+export function exampleArgs(argv = process.argv.slice(2), launched = false): ExampleArgs {
   const values = parse(argv);
+  if (launched && argv.some((a) => a === '--ranks' || a.startsWith('--ranks='))) {
+    throw new UsageError('--ranks is the launcher\'s here: a2av launch -n N (or torchrun --nproc-per-node N) starts the ranks');
+  }
   const backend = values.backend;
   if (backend !== undefined && backend !== 'cpu' && backend !== 'cuda' && backend !== 'nccl') {
     throw new UsageError(`--backend must be cpu, cuda or nccl, got '${backend}'`);
@@ -41,9 +47,9 @@ function parse(argv: string[]) {
  * error's name and its message's first line (a library-not-found error lists every path it tried
  * after it), and exit status 1. An a2av error that wraps another already repeats its message.
  */
-export async function main(example: (args: ExampleArgs) => Promise<void>): Promise<void> {
+export async function main(example: (args: ExampleArgs) => Promise<void>, opts: { launched?: boolean } = {}): Promise<void> {
   try {
-    await example(exampleArgs());
+    await example(exampleArgs(process.argv.slice(2), opts.launched));
   } catch (err) {
     const e = err instanceof Error ? err : new Error(String(err));
     process.stderr.write(`${e.name}: ${e.message.split('\n')[0]}\n`);

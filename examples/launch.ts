@@ -14,4 +14,4 @@ await main(async ({ backend }) => {
   } finally {
     await comm.close(); // also closes this process's connection to the job's store
   }
-});
+}, { launched: true });

@@ -42,6 +42,9 @@ test('an override that cannot be resident, or is malformed, is a UsageError', ()
   for (const bad of [{ blocks: 0, threads: 512 }, { blocks: 1.5, threads: 512 }, { blocks: 4, threads: 48 }, { blocks: 4, threads: 2048 }])
     assert.throws(() => validatePlan(bad, ctx(1 << 20, 1)), UsageError);
   assert.deepEqual(validatePlan({ blocks: 66, threads: 512 }, ctx(1 << 30, 8)), { blocks: 66, threads: 512 });
+  // A misspelt field is named, not dropped (the call would run on another plan).
+  assert.throws(() => validatePlan({ blocks: 4, threads: 512, bogus: 1 } as never, ctx(1 << 20, 1)), (e: unknown) => e instanceof UsageError && e.message === "plan has no field 'bogus': it takes blocks, threads and grid ({ threads })");
+  assert.throws(() => validatePlan({ blocks: 4, threads: 512, grid: { thread: 256 } } as never, ctx(1 << 20, 1)), (e: unknown) => e instanceof UsageError && /^plan.grid has no field 'thread'/.test(e.message));
 });
 
 test('grid mode: large calls with every rank on one GPU, or when forced; never when turned off', () => {

@@ -163,10 +163,15 @@ const checkThreads = (name: string, threads: unknown): void => {
  */
 export function checkPlanShape(plan: LaunchPlan): void {
   if (plan === null || typeof plan !== 'object') throw new UsageError(`plan must be { blocks, threads, grid? }, got ${shown(plan)}`);
+  // A misspelt field (block, thread) would otherwise be dropped and the call run on another plan.
+  const unknown = Object.keys(plan).find((k) => k !== 'blocks' && k !== 'threads' && k !== 'grid');
+  if (unknown !== undefined) throw new UsageError(`plan has no field '${unknown}': it takes blocks, threads and grid ({ threads })`);
   const { blocks, threads, grid } = plan;
   checkThreads('plan.threads', threads);
   if (grid !== undefined) {
     if (typeof grid !== 'object' || grid === null) throw new UsageError(`plan.grid must be { threads }, got ${String(grid)}`);
+    const extra = Object.keys(grid).find((k) => k !== 'threads');
+    if (extra !== undefined) throw new UsageError(`plan.grid has no field '${extra}': it takes threads`);
     checkThreads('plan.grid.threads', grid.threads);
   }
   if (!Number.isInteger(blocks) || blocks < 1) throw new UsageError(`plan.blocks must be a positive integer, got ${shown(blocks)}`);
