@@ -27,6 +27,8 @@ test('a failing rank rejects with its own error class and fields, and the others
   assert.equal(err.code, 'A2AV_SPLITS');
   assert.equal((err as SplitsError).needed, 12n);
   assert.match(err.message, /^rank 1 failed: /);
+  // An uncaught rejection prints the stack: it says the same.
+  assert.match(err.stack!, /^SplitsError: rank 1 failed: /);
   // The other ranks sat in a 60 s barrier; they were terminated after the grace period.
   assert.ok(performance.now() - started < 20_000);
 });

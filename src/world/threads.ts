@@ -149,7 +149,13 @@ class RankRun<R> {
     }
     const failure = err as RankFailure;
     // Named once: errors of the rank's own communicator already start with "rank R: ".
-    if (rank >= 0) failure.message = `rank ${rank} failed: ${failure.message.replace(new RegExp(`^rank ${rank}: `), '')}`;
+    if (rank >= 0) {
+      const was = failure.message;
+      failure.message = `rank ${rank} failed: ${was.replace(new RegExp(`^rank ${rank}: `), '')}`;
+      // The stack's first lines are the old message: an uncaught rejection prints the stack, not the message.
+      const stack = failure.stack;
+      if (typeof stack === 'string' && was !== '' && stack.includes(was)) failure.stack = stack.replace(was, failure.message);
+    }
     failure.failedRank = rank;
     this.#failure = failure;
     this.#onFailure?.();
@@ -166,6 +172,8 @@ class RankRun<R> {
     await Promise.all(workers.map((w) => w.terminate()));
   }
 
+  #reportFailed = false;
+
   outcome(): R[] {
     if (this.#failure !== undefined) throw this.#failure;
     return this.#results;
@@ -174,8 +182,10 @@ class RankRun<R> {
   #report(rank: number, message: unknown): void {
     try {
       this.#onReport?.(rank, message);
-    } catch {
-      // A broken progress callback must not take the run down with it.
+    } catch (err) {
+      // A broken progress callback must not take the run down with it, but is said, once.
+      if (!this.#reportFailed) process.stderr.write(`a2av: runRanks' onReport threw (later reports go to it still, unsaid): ${err instanceof Error ? err.stack ?? err.message : String(err)}\n`);
+      this.#reportFailed = true;
     }
   }
 }
