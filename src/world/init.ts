@@ -200,6 +200,9 @@ async function serveStore(place: { rank: number; masterAddr: string | undefined 
   if (place.masterAddr === undefined || token === undefined) {
     throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
   }
+  if (StoreServerThread.serves(port)) {
+    throw new UsageError(`${STORE_PORT_ENV}: this process serves the job's store at port ${port} already, for a communicator it has not closed: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
+  }
   return StoreServerThread.start({ token, host: place.masterAddr, port }).catch((err: unknown) => {
     // Another rank 0 of this job is as likely there as an earlier job's store.
     if (err instanceof StoreError && /EADDRINUSE/.test(err.message)) throw new StoreError(err.op, err.key, err.reason, `${err.message}; or another process of this job was started as rank 0 too`, { cause: err });

@@ -285,7 +285,9 @@ function authenticate(socket: Socket, token: string, reader: FrameReader, addres
     };
     // What answers at the port but not as a2av's store is most often another service there: under
     // torchrun, MASTER_PORT is its own store's, and a2av's is rank 0's at A2AV_STORE_PORT.
-    const ours = `under torchrun, srun or mpirun, set ${STORE_PORT_ENV}: rank 0 serves a2av's store there`;
+    const ours = storePort() !== undefined
+      ? `${STORE_PORT_ENV} is set: is another service at that port, or a store of another job with another token?`
+      : `under torchrun, srun or mpirun, set ${STORE_PORT_ENV}: rank 0 serves a2av's store there`;
     const timer = setTimeout(() => done(new StoreError('connect', undefined, 'timeout', `store at ${address} did not answer authentication within ${timeoutMs} ms (is this a2av's store? ${ours})`)), Math.min(timeoutMs, MAX_TIMER_MS));
     // A wrong token is answered by the server closing the connection; a reset is a server that
     // stopped taking connections with this one still queued (a store closing): not a refusal.
