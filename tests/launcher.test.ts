@@ -196,6 +196,28 @@ test('a launcher SIGKILLed while its ranks wait in init(): they fail on its stor
   }
 });
 
+test('a rank that reaches init() after its launcher was SIGKILLed ends at once: the refused store is the launcher gone, not one still starting', { timeout: 20_000 }, async () => {
+  const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+  // The last rank calls init() 1.5 s after it starts, when its launcher is gone.
+  const launcher = spawn(node, [cli, 'launch', '-n', '2', '--', node, fixture('init-wait-rank.mjs'), '1500'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  launcher.stdout.on('data', (chunk: Buffer) => (stdout += chunk));
+  const pids: number[] = [];
+  try {
+    const said = (r: number) => linesOf(stdout, r).find((l) => l.startsWith('before init '));
+    for (const until = Date.now() + 15_000; ![0, 1].every(said); await new Promise((r) => setTimeout(r, 20))) {
+      if (Date.now() > until) throw new Error(`the ranks never started; stdout:\n${stdout}`);
+    }
+    for (const r of [0, 1]) pids.push(Number(said(r)!.split(' ')[2]));
+    launcher.kill('SIGKILL');
+    const killed = Date.now();
+    // Retrying the refused connection, it ran on orphaned for the set-up floor (10 s) after its init().
+    assert.ok(await gone(pids[1]!, 1500 + 3000), `rank 1 still runs ${Date.now() - killed} ms after its launcher was killed`);
+  } finally {
+    killAll(launcher, pids);
+  }
+});
+
 test('a rank that ignores SIGTERM is killed after the grace period', T, async () => {
   const command = [node, fixture('fail-rank.mjs'), '1', '1', 'ignore-sigterm'];
   const { code, stdout, stderr, ms } = await runLaunch({ nprocs: 2, command, graceMs: 300 });

@@ -139,7 +139,7 @@ async function meetAtStore(rank: number, scope: string, start: Start, serves: bo
     const left = Math.max(1, deadline - Date.now());
     let store: TcpStoreClient;
     try {
-      store = await TcpStoreClient.connectFromEnv({ timeoutMs: floorMs, connectTimeoutMs: left, servedBy: storeServer(rank) });
+      store = await TcpStoreClient.connectFromEnv({ timeoutMs: floorMs, connectTimeoutMs: left, servedBy: storeServer(rank), listenedBefore: servedByOwnLauncher() });
     } catch (err) {
       // Reset while authenticating: rank 0's last store stopped taking connections with this one queued.
       if (!(err instanceof StoreError && err.reason === 'disconnected' && storePort() !== undefined && rank !== 0 && Date.now() < deadline)) throw err;

@@ -31,6 +31,12 @@ export interface TcpStoreClientOptions {
   connectTimeoutMs?: number;
   /** Who serves the store ("rank 0"), for errors: a lost connection then says that it is gone. */
   servedBy?: string;
+  /**
+   * The store listened before this process started (its own launcher's): a refused connection
+   * means it has gone, and is not retried (the rank would otherwise run on orphaned until the
+   * connect timeout).
+   */
+  listenedBefore?: boolean;
 }
 
 interface Pending {
@@ -106,6 +112,9 @@ export class TcpStoreClient implements Store {
       } catch (cause) {
         const code = (cause as NodeJS.ErrnoException).code ?? '';
         const left = deadline - Date.now();
+        if (code === 'ECONNREFUSED' && options.listenedBefore) {
+          throw new StoreError('connect', undefined, 'unreachable', `cannot reach the store at ${address}: ${(cause as Error).message}; ${options.servedBy ?? 'its server'} listened there before it started this process, so it has gone`, { cause });
+        }
         if (RETRYABLE.has(code) && left > 0) {
           await sleep(Math.min(backoff, left));
           continue;
@@ -123,7 +132,7 @@ export class TcpStoreClient implements Store {
    * Connects a rank started by a launcher: host and port from MASTER_ADDR / MASTER_PORT (see
    * rankEnv), the secret from A2AV_STORE_TOKEN. Throws UsageError when any of them is missing.
    */
-  static async connectFromEnv(options: { env?: Readonly<Record<string, string | undefined>>; timeoutMs?: number; connectTimeoutMs?: number; servedBy?: string } = {}): Promise<TcpStoreClient> {
+  static async connectFromEnv(options: { env?: Readonly<Record<string, string | undefined>>; timeoutMs?: number; connectTimeoutMs?: number; servedBy?: string; listenedBefore?: boolean } = {}): Promise<TcpStoreClient> {
     const { env = process.env, ...timeouts } = options;
     const place = rankEnv(env);
     const token = storeToken(env);
