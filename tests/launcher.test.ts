@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { CommAbortedError, TimeoutError, UsageError } from '../src/errors.js';
-import { describeError, describeTimeouts } from '../src/launch/exit-report.js';
+import { describeError, describeTimeouts, waitedFor } from '../src/launch/exit-report.js';
 import { launch } from '../src/launch/launcher.js';
 import { readExitRecord, recordExitError, type ExitRecord } from '../src/world/exit-record.js';
 import { TcpStoreServer } from '../src/world/tcp-store.js';
@@ -452,6 +452,10 @@ test('the report lists every rank the survivors named, most-named first, and the
     describeTimeouts(mixed, new Set([3])),
     'rank 3 exited with status 0 while rank 0 still waited for it (named in TimeoutError); rank 1 stopped answering (named by ranks 2, 5 in TimeoutError); rank 4 timed out waiting for a peer they could not name (TimeoutError)',
   );
+  // The rank that failed first with its own error did not stop answering: its waiters are said after its error.
+  assert.equal(describeTimeouts(mixed, new Set(), 1), 'rank 3 stopped answering (named by rank 0 in TimeoutError); rank 4 timed out waiting for a peer they could not name (TimeoutError)');
+  assert.equal(waitedFor(mixed, 1), 'ranks 2, 5 timed out waiting for it (TimeoutError)');
+  assert.equal(waitedFor(mixed, 6), undefined);
   assert.equal(describeError(mixed.get(6)), 'UsageError: bad');
   assert.equal(describeError(mixed.get(5)), undefined, 'a timeout is told by describeTimeouts');
   assert.equal(describeError({ name: undefined, code: undefined, message: 'ValueError: x', missingRank: undefined }), 'ValueError: x');

@@ -48,7 +48,7 @@ export class ExitRecordDir {
  * in `ended` (ranks that had exited with status 0) did not stop: it left while its peers still
  * waited for it, and is said so.
  */
-export function describeTimeouts(records: ReadonlyMap<number, ExitRecord>, ended: ReadonlySet<number> = new Set()): string | undefined {
+export function describeTimeouts(records: ReadonlyMap<number, ExitRecord>, ended: ReadonlySet<number> = new Set(), failedFirst?: number): string | undefined {
   const namedBy = new Map<number, number[]>();
   const unnamed: number[] = [];
   for (const [rank, { missingRank }] of [...records].sort(([a], [b]) => a - b)) {
@@ -59,7 +59,8 @@ export function describeTimeouts(records: ReadonlyMap<number, ExitRecord>, ended
   const named = [...namedBy].sort(([a, byA], [b, byB]) => byB.length - byA.length || a - b);
   const parts: string[] = [];
   const left = named.filter(([missing]) => ended.has(missing));
-  const stopped = named.filter(([missing]) => !ended.has(missing));
+  // The rank that failed first is said with its own error (waitedFor): it did not merely stop answering.
+  const stopped = named.filter(([missing]) => !ended.has(missing) && missing !== failedFirst);
   for (const [missing, by] of left) parts.push(`rank ${missing} exited with status 0 while ${ranks(by)} still waited for it (named in TimeoutError)`);
   if (stopped.length === 1) {
     const [[missing, by]] = stopped as [[number, number[]]];
@@ -70,6 +71,12 @@ export function describeTimeouts(records: ReadonlyMap<number, ExitRecord>, ended
   }
   if (unnamed.length > 0) parts.push(`${ranks(unnamed)} timed out waiting for a peer they could not name (TimeoutError)`);
   return parts.length > 0 ? parts.join('; ') : undefined;
+}
+
+/** The ranks whose TimeoutError named `rank`: "ranks 0, 2 timed out waiting for it", or undefined. */
+export function waitedFor(records: ReadonlyMap<number, ExitRecord>, rank: number): string | undefined {
+  const by = [...records].filter(([, r]) => r.missingRank === rank).map(([r]) => r).sort((a, b) => a - b);
+  return by.length === 0 ? undefined : `${ranks(by)} timed out waiting for it (TimeoutError)`;
 }
 
 /** The failed rank's own error, for the "failed first" line, unless describeTimeouts covers it. */

@@ -12,7 +12,7 @@ import { ERROR_FILE_ENV } from '../world/exit-record.js';
 import { joinedKey } from '../world/init.js';
 import { removeShmFiles } from '../world/shm-files.js';
 import { TcpStoreServer } from '../world/tcp-store.js';
-import { describeError, describeTimeouts, ExitRecordDir } from './exit-report.js';
+import { describeError, describeTimeouts, ExitRecordDir, waitedFor } from './exit-report.js';
 import { RankProcess, type RankExit } from './rank-process.js';
 
 /** Options of `launch`, named after torchrun's flags (--nproc-per-node, --nnodes, --node-rank, ...). */
@@ -310,10 +310,11 @@ class Job {
     const failed = this.#exits.filter((e) => e.spawnError === undefined && (e.code !== 0 || e.signal !== null)).map((e) => e.rank);
     const records = this.#records.read(failed);
     const ended = new Set(this.#exits.filter((e) => e.spawnError === undefined && e.code === 0 && e.signal === null).map((e) => e.rank));
-    const blame = describeTimeouts(records, ended);
+    const blame = describeTimeouts(records, ended, failure.rank);
     const own = describeError(records.get(failure.rank));
     const first = `${blame === undefined ? '' : `${blame}; `}rank ${failure.rank} (pid ${failure.pid}) failed first`;
-    const why = own === undefined ? '' : ` (${own})`;
+    const waited = waitedFor(records, failure.rank);
+    const why = (own === undefined ? '' : ` (${own})`) + (waited === undefined ? '' : `; ${waited}`);
     if (failure.signal !== null) {
       say(`${first}: killed by ${failure.signal}${why}${others}`);
       return 128 + (constants.signals[failure.signal] ?? 0);
