@@ -97,6 +97,11 @@ test('output of chosen ranks only, and without prefixes for piping one rank on',
   assert.equal(one.code, 0, one.stderr);
   assert.deepEqual(JSON.parse(one.stdout), { r: '1' }, 'stdout is exactly rank 1\'s JSON');
   await assert.rejects(runLaunch({ nprocs: 2, command: [node, '-e', ''], outputRanks: [2] }), /outputRanks/);
+  // A rank whose output is not shown fails with no record of its own: the summary quotes its last stderr line.
+  const fails = `if (process.env.RANK === '1') { console.error('loading config'); console.error('Error: no config.json'); process.exit(2); } else setInterval(() => {}, 1000);`;
+  const hidden = await runLaunch({ nprocs: 2, command: [node, '-e', fails], outputRanks: [0] });
+  assert.equal(hidden.code, 2);
+  assert.match(hidden.stderr, /rank 1 \(pid \d+\) failed first: exit code 2 \(its last line on stderr, not shown: Error: no config\.json\)/);
 });
 
 test('a failing rank stops the others, and nothing it started outlives the launcher', T, async () => {

@@ -314,7 +314,10 @@ class Job {
     const own = describeError(records.get(failure.rank));
     const first = `${blame === undefined ? '' : `${blame}; `}rank ${failure.rank} (pid ${failure.pid}) failed first`;
     const waited = waitedFor(records, failure.rank);
-    const why = (own === undefined ? '' : ` (${own})`) + (waited === undefined ? '' : `; ${waited}`);
+    // No record (it failed before init(), or not through a2av), and its output not shown: its last word.
+    const hidden = own === undefined ? this.#ranks.find((r) => r.rank === failure.rank)?.hiddenErrorLine : undefined;
+    const said = own ?? (hidden === undefined ? undefined : `its last line on stderr, not shown: ${hidden}`);
+    const why = (said === undefined ? '' : ` (${said})`) + (waited === undefined ? '' : `; ${waited}`);
     if (failure.signal !== null) {
       say(`${first}: killed by ${failure.signal}${why}${others}`);
       return 128 + (constants.signals[failure.signal] ?? 0);

@@ -26,12 +26,17 @@ export interface RankProcessOptions {
   onExit(exit: RankExit): void;
 }
 
+/** The end of a hidden stderr kept for the failure summary. */
+const HIDDEN_TAIL_CHARS = 4096;
+
 export class RankProcess {
   readonly rank: number;
   /** Resolves once the process has ended and all of its output has been written out. */
   readonly done: Promise<RankExit>;
   #child: ChildProcess;
   #exit: RankExit | undefined;
+  /** The end of stderr where its lines are not shown (--output-ranks): a failure's summary quotes its last line. */
+  #hiddenTail = '';
 
   constructor(options: RankProcessOptions) {
     const { rank, command, env, onExit } = options;
@@ -42,6 +47,11 @@ export class RankProcess {
     this.#child = child;
     const outputs = [child.stdout!.pipe(new LinePrefixer(options.prefix)), child.stderr!.pipe(new LinePrefixer(options.prefix))];
     const sinks = [options.stdout, options.stderr];
+    if (!options.stderr) {
+      child.stderr!.on('data', (chunk: Buffer) => {
+        this.#hiddenTail = (this.#hiddenTail + chunk.toString()).slice(-HIDDEN_TAIL_CHARS);
+      });
+    }
     outputs.forEach((lines, i) => {
       const sink = sinks[i];
       if (!sink) return void lines.resume();
@@ -75,6 +85,12 @@ export class RankProcess {
 
   get pid(): number | undefined {
     return this.#child.pid;
+  }
+
+  /** The last line the rank wrote to a stderr that was not shown, if any. */
+  get hiddenErrorLine(): string | undefined {
+    const line = this.#hiddenTail.split('\n').map((l) => l.trim()).filter((l) => l !== '').pop();
+    return line === undefined ? undefined : line.length > 300 ? `${line.slice(0, 300)}...` : line;
   }
 
   get running(): boolean {
