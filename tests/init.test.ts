@@ -469,6 +469,43 @@ test('a peer whose memory is gone before this rank maps it is named as having le
   }
 });
 
+test('a peer killed after making its memory but before publishing its name: the rank whose set-up timed out on it removes the name', T, async () => {
+  const { server, clients: [store0, store1], job, Rendezvous } = await byHand();
+  // Rank 1 made its memory, and was killed before it said the name (nothing unlinked it).
+  const killed = madeInJob(job.id, () => new ProcessMemory(1)).allocate(4096);
+  try {
+    assert.equal(job.files().length, 1);
+    const rank0 = new Rendezvous(store0!, madeInJob(job.id, () => new ProcessMemory(0)), 0, 2);
+    await assert.rejects(rank0.share('sym/test', 4096, 500, 'allocSymmetric #0'), (err: Error) => err instanceof TimeoutError && err.missingRank === 1);
+    assert.deepEqual(job.files(), [], "rank 1's unpublished name is left");
+  } finally {
+    killed.close();
+    await Promise.all([store0!.close(), store1!.close()]);
+    await server.close();
+  }
+});
+
+test('outside a2av launch, the ranks of one job name their memory alike (store address and token), so a peer can find a killed rank\'s', T, () => {
+  const env = { MASTER_ADDR: '127.0.0.1', A2AV_STORE_PORT: '29999', A2AV_STORE_TOKEN: 'a'.repeat(32) };
+  const prefixOf = (extra: Record<string, string>, rank: number) => {
+    const saved = { ...process.env };
+    Object.assign(process.env, env, extra);
+    delete process.env.A2AV_JOB_ID;
+    try {
+      const region = new ProcessMemory(rank).allocate(64);
+      const name = new TextDecoder().decode(region.handle).split(':')[1]!;
+      region.unpublish();
+      region.close();
+      return name.replace(/r\d+-\d+-[0-9a-f]+$/, '');
+    } finally {
+      for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
+      Object.assign(process.env, saved);
+    }
+  };
+  assert.equal(prefixOf({}, 0), prefixOf({}, 1));
+  assert.notEqual(prefixOf({}, 0), prefixOf({ A2AV_STORE_TOKEN: 'b'.repeat(32) }, 0), 'another job (another token) names apart');
+});
+
 test('a cpu communicator over a TCP store maps shared memory, and unmaps and unlinks it on close', T, async () => {
   const token = randomBytes(16).toString('hex');
   const server = await TcpStoreServer.listen({ token });

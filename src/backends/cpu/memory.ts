@@ -40,6 +40,11 @@ export interface SharedMemory {
   sizeOf(handle: Uint8Array, peer: number): number;
   /** Forgets the name of a peer's memory (a peer that failed set-up, maybe killed, before it could). */
   drop(handle: Uint8Array, peer: number): void;
+  /**
+   * Forgets every name a peer made that it never published (killed between making its memory and
+   * saying its name), where names can be found by the peer alone; else does nothing.
+   */
+  dropUnpublished?(peer: number): void;
   /** Bytes this memory can still grow by. */
   freeBytes(): number;
 }

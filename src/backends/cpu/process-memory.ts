@@ -3,16 +3,30 @@
 // (128 random bits) and start with the job's prefix; the owner unlinks the name as soon as every
 // peer has mapped it (Rendezvous in rendezvous.ts). Until then a name outlives its process unless
 // removed: the owner unlinks its names on exit and on a signal that would end it, peers drop the
-// name of a rank that never said it had mapped the others (killed), and a2av launch removes any
-// still left. Waits sleep on futexes in the shared pages, so a peer's wake reaches another process.
-import { randomBytes } from 'node:crypto';
+// name of a rank that never said it had mapped the others (killed), or find by its prefix one it
+// never said at all (the job's part of names is the same on every rank: a2av launch's job id, or
+// one derived from the store), and a2av launch removes any still left. Waits sleep on futexes in the shared pages, so a peer's wake reaches another process.
+import { createHash, randomBytes } from 'node:crypto';
 import { freemem } from 'node:os';
-import { statfsSync } from 'node:fs';
+import { readdirSync, rmSync, statfsSync } from 'node:fs';
+import { join } from 'node:path';
 import { UsageError } from '../../errors.js';
-import { jobId } from '../../world/env.js';
+import { jobId, STORE_PORT_ENV, STORE_TOKEN_ENV } from '../../world/env.js';
 import { shmPrefix, SHM_DIR } from '../../world/shm-files.js';
 import { createShared, futexWait, futexWake, hasFutex, openShared, unlinkShared, unmap, type Mapping } from '../../native/libc.js';
 import type { SharedMemory, SharedRegion } from './memory.js';
+
+/**
+ * A job id every rank of a job started by another launcher derives alike: from its store's address
+ * and secret (two jobs at once cannot share both). It lets a peer find the names of a rank killed
+ * before it published them. Undefined without a store token.
+ */
+function storeJob(): string | undefined {
+  const token = process.env[STORE_TOKEN_ENV];
+  if (!token) return undefined;
+  const at = `${process.env.MASTER_ADDR ?? ''}:${process.env[STORE_PORT_ENV] || process.env.MASTER_PORT || ''}`;
+  return createHash('sha256').update(`${at}\0${token}`).digest('hex').slice(0, 16);
+}
 
 /** Without futexes, waits poll at this period. */
 const POLL_MS = 0.2;
@@ -23,11 +37,26 @@ export class ProcessMemory implements SharedMemory {
   readonly where = 'process';
   readonly named = true;
   #prefix: string;
+  /** The job's part of every rank's names, where every rank derives the same one; else undefined. */
+  #job: string | undefined;
   #count = 0;
 
   constructor(rank: number) {
-    // Outside a2av launch there is no job id: a random one keeps names apart (nothing cleans up after a crash then).
-    this.#prefix = `/${shmPrefix(jobId() ?? randomBytes(8).toString('hex'))}r${rank}-`;
+    this.#job = jobId() ?? storeJob();
+    // Neither a launcher's job id nor a store to derive one from: a random one keeps names apart.
+    this.#prefix = `/${shmPrefix(this.#job ?? randomBytes(8).toString('hex'))}r${rank}-`;
+  }
+
+  dropUnpublished(peer: number): void {
+    if (this.#job === undefined) return;
+    const prefix = `${shmPrefix(this.#job)}r${peer}-`;
+    let names: string[];
+    try {
+      names = readdirSync(SHM_DIR).filter((n) => n.startsWith(prefix));
+    } catch {
+      return;
+    }
+    for (const n of names) rmSync(join(SHM_DIR, n), { force: true });
   }
 
   allocate(bytes: number): SharedRegion {

@@ -66,6 +66,8 @@ export class Rendezvous {
         const missing = err instanceof TimeoutError ? err.missingRank : -1;
         const storeGone = err instanceof StoreError && err.reason === 'disconnected';
         for (const [p, handle] of known.entries()) if (handle !== undefined && (p === missing || storeGone)) this.memory.drop(handle, p);
+        // One killed after making its memory but before publishing its name: found by its prefix, where names have one.
+        if (missing >= 0 && known[missing] === undefined) this.memory.dropUnpublished?.(missing);
       } catch {
         // The set-up error is the one worth reporting.
       }
