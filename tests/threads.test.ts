@@ -110,7 +110,7 @@ test('a module that starts ranks at its top level gets a UsageError from its ran
   const r = spawnSync(process.execPath, [fixture], { encoding: 'utf8', timeout: 30_000 });
   assert.equal(r.signal, null, `ended by ${r.signal} (it started ranks without end): ${r.stdout.slice(0, 400)}`);
   assert.equal(r.status, 1, r.stderr);
-  assert.match(r.stderr, /UsageError: runRanks: called in rank [01]'s thread, which imports the module given to runRanks; .*isMainThread/);
+  assert.match(r.stderr, /UsageError: rank [01] failed: runRanks: called in rank [01]'s thread, which imports the module given to runRanks; .*isMainThread/);
   assert.equal(r.stdout, '', 'no rank ran');
 });
 
