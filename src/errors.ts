@@ -124,10 +124,11 @@ export class HostMemoryError extends A2avError {
 }
 
 /** How a peer left for good: it closed its communicator, cleanly or after a failure of its own. */
-export type PeerLeft = 'closed' | 'closed after a failure';
+export type PeerLeft = 'closed' | 'closed after a failure' | 'exited';
 
 /** What a timeout says of a peer that left (its TimeoutError's `what` ends with it). */
 export function peerLeftNote(how: PeerLeft): string {
+  if (how === 'exited') return 'its process exited without closing its communicator';
   return how === 'closed' ? 'it has closed its communicator' : 'it has closed its communicator after a failure of its own (its error says which)';
 }
 

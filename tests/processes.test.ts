@@ -26,7 +26,7 @@ interface RankLine {
   pid: number;
   deviceName?: string;
   result?: unknown;
-  error?: { name: string; code: string; message: string; missingRank?: number; waitedMs?: number; calls?: number };
+  error?: { name: string; code: string; message: string; missingRank?: number; waitedMs?: number; calls?: number; peerFailed?: boolean };
   leaked?: string;
   exists?: boolean;
 }
@@ -171,6 +171,19 @@ describe('faults', () => {
     assert.match(stderr, /a2av launch: rank 1 \(pid \d+\) failed first: killed by SIGKILL; stopped rank 0, still running then/);
     assert.ok(ms < 10_000, `took ${ms} ms: the survivor was not stopped`);
     assert.deepEqual(rankLines(stdout, 2), [undefined, undefined]);
+  });
+
+  test('a rank whose process exits (status 0) with its communicator open: its peers stop waiting at once, and say so', { timeout: 30_000 }, async () => {
+    const { stdout, stderr } = await runProgram(3, 'exitsMidJob', { leaver: 1 }, 20_000);
+    const lines = rankLines(stdout, 3);
+    for (const r of [0, 2]) {
+      const e = lines[r]?.error;
+      assert.equal(e?.code, 'A2AV_TIMEOUT', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
+      assert.equal(e.missingRank, 1);
+      assert.match(e.message, /stopped waiting for rank 1 after \d+ ms \(timeout 20000 ms\): it will make no more calls \(.*its process exited without closing its communicator\)/);
+      assert.ok(e.waitedMs! < 5000, `rank ${r} waited ${e.waitedMs} ms of its 20 s timeout`);
+      assert.equal(e.peerFailed, false, 'it did not fail: the launcher may name it');
+    }
   });
 
   test('shared memory of a rank killed before unlinking it is removed by the launcher', { timeout: 30_000 }, async () => {

@@ -93,7 +93,7 @@ async function valueOf(a: AllGatherArgs, r: number, deadline: number): Promise<U
       // It may have published just before it closed: one more look before saying it never will.
       const late = await a.store.get(key, 1).catch(() => undefined);
       if (late !== undefined) return late;
-      throw new TimeoutError(a.rank, r, a.timeoutMs, `${what}; ${peerLeftNote(how)}`, { waitedMs: Date.now() - started, peerFailed: how !== 'closed' });
+      throw new TimeoutError(a.rank, r, a.timeoutMs, `${what}; ${peerLeftNote(how)}`, { waitedMs: Date.now() - started, peerFailed: how === 'closed after a failure' });
     }
   }
 }

@@ -65,6 +65,20 @@ interface ReplayedCall {
   explain?: Explain;
 }
 
+/** The pads of this process's (or thread's) open communicators, marked if it exits with them open. */
+const openPads = new Set<PadViews>();
+const markOpenPads = (): void => {
+  for (const pad of openPads) pad.markExited();
+};
+
+function markedAtExit(pad: PadViews, open: boolean): void {
+  if (open) openPads.add(pad);
+  else openPads.delete(pad);
+  // One listener while any is open, none otherwise: an idle process's exit is its own.
+  if (openPads.size > 0 && process.listeners('exit').indexOf(markOpenPads) < 0) process.on('exit', markOpenPads);
+  if (openPads.size === 0) process.off('exit', markOpenPads);
+}
+
 class CpuComm implements Comm, CheckContext {
   readonly backend = 'cpu';
   readonly rank: number;
@@ -89,6 +103,8 @@ class CpuComm implements Comm, CheckContext {
   #closed = false;
   /** The timeout that aborted the communicator, if one did: later calls are a CommAbortedError. */
   #aborted: Error | undefined;
+  /** This rank's pad: marked when its process exits with the communicator open. */
+  #ownPad: PadViews;
 
   constructor(opts: CommOptions, exchange: Rendezvous, layout: PadLayout, pads: SharedRegion[]) {
     this.rank = opts.rank;
@@ -106,6 +122,10 @@ class CpuComm implements Comm, CheckContext {
     // The host waits (barrier, gatherOnHost, allocSymmetric) end, as a lane's do, for a peer that has closed.
     exchange.peerGone = (rank) => (rank === this.rank || this.#closed ? undefined : views[rank]?.closed);
     this.#lanes = Array.from({ length: opts.lanes }, (_, index) => new CpuLane({ index, rank: this.rank, layout, pads: views, timeoutMs: this.timeoutMs, onTimeout }));
+    // A process (or thread) that exits with this communicator open makes no call again: its peers'
+    // waits end when they see that, not at their timeout.
+    this.#ownPad = views[this.rank]!;
+    markedAtExit(this.#ownPad, true);
     this.#reducers = this.#lanes.map((lane) => new CpuReducer(lane, this.rank, layout, views));
   }
 
@@ -358,6 +378,7 @@ class CpuComm implements Comm, CheckContext {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    markedAtExit(this.#ownPad, false);
     // A peer still waiting for this rank will say, when its wait times out, that it is gone.
     if (this.#pads.length > 0) new PadViews(this.#pads[this.rank]).markClosed(this.#aborted !== undefined);
     // Peers hold their own mappings of our memory, so nothing of theirs dangles. Ours go after
