@@ -111,7 +111,9 @@ export function formatPipelineTable(results: readonly PipelineResult[]): string 
 
 export function formatPipelineJson(results: readonly PipelineResult[]): string {
   const { rows, problems, notes } = pipelineRows(results);
-  const { shape, ranks, device, date, warmup, iters, seed, cores, load } = results[0];
+  const { shape, ranks, device, date, warmup, iters, seed } = results[0];
+  // The host's share, where cpu ran (it may not be the first backend of the run).
+  const { cores, load } = results.find((r) => r.backend === 'cpu') ?? {};
   const clocks = Object.fromEntries(results.map((r) => [r.backend, r.clock]));
   const gemms = Object.fromEntries(results.map((r) => [r.backend, r.gemm]));
   return JSON.stringify({ op: 'pipeline', shape, ranks, device, date, cores, load, warmup, iters, seed, clocks, gemms, rows, checksumsAgree: problems.length === 0, problems, notes }, null, 2) + '\n';

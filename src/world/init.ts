@@ -41,14 +41,16 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
       'or run ranks as threads with runRanks()');
   }
   recordUncaughtErrors();
-  // Every rank calls init() as often: the count keys this one's exchanges apart from an earlier
-  // communicator's over the same store (a launcher's outlives each).
-  const generation = inits++;
-  const scope = initScope(generation);
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
   const backend = options.backend ?? (await defaultBackend());
   const lanes = options.lanes ?? DEFAULT_LANES;
   const start = { worldSize: place.worldSize, backend, lanes, timeoutMs };
+  // Refused here, before the count below: a call refused on this rank alone is one it has not made.
+  checkServing(place);
+  // Every rank calls init() as often: the count keys this one's exchanges apart from an earlier
+  // communicator's over the same store (a launcher's outlives each).
+  const generation = inits++;
+  const scope = initScope(generation);
   const served = await serveStore(place);
   const launched = servedByOwnLauncher();
   let store: TcpStoreClient;
@@ -188,6 +190,18 @@ function storeServer(rank: number, env: NodeJS.ProcessEnv = process.env): string
   return (env.GROUP_RANK ?? '0') === '0' ? 'a2av launch' : 'node 0\'s a2av launch';
 }
 
+/** What serveStore needs, refused on this rank before init() counts the call. */
+function checkServing(place: { rank: number; masterAddr: string | undefined }): void {
+  const port = storePort();
+  if (port === undefined || place.rank !== 0) return;
+  if (place.masterAddr === undefined || storeToken() === undefined) {
+    throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
+  }
+  if (StoreServerThread.serves(port)) {
+    throw new UsageError(`${STORE_PORT_ENV}: this process serves the job's store at port ${port} already, for a communicator it has not closed: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
+  }
+}
+
 /**
  * Rank 0's store, where A2AV_STORE_PORT asks for it (no a2av launch serves one): bound on
  * MASTER_ADDR, as a2av launch binds its own, in a thread of its own (store-server-thread.ts says
@@ -196,14 +210,7 @@ function storeServer(rank: number, env: NodeJS.ProcessEnv = process.env): string
 async function serveStore(place: { rank: number; masterAddr: string | undefined }): Promise<StoreServerThread | undefined> {
   const port = storePort();
   if (port === undefined || place.rank !== 0) return undefined;
-  const token = storeToken();
-  if (place.masterAddr === undefined || token === undefined) {
-    throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
-  }
-  if (StoreServerThread.serves(port)) {
-    throw new UsageError(`${STORE_PORT_ENV}: this process serves the job's store at port ${port} already, for a communicator it has not closed: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
-  }
-  return StoreServerThread.start({ token, host: place.masterAddr, port }).catch((err: unknown) => {
+  return StoreServerThread.start({ token: storeToken()!, host: place.masterAddr!, port }).catch((err: unknown) => {
     // Another rank 0 of this job is as likely there as an earlier job's store.
     if (err instanceof StoreError && /EADDRINUSE/.test(err.message)) throw new StoreError(err.op, err.key, err.reason, `${err.message}; or another process of this job was started as rank 0 too`, { cause: err });
     throw err;

@@ -154,7 +154,7 @@ class RankRun<R> {
       failure.message = `rank ${rank} failed: ${was.replace(new RegExp(`^rank ${rank}: `), '')}`;
       // The stack's first lines are the old message: an uncaught rejection prints the stack, not the message.
       const stack = failure.stack;
-      if (typeof stack === 'string' && was !== '' && stack.includes(was)) failure.stack = stack.replace(was, failure.message);
+      if (typeof stack === 'string' && was !== '' && stack.includes(was)) failure.stack = stack.replace(was, () => failure.message);
     }
     failure.failedRank = rank;
     this.#failure = failure;
