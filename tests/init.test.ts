@@ -486,17 +486,25 @@ test('a peer whose memory is gone before this rank maps it is named as having le
   }
 });
 
-test('a peer killed after making its memory but before publishing its name: the rank whose set-up timed out on it removes the name', T, async () => {
+test('a peer killed after making its memory but before publishing its name: the rank whose set-up timed out on it removes the name, not a live one\'s', T, async () => {
   const { server, clients: [store0, store1], job, Rendezvous } = await byHand();
-  // Rank 1 made its memory, and was killed before it said the name (nothing unlinked it).
-  const killed = madeInJob(job.id, () => new ProcessMemory(1)).allocate(4096);
+  // Rank 1's process made its memory and was killed before it said the name (nothing unlinked it):
+  // a file named with a pid that has exited. Beside it, a name of rank 1 made by a live process
+  // (this one: slow, or another communicator of it), which must stay.
+  const dead = spawn(process.execPath, ['-e', '']);
+  await once(dead, 'exit');
+  const killed = `${shmPrefix(job.id)}r1-${dead.pid}-0-${randomBytes(16).toString('hex')}`;
+  writeFileSync(join(SHM_DIR, killed), new Uint8Array(4096));
+  const live = madeInJob(job.id, () => new ProcessMemory(1)).allocate(4096);
   try {
-    assert.equal(job.files().length, 1);
+    assert.equal(job.files().length, 2);
     const rank0 = new Rendezvous(store0!, madeInJob(job.id, () => new ProcessMemory(0)), 0, 2);
     await assert.rejects(rank0.share('sym/test', 4096, 500, 'allocSymmetric #0'), (err: Error) => err instanceof TimeoutError && err.missingRank === 1);
-    assert.deepEqual(job.files(), [], "rank 1's unpublished name is left");
+    assert.deepEqual(job.files(), [new TextDecoder().decode(live.handle).split(':/')[1]], "the dead rank's name is left, or the live one's is gone");
   } finally {
-    killed.close();
+    live.unpublish();
+    live.close();
+    rmSync(join(SHM_DIR, killed), { force: true });
     await Promise.all([store0!.close(), store1!.close()]);
     await server.close();
   }
@@ -513,7 +521,7 @@ test('outside a2av launch, the ranks of one job name their memory alike (store a
       const name = new TextDecoder().decode(region.handle).split(':')[1]!;
       region.unpublish();
       region.close();
-      return name.replace(/r\d+-\d+-[0-9a-f]+$/, '');
+      return name.replace(/r\d+-\d+-\d+-[0-9a-f]+$/, '');
     } finally {
       for (const k of Object.keys(process.env)) if (!(k in saved)) delete process.env[k];
       Object.assign(process.env, saved);

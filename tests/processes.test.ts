@@ -191,7 +191,7 @@ describe('faults', () => {
     const leak = rankLines(stdout, 2)[0];
     assert.ok(leak?.leaked, `${stdout} ${stderr}`);
     assert.equal(leak.exists, true, 'the file existed while the rank ran');
-    assert.match(leak.leaked, /^\/a2av-[0-9a-f]{16}-r0-0-[0-9a-f]{32}$/, 'job prefix, rank, then 128 random bits');
+    assert.match(leak.leaked, new RegExp(`^/a2av-[0-9a-f]{16}-r0-${leak.pid}-0-[0-9a-f]{32}$`), 'job prefix, rank, pid, count, then 128 random bits');
     assert.equal(code, 128 + 9);
     // afterEach checks that /dev/shm is clean.
   });

@@ -28,6 +28,16 @@ function storeJob(): string | undefined {
   return createHash('sha256').update(`${at}\0${token}`).digest('hex').slice(0, 16);
 }
 
+/** Whether process `pid` exists (one of another user's counts: it cannot be signalled, but is there). */
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /** Without futexes, waits poll at this period. */
 const POLL_MS = 0.2;
 
@@ -56,11 +66,16 @@ export class ProcessMemory implements SharedMemory {
     } catch {
       return;
     }
-    for (const n of names) rmSync(join(SHM_DIR, n), { force: true });
+    // Only a dead process's: a peer that is merely slow, or another communicator of a live one, keeps its names.
+    for (const n of names) {
+      const pid = Number(/^(\d+)-/.exec(n.slice(prefix.length))?.[1]);
+      if (Number.isSafeInteger(pid) && pid > 0 && !processAlive(pid)) rmSync(join(SHM_DIR, n), { force: true });
+    }
   }
 
   allocate(bytes: number): SharedRegion {
-    const name = `${this.#prefix}${this.#count++}-${randomBytes(16).toString('hex')}`;
+    // The pid tells a peer whether the name's maker is gone (dropUnpublished).
+    const name = `${this.#prefix}${process.pid}-${this.#count++}-${randomBytes(16).toString('hex')}`;
     // Listening before the file exists: a signal's default action would end the process at once.
     linked.add(name);
     syncCleanUp();
