@@ -5,6 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { runMoeTokenBench, tokenRouting } from '../src/bench/moe-tokens.js';
+import { tokenValue } from '../src/bench/moe-token-check.js';
 import { runRanks } from '../src/world/threads.js';
 import type { FaultyTokenArg } from './fixtures/bench-faulty-token-rank.js';
 
@@ -47,6 +48,20 @@ for (const [corrupt, op, wrong] of [
         return true;
       },
     );
+  });
+}
+
+test('the check\'s x rows name their rank and token (the first three elements), for every token a rank can have here', () => {
+  const seen = new Set<string>();
+  for (let q = 0; q < 8; q++) for (let t = 0; t < 8192; t++) seen.add([0, 1, 2].map((h) => tokenValue(q, t, h)).join(','));
+  assert.equal(seen.size, 8 * 8192);
+  for (let h = 0; h < 64; h++) assert.ok(tokenValue(7, 8191, h) >= 1 && tokenValue(7, 8191, h) <= 256, 'exact in bf16, never 0 (the poison)');
+});
+
+for (const layout of ['expanded', 'compact'] as const) {
+  test(`${layout}: the graph check's poison makes a replay that wrote nothing fail the check, and one that did pass it`, { timeout: 60_000 }, async () => {
+    const said = await runRanks<{ layout: string }, string[]>({ backend: 'cpu', ranks: 2, timeoutMs: 30_000 }, new URL('./fixtures/bench-faulty-token-rank.js', import.meta.url), 'poisonedChecks', { layout });
+    for (const s of said) assert.deepEqual(s, ['ok', 'WrongResultError', 'ok', 'ok', 'WrongResultError']);
   });
 }
 

@@ -8,8 +8,15 @@ import { bf16ToF32, f32ToBf16 } from '../collectives/reduce.js';
 import type { MoeLayout } from '../moe/api.js';
 import { WrongResultError, type WrongByte } from './verify.js';
 
-/** Element h of token t's row on rank q: an integer in 1..255, exact in bf16 and in f32 sums. */
+/**
+ * Element h of token t's row on rank q: an integer in 1..256, exact in bf16 and in f32 sums. The
+ * first three name the row (rank, then the token in base 251: distinct up to 63001 tokens a rank);
+ * the rest vary along it.
+ */
 export function tokenValue(q: number, t: number, h: number): number {
+  if (h === 0) return (q % 256) + 1;
+  if (h === 1) return (t % 251) + 1;
+  if (h === 2) return (Math.floor(t / 251) % 251) + 1;
   return ((q * 131 + t * 7 + h * 3) % 255) + 1;
 }
 
@@ -22,7 +29,7 @@ export function tokenRows(q: number, tokens: number, hidden: number): Uint16Arra
 
 /** At most this many received rows are read back a token count (each a device read on cuda). */
 const ROW_SAMPLES = 512;
-/** Elements read of each sampled row: enough to tell its rank and token. */
+/** Elements read of each sampled row: its rank and token (the first three), and some of the rest. */
 const ROW_ELEMENTS = 8;
 /** At most this many tokens' combined rows are compared whole. */
 const TOKEN_SAMPLES = 256;
@@ -37,6 +44,29 @@ export interface TokenCheck {
   topk: number;
   hidden: number;
   tokens: number;
+  /** The group's expertAlignment (expanded): each expert's block starts at a multiple of it, an empty one takes it. */
+  align: number;
+}
+
+/** Where each row this rank receives must land: recvX row `at` holds rank `q`'s token `t` (of local expert `e`). */
+interface Place {
+  q: number;
+  t: number;
+  e: number;
+  at: number;
+}
+
+/** This rank's receive layout: each block's start (expanded: per local expert; compact: one), the rows' places, and the rows it spans. */
+function layoutOf(c: TokenCheck): { starts: number[]; places: Place[]; rows: number } {
+  const blocks = expectedRows(c);
+  const starts: number[] = [];
+  let at = 0;
+  for (const block of blocks) {
+    starts.push(at);
+    at += c.layout === 'compact' ? block.length : block.length === 0 ? c.align : Math.ceil(block.length / c.align) * c.align;
+  }
+  const places = blocks.flatMap((rows, e) => rows.map((row, i) => ({ ...row, e, at: starts[e]! + i })));
+  return { starts, places, rows: at };
 }
 
 /** Up to `most` of `n` indices, evenly spread, the first and last among them. */
@@ -75,29 +105,40 @@ function expectedRows(c: TokenCheck): { q: number; t: number }[][] {
   return blocks;
 }
 
+/** The rows of recvX this rank's layout spans (padding included): what the combine's y must hold. */
+export function receivedRows(c: TokenCheck): number {
+  return layoutOf(c).rows;
+}
+
 /**
- * After the first dispatch: expertCounts against the ids' histogram, then sampled rows of recvX
- * against the row each position must hold (expanded: at expertOffsets; compact: numRecvRows of them).
+ * After a dispatch: expertCounts against the ids' histogram, the layout (expanded: expertOffsets;
+ * compact: numRecvRows) against where the rows must land, then sampled rows of recvX against the
+ * row each position must hold. `layout`: whether expertOffsets and numRecvRows were written by this
+ * dispatch (a graph's replays write only the counts and rows). Returns the rows of recvX the layout spans.
  */
-export function checkDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCounts: DeviceBuffer; expertOffsets: DeviceBuffer; numRecvRows: DeviceBuffer }): void {
+export function checkDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCounts: DeviceBuffer; expertOffsets: DeviceBuffer; numRecvRows: DeviceBuffer }, layout = true): number {
   const { comm, hidden } = c;
   const E = c.expertsPerRank;
-  const blocks = expectedRows(c);
+  const { starts, places, rows } = layoutOf(c);
   const counts = int64s(comm, b.expertCounts, E);
   // expertCounts: expanded, the rows each expert received; compact, the (token, k) entries naming it.
   const want = new Array<number>(E).fill(0);
   for (const ids of c.all) {
     for (const g of ids.subarray(0, c.tokens * c.topk)) if (Number(g) >= comm.rank * E && Number(g) < (comm.rank + 1) * E) want[Number(g) - comm.rank * E]! += 1;
   }
+  const counted = c.layout === 'expanded' ? 'received' : 'was named'; // compact: (token, k) entries, not rows
   counts.forEach((n, e) => {
-    if (n !== want[e]) wrong(c, 'expertCounts', 8 * e, `expert ${comm.rank * E + e} received ${n} rows, the ids give ${want[e]}`);
+    if (n !== want[e]) wrong(c, 'expertCounts', 8 * e, `expert ${comm.rank * E + e} ${counted} ${n} ${c.layout === 'expanded' ? 'rows' : 'times'}, the ids give ${want[e]}`);
   });
-  const starts = c.layout === 'expanded' ? int64s(comm, b.expertOffsets, E) : [0];
-  if (c.layout === 'compact') {
-    const [rows] = int64s(comm, b.numRecvRows, 1);
-    if (rows !== blocks[0]!.length) wrong(c, 'numRecvRows', 0, `${rows} rows received, the ids give ${blocks[0]!.length} (token, rank) rows`);
+  if (layout && c.layout === 'expanded') {
+    int64s(comm, b.expertOffsets, E).forEach((start, e) => {
+      if (start !== starts[e]) wrong(c, 'expertOffsets', 8 * e, `expert ${comm.rank * E + e}'s block starts at row ${start}, the counts (aligned to ${c.align}) put it at ${starts[e]}`);
+    });
   }
-  const places = blocks.flatMap((rows, e) => rows.map((row, i) => ({ ...row, e, at: starts[e]! + i })));
+  if (layout && c.layout === 'compact') {
+    const [got] = int64s(comm, b.numRecvRows, 1);
+    if (got !== rows) wrong(c, 'numRecvRows', 0, `${got} rows received, the ids give ${rows} (token, rank) rows`);
+  }
   const n = Math.min(ROW_ELEMENTS, hidden);
   for (const i of spread(places.length, ROW_SAMPLES)) {
     const { q, t, e, at } = places[i]!;
@@ -109,6 +150,24 @@ export function checkDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCou
       }
     }
   }
+  return rows;
+}
+
+/**
+ * Before a graph's replays are checked: the counts and the rows checkDispatch samples overwritten
+ * with what no dispatch writes (-1; zeros, which no tokenValue is), so a replay that wrote nothing fails.
+ */
+export function poisonDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCounts: DeviceBuffer }): void {
+  const { comm, hidden } = c;
+  comm.write(b.expertCounts, new BigInt64Array(c.expertsPerRank).fill(-1n));
+  const { places } = layoutOf(c);
+  const zeros = new Uint16Array(Math.min(ROW_ELEMENTS, hidden));
+  for (const i of spread(places.length, ROW_SAMPLES)) comm.write(b.recvX, zeros, places[i]!.at * hidden * 2);
+}
+
+/** Before a graph's replays are checked: the tokens' combined rows zeroed (no combine of tokenValues gives 0). */
+export function poisonCombine(c: TokenCheck, out: DeviceBuffer): void {
+  c.comm.write(out, new Uint8Array(c.tokens * c.hidden * 2));
 }
 
 /**

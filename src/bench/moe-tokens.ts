@@ -22,7 +22,7 @@ import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
 import { alignColumns, counted, formatGBps, formatMicros, formatRatio, hostShareNote, loopsOf } from './table.js';
 import { hostShare } from './host-share.js';
-import { checkCombine, checkDispatch, tokenRows, type TokenCheck } from './moe-token-check.js';
+import { checkCombine, checkDispatch, poisonCombine, poisonDispatch, receivedRows, tokenRows, type TokenCheck } from './moe-token-check.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
 
@@ -115,16 +115,23 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const layoutOut = arg.layout === 'expanded' ? { expertOffsets } : { numRecvRows };
       const first = group.dispatch({ x, topkIdx, topkWeights: weights, numTokens: tokens, recvX, expertCounts, ...layoutOut, stream });
       first.done.wait();
-      const check: TokenCheck = { comm, op: 'moe-dispatch', layout: arg.layout, all, expertsPerRank: E, topk: arg.topk, hidden: arg.hidden, tokens };
-      let stoppedBy = agreed(agree, { op: 'moe-dispatch', bytesPerRank: tokens * rowBytes }, () => checkDispatch(check, { recvX, expertCounts, expertOffsets, numRecvRows }));
-      if (stoppedBy) return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy };
+      const check: TokenCheck = { comm, op: 'moe-dispatch', layout: arg.layout, all, expertsPerRank: E, topk: arg.topk, hidden: arg.hidden, tokens, align: group.expertAlignment };
+      const bufs = { recvX, expertCounts, expertOffsets, numRecvRows };
+      const stopped = (stoppedBy: WrongElsewhere) => ({ rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy });
+      const checks = {
+        dispatch: (layout: boolean) => agreed(agree, { op: 'moe-dispatch', bytesPerRank: tokens * rowBytes }, () => void checkDispatch(check, bufs, layout)),
+        combine: () => agreed(agree, { op: 'moe-combine', bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine' }, out, WEIGHT)),
+      };
+      let stoppedBy = checks.dispatch(true);
+      if (stoppedBy) return stopped(stoppedBy);
       const route = first.route;
-      // The expert outputs are the rows each expert received: each token's combine then adds up its own row.
-      comm.copy(y, recvX, group.recvRows * rowBytes, stream);
+      // The expert outputs are the rows each expert received: each token's combine then adds up its
+      // own row. Only the rows the layout spans are read (recvX holds the worst case).
+      comm.copy(y, recvX, Math.min(group.recvRows, receivedRows(check)) * rowBytes, stream);
       const combine = () => group.combine({ y, route, out, topkWeights: arg.layout === 'expanded' ? weights : undefined, dtype: 'bf16', stream });
       combine().wait();
-      stoppedBy = agreed(agree, { op: 'moe-combine', bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine' }, out, WEIGHT));
-      if (stoppedBy) return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy };
+      stoppedBy = checks.combine();
+      if (stoppedBy) return stopped(stoppedBy);
       const op = arg.op === 'moe-dispatch' ? () => void dispatch().done : () => void combine();
       // As the size sweep's first size (bench/rank.ts): the first count's first loops run while the
       // process is still starting up, several times slower; time them once more and keep the second.
@@ -132,18 +139,22 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const t = slowestRank(agree, measure(comm, stream, op, { repeats: arg.repeats, agree }));
       const selections = all.reduce((s, ids) => s + ids.length, 0) / W;
       const bytes = selections * arg.hidden * 2;
-      // cuda: the op and the 1-D call in graphs too; a graph of dispatches is checked like the first.
-      const graphOf = async (call: () => void, check?: () => void): Promise<number | undefined> => {
+      // cuda: the op and the 1-D call in graphs too; the op's graph is checked as the first call is,
+      // its outputs poisoned before the replays.
+      const graphOf = async (call: () => void, checked?: { poison: () => void; check: () => WrongElsewhere | undefined }): Promise<number | WrongElsewhere | undefined> => {
         if (comm.backend !== 'cuda') return undefined;
         // Fewer calls a graph than the 1-D sweep's: a dispatch is four or five kernels.
         const batch = await captureBatch(comm, stream, call, bytes, 10);
         return usingBatch(comm, batch, (b) => {
+          checked?.poison();
           b.replay.launch(stream).wait();
-          check?.();
-          return timeReplay(comm, agree, stream, { repeats: arg.repeats }, b).medianUs;
+          return checked?.check() ?? timeReplay(comm, agree, stream, { repeats: arg.repeats }, b).medianUs;
         });
       };
-      const graphUs = await graphOf(op, arg.op === 'moe-dispatch' ? () => checkCounts(comm, expertCounts, all, E) : undefined);
+      const graphUs = await graphOf(op, arg.op === 'moe-dispatch'
+        ? { poison: () => poisonDispatch(check, bufs), check: () => checks.dispatch(false) }
+        : { poison: () => poisonCombine(check, out), check: checks.combine });
+      if (typeof graphUs === 'object') return stopped(graphUs);
       // The 1-D call of the same rows: this rank's selections per destination rank (one row per
       // (token, k) in expanded; per (token, rank) in compact), there for dispatch, back for combine.
       const perRank = rowsPerRank(all, W, E, arg.topk, arg.layout);
@@ -155,7 +166,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const oneD = () => void comm.allToAllV({ input: recvX, output: oneDOut, inSplits, outSplitsOffsets, rowBytes, sizeHintBytes, stream });
       if (index === 0) measure(comm, stream, oneD, { repeats: arg.repeats, agree });
       const oneDUs = slowestRank(agree, measure(comm, stream, oneD, { repeats: arg.repeats, agree })).medianUs;
-      const oneDGraphUs = await graphOf(oneD);
+      const oneDGraphUs = (await graphOf(oneD)) as number | undefined;
       const row: MoeTokenRow = { tokens, selections, bytes, timeUs: t.medianUs, timeMinUs: t.minUs, timeMaxUs: t.maxUs, GBps: bytes / (t.medianUs * 1e3), oneDUs, vsOneD: oneDUs / t.medianUs };
       if (graphUs !== undefined) Object.assign(row, { graphUs, oneDGraphUs });
       rows.push(row);
@@ -199,24 +210,6 @@ function rowsPerRank(all: readonly BigInt64Array[], W: number, E: number, topk: 
     }
     return n;
   });
-}
-
-/** This rank's expertCounts against the histogram of every rank's ids (a graph of dispatches' check). */
-function checkCounts(comm: Comm, expertCounts: DeviceBuffer, all: readonly BigInt64Array[], E: number): void {
-  const want = new Array<number>(E).fill(0);
-  for (const ids of all) for (const g of ids) if (Number(g) >= comm.rank * E && Number(g) < (comm.rank + 1) * E) want[Number(g) - comm.rank * E]! += 1;
-  const got = new BigInt64Array(comm.read(expertCounts, 0, 8 * E).slice().buffer);
-  for (let e = 0; e < E; e++) {
-    if (Number(got[e]) !== want[e]) {
-      throw new WrongResultError({
-        rank: comm.rank,
-        form: 'eager',
-        op: 'moe-dispatch',
-        bytesPerRank: 0,
-        wrong: { buffer: 'expertCounts', offset: 8 * e, detail: `expert ${comm.rank * E + e} received ${got[e]} rows, the ids give ${want[e]}` },
-      });
-    }
-  }
 }
 
 export interface MoeTokenResult {
@@ -295,7 +288,7 @@ export function formatMoeTokenTable(results: readonly MoeTokenResult[]): string 
     `# a2av bench ${first.op}: ${results.map((r) => r.backend).join(',')}, ${counted(first.ranks, 'rank')}, ${counted(first.numExperts, 'expert')}, top-${first.topk}, hidden ${first.hidden} bf16, ` +
       `${first.layout}, routing seed ${first.seed}, ${first.device}, ${first.date}`,
     `# time µs = median of ${loopsOf(first.repeats)} (slowest rank in each); bytes = DeepEP's count: selections per rank x hidden x 2; GB/s = bytes / time`,
-    '# graph µs = per call replayed in a CUDA graph (cuda; dispatch graphs checked as the first call); 1d µs = allToAllV of the same rows between the same ranks, same run',
+    '# graph µs = per call replayed in a CUDA graph (cuda; checked as the first call is, its outputs poisoned before the replays); 1d µs = allToAllV of the same rows between the same ranks, same run',
     '# vs 1d = 1d µs / time µs (eager); checked first, each row: expertCounts = the ids\' histogram, sampled recvX rows are the tokens the ids send there, the combine of sampled tokens adds up their own rows to the bit',
     ...(first.layout === 'compact' ? ['# compact moves a row per (token, rank), fewer than the selections DeepEP\'s count takes (bytes, GB/s); 1d µs moves the same rows as compact does'] : []),
     ...results.flatMap((r) => hostShareNote(r.ranks, r) ?? []),

@@ -11,7 +11,7 @@ import { formatBytes } from './units.js';
 
 /** Where a check found its first wrong byte. */
 export interface WrongByte {
-  buffer: 'outSplitsOffsets' | 'output' | 'expertCounts' | 'recvX' | 'numRecvRows' | 'out';
+  buffer: 'outSplitsOffsets' | 'output' | 'expertCounts' | 'expertOffsets' | 'recvX' | 'numRecvRows' | 'out';
   /** Byte offset in that buffer. */
   offset: number;
   /** What is wrong there, in words: the row and source, or the entry, and the values. */
