@@ -39,6 +39,9 @@ export interface TcpStoreClientOptions {
   listenedBefore?: boolean;
 }
 
+/** The least a get waits for the server's answer, whatever its own bound (a round trip, under load). */
+const GET_ANSWER_MS = 1000;
+
 interface Pending {
   resolve(reply: Reply): void;
   reject(error: StoreError): void;
@@ -167,7 +170,9 @@ export class TcpStoreClient implements Store {
   async get(key: string, timeoutMs = this.#timeoutMs): Promise<Uint8Array> {
     checkKey(key);
     if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new UsageError(`store timeout must be a non-negative integer, got ${shown(timeoutMs)}`);
-    const reply = await this.#call('get', key, timeoutMs, (id) => ({ op: Op.GET, id, key, timeoutMs: Math.min(timeoutMs, 0xffffffff) }));
+    // The server bounds the wait; the client's own timer, for a server that stopped answering, gives
+    // a short wait time for the answer to come (with 0, "is it there now", it fired before a present key's answer).
+    const reply = await this.#call('get', key, timeoutMs, (id) => ({ op: Op.GET, id, key, timeoutMs: Math.min(timeoutMs, 0xffffffff) }), Math.max(timeoutMs, GET_ANSWER_MS));
     // Copy out of the receive buffer so the caller owns plain, right-sized memory.
     if (reply.op === Op.VALUE) return new Uint8Array(reply.value);
     throw timeout('get', key, timeoutMs);
@@ -207,7 +212,7 @@ export class TcpStoreClient implements Store {
     });
   }
 
-  #call(op: string, key: string, timeoutMs: number, build: (id: number) => Request): Promise<Reply> {
+  #call(op: string, key: string, timeoutMs: number, build: (id: number) => Request, clientMs = timeoutMs): Promise<Reply> {
     if (this.#broken) {
       return Promise.reject(new StoreError(op, key, this.#broken.reason, `store ${op} "${key}": ${this.#broken.message}`, { cause: this.#broken }));
     }
@@ -218,7 +223,7 @@ export class TcpStoreClient implements Store {
       const timer = setTimeout(() => {
         this.#pending.delete(id);
         reject(timeout(op, key, timeoutMs));
-      }, Math.min(timeoutMs, MAX_TIMER_MS));
+      }, Math.min(clientMs, MAX_TIMER_MS));
       this.#pending.set(id, {
         resolve: (reply) => {
           clearTimeout(timer);
