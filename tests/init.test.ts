@@ -375,7 +375,7 @@ test('under another launcher, a rank ended by SIGTERM, SIGINT or SIGHUP while it
     );
     try {
       // Its second allocation (the first is its pad, unlinked once init() is done).
-      const rank1Files = () => job.files().filter((f) => /-r1-1-/.test(f));
+      const rank1Files = () => job.files().filter((f) => /-r1-\d+-1-/.test(f));
       for (const until = Date.now() + 10_000; rank1Files().length === 0; await new Promise((r) => setTimeout(r, 20))) {
         if (Date.now() > until) throw new Error(`${signal}: rank 1 made no shared memory`);
       }
@@ -401,7 +401,7 @@ test('under another launcher, the death of rank 0, which serves the store, reach
   rank1!.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
   try {
     // Rank 1 waits in allocSymmetric (its memory named), rank 0 idles: then rank 0 is killed.
-    for (const until = Date.now() + 10_000; !job.files().some((f) => /-r1-1-/.test(f)); await new Promise((r) => setTimeout(r, 20))) {
+    for (const until = Date.now() + 10_000; !job.files().some((f) => /-r1-\d+-1-/.test(f)); await new Promise((r) => setTimeout(r, 20))) {
       if (Date.now() > until) throw new Error('rank 1 never reached allocSymmetric');
     }
     const killedAt = performance.now();
