@@ -6,7 +6,8 @@ import { once } from 'node:events';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { test } from 'node:test';
+import { createServer } from 'node:net';
+import { describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { CommAbortedError, TimeoutError, UsageError } from '../src/errors.js';
 import { describeError, describeTimeouts, waitedFor } from '../src/launch/exit-report.js';
@@ -322,6 +323,44 @@ test('bad options throw UsageError before anything starts', T, async () => {
   await assert.rejects(launch({ nprocs: 1, nnodes: 2, nodeRank: 2, masterPort: 29500, command }), UsageError);
   await assert.rejects(launch({ nprocs: 1, nnodes: 2, command }), /explicit masterPort/);
   await assert.rejects(launch({ nprocs: 1, nnodes: 2, masterPort: 29500, command, env: { A2AV_STORE_TOKEN: undefined } }), /A2AV_STORE_TOKEN/);
+});
+
+describe('the nodes of a job meet before their ranks start (two launchers on this host as two nodes)', () => {
+  const command = [node, '-e', 'console.log(process.env.RANK + "/" + process.env.WORLD_SIZE)'];
+  const nodes = async () => {
+    const probe = createServer().listen(0, '127.0.0.1');
+    await once(probe, 'listening');
+    const masterPort = (probe.address() as { port: number }).port;
+    probe.close();
+    return { nnodes: 2, masterPort, masterAddr: '127.0.0.1', env: { A2AV_STORE_TOKEN: randomBytes(16).toString('hex') }, command, joinTimeoutMs: 3000 };
+  };
+
+  test('with the same -n they run the job, ranks numbered across them', T, async () => {
+    const job = await nodes();
+    const [n0, n1] = await Promise.all([0, 1].map((nodeRank) => runLaunch({ ...job, nprocs: 2, nodeRank })));
+    assert.equal(n0!.code, 0, n0!.stderr);
+    assert.equal(n1!.code, 0, n1!.stderr);
+    assert.deepEqual([0, 1, 2, 3].map((r) => linesOf(r < 2 ? n0!.stdout : n1!.stdout, r)), [['0/4'], ['1/4'], ['2/4'], ['3/4']]);
+  });
+
+  test('with another -n on each, both refuse before any rank starts', T, async () => {
+    const job = await nodes();
+    const outcomes = await Promise.all([[0, 2], [1, 1]].map(([nodeRank, nprocs]) => runLaunch({ ...job, nprocs: nprocs!, nodeRank: nodeRank! }).then((r) => r.stdout, (e: Error) => e)));
+    for (const o of outcomes) assert.ok(o instanceof UsageError && /^launch: node [01] runs [12] ranks and node [01] [12]: every node must run as many/.test(o.message), String(o));
+  });
+
+  test('a node rank started twice is refused; a node alone is told which node did not join', T, async () => {
+    // The job's ranks run for 2 s, while a second node 1 tries to join.
+    const job = { ...(await nodes()), command: [node, '-e', 'setTimeout(() => {}, 2000)'] };
+    const running = Promise.all([0, 1].map((nodeRank) => runLaunch({ ...job, nprocs: 1, nodeRank })));
+    await new Promise((r) => setTimeout(r, 700));
+    await assert.rejects(runLaunch({ ...job, nprocs: 1, nodeRank: 1 }), /^UsageError: launch: node 1 has joined this job already: another a2av launch was started with --node-rank 1$/);
+    for (const n of await running) assert.equal(n.code, 0, n.stderr);
+    // Node 1 alone: node 0's launcher never answers.
+    await assert.rejects(runLaunch({ ...(await nodes()), nprocs: 1, nodeRank: 1, joinTimeoutMs: 800 }), /^UsageError: launch: node 0's a2av launch did not answer at 127\.0\.0\.1:\d+ within 1 s/);
+    // Node 0 alone: node 1 never joins.
+    await assert.rejects(runLaunch({ ...(await nodes()), nprocs: 1, nodeRank: 0, joinTimeoutMs: 800 }), /^UsageError: launch: node 1 of 2 did not join within 1 s/);
+  });
 });
 
 test("bad options are named by a2av launch's flags when it gave them, by the options' names otherwise", T, async () => {

@@ -13,6 +13,7 @@ import { joinedKey } from '../world/init.js';
 import { removeShmFiles } from '../world/shm-files.js';
 import { TcpStoreServer } from '../world/tcp-store.js';
 import { describeError, describeTimeouts, ExitRecordDir, waitedFor } from './exit-report.js';
+import { meetNodes } from './node-meeting.js';
 import { RankProcess, type RankExit } from './rank-process.js';
 
 /** Options of `launch`, named after torchrun's flags (--nproc-per-node, --nnodes, --node-rank, ...). */
@@ -49,6 +50,8 @@ export interface LaunchOptions {
    * (--output-ranks), for errors the a2av command shows its user.
    */
   namesInErrors?: 'options' | 'flags';
+  /** nnodes > 1: how long this node waits for the others to join at node 0's store before its ranks start (default 900 s). */
+  joinTimeoutMs?: number;
 }
 
 /** The options validate() checks, by a2av launch's flag (graceMs has none). */
@@ -82,13 +85,15 @@ export async function launch(options: LaunchOptions): Promise<number> {
   const token = plan.nnodes > 1 ? sharedToken(options) : randomBytes(32).toString('hex');
   const server = plan.nodeRank === 0 ? await TcpStoreServer.listen({ token, host: plan.masterAddr, port: plan.masterPort }) : undefined;
   try {
-    return await new Job(plan, token, server?.port ?? plan.masterPort, server).run();
+    const port = server?.port ?? plan.masterPort;
+    if (plan.nnodes > 1) await meetNodes({ ...plan, port, token, joinTimeoutMs: options.joinTimeoutMs });
+    return await new Job(plan, token, port, server).run();
   } finally {
     await server?.close();
   }
 }
 
-type Plan = Required<Omit<LaunchOptions, 'env' | 'namesInErrors'>> & Pick<LaunchOptions, 'env'>;
+type Plan = Required<Omit<LaunchOptions, 'env' | 'namesInErrors' | 'joinTimeoutMs'>> & Pick<LaunchOptions, 'env'>;
 
 function validate(options: LaunchOptions): Plan {
   const { nprocs, nnodes = 1, nodeRank = 0, masterAddr = '127.0.0.1', masterPort = 0, command, graceMs = 5000 } = options;
@@ -102,6 +107,8 @@ function validate(options: LaunchOptions): Plan {
   if (nodeRank >= nnodes) throw new UsageError(`launch: ${name('nodeRank')} must be below ${name('nnodes')} (${nnodes}), got ${nodeRank}`);
   count('masterPort', masterPort, 0, 65535);
   count('graceMs', graceMs, 0);
+  const join = options.joinTimeoutMs;
+  if (join !== undefined && (!Number.isInteger(join) || join < 1 || join > 2 ** 31 - 1)) throw new UsageError(`launch: joinTimeoutMs must be an integer in 1..${2 ** 31 - 1}, got ${join}`);
   if (nnodes > 1 && masterPort === 0) throw new UsageError(`launch: a multi-node job needs an explicit ${name('masterPort')}, the same on every node`);
   if (typeof masterAddr !== 'string' || masterAddr === '') throw new UsageError(`launch: ${name('masterAddr')} must be a host name or address`);
   if (!Array.isArray(command) || command.length === 0 || command.some((arg) => typeof arg !== 'string') || command[0] === '') {
