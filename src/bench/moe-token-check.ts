@@ -46,6 +46,8 @@ export interface TokenCheck {
   tokens: number;
   /** The group's expertAlignment (expanded): each expert's block starts at a multiple of it, an empty one takes it. */
   align: number;
+  /** What is checked: the first call, or a graph's replays (default eager). */
+  form?: 'eager' | 'graph';
 }
 
 /** Where each row this rank receives must land: recvX row `at` holds rank `q`'s token `t` (of local expert `e`). */
@@ -76,7 +78,7 @@ function spread(n: number, most: number): number[] {
 }
 
 function wrong(c: TokenCheck, buffer: WrongByte['buffer'], offset: number, detail: string): never {
-  throw new WrongResultError({ rank: c.comm.rank, form: 'eager', op: c.op, bytesPerRank: c.tokens * c.hidden * 2, wrong: { buffer, offset, detail } });
+  throw new WrongResultError({ rank: c.comm.rank, form: c.form ?? 'eager', op: c.op, bytesPerRank: c.tokens * c.hidden * 2, wrong: { buffer, offset, detail } });
 }
 
 function int64s(comm: Comm, buf: DeviceBuffer, n: number): number[] {

@@ -118,11 +118,12 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const check: TokenCheck = { comm, op: 'moe-dispatch', layout: arg.layout, all, expertsPerRank: E, topk: arg.topk, hidden: arg.hidden, tokens, align: group.expertAlignment };
       const bufs = { recvX, expertCounts, expertOffsets, numRecvRows };
       const stopped = (stoppedBy: WrongElsewhere) => ({ rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy });
+      // eager: the first call (and its layout outputs); graph: a graph's replays (counts and rows).
       const checks = {
-        dispatch: (layout: boolean) => agreed(agree, { op: 'moe-dispatch', bytesPerRank: tokens * rowBytes }, () => void checkDispatch(check, bufs, layout)),
-        combine: () => agreed(agree, { op: 'moe-combine', bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine' }, out, WEIGHT)),
+        dispatch: (form: 'eager' | 'graph') => agreed(agree, { op: 'moe-dispatch', form, bytesPerRank: tokens * rowBytes }, () => void checkDispatch({ ...check, form }, bufs, form === 'eager')),
+        combine: (form: 'eager' | 'graph') => agreed(agree, { op: 'moe-combine', form, bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine', form }, out, WEIGHT)),
       };
-      let stoppedBy = checks.dispatch(true);
+      let stoppedBy = checks.dispatch('eager');
       if (stoppedBy) return stopped(stoppedBy);
       const route = first.route;
       // The expert outputs are the rows each expert received: each token's combine then adds up its
@@ -130,7 +131,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       comm.copy(y, recvX, Math.min(group.recvRows, receivedRows(check)) * rowBytes, stream);
       const combine = () => group.combine({ y, route, out, topkWeights: arg.layout === 'expanded' ? weights : undefined, dtype: 'bf16', stream });
       combine().wait();
-      stoppedBy = checks.combine();
+      stoppedBy = checks.combine('eager');
       if (stoppedBy) return stopped(stoppedBy);
       const op = arg.op === 'moe-dispatch' ? () => void dispatch().done : () => void combine();
       // As the size sweep's first size (bench/rank.ts): the first count's first loops run while the
@@ -145,15 +146,25 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
         if (comm.backend !== 'cuda') return undefined;
         // Fewer calls a graph than the 1-D sweep's: a dispatch is four or five kernels.
         const batch = await captureBatch(comm, stream, call, bytes, 10);
-        return usingBatch(comm, batch, (b) => {
+        // The finder's error waits until usingBatch has met the others (its barrier), as they do.
+        let found: unknown;
+        const got = await usingBatch(comm, batch, (b) => {
           checked?.poison();
           b.replay.launch(stream).wait();
-          return checked?.check() ?? timeReplay(comm, agree, stream, { repeats: arg.repeats }, b).medianUs;
+          try {
+            return checked?.check() ?? timeReplay(comm, agree, stream, { repeats: arg.repeats }, b).medianUs;
+          } catch (err) {
+            if (!(err instanceof WrongResultError)) throw err;
+            found = err;
+            return undefined;
+          }
         });
+        if (found !== undefined) throw found;
+        return got;
       };
       const graphUs = await graphOf(op, arg.op === 'moe-dispatch'
-        ? { poison: () => poisonDispatch(check, bufs), check: () => checks.dispatch(false) }
-        : { poison: () => poisonCombine(check, out), check: checks.combine });
+        ? { poison: () => poisonDispatch(check, bufs), check: () => checks.dispatch('graph') }
+        : { poison: () => poisonCombine(check, out), check: () => checks.combine('graph') });
       if (typeof graphUs === 'object') return stopped(graphUs);
       // The 1-D call of the same rows: this rank's selections per destination rank (one row per
       // (token, k) in expanded; per (token, rank) in compact), there for dispatch, back for combine.
@@ -185,7 +196,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
  * error names the first wrong byte); the others return where it was found, rather than wait for
  * that rank in the next call.
  */
-function agreed(agree: Agreement, what: Pick<WrongElsewhere, 'op' | 'bytesPerRank'>, check: () => void): WrongElsewhere | undefined {
+function agreed(agree: Agreement, what: Pick<WrongElsewhere, 'op' | 'form' | 'bytesPerRank'>, check: () => void): WrongElsewhere | undefined {
   let wrong: WrongResultError | undefined;
   try {
     check();
@@ -195,7 +206,7 @@ function agreed(agree: Agreement, what: Pick<WrongElsewhere, 'op' | 'bytesPerRan
   }
   const finder = agree.gather([wrong ? 1 : 0]).findIndex(([bad]) => bad === 1);
   if (wrong) throw wrong;
-  return finder < 0 ? undefined : { rank: finder, form: 'eager', ...what };
+  return finder < 0 ? undefined : { rank: finder, ...what };
 }
 
 /** rows[src][dst]: rows src sends dst, one per (token, k) (expanded) or per (token, rank) (compact). */
