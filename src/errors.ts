@@ -124,11 +124,17 @@ export class HostMemoryError extends A2avError {
 }
 
 /** How a peer left for good: it closed its communicator, cleanly or after a failure of its own. */
-export type PeerLeft = 'closed' | 'closed after a failure' | 'exited';
+export type PeerLeft = 'closed' | 'closed after a failure' | 'exited' | 'exited after a failure';
+
+/** Whether a peer that left had failed first: then this rank was the late one, and the peer's own error says why. */
+export function leftAfterFailure(how: PeerLeft): boolean {
+  return how === 'closed after a failure' || how === 'exited after a failure';
+}
 
 /** What a timeout says of a peer that left (its TimeoutError's `what` ends with it). */
 export function peerLeftNote(how: PeerLeft): string {
   if (how === 'exited') return 'its process exited without closing its communicator';
+  if (how === 'exited after a failure') return 'its process exited with an error status, its communicator open (its own error says why)';
   return how === 'closed' ? 'it has closed its communicator' : 'it has closed its communicator after a failure of its own (its error says which)';
 }
 

@@ -173,18 +173,22 @@ describe('faults', () => {
     assert.deepEqual(rankLines(stdout, 2), [undefined, undefined]);
   });
 
-  test('a rank whose process exits (status 0) with its communicator open: its peers stop waiting at once, and say so', { timeout: 30_000 }, async () => {
-    const { stdout, stderr } = await runProgram(3, 'exitsMidJob', { leaver: 1 }, 20_000);
-    const lines = rankLines(stdout, 3);
-    for (const r of [0, 2]) {
-      const e = lines[r]?.error;
-      assert.equal(e?.code, 'A2AV_TIMEOUT', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
-      assert.equal(e.missingRank, 1);
-      assert.match(e.message, /stopped waiting for rank 1 after \d+ ms \(timeout 20000 ms\): it will make no more calls \(.*its process exited without closing its communicator\)/);
-      assert.ok(e.waitedMs! < 5000, `rank ${r} waited ${e.waitedMs} ms of its 20 s timeout`);
-      assert.equal(e.peerFailed, false, 'it did not fail: the launcher may name it');
-    }
-  });
+  for (const code of [0, 3]) {
+    test(`a rank whose process exits (status ${code}) with its communicator open: its peers stop waiting at once, and say so`, { timeout: 30_000 }, async () => {
+      const { stdout, stderr } = await runProgram(3, 'exitsMidJob', { leaver: 1, code }, 20_000);
+      const lines = rankLines(stdout, 3);
+      for (const r of [0, 2]) {
+        const e = lines[r]?.error;
+        assert.equal(e?.code, 'A2AV_TIMEOUT', `rank ${r}: ${JSON.stringify(lines[r])}; ${stderr}`);
+        assert.equal(e.missingRank, 1);
+        const how = code === 0 ? 'its process exited without closing its communicator' : 'its process exited with an error status, its communicator open \\(its own error says why\\)';
+        assert.match(e.message, new RegExp(`stopped waiting for rank 1 after \\d+ ms \\(timeout 20000 ms\\): it will make no more calls \\(.*${how}\\)`));
+        assert.ok(e.waitedMs! < 5000, `rank ${r} waited ${e.waitedMs} ms of its 20 s timeout`);
+        // Status 0: it did not fail (the launcher may name it); else it failed first, and says why itself.
+        assert.equal(e.peerFailed, code !== 0);
+      }
+    });
+  }
 
   test('shared memory of a rank killed before unlinking it is removed by the launcher', { timeout: 30_000 }, async () => {
     const { code, stdout, stderr } = await runProgram(2, 'leakShm', { victim: 0 }, 20_000);

@@ -1,5 +1,5 @@
 // Small collectives over the rendezvous store, for setup (never on the data path).
-import { peerLeftNote, StoreError, TimeoutError, type PeerLeft } from '../errors.js';
+import { leftAfterFailure, peerLeftNote, StoreError, TimeoutError, type PeerLeft } from '../errors.js';
 import type { Store } from './store.js';
 
 export interface AllGatherArgs {
@@ -93,7 +93,7 @@ async function valueOf(a: AllGatherArgs, r: number, deadline: number): Promise<U
       // It may have published just before it closed: one more look before saying it never will.
       const late = await a.store.get(key, 1).catch(() => undefined);
       if (late !== undefined) return late;
-      throw new TimeoutError(a.rank, r, a.timeoutMs, `${what}; ${peerLeftNote(how)}`, { waitedMs: Date.now() - started, peerFailed: how === 'closed after a failure' });
+      throw new TimeoutError(a.rank, r, a.timeoutMs, `${what}; ${peerLeftNote(how)}`, { waitedMs: Date.now() - started, peerFailed: leftAfterFailure(how) });
     }
   }
 }

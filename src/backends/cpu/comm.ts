@@ -67,8 +67,9 @@ interface ReplayedCall {
 
 /** The pads of this process's (or thread's) open communicators, marked if it exits with them open. */
 const openPads = new Set<PadViews>();
-const markOpenPads = (): void => {
-  for (const pad of openPads) pad.markExited();
+const markOpenPads = (code: number): void => {
+  // An exit with an error status is a failure of its own (peerFailed): its own error says why.
+  for (const pad of openPads) pad.markExited(code !== 0);
 };
 
 function markedAtExit(pad: PadViews, open: boolean): void {

@@ -10,7 +10,7 @@
 // peer's done flag here. A plan's exchange stops before the rows; a plan's move publishes only the
 // header and pushes along the plan's routing.
 import type { Handle, Lane, Stream } from '../backend.js';
-import { peerLeftNote } from '../../errors.js';
+import { leftAfterFailure, peerLeftNote } from '../../errors.js';
 import { judge, mismatchOf, RECORD_HEADER_WORDS, Records, writeAllReduceHeader, writeHeader, type RecordHeader } from '../../collectives/exchange-rules.js';
 import { Routing } from '../../collectives/exchange-routing.js';
 import { StatusCode, WAIT_AR_DATA, WAIT_AR_HEADER, WAIT_ARRIVAL, WAIT_DONE, WAIT_MOVE, entryError, type StatusEntry } from '../../collectives/status.js';
@@ -287,7 +287,7 @@ export class CpuLane implements Lane {
     };
     const left = this.#pads[peer].closed;
     const note = left === undefined ? undefined : peerLeftNote(left);
-    const waited = { waitedMs: Math.round(performance.now() - (this.#deadline - this.#timeoutMs)), peerFailed: left === 'closed after a failure' };
+    const waited = { waitedMs: Math.round(performance.now() - (this.#deadline - this.#timeoutMs)), peerFailed: left !== undefined && leftAfterFailure(left) };
     // Named by its lane, as cuda's are: ranks that call lanes in another order wait on different ones.
     const onLane = /on lane \d+/.test(what) ? what : `${what} on lane ${this.index}`;
     const err = entryError(entry, this.#timeoutMs, onLane, note, how === 'left' ? waited : undefined);

@@ -5,7 +5,7 @@
 // Header line: int32 sleepers: how many ranks sleep on a word of this pad (wakes are skipped
 // while it is 0: a wake is a system call when ranks are processes); int32 closed: 1 once the rank
 // closed its communicator, 2 if it closed after a failure of its own, 3 if its process (or thread)
-// exited with the communicator open (a peer left waiting for it says which).
+// exited with the communicator open, 4 if it did so with an error status (a peer left waiting for it says which).
 // Lane region (bytes from the lane's base; regions are 64-byte aligned so lanes never share a line):
 //   0                 arrive flag (int32): the lane sequence number of this rank's latest call
 //   64 + k·slotBytes  slot k = seq & 1 (double-buffered, so a peer that races ahead to the next call
@@ -116,15 +116,15 @@ export class PadViews {
     Atomics.store(this.i32, CLOSED, failed ? 2 : 1);
   }
 
-  /** Marks the pad's rank as gone with its communicator open (its process's exit). */
-  markExited(): void {
-    Atomics.store(this.i32, CLOSED, 3);
+  /** Marks the pad's rank as gone with its communicator open (its process's exit); `failed`, with an error status. */
+  markExited(failed: boolean): void {
+    Atomics.store(this.i32, CLOSED, failed ? 4 : 3);
   }
 
   /** How the pad's rank left, if it has. */
   get closed(): PeerLeft | undefined {
     const v = Atomics.load(this.i32, CLOSED);
-    return v === 1 ? 'closed' : v === 2 ? 'closed after a failure' : v === 3 ? 'exited' : undefined;
+    return v === 1 ? 'closed' : v === 2 ? 'closed after a failure' : v === 3 ? 'exited' : v === 4 ? 'exited after a failure' : undefined;
   }
 
   /** Wakes the sleepers on word `index`, if any. Call after the Atomics.store to it. */
