@@ -13,7 +13,7 @@ import { sameStart, StaleStore, startKey, type Start } from './same-start.js';
 import { scopedStore } from './store.js';
 import { startWaitMs } from './set-up-waits.js';
 import { StoreServerThread } from './store-server-thread.js';
-import { TcpStoreClient } from './tcp-store.js';
+import { storeAddress, TcpStoreClient } from './tcp-store.js';
 
 export interface InitOptions {
   /** Default: 'cuda' when a GPU is visible, else 'cpu'. */
@@ -190,16 +190,18 @@ function storeServer(rank: number, env: NodeJS.ProcessEnv = process.env): string
   return (env.GROUP_RANK ?? '0') === '0' ? 'a2av launch' : 'node 0\'s a2av launch';
 }
 
-/** What serveStore needs, refused on this rank before init() counts the call. */
+/** What reaching (and on rank 0, serving) the store needs, refused on this rank before init() counts the call. */
 function checkServing(place: { rank: number; masterAddr: string | undefined }): void {
   const port = storePort();
-  if (port === undefined || place.rank !== 0) return;
-  if (place.masterAddr === undefined || storeToken() === undefined) {
-    throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
+  if (port !== undefined && place.rank === 0) {
+    if (place.masterAddr === undefined || storeToken() === undefined) {
+      throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
+    }
+    if (StoreServerThread.serves(port)) {
+      throw new UsageError(`${STORE_PORT_ENV}: this process serves the job's store at port ${port} already, for a communicator it has not closed: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
+    }
   }
-  if (StoreServerThread.serves(port)) {
-    throw new UsageError(`${STORE_PORT_ENV}: this process serves the job's store at port ${port} already, for a communicator it has not closed: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
-  }
+  storeAddress();
 }
 
 /**

@@ -39,7 +39,22 @@ export interface TcpStoreClientOptions {
   listenedBefore?: boolean;
 }
 
-/** The least a get waits for the server's answer, whatever its own bound (a round trip, under load). */
+/**
+ * Where a launched rank's store is, and its secret: host and port from MASTER_ADDR / MASTER_PORT
+ * (or A2AV_STORE_PORT), the secret from A2AV_STORE_TOKEN. Throws UsageError when any is missing.
+ */
+export function storeAddress(env: Readonly<Record<string, string | undefined>> = process.env): { host: string; port: number; token: string } {
+  const place = rankEnv(env);
+  const token = storeToken(env);
+  const port = storePort(env) ?? place?.masterPort;
+  if (place?.masterAddr === undefined || port === undefined || token === undefined) {
+    const missing = [place?.masterAddr === undefined ? 'MASTER_ADDR' : '', port === undefined ? `MASTER_PORT (or ${STORE_PORT_ENV})` : '', token === undefined ? STORE_TOKEN_ENV : ''].filter((m) => m !== '');
+    throw new UsageError(`no store to connect to: ${missing.join(', ')} ${missing.length > 1 ? 'are' : 'is'} not set; set MASTER_ADDR, MASTER_PORT (or ${STORE_PORT_ENV}: rank 0 serves the store there) and ${STORE_TOKEN_ENV} (a2av launch does)`);
+  }
+  return { host: place.masterAddr, port, token };
+}
+
+/** How long past its own bound a get waits for the server's answer (a round trip, under load). */
 const GET_ANSWER_MS = 1000;
 
 interface Pending {
@@ -137,14 +152,7 @@ export class TcpStoreClient implements Store {
    */
   static async connectFromEnv(options: { env?: Readonly<Record<string, string | undefined>>; timeoutMs?: number; connectTimeoutMs?: number; servedBy?: string; listenedBefore?: boolean } = {}): Promise<TcpStoreClient> {
     const { env = process.env, ...timeouts } = options;
-    const place = rankEnv(env);
-    const token = storeToken(env);
-    const port = storePort(env) ?? place?.masterPort;
-    if (place?.masterAddr === undefined || port === undefined || token === undefined) {
-      const missing = [place?.masterAddr === undefined ? 'MASTER_ADDR' : '', port === undefined ? `MASTER_PORT (or ${STORE_PORT_ENV})` : '', token === undefined ? STORE_TOKEN_ENV : ''].filter((m) => m !== '');
-      throw new UsageError(`no store to connect to: ${missing.join(', ')} ${missing.length > 1 ? 'are' : 'is'} not set; set MASTER_ADDR, MASTER_PORT (or ${STORE_PORT_ENV}: rank 0 serves the store there) and ${STORE_TOKEN_ENV} (a2av launch does)`);
-    }
-    return TcpStoreClient.connect({ host: place.masterAddr, port, token, ...timeouts });
+    return TcpStoreClient.connect({ ...storeAddress(env), ...timeouts });
   }
 
   async set(key: string, value: Uint8Array): Promise<void> {
@@ -171,8 +179,8 @@ export class TcpStoreClient implements Store {
     checkKey(key);
     if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw new UsageError(`store timeout must be a non-negative integer, got ${shown(timeoutMs)}`);
     // The server bounds the wait; the client's own timer, for a server that stopped answering, gives
-    // a short wait time for the answer to come (with 0, "is it there now", it fired before a present key's answer).
-    const reply = await this.#call('get', key, timeoutMs, (id) => ({ op: Op.GET, id, key, timeoutMs: Math.min(timeoutMs, 0xffffffff) }), Math.max(timeoutMs, GET_ANSWER_MS));
+    // the answer time to come past it (with 0, "is it there now", it fired before a present key's answer).
+    const reply = await this.#call('get', key, timeoutMs, (id) => ({ op: Op.GET, id, key, timeoutMs: Math.min(timeoutMs, 0xffffffff) }), timeoutMs + GET_ANSWER_MS);
     // Copy out of the receive buffer so the caller owns plain, right-sized memory.
     if (reply.op === Op.VALUE) return new Uint8Array(reply.value);
     throw timeout('get', key, timeoutMs);
