@@ -343,6 +343,25 @@ describe('the nodes of a job meet before their ranks start (two launchers on thi
     assert.deepEqual([0, 1, 2, 3].map((r) => linesOf(r < 2 ? n0!.stdout : n1!.stdout, r)), [['0/4'], ['1/4'], ['2/4'], ['3/4']]);
   });
 
+  test('a node whose launcher left while it waited can be started again; another --nnodes is refused', { timeout: 30_000 }, async () => {
+    const job = { ...(await nodes()), nnodes: 3, joinTimeoutMs: 20_000 };
+    const cli = fileURLToPath(new URL('../src/cli.js', import.meta.url));
+    const node0 = runLaunch({ ...job, nprocs: 1, nodeRank: 0 });
+    // Node 1 joins, waits for node 2, and is interrupted; then it is started again, and node 2 comes.
+    const first = spawn(node, [cli, 'launch', '-n', '1', '--nnodes', '3', '--node-rank', '1', '--master-addr', '127.0.0.1', '--master-port', String(job.masterPort), '--', ...command],
+      { env: { ...process.env, ...job.env }, stdio: 'ignore' });
+    await new Promise((r) => setTimeout(r, 1500));
+    first.kill('SIGINT');
+    await once(first, 'exit');
+    const [n0, n1, n2] = await Promise.all([node0, runLaunch({ ...job, nprocs: 1, nodeRank: 1 }), runLaunch({ ...job, nprocs: 1, nodeRank: 2 })]);
+    for (const n of [n0, n1, n2]) assert.equal(n.code, 0, n.stderr);
+    assert.deepEqual(linesOf(n1.stdout, 1), ['1/3']);
+    // --nnodes 2 on node 0, 3 on node 1: named, not a wait for a node 2 that node 0 does not expect.
+    const other = await nodes();
+    const outcomes = await Promise.all([2, 3].map((nnodes, nodeRank) => runLaunch({ ...other, nnodes, nprocs: 1, nodeRank }).then((r) => r.stdout, (e: Error) => e)));
+    for (const o of outcomes) assert.ok(o instanceof UsageError && /^launch: node [01] was started with --nnodes [23] and node [01] with [23]: every node must give the same$/.test(o.message), String(o));
+  });
+
   test('with another -n on each, both refuse before any rank starts', T, async () => {
     const job = await nodes();
     const outcomes = await Promise.all([[0, 2], [1, 1]].map(([nodeRank, nprocs]) => runLaunch({ ...job, nprocs: nprocs!, nodeRank: nodeRank! }).then((r) => r.stdout, (e: Error) => e)));
@@ -354,7 +373,7 @@ describe('the nodes of a job meet before their ranks start (two launchers on thi
     const job = { ...(await nodes()), command: [node, '-e', 'setTimeout(() => {}, 2000)'] };
     const running = Promise.all([0, 1].map((nodeRank) => runLaunch({ ...job, nprocs: 1, nodeRank })));
     await new Promise((r) => setTimeout(r, 700));
-    await assert.rejects(runLaunch({ ...job, nprocs: 1, nodeRank: 1 }), /^UsageError: launch: node 1 has joined this job already: another a2av launch was started with --node-rank 1$/);
+    await assert.rejects(runLaunch({ ...job, nprocs: 1, nodeRank: 1 }), /^UsageError: launch: node 1 has joined this job already: another a2av launch of --node-rank 1 is running$/);
     for (const n of await running) assert.equal(n.code, 0, n.stderr);
     // Node 1 alone: node 0's launcher never answers.
     await assert.rejects(runLaunch({ ...(await nodes()), nprocs: 1, nodeRank: 1, joinTimeoutMs: 800 }), /^UsageError: launch: node 0's a2av launch did not answer at 127\.0\.0\.1:\d+ within 1 s/);

@@ -11,7 +11,7 @@ import { JOB_ID_ENV, LAUNCH_GRACE_ENV, STORE_PORT_ENV, STORE_TOKEN_ENV } from '.
 import { ERROR_FILE_ENV } from '../world/exit-record.js';
 import { joinedKey } from '../world/init.js';
 import { removeShmFiles } from '../world/shm-files.js';
-import { TcpStoreServer } from '../world/tcp-store.js';
+import { TcpStoreServer, type TcpStoreClient } from '../world/tcp-store.js';
 import { describeError, describeTimeouts, ExitRecordDir, waitedFor } from './exit-report.js';
 import { meetNodes } from './node-meeting.js';
 import { RankProcess, type RankExit } from './rank-process.js';
@@ -84,11 +84,14 @@ export async function launch(options: LaunchOptions): Promise<number> {
   const plan = validate(options);
   const token = plan.nnodes > 1 ? sharedToken(options) : randomBytes(32).toString('hex');
   const server = plan.nodeRank === 0 ? await TcpStoreServer.listen({ token, host: plan.masterAddr, port: plan.masterPort }) : undefined;
+  let met: TcpStoreClient | undefined;
   try {
     const port = server?.port ?? plan.masterPort;
-    if (plan.nnodes > 1) await meetNodes({ ...plan, port, token, joinTimeoutMs: options.joinTimeoutMs });
+    // Held while the ranks run: a second launcher of this node rank is refused until it closes.
+    if (plan.nnodes > 1) met = await meetNodes({ ...plan, port, token, joinTimeoutMs: options.joinTimeoutMs });
     return await new Job(plan, token, port, server).run();
   } finally {
+    await met?.close();
     await server?.close();
   }
 }
