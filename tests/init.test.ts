@@ -288,12 +288,16 @@ test('a process that closes its communicator and calls init() again gets a worki
   }
 });
 
-test('init() again at A2AV_STORE_PORT with the first communicator open: rank 0 says its own store holds the port, and the refused call does not count', { timeout: 60_000 }, async () => {
+test('init() again at A2AV_STORE_PORT with the first communicator open: refused on every rank, and the refused call does not count', { timeout: 60_000 }, async () => {
   const initAt = JSON.stringify(new URL('../src/world/init.js', import.meta.url).href);
-  // Rank 0 alone makes the refused call; then both close and meet again (a counted refusal kept them apart).
+  // Rank 0 makes the refused call, then rank 1 too; then both close and meet again (a counted refusal kept them apart).
   const code = `const { init } = await import(${initAt});
     const first = await init({ backend: 'cpu', timeoutMs: 5000 });
     if (process.env.RANK === '0') {
+      try { await init({ backend: 'cpu', timeoutMs: 5000 }); console.log('no error'); } catch (e) { console.log(e.name + ': ' + e.message); }
+    }
+    await first.barrier();
+    if (process.env.RANK === '1') {
       try { await init({ backend: 'cpu', timeoutMs: 5000 }); console.log('no error'); } catch (e) { console.log(e.name + ': ' + e.message); }
     }
     await first.close();
@@ -316,12 +320,10 @@ test('init() again at A2AV_STORE_PORT with the first communicator open: rank 0 s
     });
     const [rank0, rank1] = await Promise.all(ranks);
     assert.equal(rank0!.exit, 0, rank0!.err);
-    assert.deepEqual(rank0!.out, [
-      `UsageError: A2AV_STORE_PORT: this process serves the job's store at port ${common.A2AV_STORE_PORT} already, for a communicator it has not closed: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`,
-      'closed, then again: ok',
-    ]);
+    const refused = `UsageError: A2AV_STORE_PORT: this process has a communicator open on the job's store at port ${common.A2AV_STORE_PORT} already: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`;
+    assert.deepEqual(rank0!.out, [refused, 'closed, then again: ok']);
     assert.equal(rank1!.exit, 0, rank1!.err);
-    assert.deepEqual(rank1!.out, ['closed, then again: ok']);
+    assert.deepEqual(rank1!.out, [refused, 'closed, then again: ok']);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

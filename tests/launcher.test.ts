@@ -103,6 +103,11 @@ test('output of chosen ranks only, and without prefixes for piping one rank on',
   const hidden = await runLaunch({ nprocs: 2, command: [node, '-e', fails], outputRanks: [0] });
   assert.equal(hidden.code, 2);
   assert.match(hidden.stderr, /rank 1 \(pid \d+\) failed first: exit code 2 \(its last line on stderr, not shown: Error: no config\.json\)/);
+  // An uncaught error: its message, not the stack or Node's version that end the trace.
+  const throws = `if (process.env.RANK === '1') throw new RangeError('boom before init'); setInterval(() => {}, 1000);`;
+  const uncaught = await runLaunch({ nprocs: 2, command: [node, '-e', throws], outputRanks: [0] });
+  assert.equal(uncaught.code, 1);
+  assert.match(uncaught.stderr, /rank 1 \(pid \d+\) failed first: exit code 1 \(its last line on stderr, not shown: RangeError: boom before init\)/);
 });
 
 test('a failing rank stops the others, and nothing it started outlives the launcher', T, async () => {
@@ -360,6 +365,14 @@ describe('the nodes of a job meet before their ranks start (two launchers on thi
     const other = await nodes();
     const outcomes = await Promise.all([2, 3].map((nnodes, nodeRank) => runLaunch({ ...other, nnodes, nprocs: 1, nodeRank }).then((r) => r.stdout, (e: Error) => e)));
     for (const o of outcomes) assert.ok(o instanceof UsageError && /^launch: node [01] was started with --nnodes [23] and node [01] with [23]: every node must give the same$/.test(o.message), String(o));
+  });
+
+  test("node 0's store stays up, after its ranks end, for the other nodes' ranks", T, async () => {
+    const job = { ...(await nodes()), command: [node, fixture('late-store-rank.mjs')] };
+    const [n0, n1] = await Promise.all([0, 1].map((nodeRank) => runLaunch({ ...job, nprocs: 1, nodeRank })));
+    assert.equal(n0!.code, 0, n0!.stderr);
+    assert.equal(n1!.code, 0, n1!.stderr);
+    assert.deepEqual(linesOf(n1!.stdout, 1), ['from node 0'], 'rank 1 read the store 1.5 s after rank 0 had ended');
   });
 
   test('with another -n on each, both refuse before any rank starts', T, async () => {

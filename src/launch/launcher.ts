@@ -71,6 +71,8 @@ type Checked = keyof typeof FLAGS;
 const FORWARDED_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT'] as const;
 /** After a rank exits with an error status, how long the others may take to end on their own before SIGTERM. */
 const SETTLE_MS = 500;
+/** How long node 0 keeps the job's store up for the other nodes' ranks after its own have ended (torchrun's exit barrier: 300 s). */
+const EXIT_WAIT_MS = 300_000;
 /** How often the store is read for peers left waiting in an init() by a rank that exited with status 0. */
 const STRANDED_POLL_MS = 100;
 
@@ -89,7 +91,18 @@ export async function launch(options: LaunchOptions): Promise<number> {
     const port = server?.port ?? plan.masterPort;
     // Held while the ranks run: a second launcher of this node rank is refused until it closes.
     if (plan.nnodes > 1) met = await meetNodes({ ...plan, port, token, joinTimeoutMs: options.joinTimeoutMs });
-    return await new Job(plan, token, port, server).run();
+    const code = await new Job(plan, token, port, server).run();
+    // Node 0's store serves every node's ranks: after a good end here it stays up until the other
+    // nodes' launchers (each holds its meeting's connection while its ranks run) have ended, as
+    // torchrun's exit barrier does.
+    if (server !== undefined && plan.nnodes > 1 && code === 0) {
+      await met?.close();
+      met = undefined;
+      const said = setTimeout(() => plan.stderr.write(`a2av launch: node 0's ranks are done; its store stays up for the other nodes' ranks (up to ${EXIT_WAIT_MS / 1000} s)\n`), 5000);
+      await server.idle(EXIT_WAIT_MS);
+      clearTimeout(said);
+    }
+    return code;
   } finally {
     await met?.close();
     await server?.close();

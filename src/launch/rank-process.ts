@@ -87,9 +87,13 @@ export class RankProcess {
     return this.#child.pid;
   }
 
-  /** The last line the rank wrote to a stderr that was not shown, if any. */
+  /**
+   * What the rank said last on a stderr that was not shown: the last error line (an uncaught
+   * error's trace ends in its stack and Node's version, not in its message), else the last line.
+   */
   get hiddenErrorLine(): string | undefined {
-    const line = this.#hiddenTail.split('\n').map((l) => l.trim()).filter((l) => l !== '').pop();
+    const lines = this.#hiddenTail.split('\n').map((l) => l.trim()).filter((l) => l !== '' && !/^Node\.js v\d/.test(l) && !/^at /.test(l) && !/^[\^~\s]+$/.test(l));
+    const line = [...lines].reverse().find((l) => /^[\w.$]*(Error|Exception)\b/.test(l)) ?? lines.at(-1);
     return line === undefined ? undefined : line.length > 300 ? `${line.slice(0, 300)}...` : line;
   }
 

@@ -83,9 +83,13 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
     await watch?.close();
     await store.close();
     await servedUntilPeersFail(served, err, timeoutMs);
+    // The launcher gone before the watch was up: nothing else will remove what it would have.
+    if (launched && launcherGone(err)) removeLauncherLeftovers();
     throw err;
   }
   // The store outlives every backend's own use of it; the caller's one close() ends both.
+  const atStorePort = storePort() !== undefined;
+  if (atStorePort) openAtStorePort++;
   const closeComm = comm.close.bind(comm);
   let closing: Promise<void> | undefined;
   comm.close = () =>
@@ -109,6 +113,7 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
         await watch?.close();
         await store.close();
         await served?.close();
+        if (atStorePort) openAtStorePort--;
       }
     })());
   return comm;
@@ -116,6 +121,8 @@ export async function init(options: InitOptions = {}): Promise<Comm> {
 
 /** init() calls made in this process. */
 let inits = 0;
+/** Communicators of this process open on a store at A2AV_STORE_PORT (rank 0's). */
+let openAtStorePort = 0;
 
 /** The store keys of every rank's `generation`-th init() (its first is 0) begin so. */
 export function initScope(generation: number): string {
@@ -193,13 +200,12 @@ function storeServer(rank: number, env: NodeJS.ProcessEnv = process.env): string
 /** What reaching (and on rank 0, serving) the store needs, refused on this rank before init() counts the call. */
 function checkServing(place: { rank: number; masterAddr: string | undefined }): void {
   const port = storePort();
-  if (port !== undefined && place.rank === 0) {
-    if (place.masterAddr === undefined || storeToken() === undefined) {
-      throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
-    }
-    if (StoreServerThread.serves(port)) {
-      throw new UsageError(`${STORE_PORT_ENV}: this process serves the job's store at port ${port} already, for a communicator it has not closed: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
-    }
+  if (port !== undefined && place.rank === 0 && (place.masterAddr === undefined || storeToken() === undefined)) {
+    throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
+  }
+  // Rank 0 serves one store at a time there, so no rank can make a second communicator beside its first.
+  if (port !== undefined && (openAtStorePort > 0 || StoreServerThread.serves(port))) {
+    throw new UsageError(`${STORE_PORT_ENV}: this process has a communicator open on the job's store at port ${port} already: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
   }
   storeAddress();
 }

@@ -11,6 +11,7 @@ import { jobId, launchGraceMs } from './env.js';
 import { ERROR_FILE_ENV, LAUNCH_DIR_PREFIX } from './exit-record.js';
 import { startWaitMs } from './set-up-waits.js';
 import { removeShmFiles } from './shm-files.js';
+import { StoreError } from '../errors.js';
 import { TcpStoreClient } from './tcp-store-client.js';
 
 /** Names this module's own worker's data (the module is also imported where no watch is wanted). */
@@ -23,7 +24,7 @@ const DONE = 2;
 /** The communicator closed: its launcher may go as it likes. */
 const CLOSED = 3;
 
-type Reply = { watching: true } | { failed: string };
+type Reply = { watching: true } | { failed: string; code?: string };
 
 /**
  * After SIGTERM, how long this rank's process group has before SIGKILL, sent from the watch if the
@@ -57,7 +58,9 @@ export class LauncherWatch {
     });
     if ('failed' in reply) {
       await worker.terminate();
-      throw new Error(`rank ${rank}: cannot watch the launcher's store: ${reply.failed}`);
+      // A StoreError as the main thread's own connection would fail: init() tells the launcher gone by it.
+      const cause = Object.assign(new Error(reply.failed), { code: reply.code });
+      throw new StoreError('connect', undefined, 'unreachable', `rank ${rank}: cannot watch the launcher's store: ${reply.failed}`, { cause });
     }
     // The watch must not keep the rank's process alive.
     worker.unref();
@@ -127,9 +130,11 @@ function signalGroup(signal: NodeJS.Signals): void {
 async function watch(rank: number, timeoutMs: number, once: Int32Array, port: NonNullable<typeof parentPort>): Promise<void> {
   let store: TcpStoreClient;
   try {
-    store = await TcpStoreClient.connectFromEnv({ timeoutMs: startWaitMs(timeoutMs), connectTimeoutMs: startWaitMs(timeoutMs), servedBy: 'a2av launch' });
+    // The launcher listened before it started this rank: a refusal means it has gone (not yet up, never).
+    store = await TcpStoreClient.connectFromEnv({ timeoutMs: startWaitMs(timeoutMs), connectTimeoutMs: startWaitMs(timeoutMs), servedBy: 'a2av launch', listenedBefore: true });
   } catch (err) {
-    port.postMessage({ failed: (err as Error).message } satisfies Reply);
+    const code = ((err as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+    port.postMessage({ failed: (err as Error).message, ...(code === undefined ? {} : { code }) } satisfies Reply);
     return;
   }
   store.onLost((err) => stopOrphaned(rank, err, once));

@@ -66,8 +66,10 @@ export class Rendezvous {
         const missing = err instanceof TimeoutError ? err.missingRank : -1;
         const storeGone = err instanceof StoreError && err.reason === 'disconnected';
         for (const [p, handle] of known.entries()) if (handle !== undefined && (p === missing || storeGone)) this.memory.drop(handle, p);
-        // One killed after making its memory but before publishing its name: found by its prefix, where names have one.
+        // One killed after making its memory but before publishing its name: found by its prefix, where
+        // names have one (only a gone process's are dropped). With the store gone, any rank may be it.
         if (missing >= 0 && known[missing] === undefined) this.memory.dropUnpublished?.(missing);
+        if (storeGone) for (let p = 0; p < this.#world; p++) if (p !== this.#rank && known[p] === undefined) this.memory.dropUnpublished?.(p);
       } catch {
         // The set-up error is the one worth reporting.
       }
