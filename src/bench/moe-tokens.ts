@@ -16,7 +16,7 @@ import { runJob } from '../world/job.js';
 import type { RankContext } from '../world/ranks.js';
 import { Agreement } from '../collectives/agree.js';
 import { measure, slowestRank } from './measure.js';
-import { captureBatch, timeReplay, usingBatch, type WrongElsewhere } from './rank.js';
+import { agreedCheck, captureBatch, timeReplay, usingBatch, type WrongElsewhere } from './rank.js';
 import { stoppedError } from './run.js';
 import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
@@ -120,8 +120,8 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const stopped = (stoppedBy: WrongElsewhere) => ({ rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy });
       // eager: the first call (and its layout outputs); graph: a graph's replays (counts and rows).
       const checks = {
-        dispatch: (form: 'eager' | 'graph') => agreed(agree, { op: 'moe-dispatch', form, bytesPerRank: tokens * rowBytes }, () => void checkDispatch({ ...check, form }, bufs, form === 'eager')),
-        combine: (form: 'eager' | 'graph') => agreed(agree, { op: 'moe-combine', form, bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine', form }, out, WEIGHT)),
+        dispatch: (form: 'eager' | 'graph') => agreedCheck(agree, { op: 'moe-dispatch', form, bytesPerRank: tokens * rowBytes }, () => void checkDispatch({ ...check, form }, bufs, form === 'eager')),
+        combine: (form: 'eager' | 'graph') => agreedCheck(agree, { op: 'moe-combine', form, bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine', form }, out, WEIGHT)),
       };
       let stoppedBy = checks.dispatch('eager');
       if (stoppedBy) return stopped(stoppedBy);
@@ -189,24 +189,6 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
     for (const b of held) comm.free(b);
   }
   return { rows: comm.rank === 0 ? rows : [], device: comm.deviceName };
-}
-
-/**
- * Runs a check on every rank and shares its outcome: the rank that found a wrong result throws (its
- * error names the first wrong byte); the others return where it was found, rather than wait for
- * that rank in the next call.
- */
-function agreed(agree: Agreement, what: Pick<WrongElsewhere, 'op' | 'form' | 'bytesPerRank'>, check: () => void): WrongElsewhere | undefined {
-  let wrong: WrongResultError | undefined;
-  try {
-    check();
-  } catch (e) {
-    if (!(e instanceof WrongResultError)) throw e;
-    wrong = e;
-  }
-  const finder = agree.gather([wrong ? 1 : 0]).findIndex(([bad]) => bad === 1);
-  if (wrong) throw wrong;
-  return finder < 0 ? undefined : { rank: finder, ...what };
 }
 
 /** rows[src][dst]: rows src sends dst, one per (token, k) (expanded) or per (token, rank) (compact). */

@@ -247,16 +247,25 @@ async function checkedRun(comm: Comm, agree: Agreement, check: Check, form: Chec
   check.arm();
   await comm.barrier(); // ...and nobody writes into an output before its owner armed it
   run();
+  return agreedCheck(agree, { form, op: check.op, bytesPerRank: check.bytesPerRank }, () => check.verify(form));
+}
+
+/**
+ * Collective: runs `verify` on every rank and shares its outcome. The rank that found a wrong
+ * result throws (its error names the first wrong byte); the others return where it was found,
+ * rather than wait for that rank in the next call.
+ */
+export function agreedCheck(agree: Agreement, what: Omit<WrongElsewhere, 'rank'>, verify: () => void): WrongElsewhere | undefined {
   let wrong: WrongResultError | undefined;
   try {
-    check.verify(form);
+    verify();
   } catch (e) {
     if (!(e instanceof WrongResultError)) throw e;
     wrong = e;
   }
   const finder = agree.gather([wrong ? 1 : 0]).findIndex(([bad]) => bad === 1);
   if (wrong) throw wrong;
-  return finder < 0 ? undefined : { rank: finder, form, op: check.op, bytesPerRank: check.bytesPerRank };
+  return finder < 0 ? undefined : { rank: finder, ...what };
 }
 
 /**
