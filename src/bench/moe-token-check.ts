@@ -34,7 +34,8 @@ const ROW_ELEMENTS = 8;
 /** At most this many tokens' combined rows are compared whole. */
 const TOKEN_SAMPLES = 256;
 
-export interface TokenCheck {
+/** What a token count's checks are made from; tokenCheck() adds the receive layout they share. */
+export interface TokenCheckFields {
   comm: Comm;
   op: 'moe-dispatch' | 'moe-combine';
   layout: MoeLayout;
@@ -50,6 +51,23 @@ export interface TokenCheck {
   form?: 'eager' | 'graph';
 }
 
+/** This rank's receive layout: each block's start (expanded: per local expert; compact: one), the rows' places, and the rows it spans (padding included). */
+export interface ReceiveLayout {
+  starts: number[];
+  places: Place[];
+  rows: number;
+}
+
+export interface TokenCheck extends TokenCheckFields {
+  /** Worked out once a token count: every check and poison of it reads the same places. */
+  readonly receive: ReceiveLayout;
+}
+
+/** A token count's checks, with the layout where its rows must land. */
+export function tokenCheck(fields: TokenCheckFields): TokenCheck {
+  return { ...fields, receive: layoutOf(fields) };
+}
+
 /** Where each row this rank receives must land: recvX row `at` holds rank `q`'s token `t` (of local expert `e`). */
 interface Place {
   q: number;
@@ -58,8 +76,7 @@ interface Place {
   at: number;
 }
 
-/** This rank's receive layout: each block's start (expanded: per local expert; compact: one), the rows' places, and the rows it spans. */
-function layoutOf(c: TokenCheck): { starts: number[]; places: Place[]; rows: number } {
+function layoutOf(c: TokenCheckFields): ReceiveLayout {
   const blocks = expectedRows(c);
   const starts: number[] = [];
   let at = 0;
@@ -77,7 +94,7 @@ function spread(n: number, most: number): number[] {
   return Array.from({ length: most }, (_, i) => Math.round((i * (n - 1)) / (most - 1)));
 }
 
-function wrong(c: TokenCheck, buffer: WrongByte['buffer'], offset: number, detail: string): never {
+function wrong(c: TokenCheckFields, buffer: WrongByte['buffer'], offset: number, detail: string): never {
   throw new WrongResultError({ rank: c.comm.rank, form: c.form ?? 'eager', op: c.op, bytesPerRank: c.tokens * c.hidden * 2, wrong: { buffer, offset, detail } });
 }
 
@@ -90,7 +107,7 @@ function int64s(comm: Comm, buf: DeviceBuffer, n: number): number[] {
  * token) selections, ranks in order, tokens in order; compact, each (rank, token) naming one of
  * this rank's experts once, likewise in order.
  */
-function expectedRows(c: TokenCheck): { q: number; t: number }[][] {
+function expectedRows(c: TokenCheckFields): { q: number; t: number }[][] {
   const [me, E, K] = [c.comm.rank, c.expertsPerRank, c.topk];
   const mine = (g: number) => g >= me * E && g < (me + 1) * E;
   if (c.layout === 'compact') {
@@ -107,21 +124,16 @@ function expectedRows(c: TokenCheck): { q: number; t: number }[][] {
   return blocks;
 }
 
-/** The rows of recvX this rank's layout spans (padding included): what the combine's y must hold. */
-export function receivedRows(c: TokenCheck): number {
-  return layoutOf(c).rows;
-}
-
 /**
  * After a dispatch: expertCounts against the ids' histogram, the layout (expanded: expertOffsets;
  * compact: numRecvRows) against where the rows must land, then sampled rows of recvX against the
  * row each position must hold. `layout`: whether expertOffsets and numRecvRows were written by this
- * dispatch (a graph's replays write only the counts and rows). Returns the rows of recvX the layout spans.
+ * dispatch (a graph's replays write only the counts and rows).
  */
-export function checkDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCounts: DeviceBuffer; expertOffsets: DeviceBuffer; numRecvRows: DeviceBuffer }, layout = true): number {
+export function checkDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCounts: DeviceBuffer; expertOffsets: DeviceBuffer; numRecvRows: DeviceBuffer }, layout = true): void {
   const { comm, hidden } = c;
   const E = c.expertsPerRank;
-  const { starts, places, rows } = layoutOf(c);
+  const { starts, places, rows } = c.receive;
   const counts = int64s(comm, b.expertCounts, E);
   // expertCounts: expanded, the rows each expert received; compact, the (token, k) entries naming it.
   const want = new Array<number>(E).fill(0);
@@ -152,7 +164,6 @@ export function checkDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCou
       }
     }
   }
-  return rows;
 }
 
 /**
@@ -162,7 +173,7 @@ export function checkDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCou
 export function poisonDispatch(c: TokenCheck, b: { recvX: DeviceBuffer; expertCounts: DeviceBuffer }): void {
   const { comm, hidden } = c;
   comm.write(b.expertCounts, new BigInt64Array(c.expertsPerRank).fill(-1n));
-  const { places } = layoutOf(c);
+  const { places } = c.receive;
   const zeros = new Uint16Array(Math.min(ROW_ELEMENTS, hidden));
   for (const i of spread(places.length, ROW_SAMPLES)) comm.write(b.recvX, zeros, places[i]!.at * hidden * 2);
 }

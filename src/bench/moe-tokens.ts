@@ -22,7 +22,7 @@ import { checkSameOptions } from './same-options.js';
 import { mulberry32 } from './splits.js';
 import { alignColumns, counted, formatGBps, formatMicros, formatRatio, hostShareNote, loopsOf } from './table.js';
 import { hostShare } from './host-share.js';
-import { checkCombine, checkDispatch, poisonCombine, poisonDispatch, receivedRows, tokenRows, type TokenCheck } from './moe-token-check.js';
+import { checkCombine, checkDispatch, poisonCombine, poisonDispatch, tokenCheck, tokenRows } from './moe-token-check.js';
 
 export type MoeTokenOp = 'moe-dispatch' | 'moe-combine';
 
@@ -115,12 +115,12 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const layoutOut = arg.layout === 'expanded' ? { expertOffsets } : { numRecvRows };
       const first = group.dispatch({ x, topkIdx, topkWeights: weights, numTokens: tokens, recvX, expertCounts, ...layoutOut, stream });
       first.done.wait();
-      const check: TokenCheck = { comm, op: 'moe-dispatch', layout: arg.layout, all, expertsPerRank: E, topk: arg.topk, hidden: arg.hidden, tokens, align: group.expertAlignment };
+      const check = tokenCheck({ comm, op: 'moe-dispatch', layout: arg.layout, all, expertsPerRank: E, topk: arg.topk, hidden: arg.hidden, tokens, align: group.expertAlignment });
       const bufs = { recvX, expertCounts, expertOffsets, numRecvRows };
       const stopped = (stoppedBy: WrongElsewhere) => ({ rows: comm.rank === 0 ? rows : [], device: comm.deviceName, stoppedBy });
       // eager: the first call (and its layout outputs); graph: a graph's replays (counts and rows).
       const checks = {
-        dispatch: (form: 'eager' | 'graph') => agreedCheck(agree, { op: 'moe-dispatch', form, bytesPerRank: tokens * rowBytes }, () => void checkDispatch({ ...check, form }, bufs, form === 'eager')),
+        dispatch: (form: 'eager' | 'graph') => agreedCheck(agree, { op: 'moe-dispatch', form, bytesPerRank: tokens * rowBytes }, () => checkDispatch({ ...check, form }, bufs, form === 'eager')),
         combine: (form: 'eager' | 'graph') => agreedCheck(agree, { op: 'moe-combine', form, bytesPerRank: tokens * rowBytes }, () => checkCombine({ ...check, op: 'moe-combine', form }, out, WEIGHT)),
       };
       let stoppedBy = checks.dispatch('eager');
@@ -128,7 +128,7 @@ export async function moeTokenSweep(comm: Comm, arg: MoeTokenArg, ctx: RankConte
       const route = first.route;
       // The expert outputs are the rows each expert received: each token's combine then adds up its
       // own row. Only the rows the layout spans are read (recvX holds the worst case).
-      comm.copy(y, recvX, Math.min(group.recvRows, receivedRows(check)) * rowBytes, stream);
+      comm.copy(y, recvX, Math.min(group.recvRows, check.receive.rows) * rowBytes, stream);
       const combine = () => group.combine({ y, route, out, topkWeights: arg.layout === 'expanded' ? weights : undefined, dtype: 'bf16', stream });
       combine().wait();
       stoppedBy = checks.combine('eager');
