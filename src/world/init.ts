@@ -204,7 +204,7 @@ function checkServing(place: { rank: number; masterAddr: string | undefined }): 
     throw new UsageError(`${STORE_PORT_ENV}: rank 0 serves the job's store at MASTER_ADDR with ${STORE_TOKEN_ENV}; set both`);
   }
   // Rank 0 serves one store at a time there, so no rank can make a second communicator beside its first.
-  if (port !== undefined && (openAtStorePort > 0 || StoreServerThread.serves(port))) {
+  if (port !== undefined && openAtStorePort > 0) {
     throw new UsageError(`${STORE_PORT_ENV}: this process has a communicator open on the job's store at port ${port} already: close() it before init() again (rank 0 serves one store at a time there; under a2av launch, whose store outlives each, several communicators may be open)`);
   }
   storeAddress();

@@ -15,8 +15,6 @@ type Reply = { listening: number } | { failed: string };
 const MARK = 'a2avStoreServer';
 
 export class StoreServerThread {
-  /** Ports this process serves a store at now: a second init() here finds its own port in use. */
-  static readonly #serving = new Set<number>();
   readonly #worker: Worker;
   /** Settles when the thread has ended (terminated, or crashed). */
   readonly #ended: Promise<void>;
@@ -27,13 +25,6 @@ export class StoreServerThread {
   ) {
     this.#worker = worker;
     this.#ended = new Promise((resolve) => worker.once('exit', () => resolve()));
-    StoreServerThread.#serving.add(port);
-    void this.#ended.then(() => StoreServerThread.#serving.delete(port));
-  }
-
-  /** Whether this process serves a store at `port` now (another communicator's, not yet closed). */
-  static serves(port: number): boolean {
-    return StoreServerThread.#serving.has(port);
   }
 
   /** Binds in a new worker thread; throws StoreError (reason 'listen') as TcpStoreServer.listen does. */
@@ -71,7 +62,6 @@ export class StoreServerThread {
   /** Stops serving: every client's pending call fails with a 'disconnected' error. */
   async close(): Promise<void> {
     await this.#worker.terminate();
-    StoreServerThread.#serving.delete(this.port);
   }
 }
 
