@@ -264,8 +264,7 @@ export function checkAllReduce(ctx: CheckContext, args: AllReduceArgs): number {
   checkArgsObject(ctx, 'allReduce', args, ALL_REDUCE_ARGS);
   const { count, dtype, op } = args;
   if (!Number.isSafeInteger(count) || count < 0) {
-    const past = Number.isInteger(count) && count > 0 ? ' at most 2^53-1 (Number.MAX_SAFE_INTEGER)' : '';
-    throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer${past}, got ${shown(count)}`);
+    throw new UsageError(`rank ${ctx.rank}: allReduce count must be a non-negative integer${pastSafeBound(count)}, got ${shown(count)}`);
   }
   if (dtype !== 'f32' && dtype !== 'bf16') throw new UsageError(`rank ${ctx.rank}: allReduce dtype must be 'f32' or 'bf16', got ${shown(dtype, 'string')}`);
   if (op !== 'sum') throw new UsageError(`rank ${ctx.rank}: allReduce op must be 'sum', got ${shown(op, 'string')}`);
@@ -344,11 +343,17 @@ function checkRows(ctx: CheckContext, what: string, buf: DeviceBuffer, rows: num
   }
 }
 
+/**
+ * What a refusal of `v` as a count adds where `v` reads as a positive integer but is past 2^53 - 1,
+ * no longer held exactly: the bound. Else nothing.
+ */
+export function pastSafeBound(v: unknown): string {
+  return Number.isInteger(v) && (v as number) > 0 ? ' at most 2^53-1 (Number.MAX_SAFE_INTEGER)' : '';
+}
+
 function checkRowBytes(ctx: CheckContext, rowBytes: number): void {
   if (!Number.isSafeInteger(rowBytes) || rowBytes < 1) {
-    // An integer past 2^53 - 1 is one no longer held exactly: say what the bound is.
-    const past = Number.isInteger(rowBytes) && rowBytes > 0 ? ' at most 2^53-1 (Number.MAX_SAFE_INTEGER)' : '';
-    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer${past}, got ${shown(rowBytes)}`);
+    throw new UsageError(`rank ${ctx.rank}: rowBytes must be a positive integer${pastSafeBound(rowBytes)}, got ${shown(rowBytes)}`);
   }
 }
 

@@ -3,7 +3,7 @@
 // Buffers are checked as the communicator's own calls check them (ours, not freed, large enough),
 // then against the group's sizes.
 import { MAX_EXPERTS_PER_RANK, type Comm, type DeviceBuffer } from '../backends/backend.js';
-import { argNames, checkArgsObject, checkBuffer, checkLane, checkStream, MAX_MAJOR_ALIGN, type CheckContext } from '../collectives/check.js';
+import { argNames, checkArgsObject, checkBuffer, checkLane, checkStream, MAX_MAJOR_ALIGN, pastSafeBound, type CheckContext } from '../collectives/check.js';
 import { shown, UsageError } from '../errors.js';
 import type { MoeCombineArgs, MoeDispatchArgs, MoeGroupOptions } from './api.js';
 import { DTYPES } from './compute.js';
@@ -22,7 +22,7 @@ export function checkContext(comm: Comm): CheckContext {
 
 const isInt = (n: unknown, lo: number, hi = Number.MAX_SAFE_INTEGER): n is number => Number.isSafeInteger(n) && (n as number) >= lo && (n as number) <= hi;
 /** "a positive integer", with the bound where the value is one past 2^53 - 1 (no longer held exactly). */
-const positive = (v: unknown): string => `a positive integer${Number.isInteger(v) && (v as number) > 0 ? ' at most 2^53-1 (Number.MAX_SAFE_INTEGER)' : ''}, got ${shown(v)}`;
+const positive = (v: unknown): string => `a positive integer${pastSafeBound(v)}, got ${shown(v)}`;
 
 const optionsFail = (ctx: CheckContext) => (what: string): never => {
   throw new UsageError(`rank ${ctx.rank}: createMoeGroup: ${what}`);
